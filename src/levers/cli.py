@@ -2,14 +2,21 @@
 
 Each verb lives in its own module and plugs in through ``add_parser(subparsers)``, which adds its
 sub-parser and sets ``func`` (called with the parsed namespace, returning an exit code). This
-module only wires them together and turns :class:`levers.errors.LeversError` into a message and
-an exit code, so a user never sees a traceback from inside levers.
+module only wires them together and turns errors into messages and exit codes:
+
+- 0: success; 2: a :class:`levers.errors.LeversError` from the input (or a usage error);
+  3: the workload's step raised (:class:`levers.errors.StepError`); 1: a defect in levers itself;
+  130: interrupted.
+
+A user never sees a traceback from inside levers unless they ask for it with ``--debug`` (before
+or after the verb) or ``LEVERS_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
@@ -19,12 +26,18 @@ VERB_MODULES = (
     "levers.ab.cli",
 )
 
+EXIT_INTERNAL_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+_DEBUG_HELP = "show the full traceback of an internal error (also LEVERS_DEBUG=1)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="levers",
         description="Find, fix and prove the speed and memory levers of a PyTorch training step.",
     )
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     for name in VERB_MODULES:
         try:
@@ -34,18 +47,33 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_parser(subparsers)
+    for subparser in subparsers.choices.values():
+        _add_debug_flag(subparser)
     return parser
+
+
+def _add_debug_flag(subparser: argparse.ArgumentParser) -> None:
+    # SUPPRESS keeps a verb's parser from overwriting a --debug given before the verb
+    try:
+        subparser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP
+        )
+    except argparse.ArgumentError:
+        pass  # the verb defines its own --debug
 
 
 def main(argv: list[str] | None = None) -> int:
     from levers.errors import LeversError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = _debug_requested(argv)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        debug = debug or bool(getattr(args, "debug", False))
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
     except LeversError as exc:
         from levers.report.errors import print_error
@@ -54,7 +82,32 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("levers: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (levers audit | head); nothing left to say to it
+        _silence_stdout()
+        return 0
+    except Exception as exc:  # a defect in levers: short note, traceback on request
+        from levers.report.errors import print_internal_error
+
+        print_internal_error(exc, debug=debug)
+        return EXIT_INTERNAL_ERROR
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    from levers.report.errors import debug_from_env
+
+    return debug_from_env() or "--debug" in argv
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":
