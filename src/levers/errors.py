@@ -34,3 +34,16 @@ class StepError(LeversError):
 
 class MissingDependency(LeversError):
     """An optional dependency is not installed."""
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` restricted to the user's frames (not levers', not torch's)."""
+    import traceback
+
+    from levers.capture.source import is_user_file
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
+    lines = ["Traceback (most recent call last, your code only):\n"]
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)

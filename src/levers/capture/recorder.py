@@ -1,0 +1,315 @@
+"""The op recorder: a ``TorchDispatchMode`` that records every aten op of one step.
+
+For each op it records shapes, dtypes, bytes, FLOPs, the phase, the module and the user source
+line. Attribution works like this:
+
+- forward: the module is the innermost module running (``ModTracker``'s forward hooks keep a
+  stack); the source line is the innermost user frame.
+- backward: the autograd engine runs one node at a time (``torch._C._current_autograd_node``).
+  Each forward op tags the ``grad_fn`` of its outputs with its own index (in the node's
+  ``metadata`` dict), so a backward op inherits the module and source line of the forward op
+  that created its node. Gradient accumulation into a parameter is attributed to the module that
+  owns the parameter. Ops re-run by activation checkpointing are attributed like forward ops and
+  flagged ``recompute``.
+- optimizer: between optimizer step pre/post hooks (and inside ``zero_grad``); the module is
+  the one owning the parameter when an op touches exactly one, else None.
+
+Nothing here changes what an op computes: every op is called with its own arguments and its
+result is returned untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from levers.capture.ops import meta_of, op_flops, schema_kind, tensors_in, traffic_bytes
+from levers.capture.records import CallRecord, OpRecord, SourceLoc
+from levers.capture.source import in_checkpoint_recompute, user_frame
+
+_TAG = "levers_op"  # key in autograd Node.metadata: the index of the forward op that made it
+_PROGRESS_EVERY_S = 0.2
+
+
+class LiveStorages:
+    """Tracks the bytes of live tensor storages (the CPU stand-in for the allocator's counters)."""
+
+    def __init__(self) -> None:
+        self.live_bytes = 0
+        self._refs: dict[int, weakref.ref] = {}
+
+    def track(self, t: torch.Tensor) -> None:
+        if t.device.type == "meta" or t.is_sparse:
+            return
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self._refs and self._refs[key]() is storage:
+            return
+        size = storage.nbytes()
+        self.live_bytes += size
+
+        def freed(_ref, key=key, size=size) -> None:
+            self.live_bytes -= size
+            self._refs.pop(key, None)
+
+        self._refs[key] = weakref.ref(storage, freed)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records aten ops; see the module docstring for how each field is attributed."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        cuda_memory: bool,
+        live: LiveStorages | None,
+        range_marker: Callable[[int], Any] | None = None,
+        progress: Callable[[int, str], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.ops: list[OpRecord] = []
+        self.calls: list[CallRecord] = []
+        self.phase = "forward"
+        self.module_stack: list[torch.nn.Module] = []
+        self.paused = False
+        self.cuda_memory = cuda_memory
+        self.live = live
+        self.range_marker = range_marker
+        self.progress = progress
+        self._last_progress = time.perf_counter()
+        self._seen_backward = False
+        self.autocast_seen: set[str] = set()  # "cuda:bfloat16" for every autocast state seen
+        self._in_optimizer = 0
+        self._pending: list[tuple[weakref.ref, int]] = []
+        self._loss_targets: list[tuple[int, torch.Tensor, int]] = []
+        self._module_paths = {id(m): name for name, m in model.named_modules()}
+        self._param_owner = {
+            id(p): mod_name
+            for mod_name, mod in model.named_modules()
+            for p in mod.parameters(recurse=False)
+        }
+        if optimizer is not None:  # optimizer state belongs to the module owning its parameter
+            for param, state in optimizer.state.items():
+                owner = self._param_owner.get(id(param))
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        self._param_owner[id(value)] = owner
+
+    # --- state driven by hooks -------------------------------------------------------------
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    def push_module(self, module: torch.nn.Module, *_: Any) -> None:
+        self.module_stack.append(module)
+
+    def pop_module(self, module: torch.nn.Module, *_: Any) -> None:
+        # pop the innermost frame of this module (forward hooks always pair, checkpoint included)
+        for i in range(len(self.module_stack) - 1, -1, -1):
+            if self.module_stack[i] is module:
+                del self.module_stack[i]
+                return
+
+    def enter_optimizer(self, *_: Any) -> None:
+        self._in_optimizer += 1
+
+    def exit_optimizer(self, *_: Any) -> None:
+        self._in_optimizer -= 1
+
+    def current_phase(self) -> str:
+        if torch._C._current_graph_task_id() != -1:
+            self._seen_backward = True
+            return "backward"
+        if self._in_optimizer:
+            return "optimizer"
+        return "other" if self._seen_backward else "forward"
+
+    def current_module(self) -> str | None:
+        for module in reversed(self.module_stack):
+            path = self._module_paths.get(id(module))
+            if path is not None:
+                return path
+        return None
+
+    def _note_autocast(self) -> None:
+        for device_type in ("cuda", "cpu"):
+            if torch.is_autocast_enabled(device_type):
+                dtype = torch.get_autocast_dtype(device_type)
+                self.autocast_seen.add(f"{device_type}:{str(dtype).removeprefix('torch.')}")
+
+    # --- recording ---------------------------------------------------------------------------
+
+    def _tag_pending(self) -> None:
+        """Tag the grad_fn of recent outputs with the op that produced them."""
+        for ref, index in self._pending:
+            t = ref()
+            if t is None:
+                continue
+            node = t.grad_fn
+            if node is not None and _TAG not in node.metadata:
+                node.metadata[_TAG] = index
+        self._pending.clear()
+
+    def _backward_attribution(
+        self, inputs: list[torch.Tensor]
+    ) -> tuple[str | None, SourceLoc | None, int | None, str | None, bool]:
+        """(module, source, forward_op, node name, recompute) of an op run in backward."""
+        if in_checkpoint_recompute() and self.module_stack:
+            return self.current_module(), user_frame(), None, None, True
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return None, None, None, None, False
+        node_name = node.name()
+        forward_index = node.metadata.get(_TAG)
+        if forward_index is not None:
+            fwd = self.ops[forward_index]
+            return fwd.module, fwd.source, forward_index, node_name, False
+        variable = getattr(node, "variable", None)  # AccumulateGrad nodes hold their parameter
+        if variable is not None:
+            return self._param_owner.get(id(variable)), None, None, node_name, False
+        return None, None, None, node_name, False
+
+    def _optimizer_module(self, inputs: list[torch.Tensor]) -> str | None:
+        owners = {self._param_owner.get(id(t)) for t in inputs} - {None}
+        return owners.pop() if len(owners) == 1 else None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.paused or func.namespace == "profiler":
+            return func(*args, **kwargs)
+        self._tag_pending()
+        index = len(self.ops)
+        phase = self.current_phase()
+        self._note_autocast()
+        t0 = time.perf_counter()
+        if self.range_marker is not None:
+            with self.range_marker(index):
+                out = func(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
+        wall_us = (time.perf_counter() - t0) * 1e6
+
+        inputs = tensors_in((args, kwargs))
+        outputs = tensors_in(out)
+        forward_op = node_name = None
+        recompute = False
+        if phase == "backward":
+            module, source, forward_op, node_name, recompute = self._backward_attribution(inputs)
+        elif phase == "optimizer":
+            module, source = self._optimizer_module(inputs), user_frame()
+        else:
+            module, source = self.current_module(), user_frame()
+        is_view, is_inplace = schema_kind(func)
+        read_bytes, write_bytes = traffic_bytes(func, inputs, outputs, is_view)
+        if self.live is not None:
+            for t in outputs:
+                self.live.track(t)
+        live_bytes = (
+            torch.cuda.memory_allocated()
+            if self.cuda_memory
+            else (self.live.live_bytes if self.live is not None else None)
+        )
+        self.ops.append(
+            OpRecord(
+                index=index,
+                name=str(func),
+                phase=phase,
+                module=module,
+                source=source,
+                inputs=tuple(meta_of(t) for t in inputs),
+                outputs=tuple(meta_of(t) for t in outputs),
+                read_bytes=read_bytes,
+                write_bytes=write_bytes,
+                flops=op_flops(func, args, kwargs, out),
+                wall_us=wall_us,
+                live_bytes=live_bytes,
+                forward_op=forward_op,
+                autograd_node=node_name,
+                recompute=recompute,
+                is_view=is_view,
+                is_inplace=is_inplace,
+            )
+        )
+        if phase != "backward" and torch.is_grad_enabled():
+            self._pending.extend((weakref.ref(t), index) for t in outputs)
+        if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
+            self._last_progress = t0
+            self.progress(len(self.ops), phase)
+        return out
+
+    def add_call(
+        self,
+        kind: str,
+        name: str,
+        args: dict[str, Any],
+        first_op: int | None,
+        last_op: int | None,
+        source: SourceLoc | None,
+        loss_target: torch.Tensor | None,
+    ) -> None:
+        """Record a high-level call (from the call recorder or a wrapped metric function)."""
+        if self.paused:
+            return
+        self._tag_pending()
+        index = len(self.calls)
+        if kind == "sdpa" and first_op is not None:
+            args["backend_ran"] = sdpa_backend_of(self.ops[first_op : last_op + 1])
+        if loss_target is not None:
+            self._loss_targets.append((index, loss_target, args.get("ignore_index", -100)))
+        self.calls.append(
+            CallRecord(
+                index=index,
+                kind=kind,
+                name=name,
+                phase=self.current_phase(),
+                module=self.current_module(),
+                source=source,
+                args=args,
+                first_op=first_op,
+                last_op=last_op,
+            )
+        )
+
+    def finish_calls(self) -> list[CallRecord]:
+        """Fill in what could only be read after the step (ignored target fractions)."""
+        self.paused = True  # the reads below are levers' own ops, not the step's
+        calls = list(self.calls)
+        for index, target, ignore_index in self._loss_targets:
+            num_targets = target.numel()
+            num_ignored = int((target == ignore_index).sum())  # sync point: after the step
+            args = dict(calls[index].args)
+            args["num_targets"] = num_targets
+            args["num_ignored"] = num_ignored
+            args["ignored_fraction"] = num_ignored / num_targets if num_targets else 0.0
+            calls[index] = dataclasses.replace(calls[index], args=args)
+        self._loss_targets.clear()
+        return calls
+
+
+_SDPA_BACKENDS = {
+    "_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
+    "_scaled_dot_product_flash_attention_for_cpu": "FLASH_ATTENTION_CPU",
+    "_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
+    "_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
+    "_scaled_dot_product_attention_math": "MATH",
+    "_scaled_dot_product_fused_attention_overrideable": "OVERRIDEABLE",
+}
+
+
+def sdpa_backend_of(ops: list[OpRecord]) -> str:
+    """The SDPA backend an attention call dispatched to, from the aten ops it ran."""
+    for op in ops:
+        base = op.name.split(".")[1] if op.name.startswith("aten.") else op.name
+        backend = _SDPA_BACKENDS.get(base)
+        if backend is not None:
+            return backend
+    # the math path decomposes into matmul/softmax when its own op is not visible
+    return "MATH"

@@ -1,0 +1,97 @@
+"""Source locations: the innermost frame of the user's code on the current stack.
+
+"User code" is every frame outside torch, levers' own machinery and the standard library. The
+built-in workloads under ``levers/workloads`` are user code: they are models a reader audits.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from types import CodeType, FrameType
+
+import torch
+
+from levers.capture.records import SourceLoc
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_LEVERS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_WORKLOADS_DIR = os.path.join(_LEVERS_DIR, "workloads") + os.sep
+_STDLIB_DIRS = tuple(
+    {os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")}
+)
+_CHECKPOINT_FILE = os.path.join(_TORCH_DIR, "utils", "checkpoint.py")
+
+# (code object, line) -> SourceLoc; code objects live as long as their functions
+_cache: dict[tuple[CodeType, int], SourceLoc] = {}
+# filename -> whether frames in it are user code
+_is_user_file: dict[str, bool] = {}
+
+
+def is_user_file(filename: str) -> bool:
+    known = _is_user_file.get(filename)
+    if known is not None:
+        return known
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    user = not (
+        filename.startswith("<frozen")  # the import machinery
+        or path.startswith(_TORCH_DIR)
+        or (path.startswith(_LEVERS_DIR) and not path.startswith(_WORKLOADS_DIR))
+        or path.startswith(_STDLIB_DIRS)
+    )
+    _is_user_file[filename] = user
+    return user
+
+
+def _loc(frame: FrameType) -> SourceLoc:
+    code = frame.f_code
+    line = frame.f_lineno
+    key = (code, line)
+    loc = _cache.get(key)
+    if loc is None:
+        text = linecache.getline(code.co_filename, line).strip()
+        loc = SourceLoc(file=code.co_filename, line=line, function=code.co_name, code=text)
+        _cache[key] = loc
+    return loc
+
+
+def user_frame(start: FrameType | None = None) -> SourceLoc | None:
+    """The innermost user frame on the stack, or None when there is none."""
+    frame = start if start is not None else sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return _loc(frame)
+        frame = frame.f_back
+    return None
+
+
+_OVERRIDES_FILE = os.path.join(_TORCH_DIR, "overrides.py")
+
+
+def called_from_torch(func_name: str) -> bool:
+    """Whether the code that called torch function ``func_name`` is torch's own.
+
+    Called from a ``__torch_function__`` handler. Frames of torch's dispatch to the handler
+    (``torch/overrides.py``) and of the Python wrapper of the function itself are skipped.
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        in_torch = filename.startswith(_TORCH_DIR)
+        if filename == _OVERRIDES_FILE or (in_torch and frame.f_code.co_name == func_name):
+            frame = frame.f_back
+            continue
+        return in_torch
+    return False
+
+
+def in_checkpoint_recompute() -> bool:
+    """True when the stack runs through torch.utils.checkpoint (a recomputation in backward)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == _CHECKPOINT_FILE:
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,214 @@
+"""Capture one training step: warm up, time plain steps, then record one step in full.
+
+The captured step is an ordinary step of the user's training: levers only observes it (a
+dispatch mode, a function mode, module and optimizer hooks and, on a GPU, the profiler), so the
+parameters and optimizer state after it are bitwise equal to those after an uncaptured step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.distributed._tools.mod_tracker import ModTracker
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from levers.capture import gpu
+from levers.capture.calls import CallRecorder, memory_metric_calls
+from levers.capture.env import environment, settings
+from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
+from levers.capture.recorder import LiveStorages, OpRecorder
+from levers.errors import StepError, user_traceback
+from levers.workload import Workload
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: timing boundary, outside the step
+
+
+def _run_step(workload: Workload) -> Any:
+    try:
+        return workload.step()
+    except Exception as exc:
+        raise StepError(
+            f"the step of workload {workload.name!r} raised {type(exc).__name__}: {exc}; "
+            "fix the step (the traceback below shows where) and run again",
+            user_traceback=user_traceback(exc),
+        ) from exc
+
+
+def _timed_step(workload: Workload) -> float:
+    _synchronize(workload.device)
+    t0 = time.perf_counter()
+    _run_step(workload)
+    _synchronize(workload.device)
+    return time.perf_counter() - t0
+
+
+def _state_tensors(workload: Workload) -> Iterator[torch.Tensor]:
+    """Tensors alive before the step: parameters, gradients, buffers, optimizer state."""
+    for p in workload.model.parameters():
+        yield p
+        if p.grad is not None:
+            yield p.grad
+    yield from workload.model.buffers()
+    if workload.optimizer is not None:
+        for state in workload.optimizer.state.values():
+            yield from (v for v in state.values() if isinstance(v, torch.Tensor))
+
+
+@contextlib.contextmanager
+def _optimizer_phase(recorder: OpRecorder, optimizer: torch.optim.Optimizer | None) -> Iterator[None]:
+    """Label ops inside any optimizer's step (and the workload optimizer's zero_grad)."""
+    pre = register_optimizer_step_pre_hook(recorder.enter_optimizer)
+    post = register_optimizer_step_post_hook(recorder.exit_optimizer)
+    patched = optimizer is not None and "zero_grad" not in vars(optimizer)
+    if patched:
+        original = optimizer.zero_grad
+
+        def zero_grad(*args: Any, **kwargs: Any) -> Any:
+            recorder.enter_optimizer()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                recorder.exit_optimizer()
+
+        optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+        if patched:
+            del optimizer.zero_grad
+
+
+@contextlib.contextmanager
+def _module_tracking(recorder: OpRecorder) -> Iterator[None]:
+    tracker = ModTracker()
+    tracker.register_user_hooks(pre_fw_hook=recorder.push_module, post_fw_hook=recorder.pop_module)
+    with tracker:
+        yield
+
+
+def capture_step(
+    workload: Workload,
+    *,
+    warmup: int = 1,
+    timed: int = 3,
+    progress: Callable[[int, str], None] | None = None,
+) -> Capture:
+    """Run ``warmup`` plain steps, ``timed`` timed plain steps, then capture one step.
+
+    Raises:
+        ValueError: warmup or timed is negative.
+        StepError: the workload's step raised (with the user's traceback).
+    """
+    if warmup < 0 or timed < 0:
+        raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
+    device = workload.device
+    on_cuda = device.type == "cuda"
+    for _ in range(warmup):
+        _run_step(workload)
+    step_s = tuple(_timed_step(workload) for _ in range(timed))
+
+    live = None
+    if on_cuda:
+        _synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start_bytes = torch.cuda.memory_allocated(device)
+    else:
+        live = LiveStorages()
+        for t in _state_tensors(workload):
+            live.track(t)
+        start_bytes = live.live_bytes
+
+    recorder = OpRecorder(
+        workload.model,
+        optimizer=workload.optimizer,
+        cuda_memory=on_cuda,
+        live=live,
+        range_marker=gpu.range_marker() if on_cuda else None,
+        progress=progress,
+    )
+    profiler = gpu.kernel_profiler() if on_cuda else contextlib.nullcontext()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(profiler)
+        stack.enter_context(_module_tracking(recorder))
+        stack.enter_context(_optimizer_phase(recorder, workload.optimizer))
+        stack.enter_context(memory_metric_calls(recorder))
+        stack.enter_context(CallRecorder(recorder))
+        stack.enter_context(recorder)
+        _synchronize(device)
+        t0 = time.perf_counter()
+        _run_step(workload)
+        _synchronize(device)
+        captured_s = time.perf_counter() - t0
+        recorder.paused = True
+    calls = recorder.finish_calls()
+
+    ops = recorder.ops
+    kernels: list = []
+    if on_cuda:
+        per_op_us, kernels = gpu.join_kernels(profiler)
+        ops = [dataclasses.replace(op, device_us=per_op_us.get(op.index, 0.0)) for op in ops]
+        memory = MemoryStats(
+            source="cuda-allocator",
+            start_bytes=start_bytes,
+            peak_bytes=torch.cuda.max_memory_allocated(device),
+            end_bytes=torch.cuda.memory_allocated(device),
+            peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+            peak_op=_peak_op(ops),
+        )
+    else:
+        assert live is not None
+        peak_op = _peak_op(ops)
+        memory = MemoryStats(
+            source="tracked-storages",
+            start_bytes=start_bytes,
+            peak_bytes=max([start_bytes] + [op.live_bytes or 0 for op in ops]),
+            end_bytes=live.live_bytes,
+            peak_op=peak_op,
+        )
+
+    return Capture(
+        schema_version=SCHEMA_VERSION,
+        workload=workload.name,
+        workload_params=dict(workload.params),
+        tokens_per_step=workload.tokens_per_step,
+        env=environment(device),
+        provenance=_provenance(on_cuda),
+        timing=StepTiming(step_s=step_s, captured_step_s=captured_s),
+        memory=memory,
+        ops=tuple(ops),
+        calls=tuple(calls),
+        kernels=tuple(kernels),
+        modules={name: type(m).__name__ for name, m in workload.model.named_modules()},
+        settings=settings(workload, recorder),
+    )
+
+
+def _peak_op(ops: list) -> int | None:
+    best, best_bytes = None, -1
+    for op in ops:
+        if op.live_bytes is not None and op.live_bytes > best_bytes:
+            best, best_bytes = op.index, op.live_bytes
+    return best
+
+
+def _provenance(on_cuda: bool) -> dict[str, str]:
+    return {
+        "ops": "measured",  # every op that ran, as it ran
+        "flops": "counted",  # analytic formulas over the recorded shapes
+        "bytes": "counted",  # inputs read once, outputs written once
+        "wall_time": "measured",
+        "device_time": "measured" if on_cuda else "unavailable",
+        "peak_memory": "measured" if on_cuda else "tracked",
+    }
