@@ -76,7 +76,9 @@ def test_parse_set_malformed(item):
 
 def test_file_factory_with_params_and_sibling_import():
     before = list(sys.path)
-    workload = load_workload(f"{FIXTURES / 'my_workload.py'}:factory", {"hidden": 16, "batch_size": 8})
+    workload = load_workload(
+        f"{FIXTURES / 'my_workload.py'}:factory", {"hidden": 16, "batch_size": 8}
+    )
     assert isinstance(workload, Workload)
     assert workload.name == "my_workload"
     assert workload.params == {"hidden": 16, "batch_size": 8}
@@ -141,7 +143,7 @@ def test_factory_raises_keeps_user_frames_only():
     error = info.value
     assert "raised RuntimeError: vocabulary file vocab.txt is empty" in str(error)
     tb = error.user_traceback
-    assert tb.startswith("Traceback (most recent call last):\n")
+    assert tb.startswith("Traceback (most recent call last")
     assert "bad_factories.py" in tb
     assert "in raises" in tb and "in _load_vocab" in tb
     assert tb.rstrip().endswith("RuntimeError: vocabulary file vocab.txt is empty")

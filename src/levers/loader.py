@@ -21,26 +21,26 @@ import importlib.util
 import inspect
 import os
 import sys
-import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from levers.errors import FactoryError, LeversError, MissingDependency, WorkloadNotFound
+from levers.errors import (
+    FactoryError,
+    LeversError,
+    MissingDependency,
+    WorkloadNotFound,
+    user_traceback,
+)
 from levers.workload import Workload
 from levers.workloads import BUILTINS
 
 # called when a file spec names no factory
 DEFAULT_FACTORY = "workload"
 
-_LEVERS_DIR = Path(__file__).resolve().parent
-# built-in workloads are levers' code, but to the person reading a traceback they are the
-# workload, not the machinery, so their frames are kept
-_KEPT_LEVERS_DIRS = (_LEVERS_DIR / "workloads",)
-
 _FORMS = (
-    "a workload is a built-in name ({builtins}), path/to/file.py:factory, or "
-    "package.module:factory"
+    "a workload is a built-in name ({builtins}), path/to/file.py:factory, or package.module:factory"
 )
 
 
@@ -295,27 +295,6 @@ def describe_parameters(signature: inspect.Signature) -> str:
         else:
             parts.append(f"{p.name}={p.default!r}")
     return ", ".join(parts) if parts else "no parameters"
-
-
-def user_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` without levers' own frames, formatted like Python does."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_levers_frame(f.filename)]
-    lines = ["Traceback (most recent call last):\n"]
-    lines.extend(traceback.format_list(frames))
-    lines.extend(traceback.format_exception_only(type(exc), exc))
-    return "".join(lines).rstrip("\n")
-
-
-def _is_levers_frame(filename: str) -> bool:
-    if filename.startswith("<frozen importlib"):
-        return True  # the import machinery between levers and the user's module
-    try:
-        path = Path(filename).resolve()
-    except (OSError, ValueError):
-        return False
-    if not path.is_relative_to(_LEVERS_DIR):
-        return False
-    return not any(path.is_relative_to(d) for d in _KEPT_LEVERS_DIRS)
 
 
 @contextmanager

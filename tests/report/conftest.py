@@ -25,7 +25,9 @@ def src(file: str, line: int, code: str) -> SourceLoc:
     return SourceLoc(file=file, line=line, function="f", code=code)
 
 
-def op(index, name, phase, module, source, flops, read_bytes, write_bytes, wall_us=1.0, device_us=None):
+def op(
+    index, name, phase, module, source, flops, read_bytes, write_bytes, wall_us=1.0, device_us=None
+):
     meta = TensorMeta(shape=(2, 3), dtype="float32", device="cpu")
     return OpRecord(
         index=index,
@@ -98,7 +100,12 @@ def make_capture(**overrides) -> Capture:
         workload_params={"size": "tiny", "batch_size": 4},
         tokens_per_step=512,
         env={"torch": "2.13.0", "python": "3.11.7", "device": "cpu", "device_name": "cpu"},
-        provenance={"flops": "counted", "bytes": "counted", "wall_time": "measured", "memory": "tracked"},
+        provenance={
+            "flops": "counted",
+            "bytes": "counted",
+            "wall_time": "measured",
+            "memory": "tracked",
+        },
         timing=StepTiming(step_s=(0.030, 0.010, 0.020, 0.050), captured_step_s=0.100),
         memory=MemoryStats(
             source="tracked-storages", start_bytes=1 << 20, peak_bytes=3 << 20, end_bytes=1 << 20

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from levers.report.units import format_bytes, format_count, format_flops, format_seconds, format_share
+from levers.report.units import (
+    format_bytes,
+    format_count,
+    format_flops,
+    format_seconds,
+    format_share,
+)
 
 
 @pytest.mark.parametrize(
     "flops, text",
-    [(0, "0 FLOP"), (999, "999 FLOP"), (1500, "1.50 kFLOP"), (2.5e9, "2.50 GFLOP"), (123.4e12, "123 TFLOP")],
+    [
+        (0, "0 FLOP"),
+        (999, "999 FLOP"),
+        (1500, "1.50 kFLOP"),
+        (2.5e9, "2.50 GFLOP"),
+        (123.4e12, "123 TFLOP"),
+    ],
 )
 def test_format_flops(flops, text):
     assert format_flops(flops) == text
@@ -17,7 +29,13 @@ def test_format_flops(flops, text):
 
 @pytest.mark.parametrize(
     "num_bytes, text",
-    [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (3 << 20, "3.00 MiB"), (int(41.5 * 2**30), "41.5 GiB")],
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.00 KiB"),
+        (3 << 20, "3.00 MiB"),
+        (int(41.5 * 2**30), "41.5 GiB"),
+    ],
 )
 def test_format_bytes(num_bytes, text):
     assert format_bytes(num_bytes) == text

@@ -49,7 +49,7 @@ def read_capture(path: str | os.PathLike[str]) -> Capture:
     schema = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
         raise LeversError(
-            f"{str(path)!r} is not a levers capture (its \"schema\" is {schema!r}, expected "
+            f'{str(path)!r} is not a levers capture (its "schema" is {schema!r}, expected '
             f"{SCHEMA!r}); write one with levers audit --json FILE"
         )
     if schema != SCHEMA:

@@ -7,9 +7,9 @@ callback with the number of ops recorded so far and the current phase, at most e
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from rich.console import Console
 

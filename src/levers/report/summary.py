@@ -14,8 +14,8 @@ Keys that an op can be ranked by (:data:`KEYS`):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from levers.capture.records import PHASES, CallRecord, Capture, OpRecord
 

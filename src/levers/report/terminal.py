@@ -45,7 +45,9 @@ def render_summary(capture: Capture, console: Console, top_n: int = 5) -> None:
         title = _KEY_TITLES[key]
         modules = summary.top_modules(ops, key, top_n)
         sources = summary.top_sources(ops, key, top_n)
-        console.print(_top_table(f"Top modules by {title} (innermost module)", modules, key, source=False))
+        console.print(
+            _top_table(f"Top modules by {title} (innermost module)", modules, key, source=False)
+        )
         console.print(_top_table(f"Top source lines by {title}", sources, key, source=True))
         console.print()
     calls = summary.call_summary(capture.calls)
@@ -164,7 +166,11 @@ def _phase_table(capture: Capture) -> Table:
     table.add_column("phase")
     for header in ("ops", "FLOPs", "bytes moved") + (("device time",) if device else ()):
         table.add_column(header, justify="right")
-    columns = [summary.by_phase(ops, "ops"), summary.by_phase(ops, "flops"), summary.by_phase(ops, "bytes")]
+    columns = [
+        summary.by_phase(ops, "ops"),
+        summary.by_phase(ops, "flops"),
+        summary.by_phase(ops, "bytes"),
+    ]
     if device:
         columns.append(summary.by_phase(ops, "device_us"))
     formats = [lambda v: f"{int(v):,}", format_flops, format_bytes, format_us]
@@ -212,7 +218,9 @@ def _calls_table(calls: summary.CallSummary) -> Table:
     for kind, count in calls.counts.items():
         detail = ""
         if kind == "sdpa" and calls.sdpa_backends:
-            detail = "backend ran: " + ", ".join(f"{b} x{n}" for b, n in calls.sdpa_backends.items())
+            detail = "backend ran: " + ", ".join(
+                f"{b} x{n}" for b, n in calls.sdpa_backends.items()
+            )
         elif kind == "sync":
             detail = f"at {len(calls.sync_sites)} source line(s), below"
         table.add_row(kind, str(count), detail)
