@@ -7,7 +7,12 @@ import os
 
 from rich.console import Console
 
-from levers.report.terminal import describe_provenance, render_summary, short_path
+from levers.report.terminal import (
+    describe_provenance,
+    render_summary,
+    short_path,
+    shorten_code,
+)
 
 from .conftest import make_capture, make_ops
 
@@ -61,9 +66,9 @@ def test_phase_table(capture):
 def test_top_tables(capture):
     text = _render(capture)
     for title in (
-        "Top modules by FLOPs (innermost module)",
+        "Top modules by FLOPs",
         "Top source lines by FLOPs",
-        "Top modules by bytes moved (innermost module)",
+        "Top modules by bytes moved",
         "Top source lines by bytes moved",
     ):
         assert title in text
@@ -84,7 +89,7 @@ def test_top_n_limits_rows(capture):
 def test_device_time_sections_on_gpu(capture):
     text = _render(make_capture(ops=make_ops(device=True)))
     assert _line(text, "device time") == "device time 37.5 µs"
-    assert "Top modules by device time (innermost module)" in text
+    assert "Top modules by device time" in text
     assert "Top source lines by device time" in text
     assert _line(text, "total") == "total 6 3.11 kFLOP 694 B 37.5 µs"
 
@@ -120,3 +125,13 @@ def test_short_path(tmp_path, monkeypatch):
     assert short_path(f"{tmp_path}{os.sep}train.py:12") == "train.py:12"
     assert short_path("/elsewhere/train.py:12") == "/elsewhere/train.py:12"
     assert short_path("<unknown source>") == "<unknown source>"
+
+
+def test_short_path_site_packages():
+    label = "/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py:80"
+    assert short_path(label) == "transformers/models/llama/modeling_llama.py:80"
+
+
+def test_long_code_is_shortened():
+    assert shorten_code("x" * 44) == "x" * 44
+    assert shorten_code("x" * 50) == "x" * 43 + "…"

@@ -27,6 +27,8 @@ from levers.report.units import (
     format_us,
 )
 
+_MIN_TABLE_WIDTH = 60  # keeps a narrow table's title on one line
+_MAX_CODE_CHARS = 44  # a source line's code is context; the location and figures come first
 _KEY_TITLES = {"flops": "FLOPs", "bytes": "bytes moved", "device_us": "device time"}
 
 
@@ -45,9 +47,7 @@ def render_summary(capture: Capture, console: Console, top_n: int = 5) -> None:
         title = _KEY_TITLES[key]
         modules = summary.top_modules(ops, key, top_n)
         sources = summary.top_sources(ops, key, top_n)
-        console.print(
-            _top_table(f"Top modules by {title} (innermost module)", modules, key, source=False)
-        )
+        console.print(_top_table(f"Top modules by {title}", modules, key, source=False))
         console.print(_top_table(f"Top source lines by {title}", sources, key, source=True))
         console.print()
     calls = summary.call_summary(capture.calls)
@@ -162,7 +162,7 @@ def _memory(capture: Capture) -> str:
 def _phase_table(capture: Capture) -> Table:
     ops = capture.ops
     device = summary.has_device_time(ops)
-    table = Table(title="By phase", title_justify="left", box=box.SIMPLE_HEAD)
+    table = _table("By phase")
     table.add_column("phase")
     for header in ("ops", "FLOPs", "bytes moved") + (("device time",) if device else ()):
         table.add_column(header, justify="right")
@@ -192,17 +192,34 @@ def _format_value(key: str, value: float) -> str:
     return format_us(value)
 
 
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=_MIN_TABLE_WIDTH)
+
+
+def _figure_column(table: Table, header: str) -> None:
+    # figures are never cut; when the console is narrow, the location column folds instead
+    table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+
+
+def _location_column(table: Table, header: str) -> None:
+    table.add_column(header, overflow="fold")
+
+
+def shorten_code(code: str, max_chars: int = _MAX_CODE_CHARS) -> str:
+    return code if len(code) <= max_chars else code[: max_chars - 1] + "…"
+
+
 def _top_table(title: str, rows: list[summary.Row], key: str, *, source: bool) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("source line" if source else "module", overflow="fold")
+    table = _table(title)
+    # an op counts for its innermost module only, so shares add up to 100%
+    _location_column(table, "source line" if source else "module (innermost)")
     if source:
-        table.add_column("code", overflow="ellipsis", no_wrap=True, max_width=60)
-    table.add_column(_KEY_TITLES[key], justify="right", no_wrap=True)
-    table.add_column("share", justify="right", no_wrap=True)
-    table.add_column("ops", justify="right", no_wrap=True)
+        table.add_column("code", no_wrap=True)
+    for header in (_KEY_TITLES[key], "share", "ops"):
+        _figure_column(table, header)
     for row in rows:
         label = short_path(row.label) if source else row.label
-        cells = [label] + ([row.code] if source else [])
+        cells = [label] + ([shorten_code(row.code)] if source else [])
         cells += [_format_value(key, row.value), format_share(row.share), f"{row.num_ops:,}"]
         table.add_row(*cells)
     if not rows:
@@ -211,7 +228,7 @@ def _top_table(title: str, rows: list[summary.Row], key: str, *, source: bool) -
 
 
 def _calls_table(calls: summary.CallSummary) -> Table:
-    table = Table(title="Calls recorded for diagnosis", title_justify="left", box=box.SIMPLE_HEAD)
+    table = _table("Calls recorded for diagnosis")
     table.add_column("kind")
     table.add_column("count", justify="right")
     table.add_column("detail")
@@ -233,21 +250,25 @@ def _sync_table(sites: tuple[summary.SyncSite, ...], top_n: int) -> Table:
     title = "Host-device sync sites"
     if len(sites) > top_n:
         title += f" (top {top_n} of {len(sites)})"
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("source line", overflow="fold")
-    table.add_column("code", overflow="ellipsis", no_wrap=True, max_width=60)
+    table = _table(title)
+    _location_column(table, "source line")
+    table.add_column("code", no_wrap=True)
     table.add_column("calls")
-    table.add_column("count", justify="right")
+    _figure_column(table, "count")
     for site in sites[:top_n]:
-        table.add_row(short_path(site.label), site.code, ", ".join(site.names), str(site.count))
+        code = shorten_code(site.code)
+        table.add_row(short_path(site.label), code, ", ".join(site.names), str(site.count))
     return table
 
 
 def short_path(label: str) -> str:
-    """A ``file:line`` label with the file relative to the current directory when inside it."""
+    """A ``file:line`` label, relative to the current directory or to site-packages if inside."""
     path, sep, line = label.rpartition(":")
     if not sep or not os.path.isabs(path):
         return label
+    marker = f"{os.sep}site-packages{os.sep}"
+    if marker in path:
+        return path.rsplit(marker, 1)[1] + f":{line}"
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
