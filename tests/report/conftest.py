@@ -88,7 +88,7 @@ def make_calls():
         call(4, "sync", "item", SYNC_A),
         call(5, "sync", "Tensor.__int__", SYNC_A),
         call(6, "sync", "item", SYNC_A),
-        call(7, "sync", "Tensor.__bool__", SYNC_B),
+        call(7, "sync", "Tensor.__bool__", SYNC_B, {"caller_in_torch": True}),
         call(8, "memory_metric", "max_memory_allocated", LOSS),
     )
 

@@ -130,7 +130,7 @@ def test_call_summary(capture):
     assert calls.sdpa_backends == {"math": 2, "flash": 1}
     assert calls.sync_sites == (
         SyncSite(f"{TRAIN}:30", "n = int(mask.sum())", ("Tensor.__int__", "item"), 3),
-        SyncSite(f"{TRAIN}:31", "if bad.any():", ("Tensor.__bool__",), 1),
+        SyncSite(f"{TRAIN}:31", "if bad.any():", ("Tensor.__bool__",), 1, num_in_torch=1),
     )
 
 

@@ -103,6 +103,9 @@ def test_calls_tables(capture):
     assert _line(text, "/home/me/proj/train.py:30") == (
         "/home/me/proj/train.py:30 n = int(mask.sum()) Tensor.__int__, item 3"
     )
+    assert _line(text, "/home/me/proj/train.py:31") == (
+        "/home/me/proj/train.py:31 if bad.any(): Tensor.__bool__ (1 by torch's own code) 1"
+    )
 
 
 def test_no_calls(capture):

@@ -31,7 +31,8 @@ def write_capture(capture: Capture, path: str | os.PathLike[str]) -> None:
     check_writable(path)
     data = capture_to_dict(capture)
     with atomic_open(path) as f:
-        json.dump(_plain(data), f, indent=1, allow_nan=False)
+        # compact: a large step has 10^5 ops; pretty-print with `python -m json.tool` or jq
+        json.dump(_plain(data), f, separators=(",", ":"), allow_nan=False)
         f.write("\n")
 
 

@@ -75,6 +75,7 @@ class SyncSite:
     code: str
     names: tuple[str, ...]  # the calls seen there ("Tensor.__bool__", "item", ...), sorted
     count: int
+    num_in_torch: int = 0  # of count, made by torch's own code called from here (an optimizer)
 
 
 @dataclass(frozen=True)
@@ -196,15 +197,17 @@ def call_summary(calls: Sequence[CallRecord]) -> CallSummary:
 
 def _sync_sites(calls: Iterable[CallRecord]) -> tuple[SyncSite, ...]:
     counts: Counter[str] = Counter()
+    in_torch: Counter[str] = Counter()
     names: dict[str, set[str]] = {}
     codes: dict[str, str] = {}
     for call in calls:
         label = str(call.source) if call.source is not None else UNKNOWN_SOURCE
         counts[label] += 1
+        in_torch[label] += bool(call.args.get("caller_in_torch"))
         names.setdefault(label, set()).add(call.name)
         codes.setdefault(label, call.source.code if call.source is not None else "")
     return tuple(
-        SyncSite(label, codes[label], tuple(sorted(names[label])), count)
+        SyncSite(label, codes[label], tuple(sorted(names[label])), count, in_torch[label])
         for label, count in _most_common(counts)
     )
 

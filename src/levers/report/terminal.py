@@ -257,7 +257,10 @@ def _sync_table(sites: tuple[summary.SyncSite, ...], top_n: int) -> Table:
     _figure_column(table, "count")
     for site in sites[:top_n]:
         code = shorten_code(site.code)
-        table.add_row(short_path(site.label), code, ", ".join(site.names), str(site.count))
+        names = ", ".join(site.names)
+        if site.num_in_torch:
+            names += f" ({site.num_in_torch} by torch's own code)"
+        table.add_row(short_path(site.label), code, names, str(site.count))
     return table
 
 
