@@ -75,7 +75,7 @@ def test_top_tables(capture):
     assert _line(text, "enc.fc") == "enc.fc 3.10 kFLOP 99.7% 3"
     assert _line(text, "<outside model>") == "<outside model> 10 FLOP 0.3% 1"
     assert _line(text, "/home/me/proj/model.py:10") == (
-        "/home/me/proj/model.py:10 y = x @ self.w 3.00 kFLOP 96.5% 2"
+        "/home/me/proj/model.py:10 3.00 kFLOP 96.5% 2 y = x @ self.w"
     )
     assert "Top modules by device time" not in text
 
@@ -101,10 +101,10 @@ def test_calls_tables(capture):
     assert _line(text, "loss") == "loss 1"
     assert _line(text, "memory_metric") == "memory_metric 1"
     assert _line(text, "/home/me/proj/train.py:30") == (
-        "/home/me/proj/train.py:30 n = int(mask.sum()) Tensor.__int__, item 3"
+        "/home/me/proj/train.py:30 3 Tensor.__int__, item n = int(mask.sum())"
     )
     assert _line(text, "/home/me/proj/train.py:31") == (
-        "/home/me/proj/train.py:31 if bad.any(): Tensor.__bool__ (1 by torch's own code) 1"
+        "/home/me/proj/train.py:31 1 Tensor.__bool__ (1 from torch) if bad.any():"
     )
 
 

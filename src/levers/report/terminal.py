@@ -28,7 +28,8 @@ from levers.report.units import (
 )
 
 _MIN_TABLE_WIDTH = 60  # keeps a narrow table's title on one line
-_MAX_CODE_CHARS = 44  # a source line's code is context; the location and figures come first
+_MAX_CODE_CHARS = 44
+_MAX_LOCATION_CHARS = 60  # a source line's code is context; the location and figures come first
 _KEY_TITLES = {"flops": "FLOPs", "bytes": "bytes moved", "device_us": "device time"}
 
 
@@ -201,8 +202,15 @@ def _figure_column(table: Table, header: str) -> None:
     table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
 
 
-def _location_column(table: Table, header: str) -> None:
-    table.add_column(header, overflow="fold")
+def _location_column(table: Table, header: str, labels: list[str]) -> None:
+    # kept whole where it fits: a location is what the reader copies into an editor
+    widest = max((len(label) for label in labels), default=0)
+    table.add_column(header, overflow="fold", min_width=min(widest, _MAX_LOCATION_CHARS))
+
+
+def _code_column(table: Table) -> None:
+    # last, so that a narrow console cuts the context rather than a location or a figure
+    table.add_column("code", no_wrap=True, overflow="ellipsis")
 
 
 def shorten_code(code: str, max_chars: int = _MAX_CODE_CHARS) -> str:
@@ -212,16 +220,15 @@ def shorten_code(code: str, max_chars: int = _MAX_CODE_CHARS) -> str:
 def _top_table(title: str, rows: list[summary.Row], key: str, *, source: bool) -> Table:
     table = _table(title)
     # an op counts for its innermost module only, so shares add up to 100%
-    _location_column(table, "source line" if source else "module (innermost)")
-    if source:
-        table.add_column("code", no_wrap=True)
+    labels = [short_path(row.label) if source else row.label for row in rows]
+    _location_column(table, "source line" if source else "module (innermost)", labels)
     for header in (_KEY_TITLES[key], "share", "ops"):
         _figure_column(table, header)
-    for row in rows:
-        label = short_path(row.label) if source else row.label
-        cells = [label] + ([shorten_code(row.code)] if source else [])
-        cells += [_format_value(key, row.value), format_share(row.share), f"{row.num_ops:,}"]
-        table.add_row(*cells)
+    if source:
+        _code_column(table)
+    for label, row in zip(labels, rows):
+        cells = [label, _format_value(key, row.value), format_share(row.share), f"{row.num_ops:,}"]
+        table.add_row(*cells, *([shorten_code(row.code)] if source else []))
     if not rows:
         table.add_row(*(["(none)"] + [""] * (len(table.columns) - 1)))
     return table
@@ -251,16 +258,17 @@ def _sync_table(sites: tuple[summary.SyncSite, ...], top_n: int) -> Table:
     if len(sites) > top_n:
         title += f" (top {top_n} of {len(sites)})"
     table = _table(title)
-    _location_column(table, "source line")
-    table.add_column("code", no_wrap=True)
-    table.add_column("calls")
+    shown = sites[:top_n]
+    labels = [short_path(site.label) for site in shown]
+    _location_column(table, "source line", labels)
     _figure_column(table, "count")
-    for site in sites[:top_n]:
-        code = shorten_code(site.code)
+    table.add_column("calls")
+    _code_column(table)
+    for label, site in zip(labels, shown):
         names = ", ".join(site.names)
         if site.num_in_torch:
-            names += f" ({site.num_in_torch} by torch's own code)"
-        table.add_row(short_path(site.label), code, names, str(site.count))
+            names += f" ({site.num_in_torch} from torch)"
+        table.add_row(label, str(site.count), names, shorten_code(site.code))
     return table
 
 
