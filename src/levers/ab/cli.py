@@ -1,0 +1,196 @@
+"""``levers ab``: a pre-registered, parity-gated A/B comparison of two training steps.
+
+    levers ab BASELINE [CANDIDATE] [--set K=V ...] [--set-b K=V ...] [--lever NAME ...]
+              [--prereg FILE | --init-prereg FILE] [--parity-steps K] [--steps N] [--warmup W]
+              [--json FILE] [--md FILE] [--resamples R] [--seed S] [--mem-gate-gib X]
+              [--time-budget-s T] [--exact | --numerics-changing]
+
+Exit codes: 0 the comparison ran (whatever its verdicts); 2 bad input or a refused
+pre-registration; 3 a side's step raised; 4 a kill line stopped the run (what was measured is
+still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from levers.errors import LeversError, StepError
+
+EXIT_KILLED = 4
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "ab",
+        help="did it help? a pre-registered, parity-gated A/B with CI95 verdicts",
+        description=(
+            "Compare a candidate training step with a baseline: a parity gate on losses and "
+            "gradient norms first, then alternating timed steps; step time, tokens/s and peak "
+            "memory as candidate/baseline ratios with paired bootstrap CI95, each judged "
+            "IMPROVED / PARITY / DAMAGED."
+        ),
+        epilog=(
+            "Examples: levers ab demo --set-b fixed=all | levers ab demo demo (A/A noise floor) "
+            "| levers ab --init-prereg ab.toml demo --set-b fixed=all, edit it, then "
+            "levers ab --prereg ab.toml. Put the workloads before --set/--set-b, which take "
+            "every KEY=VALUE after them."
+        ),
+    )
+    parser.add_argument("baseline", nargs="?", metavar="BASELINE",
+                        help="built-in name, path/to/file.py:factory or package.module:factory")
+    parser.add_argument("candidate", nargs="?", metavar="CANDIDATE",
+                        help="the candidate's workload (default: BASELINE)")
+    parser.add_argument("--set", dest="set_items", nargs="+", action="extend", default=[],
+                        metavar="KEY=VALUE", help="a factory parameter for both sides")
+    parser.add_argument("--set-b", dest="set_b_items", nargs="+", action="extend", default=[],
+                        metavar="KEY=VALUE",
+                        help="a factory parameter for the candidate only (over --set)")
+    parser.add_argument("--lever", dest="levers", action="append", default=[], metavar="NAME",
+                        help="apply this lever to the candidate (repeatable)")
+    prereg = parser.add_mutually_exclusive_group()
+    prereg.add_argument("--prereg", type=Path, metavar="FILE",
+                        help="run the design frozen in this pre-registration; results are "
+                        "appended to FILE.record.jsonl")
+    prereg.add_argument("--init-prereg", type=Path, metavar="FILE",
+                        help="write a pre-registration template (filled with the given design) "
+                        "and stop")
+    parser.add_argument("--parity-steps", type=_positive_int, metavar="K",
+                        help="steps compared by the parity gate (default 3; 0 skips it)")
+    parser.add_argument("--steps", type=_positive_int, metavar="N",
+                        help="timed steps per side (default 50)")
+    parser.add_argument("--warmup", type=_positive_int, metavar="W",
+                        help="untimed steps per side after parity (default 5)")
+    parser.add_argument("--resamples", type=_positive_int, metavar="R",
+                        help="bootstrap resamples per CI (default 10000)")
+    parser.add_argument("--seed", type=int, metavar="S",
+                        help="seed of both workloads and of the bootstrap (default 0)")
+    parser.add_argument("--mem-gate-gib", type=_positive_float, metavar="X",
+                        help="kill the run if a side's peak allocated exceeds X GiB (GPU)")
+    parser.add_argument("--time-budget-s", type=_positive_float, metavar="T",
+                        help="kill the run once it has taken T seconds")
+    exactness = parser.add_mutually_exclusive_group()
+    exactness.add_argument("--exact", dest="exactness", action="store_const", const="exact",
+                           help="the change must not alter the math (tight parity tolerance)")
+    exactness.add_argument("--numerics-changing", dest="exactness", action="store_const",
+                           const="numerics-changing",
+                           help="the change may alter rounding (default, looser tolerance)")
+    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE",
+                        help="write the whole result (every sample) to FILE as JSON")
+    parser.add_argument("--md", dest="md_path", type=Path, metavar="FILE",
+                        help="write the result as Markdown, ready for a pull request")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _given(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The design keys and kill lines the user set explicitly on the command line."""
+    from levers.loader import parse_set
+
+    design: dict[str, Any] = {
+        "baseline": args.baseline,
+        "candidate": args.candidate,
+        "params": parse_set(args.set_items) if args.set_items else None,
+        "params_b": parse_set(args.set_b_items) if args.set_b_items else None,
+        "levers": list(args.levers) or None,
+        "exactness": args.exactness,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "parity_steps": args.parity_steps,
+        "resamples": args.resamples,
+        "seed": args.seed,
+    }
+    kill = {"mem_gate_gib": args.mem_gate_gib, "time_budget_s": args.time_budget_s}
+    return (
+        {k: v for k, v in design.items() if v is not None},
+        {k: v for k, v in kill.items() if v is not None},
+    )
+
+
+def _init_prereg(path: Path, given: dict[str, Any]) -> int:
+    from levers.ab.prereg import template
+    from levers.ab.record import write_atomic
+
+    write_atomic(path, template(given), exclusive=True)
+    print(
+        f"wrote {path}: state the question, the numbered expectations and the decision rule, "
+        f"then run: levers ab --prereg {path}"
+    )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from levers.ab import design as design_mod
+    from levers.ab.document import result_document
+    from levers.ab.environment import environment
+    from levers.ab.expectations import evaluate
+    from levers.ab.freeze import freeze
+    from levers.ab.markdown import to_markdown
+    from levers.ab.prereg import parse_prereg
+    from levers.ab.record import append_event, to_json, write_atomic
+    from levers.ab.render import print_result
+    from levers.ab.runner import run_ab
+
+    given, given_kill = _given(args)
+    if args.init_prereg is not None:
+        return _init_prereg(args.init_prereg, given)
+    prereg = state = None
+    if args.prereg is not None:
+        if not args.prereg.is_file():
+            raise LeversError(
+                f"no pre-registration at {args.prereg}; write one with: "
+                f"levers ab --init-prereg {args.prereg} BASELINE ..."
+            )
+        # options are checked against the file before it is frozen: a refused run freezes nothing
+        design_mod.resolve(given, given_kill, parse_prereg(args.prereg.read_text("utf-8"),
+                                                           str(args.prereg)))
+        prereg, state = freeze(args.prereg)
+    elif "baseline" not in given:
+        raise LeversError("name the BASELINE workload (e.g. levers ab demo --set-b fixed=all), "
+                          "or run a pre-registration with --prereg FILE")
+    design, kill = design_mod.resolve(given, given_kill, prereg)
+    baseline, candidate, exactness = design_mod.sides(design)
+    config = design_mod.config(design, kill, exactness)
+    result = run_ab(baseline, candidate, config)
+    device = result.baseline.device if result.baseline else "cpu"
+    env = environment(device)
+    outcomes = evaluate(prereg.expectations, result) if prereg is not None else ()
+    options = {k: v for k, v in vars(args).items() if k != "func"}
+    document = result_document(result, env, freeze=state, outcomes=outcomes, options=options)
+    if state is not None:
+        append_event(state.record_path, document)
+    if args.json_path is not None:
+        write_atomic(args.json_path, to_json(document) + "\n")
+    if args.md_path is not None:
+        write_atomic(args.md_path, to_markdown(result, env, outcomes, state))
+    print_result(result, outcomes)
+    written = [str(p) for p in (state and state.record_path, args.json_path, args.md_path) if p]
+    if written:
+        print(f"written: {', '.join(written)}")
+    if result.killed is None:
+        return 0
+    if result.killed.kind == "step_error":
+        raise StepError(f"{result.killed.reason} (what was measured before it is written)",
+                        user_traceback=result.killed.user_traceback)
+    return EXIT_KILLED

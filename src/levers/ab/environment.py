@@ -1,0 +1,70 @@
+"""Where a comparison ran: versions, hardware and the commits of the code involved."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import levers
+
+
+def _run(args: list[str], cwd: str | None = None) -> str | None:
+    try:
+        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_commit(cwd: str | Path) -> dict[str, Any] | None:
+    """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=str(cwd))
+    if commit is None:
+        return None
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(cwd))
+    return {"commit": commit, "dirty": bool(status)}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu(device: torch.device) -> dict[str, Any] | None:
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(device)
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return {
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "total_memory_bytes": props.total_memory,
+        "driver": driver.splitlines()[0] if driver else None,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+
+
+def environment(device: str | torch.device, cwd: str | Path = ".") -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "levers": levers.__version__,
+        "levers_commit": git_commit(Path(levers.__file__).parent),
+        "commit": git_commit(cwd),
+        "cpu": _cpu_model(),
+        "num_threads": torch.get_num_threads(),
+        "device": str(device),
+        "gpu": _gpu(torch.device(device)),
+    }

@@ -1,0 +1,125 @@
+"""From timed samples to reads: per-side summaries, the ratio CI and the verdict of each read.
+
+Only complete pairs enter a ratio (a run killed between the baseline's and the candidate's k-th
+step drops the baseline's k-th sample from the ratio, not from the record).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from levers.ab.parity import ParityResult
+from levers.ab.stats import RatioCI, Summary, paired_ratio_ci, summarize
+from levers.ab.timing import SideSamples
+from levers.ab.verdict import NOT_MEASURED, parity_verdict, ratio_verdict
+
+# read -> unit of its summaries; peak_reserved is shown but never judged (shared pool)
+UNITS = {
+    "step_time": "ms",
+    "tokens_per_s": "tokens/s",
+    "peak_allocated": "bytes",
+    "peak_reserved": "bytes",
+    "parity": "",
+}
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read: both sides' summaries, the candidate/baseline ratio CI and its verdict."""
+
+    name: str  # a key of UNITS
+    unit: str
+    better: str | None  # "lower", "higher", or None for reads that are not ratios
+    baseline: Summary | None
+    candidate: Summary | None
+    ci: RatioCI | None
+    verdict: str
+    note: str = ""
+
+
+def _ratio_read(name: str, better: str, base: Sequence[float] | None,
+                cand: Sequence[float] | None, *, num_resamples: int, seed: int,
+                confidence: float, missing: str) -> Read:
+    if not base or not cand:
+        return Read(name, UNITS[name], better, None, None, None, NOT_MEASURED, missing)
+    num_pairs = min(len(base), len(cand))
+    note = ""
+    ci: RatioCI | None = None
+    if num_pairs >= 2:
+        ci = paired_ratio_ci(
+            base[:num_pairs], cand[:num_pairs],
+            num_resamples=num_resamples, seed=seed, confidence=confidence,
+        )
+    else:
+        note = f"only {num_pairs} complete pair(s); no confidence interval"
+    return Read(name, UNITS[name], better, summarize(base), summarize(cand), ci,
+                ratio_verdict(ci, better), note)
+
+
+def _parity_read(parity: ParityResult | None) -> Read:
+    if parity is None:
+        return Read("parity", "", None, None, None, None, NOT_MEASURED, "parity gate not run")
+    failed = [c for c in parity.checks if c.gating and c.passed is False]
+    if failed:
+        worst = max(failed, key=lambda c: c.rel_diff if c.rel_diff is not None else 0.0)
+        note = (
+            f"{worst.quantity} after step {worst.step} differs by {worst.rel_diff:.3g} "
+            f"(tolerance {worst.rtol:g}, {parity.tolerance.exactness})"
+        )
+    elif parity.passed:
+        compared = [c for c in parity.checks if c.gating and c.rel_diff is not None]
+        largest = max(c.rel_diff for c in compared)
+        note = (
+            f"{parity.num_steps} step(s); largest relative difference {largest:.3g} "
+            f"(tolerance {parity.tolerance.rtol_last:g}, {parity.tolerance.exactness})"
+        )
+    else:
+        note = "; ".join(parity.notes) or "nothing could be compared"
+    return Read("parity", "", None, None, None, None, parity_verdict(parity.passed), note)
+
+
+def compute_reads(
+    samples: dict[str, SideSamples] | None,
+    tokens_per_step: dict[str, int | None],
+    parity: ParityResult | None,
+    *,
+    num_resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+) -> tuple[Read, ...]:
+    kw = {"num_resamples": num_resamples, "seed": seed, "confidence": confidence}
+    base = samples.get("baseline") if samples else None
+    cand = samples.get("candidate") if samples else None
+    not_timed = "not timed (the run stopped before the timed steps)"
+    reads = [_ratio_read("step_time", "lower", base and base.dur_ms, cand and cand.dur_ms,
+                         missing=not_timed, **kw)]
+    tokens_a, tokens_b = tokens_per_step.get("baseline"), tokens_per_step.get("candidate")
+    if tokens_a and tokens_b and base and cand:
+        rate_a = [tokens_a / (d / 1e3) for d in base.dur_ms]
+        rate_b = [tokens_b / (d / 1e3) for d in cand.dur_ms]
+        reads.append(_ratio_read("tokens_per_s", "higher", rate_a, rate_b, missing="", **kw))
+    else:
+        missing = not_timed if not (base and cand) else "the workload sets no tokens_per_step"
+        reads.append(Read("tokens_per_s", UNITS["tokens_per_s"], "higher", None, None, None,
+                          NOT_MEASURED, missing))
+    if base and cand and base.peak_allocated_bytes is None:
+        no_memory = "not measured on a CPU (no caching allocator to read)"
+    else:
+        no_memory = not_timed
+    reads.append(_ratio_read(
+        "peak_allocated", "lower",
+        base and base.peak_allocated_bytes, cand and cand.peak_allocated_bytes,
+        missing=no_memory, **kw,
+    ))
+    reserved_a = base and base.peak_reserved_bytes
+    reserved_b = cand and cand.peak_reserved_bytes
+    reads.append(Read(
+        "peak_reserved", UNITS["peak_reserved"], None,
+        summarize(reserved_a) if reserved_a else None,
+        summarize(reserved_b) if reserved_b else None,
+        None, NOT_MEASURED,
+        "the allocator pool is shared by both sides: shown, not judged" if reserved_a else no_memory,
+    ))
+    reads.append(_parity_read(parity))
+    return tuple(reads)

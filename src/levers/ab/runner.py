@@ -1,0 +1,178 @@
+"""One A/B comparison, start to finish: build, parity gate, warm-up, timed steps, reads.
+
+The phases run in that order in one process on one device. Each phase that can be killed
+returns what it measured together with the kill, so a killed run still produces a full
+:class:`AbResult` (marked ``killed``) for the record.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import torch
+
+from levers.ab.killlines import GIB, Kill, KillLines
+from levers.ab.parity import EXACTNESS, ParityResult, run_parity
+from levers.ab.reads import Read, compute_reads
+from levers.ab.timing import SideSamples, run_timed, warm_up
+from levers.ab.verdict import decision
+from levers.errors import LeversError
+from levers.workload import Workload
+
+
+@dataclass(frozen=True)
+class AbConfig:
+    """The design of one comparison; recorded with every result."""
+
+    num_steps: int = 50
+    num_warmup: int = 5
+    num_parity_steps: int = 3
+    num_resamples: int = 10_000
+    seed: int = 0  # the workloads' seed, the per-step parity reseed base and the bootstrap seed
+    exactness: str = "numerics-changing"
+    mem_gate_gib: float | None = None
+    time_budget_s: float | None = None
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        for name in ("num_steps", "num_warmup", "num_parity_steps", "num_resamples", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.num_steps < 2:
+            raise ValueError(f"num_steps must be at least 2 for a CI, got {self.num_steps}")
+        if self.exactness not in EXACTNESS:
+            raise ValueError(f"exactness must be one of {EXACTNESS}, got {self.exactness!r}")
+        for name in ("mem_gate_gib", "time_budget_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """How to build one side, and what to record about where it came from."""
+
+    build: Callable[[], Workload]
+    spec: str | None = None  # "demo", "path/to/file.py:factory", ...
+    params: dict[str, Any] = field(default_factory=dict)  # as given on the command line
+    levers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SideInfo:
+    name: str
+    spec: str | None
+    params: dict[str, Any]
+    levers: tuple[str, ...]
+    device: str
+    tokens_per_step: int | None
+
+
+@dataclass(frozen=True)
+class AbResult:
+    config: AbConfig
+    baseline: SideInfo | None
+    candidate: SideInfo | None
+    parity: ParityResult | None
+    samples: dict[str, SideSamples] | None
+    reads: tuple[Read, ...]
+    decision: str
+    killed: Kill | None
+    warnings: tuple[str, ...]
+    started_at: str  # ISO 8601, UTC
+    wall_s: float
+
+    def read(self, name: str) -> Read:
+        for read in self.reads:
+            if read.name == name:
+                return read
+        raise KeyError(f"no read named {name!r}")
+
+
+def _build(side: Side, seed: int) -> Workload:
+    # factories that do not seed themselves still get the same weights on both sides
+    torch.manual_seed(seed)
+    workload = side.build()
+    if not isinstance(workload, Workload):
+        raise TypeError(
+            f"a side's build() must return a levers.Workload, got {type(workload).__name__}"
+        )
+    return workload
+
+
+def _info(side: Side, workload: Workload) -> SideInfo:
+    params = dict(workload.params) or dict(side.params)
+    return SideInfo(workload.name, side.spec, params, side.levers, str(workload.device),
+                    workload.tokens_per_step)
+
+
+def _check_one_device(a: Workload, b: Workload) -> None:
+    if torch.device(a.device) != torch.device(b.device):
+        raise LeversError(
+            f"the baseline runs on {a.device} and the candidate on {b.device}; an A/B compares "
+            "two sides on one device: set the same device for both (--set device=...)"
+        )
+
+
+def _warnings(config: AbConfig, a: Workload, b: Workload,
+              samples: dict[str, SideSamples] | None) -> list[str]:
+    notes = []
+    if config.mem_gate_gib is not None and torch.device(a.device).type != "cuda":
+        notes.append("the memory gate is not enforced on a CPU: memory is not measured there")
+    if a.tokens_per_step != b.tokens_per_step:
+        notes.append(
+            f"tokens per step differ (baseline {a.tokens_per_step}, candidate "
+            f"{b.tokens_per_step}): compare tokens/s, not step time"
+        )
+    for side, s in (samples or {}).items():
+        if s.resident_bytes_start != s.resident_bytes_end:
+            notes.append(
+                f"{side} resident bytes changed during the timed steps "
+                f"({s.resident_bytes_start} -> {s.resident_bytes_end}); its peak uses the first"
+            )
+    if config.num_parity_steps == 0:
+        notes.append("the parity gate was skipped (--parity-steps 0): numerics are unchecked")
+    return notes
+
+
+def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
+    """Compare two sides and return every measurement, the reads and their verdicts."""
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    lines = KillLines(
+        mem_gate_bytes=None if config.mem_gate_gib is None else int(config.mem_gate_gib * GIB),
+        time_budget_s=config.time_budget_s,
+        started_s=time.perf_counter(),
+    )
+    a, b = _build(baseline, config.seed), _build(candidate, config.seed)
+    _check_one_device(a, b)
+    sides = (("baseline", a), ("candidate", b))
+    parity, kill = run_parity(
+        a, b, num_steps=config.num_parity_steps, exactness=config.exactness,
+        seed=config.seed, lines=lines,
+    )
+    samples = None
+    if kill is None:
+        kill = warm_up(sides, config.num_warmup, lines)
+    if kill is None:
+        samples, kill = run_timed(sides, config.num_steps, lines)
+    reads = compute_reads(
+        samples, {"baseline": a.tokens_per_step, "candidate": b.tokens_per_step}, parity,
+        num_resamples=config.num_resamples, seed=config.seed, confidence=config.confidence,
+    )
+    return AbResult(
+        config=config,
+        baseline=_info(baseline, a),
+        candidate=_info(candidate, b),
+        parity=parity,
+        samples=samples,
+        reads=reads,
+        decision=decision({r.name: r.verdict for r in reads}, killed=kill is not None),
+        killed=kill,
+        warnings=tuple(_warnings(config, a, b, samples)),
+        started_at=started_at,
+        wall_s=time.perf_counter() - lines.started_s,
+    )

@@ -1,0 +1,155 @@
+"""Warm-up and the timed, alternating steps.
+
+The sides alternate step by step (baseline, candidate, baseline, ...) in one process on one
+device, so anything that drifts over the run (clocks, temperature, other processes) lands on both.
+On CUDA each step is bracketed by a pair of ``torch.cuda.Event``s recorded on the current
+stream; nothing in the loop waits for the device: losses stay device tensors, memory statistics
+are read from the allocator on the host, and one ``synchronize()`` after the loop resolves every
+event pair and every loss. The host therefore runs ahead as it would in training and the events
+measure the device's own time per step. On a CPU each step is timed with ``time.perf_counter``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from levers.ab.killlines import (
+    Kill,
+    KillLines,
+    KillSignal,
+    check_loss,
+    check_memory,
+    check_time,
+)
+from levers.ab.memory import close_window, open_window, resident_bytes
+from levers.ab.steps import run_step
+from levers.workload import Workload
+
+
+@dataclass(frozen=True)
+class SideSamples:
+    """Every timed step of one side, in order."""
+
+    dur_ms: tuple[float, ...]
+    losses: tuple[float | None, ...]
+    peak_allocated_bytes: tuple[int, ...] | None  # resident + the step's own rise; None on CPU
+    peak_reserved_bytes: tuple[int, ...] | None  # the shared pool's window peak; None on CPU
+    resident_bytes_start: int | None
+    resident_bytes_end: int | None
+
+
+@dataclass
+class _Collect:
+    dur_ms: list[float] = field(default_factory=list)
+    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = field(default_factory=list)
+    losses: list[torch.Tensor | float | None] = field(default_factory=list)
+    peak_allocated_bytes: list[int] = field(default_factory=list)
+    peak_reserved_bytes: list[int] = field(default_factory=list)
+
+
+def _first_nonfinite(losses: dict[str, list[float | None]], phase: str) -> Kill | None:
+    """The earliest non-finite loss, in the order the steps ran."""
+    num_steps = max(len(v) for v in losses.values())
+    for i in range(num_steps):
+        for side, values in losses.items():
+            if i < len(values) and values[i] is not None and not math.isfinite(values[i]):
+                try:
+                    check_loss(values[i], phase, side, i + 1)
+                except KillSignal as signal:
+                    return signal.kill
+    return None
+
+
+def _floats(values: Sequence[torch.Tensor | float | None]) -> list[float | None]:
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    resolved = iter(torch.stack([t.float() for t in tensors]).cpu().tolist()) if tensors else iter(())
+    return [next(resolved) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def warm_up(sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines) -> Kill | None:
+    """Untimed steps that bring both sides to steady state (caches, autotuning, allocator)."""
+    device = torch.device(sides[0][1].device)
+    losses: dict[str, list] = {side: [] for side, _ in sides}
+    kill = None
+    try:
+        for step in range(1, num_steps + 1):
+            for side, workload in sides:
+                check_time(lines, "warmup", side, step)
+                loss = run_step(workload, "warmup", side, step)
+                losses[side].append(loss)
+                if device.type != "cuda":
+                    check_loss(None if loss is None else float(loss), "warmup", side, step)
+    except KillSignal as signal:
+        kill = signal.kill
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: end of warm-up, outside any timed step
+    resolved = {side: _floats(values) for side, values in losses.items()}
+    return kill or _first_nonfinite(resolved, "warmup")
+
+
+def _timed_step(workload: Workload, side: str, step: int, rec: _Collect, resident: int | None,
+                lines: KillLines) -> None:
+    device = torch.device(workload.device)
+    if device.type != "cuda":
+        start_s = time.perf_counter()
+        loss = run_step(workload, "timed", side, step)
+        rec.dur_ms.append((time.perf_counter() - start_s) * 1e3)
+        loss_value = None if loss is None else float(loss)
+        rec.losses.append(loss_value)
+        check_loss(loss_value, "timed", side, step)
+        return
+    start_bytes = open_window(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    loss = run_step(workload, "timed", side, step)
+    end.record()
+    peak_bytes, reserved_bytes = close_window(device)
+    own_peak_bytes = (resident or 0) + (peak_bytes - start_bytes)
+    rec.events.append((start, end))
+    rec.losses.append(loss)
+    rec.peak_allocated_bytes.append(own_peak_bytes)
+    rec.peak_reserved_bytes.append(reserved_bytes)
+    check_memory(lines, own_peak_bytes, "timed", side, step)
+
+
+def run_timed(
+    sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines
+) -> tuple[dict[str, SideSamples], Kill | None]:
+    """``num_steps`` timed steps per side, alternating; partial samples survive a kill."""
+    device = torch.device(sides[0][1].device)
+    resident = {side: resident_bytes(workload) for side, workload in sides}
+    recs = {side: _Collect() for side, _ in sides}
+    kill = None
+    try:
+        for step in range(1, num_steps + 1):
+            for side, workload in sides:
+                check_time(lines, "timed", side, step)
+                _timed_step(workload, side, step, recs[side], resident[side], lines)
+    except KillSignal as signal:
+        kill = signal.kill
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: the one sync of the timed phase
+        for rec in recs.values():
+            rec.dur_ms = [start.elapsed_time(end) for start, end in rec.events]
+            rec.losses = _floats(rec.losses)
+        # the loop never looks at a loss on the device; non-finite ones are found here
+        kill = kill or _first_nonfinite({s: r.losses for s, r in recs.items()}, "timed")
+    on_cuda = device.type == "cuda"
+    samples = {
+        side: SideSamples(
+            dur_ms=tuple(rec.dur_ms),
+            losses=tuple(rec.losses),
+            peak_allocated_bytes=tuple(rec.peak_allocated_bytes) if on_cuda else None,
+            peak_reserved_bytes=tuple(rec.peak_reserved_bytes) if on_cuda else None,
+            resident_bytes_start=resident[side],
+            resident_bytes_end=resident_bytes(workload),
+        )
+        for side, workload in sides
+        for rec in (recs[side],)
+    }
+    return samples, kill

@@ -1,0 +1,78 @@
+"""Tiny workload factories for the ab tests: a residual MLP and ways to get its "fix" wrong.
+
+``fixed`` picks the candidate's implementation:
+
+- "none": the reference step;
+- "rewrite": the same math written differently (explicit matmuls instead of nn.Linear calls):
+  a correct, numerics-changing fix;
+- "scaled_loss": silently doubles the loss (a wrong fix);
+- "no_residual": silently drops the residual connection (a wrong fix).
+
+``nan_at`` makes the loss NaN from that step on (1-based); ``raise_at`` makes the step raise.
+``clock`` (a one-element list) and ``step_s`` drive a fake clock for deterministic timing tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from levers import Workload
+
+FIXES = ("none", "rewrite", "scaled_loss", "no_residual")
+
+
+class ResidualMLP(torch.nn.Module):
+    def __init__(self, dim: int, fixed: str) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(dim, 4 * dim)
+        self.down = torch.nn.Linear(4 * dim, dim)
+        self.head = torch.nn.Linear(dim, 1)
+        self.fixed = fixed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fixed == "rewrite":
+            h = torch.relu(x @ self.up.weight.t() + self.up.bias)
+            h = x + (h @ self.down.weight.t() + self.down.bias)
+            return h @ self.head.weight.t() + self.head.bias
+        h = self.down(torch.relu(self.up(x)))
+        h = h if self.fixed == "no_residual" else x + h
+        return self.head(h)
+
+
+def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None, raise_at=None,
+          clock=None, step_s=None, tokens_per_step=None):
+    if fixed not in FIXES:
+        raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
+    torch.manual_seed(seed)
+    model = ResidualMLP(dim, fixed).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch_size, dim, generator=generator).to(device)
+    y = torch.randn(batch_size, 1, generator=generator).to(device)
+    num_steps = [0]
+
+    def step():
+        num_steps[0] += 1
+        if raise_at is not None and num_steps[0] >= raise_at:
+            raise RuntimeError("boom in the user's step")
+        loss = F.mse_loss(model(x), y)
+        if fixed == "scaled_loss":
+            loss = loss * 2
+        if nan_at is not None and num_steps[0] >= nan_at:
+            loss = loss * float("nan")
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if clock is not None:
+            clock[0] += step_s[num_steps[0] % len(step_s)] if isinstance(step_s, list) else step_s
+        return loss
+
+    return Workload(
+        model=model,
+        step=step,
+        optimizer=optimizer,
+        tokens_per_step=tokens_per_step or batch_size,
+        name=f"mlp-{fixed}",
+        params={"seed": seed, "fixed": fixed, "dim": dim, "batch_size": batch_size},
+    )
