@@ -310,3 +310,20 @@ def test_module_form_finds_modules_in_current_directory(monkeypatch):
     workload = load_workload("fixture_pkg.workloads:linear", {})
     assert workload.model.in_features == 4
     assert sys.path == before
+
+
+def test_builtin_module_missing(monkeypatch):
+    monkeypatch.setitem(BUILTINS, "gone", "levers.workloads.levers_no_such_module:build")
+    with pytest.raises(WorkloadNotFound) as info:
+        load_workload("gone", {})
+    assert str(info.value) == (
+        "the built-in workload 'gone' is missing from this installation of levers "
+        "(no module levers.workloads.levers_no_such_module); reinstall levers"
+    )
+
+
+def test_builtin_rejects_bad_value_without_traceback():
+    with pytest.raises(FactoryError) as info:
+        load_workload("demo", {"size": "huge"})
+    assert str(info.value).startswith("workload 'demo': size='huge' is not supported; use one of:")
+    assert info.value.user_traceback is None

@@ -94,6 +94,11 @@ def _resolve(spec: str) -> tuple[Callable[..., Any], str, bool, str | None]:
     spec = spec.strip()
     if spec in BUILTINS:
         module_name, _, attr = BUILTINS[spec].partition(":")
+        if importlib.util.find_spec(module_name) is None:
+            raise WorkloadNotFound(
+                f"the built-in workload {spec!r} is missing from this installation of levers "
+                f"(no module {module_name}); reinstall levers"
+            )
         module = _import_module(module_name, spec)
         return _get_factory(module, attr, spec, explicit=True), spec, True, None
     target, attr = _split_spec(spec)
