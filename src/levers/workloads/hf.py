@@ -1,0 +1,150 @@
+"""``hf``: a Hugging Face transformers causal LM built from a config, with random weights.
+
+Nothing is downloaded: the config class is built directly with the shapes of the ``llama``
+workload's sizes (tiny, 1b, 8b) and the model comes from ``AutoModelForCausalLM.from_config``.
+The step feeds random token ids as both ``input_ids`` and ``labels`` (the model shifts them) and
+trains on the loss the model returns, with AdamW (fused on a GPU) under bf16 autocast on a GPU.
+
+Parameters: ``arch`` (llama | qwen2 | gemma | mistral), ``attn`` (the attention implementation:
+eager | sdpa), ``size`` (tiny | 1b | 8b), ``device`` (cpu | cuda), ``dtype`` (parameter dtype,
+float32), ``seed`` (0), ``batch_size`` and ``seq_len`` (per size, as in
+:data:`levers.workloads.llama.SIZES`). Needs ``pip install 'levers[hf]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from levers.errors import MissingDependency
+from levers.workload import Workload
+from levers.workloads import _params, _runtime
+from levers.workloads.llama import SIZES, LlamaConfig
+
+ARCHS = {
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
+    "gemma": "GemmaConfig",
+    "mistral": "MistralConfig",
+}
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+LEARNING_RATE = 1e-4
+
+
+def build(
+    *,
+    arch: str = "llama",
+    attn: str = "sdpa",
+    size: str = "tiny",
+    device: Any = "cpu",
+    dtype: Any = "float32",
+    seed: Any = 0,
+    batch_size: Any = None,
+    seq_len: Any = None,
+) -> Workload:
+    """Build the ``hf`` workload; see the module docstring for the parameters."""
+    _params.choice("arch", arch, tuple(ARCHS))
+    _params.choice("attn", attn, ATTN_IMPLEMENTATIONS)
+    _params.choice("size", size, tuple(SIZES))
+    resolved_device = _params.device(device)
+    param_dtype = _params.dtype(dtype)
+    resolved_seed = _params.integer("seed", seed)
+    shapes = SIZES[size]
+    if batch_size is not None:
+        shapes = dataclasses.replace(
+            shapes, batch_size=_params.positive_int("batch_size", batch_size)
+        )
+    if seq_len is not None:
+        shapes = dataclasses.replace(shapes, seq_len=_params.positive_int("seq_len", seq_len))
+    transformers = _import_transformers()
+
+    config = model_config(transformers, arch, shapes)
+    with (
+        _runtime.seeded(resolved_seed, resolved_device),
+        _runtime.default_dtype(param_dtype),
+        resolved_device,
+    ):
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn)
+    model.train()
+    optimizer = _runtime.adamw(model, resolved_device, lr=LEARNING_RATE)
+    generator = _runtime.data_generator(resolved_seed, resolved_device)
+    return Workload(
+        model=model,
+        step=training_step(model, optimizer, shapes, generator),
+        tokens_per_step=shapes.batch_size * shapes.seq_len,
+        optimizer=optimizer,
+        name=f"hf-{arch}-{size}",
+        params={
+            "arch": arch,
+            "attn": attn,
+            "size": size,
+            "device": str(resolved_device),
+            "dtype": _params.dtype_name(param_dtype),
+            "seed": resolved_seed,
+            "batch_size": shapes.batch_size,
+            "seq_len": shapes.seq_len,
+        },
+        device=resolved_device,
+    )
+
+
+def model_config(transformers: Any, arch: str, shapes: LlamaConfig) -> Any:
+    """The transformers config for ``arch`` with the given shapes."""
+    config_class = getattr(transformers, ARCHS[arch])
+    extra: dict[str, Any] = {}
+    if arch == "mistral":
+        # Full causal attention, like the other architectures (Mistral 7B v0.2 onwards).
+        extra["sliding_window"] = None
+    return config_class(
+        vocab_size=shapes.vocab_size,
+        hidden_size=shapes.width,
+        intermediate_size=shapes.ffn,
+        num_hidden_layers=shapes.layers,
+        num_attention_heads=shapes.heads,
+        num_key_value_heads=shapes.kv_heads,
+        head_dim=shapes.head_dim,
+        max_position_embeddings=max(shapes.seq_len, 2048),
+        # A training step never reads a KV cache; building one would be wasted work.
+        use_cache=False,
+        **extra,
+    )
+
+
+def training_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    shapes: LlamaConfig,
+    generator: torch.Generator,
+) -> Callable[[], torch.Tensor]:
+    """The step: random tokens as inputs and labels, the model's loss, backward, AdamW."""
+    device = generator.device
+
+    def step() -> torch.Tensor:
+        ids_bt = torch.randint(
+            0,
+            shapes.vocab_size,
+            (shapes.batch_size, shapes.seq_len),
+            generator=generator,
+            device=device,
+        )
+        with _runtime.autocast(device):
+            loss = model(input_ids=ids_bt, labels=ids_bt).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def _import_transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependency(
+            "the hf workload needs Hugging Face transformers, which is not installed; install it "
+            "with: pip install 'levers[hf]'  (or: pip install transformers)"
+        ) from None
+    return transformers
