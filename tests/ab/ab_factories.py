@@ -9,10 +9,14 @@
 - "no_residual": silently drops the residual connection (a wrong fix).
 
 ``nan_at`` makes the loss NaN from that step on (1-based); ``raise_at`` makes the step raise.
-``clock`` (a one-element list) and ``step_s`` drive a fake clock for deterministic timing tests.
+``clock`` (a one-element list, seconds) makes every step advance a fake clock by ``step_ms``
+times (1 + ``noise`` * a standard normal draw from ``random.Random(noise_seed)``): timing tests
+are then deterministic.
 """
 
 from __future__ import annotations
+
+import random
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +45,7 @@ class ResidualMLP(torch.nn.Module):
 
 
 def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None, raise_at=None,
-          clock=None, step_s=None, tokens_per_step=None):
+          clock=None, step_ms=1.0, noise=0.0, noise_seed=0, tokens_per_step=None):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
     torch.manual_seed(seed)
@@ -51,6 +55,7 @@ def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None,
     x = torch.randn(batch_size, dim, generator=generator).to(device)
     y = torch.randn(batch_size, 1, generator=generator).to(device)
     num_steps = [0]
+    noise_rng = random.Random(noise_seed)
 
     def step():
         num_steps[0] += 1
@@ -65,7 +70,7 @@ def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None,
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if clock is not None:
-            clock[0] += step_s[num_steps[0] % len(step_s)] if isinstance(step_s, list) else step_s
+            clock[0] += step_ms * (1.0 + noise * noise_rng.gauss(0.0, 1.0)) / 1e3
         return loss
 
     return Workload(

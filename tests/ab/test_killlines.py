@@ -1,0 +1,61 @@
+"""Kill lines stop a run with a clear reason and keep what was measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import side
+from levers.ab.runner import AbConfig, run_ab
+from levers.ab.verdict import DAMAGED, KILLED, NOT_MEASURED
+
+FAST = dict(num_steps=10, num_warmup=2, num_parity_steps=3, num_resamples=500)
+
+
+def test_nan_loss_in_the_timed_steps_stops_the_run_and_keeps_the_samples(clock):
+    # 3 parity + 2 warm-up steps, so the candidate's 9th step is its 4th timed step
+    result = run_ab(side(clock=clock), side(clock=clock, nan_at=9), AbConfig(**FAST))
+    kill = result.killed
+    assert (kill.kind, kill.phase, kill.side, kill.step) == ("nonfinite_loss", "timed", "candidate", 4)
+    assert kill.reason == "candidate loss is nan at timed step 4; the run is stopped"
+    assert len(result.samples["baseline"].dur_ms) == 4
+    assert len(result.samples["candidate"].dur_ms) == 4
+    assert result.read("step_time").ci is not None  # 4 complete pairs still give a CI
+    assert result.decision == KILLED
+
+
+def test_nan_loss_in_the_parity_steps_is_killed_and_fails_parity(clock):
+    result = run_ab(side(clock=clock), side(clock=clock, nan_at=2), AbConfig(**FAST))
+    assert (result.killed.kind, result.killed.phase, result.killed.step) == (
+        "nonfinite_loss", "parity", 2,
+    )
+    assert result.samples is None
+    assert result.read("step_time").verdict == NOT_MEASURED
+    assert result.read("parity").verdict == DAMAGED  # the NaN step compared as a failure
+    assert result.decision == DAMAGED
+    assert result.parity.candidate_losses[1] != result.parity.candidate_losses[1]  # NaN
+
+
+def test_nan_loss_in_the_baseline_is_killed_too(clock):
+    result = run_ab(side(clock=clock, nan_at=6), side(clock=clock), AbConfig(**FAST))
+    assert (result.killed.side, result.killed.phase, result.killed.step) == ("baseline", "timed", 1)
+
+
+def test_the_time_budget_stops_the_run(clock):
+    # every step takes 1 s on the fake clock: 6 parity steps, 4 warm-up steps, then timed steps
+    result = run_ab(side(clock=clock, step_ms=1000.0), side(clock=clock, step_ms=1000.0),
+                    AbConfig(**FAST, time_budget_s=14.5))
+    kill = result.killed
+    assert (kill.kind, kill.phase, kill.side, kill.step) == ("time_budget", "timed", "candidate", 3)
+    assert "time budget of 14.5 s spent" in kill.reason
+    assert len(result.samples["baseline"].dur_ms) == 3
+    assert len(result.samples["candidate"].dur_ms) == 2
+    # only complete pairs enter the ratio
+    assert result.read("step_time").ci.ratio == pytest.approx(1.0)
+
+
+def test_a_step_that_raises_is_recorded_as_a_kill(clock):
+    result = run_ab(side(clock=clock), side(clock=clock, raise_at=5), AbConfig(**FAST))
+    kill = result.killed
+    assert (kill.kind, kill.phase, kill.side, kill.step) == ("step_error", "warmup", "candidate", 2)
+    assert kill.reason == "candidate warmup step 2 raised RuntimeError: boom in the user's step"
+    assert "ab_factories.py" in kill.user_traceback

@@ -1,0 +1,132 @@
+"""The parity gate's parts: gradient norms from inside the step, tolerances, comparisons."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import side
+from levers import Workload
+from levers.ab.gradnorm import grad_norm_probe
+from levers.ab.killlines import KillLines
+from levers.ab.parity import RTOL, is_low_precision, rel_diff, run_parity, tolerance_for
+
+
+def _linear_workload(seed: int = 0, *, accumulate: int = 1, rename: bool = False) -> Workload:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+    if rename:
+        model = torch.nn.ModuleDict({"only": model})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.arange(8.0).reshape(2, 4) / 8
+    net = model["only"] if rename else model
+
+    def step():
+        for _ in range(accumulate):
+            loss = net(x).square().mean()
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return Workload(model=model, step=step, optimizer=opt)
+
+
+def _expected_grad_norm(seed: int = 0, accumulate: int = 1) -> float:
+    w = _linear_workload(seed)
+    for _ in range(accumulate):
+        w.model(torch.arange(8.0).reshape(2, 4) / 8).square().mean().backward()
+    return math.sqrt(sum(float(p.grad.square().sum()) for p in w.model.parameters()))
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_the_probe_sees_the_final_gradients_of_a_step(accumulate):
+    workload = _linear_workload(accumulate=accumulate)
+    with grad_norm_probe(workload.model) as take:
+        workload.step()  # zero_grad inside: the grads are gone by now
+        norm = take()
+    assert float(norm) == pytest.approx(_expected_grad_norm(accumulate=accumulate), rel=1e-6)
+    assert all(p.grad is None for p in workload.model.parameters())
+
+
+def test_the_probe_resets_and_removes_its_hooks(monkeypatch):
+    workload = _linear_workload()
+    with grad_norm_probe(workload.model) as take:
+        assert take() is None
+        workload.step()
+        assert take() is not None
+        assert take() is None
+    calls = []
+    norm = torch.linalg.vector_norm
+    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    workload.step()  # hooks removed: the step computes no norm any more
+    assert calls == []
+
+
+def test_tolerances_depend_on_exactness_and_precision():
+    assert RTOL[("exact", False)] < RTOL[("numerics-changing", False)]
+    assert RTOL[("numerics-changing", False)] < RTOL[("numerics-changing", True)]
+    tol = tolerance_for("exact", True)
+    assert (tol.rtol_first, tol.rtol_last) == RTOL[("exact", True)]
+    with pytest.raises(ValueError, match="exactness"):
+        tolerance_for("approximately", False)
+
+
+def test_low_precision_from_the_dtype_parameter_or_the_weights():
+    w = _linear_workload()
+    assert is_low_precision(w) is False
+    w.params = {"dtype": "bf16"}
+    assert is_low_precision(w) is True
+    w.params = {"dtype": torch.float16}
+    assert is_low_precision(w) is True
+    w.params = {}
+    w.model.to(torch.bfloat16)
+    assert is_low_precision(w) is True
+
+
+def test_rel_diff():
+    assert rel_diff(2.0, 2.0) == 0.0
+    assert rel_diff(1.0, 2.0) == 0.5
+    assert rel_diff(0.0, 0.0) == 0.0
+    assert rel_diff(1.0, float("nan")) == math.inf
+    assert rel_diff(float("inf"), float("inf")) == 0.0
+
+
+def test_params_are_not_compared_when_the_models_name_them_differently():
+    lines = KillLines()
+    result, kill = run_parity(_linear_workload(), _linear_workload(rename=True), num_steps=2,
+                              exactness="exact", seed=0, lines=lines)
+    assert kill is None and result.passed is True
+    assert "params" not in [c.quantity for c in result.checks]
+    assert result.notes == ("parameters not compared: the two models name or shape them differently",)
+
+
+def test_parameters_gate_only_when_the_change_is_declared_exact():
+    exact, _ = run_parity(_linear_workload(0), _linear_workload(0), num_steps=2,
+                          exactness="exact", seed=0, lines=KillLines())
+    changing, _ = run_parity(_linear_workload(0), _linear_workload(0), num_steps=2,
+                             exactness="numerics-changing", seed=0, lines=KillLines())
+    assert [c.gating for c in exact.checks if c.quantity == "params"] == [True]
+    assert [c.gating for c in changing.checks if c.quantity == "params"] == [False]
+
+
+def test_a_wrong_fix_fails_under_either_declaration():
+    for exactness in ("exact", "numerics-changing"):
+        base, cand = side(), side(fixed="scaled_loss")
+        result, kill = run_parity(base.build(), cand.build(), num_steps=3, exactness=exactness,
+                                  seed=0, lines=KillLines())
+        assert kill is None
+        assert result.passed is False
+        assert [(c.step, c.quantity, c.passed) for c in result.checks[:4]] == [
+            (1, "loss", False), (1, "grad_norm", False), (3, "loss", False), (3, "grad_norm", False),
+        ]
+
+
+def test_a_correct_rewrite_is_not_exact_but_passes_as_numerics_changing():
+    base, cand = side(), side(fixed="rewrite")
+    result, _ = run_parity(base.build(), cand.build(), num_steps=3,
+                           exactness="numerics-changing", seed=0, lines=KillLines())
+    assert result.passed is True
+    assert result.tolerance.rtol_first == RTOL[("numerics-changing", False)][0]

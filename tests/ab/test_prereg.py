@@ -1,0 +1,111 @@
+"""The pre-registration template and its validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from levers.ab.prereg import PreregError, parse_prereg, template, toml_value
+
+GOOD = template({"baseline": "demo", "params": {"size": "tiny"}, "params_b": {"fixed": "all"}})
+
+
+def test_the_template_parses_with_the_given_design():
+    prereg = parse_prereg(GOOD)
+    assert prereg.design["baseline"] == "demo"
+    assert prereg.design["candidate"] == "demo"
+    assert prereg.design["params"] == {"size": "tiny"}
+    assert prereg.design["params_b"] == {"fixed": "all"}
+    assert prereg.design["exactness"] == "numerics-changing"
+    assert (prereg.design["steps"], prereg.design["warmup"], prereg.design["parity_steps"]) == (
+        50, 5, 3,
+    )
+    assert prereg.design["resamples"] == 10_000
+    assert prereg.reads == ("step_time", "tokens_per_s", "peak_allocated", "parity")
+    assert prereg.kill == {"nonfinite_loss": True}
+    assert [(e.id, e.read, e.direction, e.size) for e in prereg.expectations] == [
+        (1, "parity", "same", 0.0),
+        (2, "step_time", "lower", 0.0),
+        (3, "peak_allocated", "same", 0.02),
+    ]
+    assert "adopt the candidate" in prereg.decision_rule
+    assert prereg.amendments == ()
+
+
+def test_amendments_override_design_and_kill_in_order():
+    text = GOOD + """
+[[amendments]]
+date = "2026-01-01"
+text = "more steps: the first run was too noisy"
+design = { steps = 100 }
+kill = { time_budget_s = 900 }
+
+[[amendments]]
+text = "and more again"
+[amendments.design]
+steps = 200
+"""
+    prereg = parse_prereg(text)
+    assert prereg.design["steps"] == 200
+    assert prereg.kill["time_budget_s"] == 900
+    assert [a.text for a in prereg.amendments] == [
+        "more steps: the first run was too noisy", "and more again",
+    ]
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (True, "true"),
+        (3, "3"),
+        (0.5, "0.5"),
+        ('a "quoted" name', '"a \\"quoted\\" name"'),
+        ([1, "x"], '[1, "x"]'),
+        ({"size": "1b", "odd key": 2}, '{ size = "1b", "odd key" = 2 }'),
+        ({}, "{}"),
+    ],
+)
+def test_toml_values(value, expected):
+    assert toml_value(value) == expected
+
+
+def _replace(old: str, new: str) -> str:
+    assert old in GOOD
+    return GOOD.replace(old, new, 1)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("question = ", "not valid TOML"),
+        (_replace('question = "', 'questio = "'), "unknown top-level keys \\['questio'\\]"),
+        (_replace('read = "step_time"', 'read = "latency"'), "read must be one of"),
+        (_replace('direction = "lower"', 'direction = "down"'), "direction must be one of"),
+        (_replace('read = "step_time"', 'read = "parity"'), "parity read takes direction 'same'"),
+        (_replace("size = 0.02", "size = -0.02"), "size is a relative change"),
+        (_replace('confidence = "medium"', 'confidence = "sure"'), "confidence must be one of"),
+        (_replace("id = 2", "id = 1"), "expectation ids repeat"),
+        (_replace("steps = 50", "stepz = 50"), "unknown design keys \\['stepz'\\]"),
+        (_replace("nonfinite_loss = true", "nonfinite_loss = false"), "cannot be turned off"),
+        (_replace('exactness = "numerics-changing"', 'exactness = "mostly"'), "design.exactness"),
+    ],
+)
+def test_malformed_preregistrations_are_refused(text, message):
+    with pytest.raises(PreregError, match=message):
+        parse_prereg(text)
+
+
+def test_an_amendment_cannot_touch_expectations():
+    text = GOOD + '\n[[amendments]]\ntext = "lower the bar"\nexpectations = []\n'
+    with pytest.raises(PreregError, match="expectations are banked before data"):
+        parse_prereg(text)
+
+
+def test_an_amendment_needs_a_text():
+    with pytest.raises(PreregError, match="every amendment needs a text"):
+        parse_prereg(GOOD + '\n[[amendments]]\ndate = "2026-01-01"\n')
+
+
+def test_a_preregistration_without_expectations_is_refused():
+    text = GOOD[: GOOD.index("[[expectations]]")] + '[decision]\nrule = "x"\n'
+    with pytest.raises(PreregError, match="at least one numbered"):
+        parse_prereg(text)
