@@ -8,6 +8,8 @@
 - "scaled_loss": silently doubles the loss (a wrong fix);
 - "no_residual": silently drops the residual connection (a wrong fix).
 
+``transient_bytes`` allocates that much scratch for the duration of each step and
+``resident_bytes`` keeps that much in a model buffer (memory attribution tests on a GPU).
 ``nan_at`` makes the loss NaN from that step on (1-based); ``raise_at`` makes the step raise.
 ``clock`` (a one-element list, seconds) makes every step advance a fake clock by ``step_ms``
 times (1 + ``noise`` * a standard normal draw from ``random.Random(noise_seed)``): timing tests
@@ -45,11 +47,14 @@ class ResidualMLP(torch.nn.Module):
 
 
 def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None, raise_at=None,
-          clock=None, step_ms=1.0, noise=0.0, noise_seed=0, tokens_per_step=None):
+          clock=None, step_ms=1.0, noise=0.0, noise_seed=0, tokens_per_step=None,
+          transient_bytes=0, resident_bytes=0):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
     torch.manual_seed(seed)
     model = ResidualMLP(dim, fixed).to(device)
+    if resident_bytes:
+        model.register_buffer("ballast", torch.zeros(resident_bytes, dtype=torch.uint8, device=device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch_size, dim, generator=generator).to(device)
@@ -61,7 +66,8 @@ def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None,
         num_steps[0] += 1
         if raise_at is not None and num_steps[0] >= raise_at:
             raise RuntimeError("boom in the user's step")
-        loss = F.mse_loss(model(x), y)
+        scratch = torch.ones(transient_bytes, dtype=torch.uint8, device=device)
+        loss = F.mse_loss(model(x), y) + 0 * scratch[:1].sum()
         if fixed == "scaled_loss":
             loss = loss * 2
         if nan_at is not None and num_steps[0] >= nan_at:
@@ -69,6 +75,7 @@ def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None,
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        del scratch
         if clock is not None:
             clock[0] += step_ms * (1.0 + noise * noise_rng.gauss(0.0, 1.0)) / 1e3
         return loss

@@ -130,3 +130,24 @@ def test_a_correct_rewrite_is_not_exact_but_passes_as_numerics_changing():
                            exactness="numerics-changing", seed=0, lines=KillLines())
     assert result.passed is True
     assert result.tolerance.rtol_first == RTOL[("numerics-changing", False)][0]
+
+
+def test_autocast_inside_the_step_selects_low_precision_tolerances():
+    def autocast_workload() -> Workload:
+        workload = _linear_workload()
+        plain_step = workload.step
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return plain_step()
+
+        workload.step = step
+        return workload
+
+    plain, _ = run_parity(_linear_workload(), _linear_workload(), num_steps=1,
+                          exactness="numerics-changing", seed=0, lines=KillLines())
+    mixed, _ = run_parity(autocast_workload(), autocast_workload(), num_steps=1,
+                          exactness="numerics-changing", seed=0, lines=KillLines())
+    assert (plain.tolerance.low_precision, plain.tolerance.autocast) == (False, None)
+    assert (mixed.tolerance.low_precision, mixed.tolerance.autocast) == (True, "bfloat16")
+    assert mixed.tolerance.rtol_first == RTOL[("numerics-changing", True)][0]

@@ -109,3 +109,18 @@ def test_a_preregistration_without_expectations_is_refused():
     text = GOOD[: GOOD.index("[[expectations]]")] + '[decision]\nrule = "x"\n'
     with pytest.raises(PreregError, match="at least one numbered"):
         parse_prereg(text)
+
+
+def test_the_template_takes_its_own_question_expectations_rule_and_kill_lines():
+    text = template(
+        {"baseline": "demo", "time_budget_s": 300},
+        question="Is A/A noise below 2%?",
+        expectations=[{"id": 1, "read": "step_time", "direction": "same", "size": 0.02,
+                       "confidence": "high", "text": "A/A step time within 2%"}],
+        decision_rule="PARITY on every read => the noise floor is below 2%.",
+    )
+    prereg = parse_prereg(text)
+    assert prereg.question == "Is A/A noise below 2%?"
+    assert [(e.read, e.direction, e.size) for e in prereg.expectations] == [("step_time", "same", 0.02)]
+    assert prereg.decision_rule.strip() == "PARITY on every read => the noise floor is below 2%."
+    assert prereg.kill == {"nonfinite_loss": True, "time_budget_s": 300}

@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     given, given_kill = _given(args)
     if args.init_prereg is not None:
-        return _init_prereg(args.init_prereg, given)
+        return _init_prereg(args.init_prereg, {**given, **given_kill})
     prereg = state = None
     if args.prereg is not None:
         if not args.prereg.is_file():

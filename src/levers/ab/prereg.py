@@ -200,11 +200,45 @@ def _key(key: str) -> str:
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
-def template(design: dict[str, Any]) -> str:
-    """The text of a fresh pre-registration, with ``design`` filled in."""
+DEFAULT_QUESTION = (
+    "Does the candidate make the training step faster or smaller without changing its math?"
+)
+DEFAULT_EXPECTATIONS = (
+    {"id": 1, "read": "parity", "direction": "same", "size": 0.0, "confidence": "high",
+     "text": "The candidate passes the parity gate: same losses and gradient norms within "
+             "tolerance."},
+    {"id": 2, "read": "step_time", "direction": "lower", "size": 0.0, "confidence": "medium",
+     "text": "The candidate's step is faster: the step-time ratio's CI95 lies entirely below 1."},
+    {"id": 3, "read": "peak_allocated", "direction": "same", "size": 0.02,
+     "confidence": "medium", "text": "Peak allocated memory stays within 2% of the baseline."},
+)
+DEFAULT_DECISION = """
+parity PARITY and step_time IMPROVED => adopt the candidate.
+parity PARITY and step_time PARITY => adopt only if it simplifies the code; bank the null result.
+parity DAMAGED, or any read DAMAGED => reject; record the evidence.
+"""
+
+
+def _expectations_toml(expectations: Any) -> str:
+    blocks = []
+    for e in expectations:
+        blocks.append("\n".join(
+            ["[[expectations]]"]
+            + [f"{key} = {toml_value(e[key])}"
+               for key in ("id", "read", "direction", "size", "confidence", "text")]
+        ))
+    return "\n\n".join(blocks)
+
+
+def template(design: dict[str, Any], *, question: str | None = None,
+             expectations: Any = None, decision_rule: str | None = None) -> str:
+    """The text of a fresh pre-registration, with ``design`` (and optionally more) filled in."""
     d = {**DESIGN_DEFAULTS, **{k: v for k, v in design.items() if v is not None}}
     baseline = d["baseline"] or "demo"
     candidate = d["candidate"] or baseline
+    rule = (decision_rule or DEFAULT_DECISION).strip("\n")
+    if '"""' in rule:
+        raise ValueError("a decision rule cannot contain three double quotes in a row")
     return f"""\
 # levers ab pre-registration. Write the question, the expectations and the decision rule
 # BEFORE the first run. `levers ab --prereg THIS_FILE` freezes the file: its hash goes into
@@ -217,7 +251,7 @@ def template(design: dict[str, Any]) -> str:
 #   design = {{ steps = 100 }}   # optional: design keys to override
 #   kill = {{ time_budget_s = 900 }}  # optional: kill lines to override
 
-question = "Does the candidate make the training step faster or smaller without changing its math?"
+question = {toml_value(question or DEFAULT_QUESTION)}
 
 # the reads judged by this comparison (each gets IMPROVED / PARITY / DAMAGED)
 reads = ["step_time", "tokens_per_s", "peak_allocated", "parity"]
@@ -237,42 +271,24 @@ seed = {d["seed"]}                  # workloads, parity reseeding and bootstrap
 
 [kill]
 nonfinite_loss = true  # always on: a NaN/inf loss stops the run
-# mem_gate_gib = 70.0  # stop if a side's peak allocated exceeds this (GPU only)
-# time_budget_s = 600  # stop once the run has taken this long
+{_kill_line("mem_gate_gib", d.get("mem_gate_gib"), "70.0", "stop if a side's peak allocated exceeds this (GPU only)")}
+{_kill_line("time_budget_s", d.get("time_budget_s"), "600", "stop once the run has taken this long")}
 
 # Numbered expectations, banked before data. read: step_time | tokens_per_s | peak_allocated |
 # parity. direction: lower | higher | same. size: the relative change the whole CI95 must clear
 # (lower: CI below 1 - size; higher: above 1 + size; same: inside [1 - size, 1 + size]).
 # confidence: low | medium | medium-high | high | open.
 
-[[expectations]]
-id = 1
-read = "parity"
-direction = "same"
-size = 0.0
-confidence = "high"
-text = "The candidate passes the parity gate: same losses and gradient norms within tolerance."
-
-[[expectations]]
-id = 2
-read = "step_time"
-direction = "lower"
-size = 0.0
-confidence = "medium"
-text = "The candidate's step is faster: the step-time ratio's CI95 lies entirely below 1."
-
-[[expectations]]
-id = 3
-read = "peak_allocated"
-direction = "same"
-size = 0.02
-confidence = "medium"
-text = "Peak allocated memory stays within 2% of the baseline."
+{_expectations_toml(expectations or DEFAULT_EXPECTATIONS)}
 
 [decision]
 rule = \"\"\"
-parity PARITY and step_time IMPROVED => adopt the candidate.
-parity PARITY and step_time PARITY => adopt only if it simplifies the code; bank the null result.
-parity DAMAGED, or any read DAMAGED => reject; record the evidence.
+{rule}
 \"\"\"
 """
+
+
+def _kill_line(key: str, value: Any, example: str, what: str) -> str:
+    if value is None:
+        return f"# {key} = {example}  # {what}"
+    return f"{key} = {toml_value(value)}  # {what}"

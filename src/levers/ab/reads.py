@@ -57,6 +57,15 @@ def _ratio_read(name: str, better: str, base: Sequence[float] | None,
                 ratio_verdict(ci, better), note)
 
 
+def _tolerance_words(parity: ParityResult) -> str:
+    tol = parity.tolerance
+    precision = (
+        f"{tol.autocast} autocast" if tol.autocast
+        else "low-precision weights" if tol.low_precision else "fp32"
+    )
+    return f"{tol.exactness}, {precision}"
+
+
 def _parity_read(parity: ParityResult | None) -> Read:
     if parity is None:
         return Read("parity", "", None, None, None, None, NOT_MEASURED, "parity gate not run")
@@ -65,14 +74,14 @@ def _parity_read(parity: ParityResult | None) -> Read:
         worst = max(failed, key=lambda c: c.rel_diff if c.rel_diff is not None else 0.0)
         note = (
             f"{worst.quantity} after step {worst.step} differs by {worst.rel_diff:.3g} "
-            f"(tolerance {worst.rtol:g}, {parity.tolerance.exactness})"
+            f"(tolerance {worst.rtol:g}, {_tolerance_words(parity)})"
         )
     elif parity.passed:
         compared = [c for c in parity.checks if c.gating and c.rel_diff is not None]
         largest = max(c.rel_diff for c in compared)
         note = (
             f"{parity.num_steps} step(s); largest relative difference {largest:.3g} "
-            f"(tolerance {parity.tolerance.rtol_last:g}, {parity.tolerance.exactness})"
+            f"(tolerance {parity.tolerance.rtol_last:g}, {_tolerance_words(parity)})"
         )
     else:
         note = "; ".join(parity.notes) or "nothing could be compared"

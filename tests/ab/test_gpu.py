@@ -1,0 +1,67 @@
+"""ab on a CUDA device: event timing, per-side memory windows, the memory gate.
+
+Run on the device machine: pytest tests/ab -m gpu
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import side
+from levers.ab.runner import AbConfig, run_ab
+from levers.ab.verdict import DAMAGED, PARITY
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+MIB = 1024**2
+CONFIG = dict(num_steps=10, num_warmup=2, num_parity_steps=2, num_resamples=500)
+
+
+def test_a_over_a_memory_is_identical_and_parity():
+    result = run_ab(side(device="cuda", dim=256), side(device="cuda", dim=256), AbConfig(**CONFIG))
+    base, cand = result.samples["baseline"], result.samples["candidate"]
+    assert all(d > 0 for d in base.dur_ms + cand.dur_ms)
+    assert base.resident_bytes_start == cand.resident_bytes_start > 0
+    assert result.read("peak_allocated").verdict == PARITY
+    assert result.read("peak_allocated").ci.ratio == 1.0
+    assert result.read("peak_reserved").baseline is not None
+    assert result.read("parity").verdict == PARITY
+    assert result.killed is None
+
+
+def test_a_sides_own_transient_and_resident_bytes_are_attributed_to_it():
+    # the candidate holds 64 MiB more during each step and 32 MiB more between steps; the
+    # baseline, resident in the same process, is not charged for either
+    result = run_ab(
+        side(device="cuda", dim=256),
+        side(device="cuda", dim=256, transient_bytes=64 * MIB, resident_bytes=32 * MIB),
+        AbConfig(**CONFIG),
+    )
+    base, cand = result.samples["baseline"], result.samples["candidate"]
+    assert cand.resident_bytes_start - base.resident_bytes_start == 32 * MIB
+    extra = [c - b for b, c in zip(base.peak_allocated_bytes, cand.peak_allocated_bytes)]
+    assert all(abs(e - 96 * MIB) <= MIB for e in extra), extra
+    assert result.read("peak_allocated").verdict == DAMAGED
+
+
+def test_the_memory_gate_kills_the_side_that_crosses_it():
+    result = run_ab(side(device="cuda", dim=256),
+                    side(device="cuda", dim=256, transient_bytes=256 * MIB),
+                    AbConfig(**CONFIG, mem_gate_gib=0.125))
+    kill = result.killed
+    assert (kill.kind, kill.phase, kill.side, kill.step) == ("memory_gate", "timed", "candidate", 1)
+    assert "exceeds the memory gate of 0.12 GiB" in kill.reason
+    assert len(result.samples["baseline"].dur_ms) == 1
+
+
+def test_a_nan_loss_is_found_after_the_timed_loop_without_syncs_inside_it():
+    # 2 parity + 2 warm-up steps: the candidate's 7th step is its 3rd timed step
+    result = run_ab(side(device="cuda"), side(device="cuda", nan_at=7), AbConfig(**CONFIG))
+    kill = result.killed
+    assert (kill.kind, kill.phase, kill.side, kill.step) == ("nonfinite_loss", "timed", "candidate", 3)
+    # the loop ran to the end before the one sync found it
+    assert len(result.samples["candidate"].dur_ms) == CONFIG["num_steps"]
