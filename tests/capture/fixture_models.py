@@ -58,20 +58,22 @@ class Net(nn.Module):
         return self.head(x)  # mark: head
 
 
-def net(checkpointing: bool = False, seed: int = 0, optimizer: str = "adamw") -> Workload:
+def net(
+    checkpointing: bool = False, seed: int = 0, optimizer: str = "adamw", device: str = "cpu"
+) -> Workload:
     """Two attention blocks, a head, cross-entropy with ignored targets, one sync of each kind."""
     torch.manual_seed(seed)
-    model = Net(checkpointing)
+    model = Net(checkpointing).to(device)
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
-    gen = torch.Generator().manual_seed(seed)
-    mask = torch.zeros(6, 6)
+    gen = torch.Generator(device).manual_seed(seed)
+    mask = torch.zeros(6, 6, device=device)
 
     def step() -> torch.Tensor:
-        x = torch.randn(2, 6, 16, generator=gen)
-        target = torch.randint(0, 12, (2, 6), generator=gen)
+        x = torch.randn(2, 6, 16, generator=gen, device=device)
+        target = torch.randint(0, 12, (2, 6), generator=gen, device=device)
         target[:, 4:] = -100
         logits = model(x, mask)
         loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100)  # mark: loss

@@ -1,0 +1,54 @@
+"""The capture on a CUDA GPU: kernels joined to ops, allocator memory, non-intrusion."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fixture_models
+from levers.capture import capture_step
+from test_non_intrusion import assert_capture_does_not_change_training
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_capture():
+    return capture_step(fixture_models.net(device="cuda"), warmup=1, timed=2)
+
+
+def test_kernels_joined_to_ops(gpu_capture):
+    ops = gpu_capture.ops
+    matmuls = [op for op in ops if op.name in ("aten.addmm.default", "aten.mm.default")]
+    assert matmuls and all(op.device_us > 0 for op in matmuls)
+    views = [op for op in ops if op.is_view]
+    assert views and all(op.device_us == 0 for op in views)
+    joined = [k for k in gpu_capture.kernels if k.op_index is not None]
+    assert joined
+    per_op = {}
+    for k in joined:
+        per_op[k.op_index] = per_op.get(k.op_index, 0.0) + k.device_us
+    for index, dur in per_op.items():
+        assert ops[index].device_us == pytest.approx(dur)
+    assert gpu_capture.provenance["device_time"] == "measured"
+
+
+def test_sdpa_backend_on_gpu(gpu_capture):
+    sdpa = [c for c in gpu_capture.calls if c.kind == "sdpa"]
+    # pinned to FLASH and MATH with a dense mask: flash cannot take a mask, so MATH runs
+    assert [c.args["backend_ran"] for c in sdpa] == ["MATH", "MATH"]
+
+
+def test_allocator_memory(gpu_capture):
+    mem = gpu_capture.memory
+    assert mem.source == "cuda-allocator"
+    assert mem.peak_bytes >= max(op.live_bytes for op in gpu_capture.ops)
+    assert mem.peak_reserved_bytes >= mem.peak_bytes >= mem.start_bytes > 0
+    assert gpu_capture.env["device_name"] == torch.cuda.get_device_name()
+
+
+def test_gpu_capture_does_not_change_training():
+    assert_capture_does_not_change_training(lambda: fixture_models.net(device="cuda"))
