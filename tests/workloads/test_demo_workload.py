@@ -298,9 +298,7 @@ def test_clone_fix_removes_the_prefix_clone():
 
 
 @pytest.mark.parametrize(("fixed", "runs_per_block"), [("none", 1), ("checkpointing", 2)])
-def test_checkpointing_fix_recomputes_prefix_blocks_in_backward(
-    monkeypatch, fixed, runs_per_block
-):
+def test_checkpointing_fix_recomputes_prefix_blocks_in_backward(monkeypatch, fixed, runs_per_block):
     runs = collections.Counter()
     for block_class in (VisionBlock, TextLayer):
 

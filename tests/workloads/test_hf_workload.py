@@ -71,7 +71,10 @@ def test_bfloat16_parameters():
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"arch": "gpt2"}, "arch='gpt2' is not supported; use one of: llama, qwen2, gemma, mistral"),
+        (
+            {"arch": "gpt2"},
+            "arch='gpt2' is not supported; use one of: llama, qwen2, gemma, mistral",
+        ),
         ({"attn": "flash_attention_2"}, "use one of: eager, sdpa"),
         ({"size": "70b"}, "use one of: tiny, 1b, 8b"),
         ({"seq_len": 0}, "seq_len must be a positive integer"),

@@ -48,6 +48,10 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def adamw(model: torch.nn.Module, device: torch.device, lr: float) -> torch.optim.AdamW:
-    """AdamW, fused into one kernel per parameter group on a GPU."""
-    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True if device.type == "cuda" else None)
+def adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
+    """AdamW fused into one kernel per parameter group.
+
+    The fused kernel also reads its step count as a tensor; the unfused ones call ``.item()`` on
+    it for every parameter, which a capture would report as host reads.
+    """
+    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)

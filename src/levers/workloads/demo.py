@@ -9,29 +9,35 @@ that codebase found. Each is switched off by naming it in ``fixed``, and each si
 line marked ``# [demo:<flag>]`` (:func:`levers.workloads.demo_sites.inefficiency_sites` lists
 them).
 
-| flag          | the inefficiency                                  | where                      | the fix (``fixed=<flag>``)             |
-| ------------- | ------------------------------------------------- | -------------------------- | -------------------------------------- |
-| suffix_attn   | the suffix SDPA is pinned to [FLASH, EFFICIENT,   | demo_text.suffix_attention | admit ``SDPBackend.CUDNN_ATTENTION``   |
-|               | MATH]; flash rejects the dense mask, efficient    |                            | (first) in the pin. Exact.             |
-|               | rejects GQA, so a GPU runs MATH                   |                            |                                        |
-| vit_attn      | ViT attention written out: einsum scores,         | demo_vision.eager_attention| ``F.scaled_dot_product_attention``     |
-|               | masked_fill, fp32 softmax, einsum                 |                            | without a mask. Changes numerics.      |
-| norm          | hand-rolled RMSNorm: an fp32 round trip in ~6     | demo_text.rms_norm_eager   | ``F.rms_norm`` with the same weight    |
-|               | elementwise kernels                               |                            | and eps. Changes numerics.             |
-| checkpointing | no activation checkpointing: every block's        | TextDecoder.prefix,        | non-reentrant ``checkpoint`` per block |
-|               | activations are kept for backward                 | VisionTower.forward        | of the prefix pass. Exact.             |
-| loss          | the logit blocks are concatenated, then upcast to | demo_loss.                 | gather the real rows of each block     |
-|               | fp32 over all rows, ~half of them padding         | suffix_loss_all_rows       | first (indices built on the host), CE  |
-|               |                                                   |                            | summed / count. Changes numerics.      |
-| syncs         | host-device syncs: ``int(is_patch.sum())``,       | DemoVLM.embed_prefix,      | counts known on the host, no branch on |
-|               | ``bool(is_extension.any())``, a boolean-index     | TokenEmbedding.forward,    | device values, a host-built row index. |
-|               | loss                                              | suffix_loss_all_rows       | Exact.                                 |
-| clone         | the prefix embeddings are cloned only to scatter  | DemoVLM.embed_prefix       | scatter in place into the fresh        |
-|               | image features into them                          |                            | embedding output. Exact.               |
-| peak_metric   | ``max_memory_allocated()`` is never reset: the    | demo.training_step         | ``reset_peak_memory_stats()`` at the   |
-|               | recorded "peak" is a lifetime ratchet             | (the step)                 | start of every step. Exact.            |
+| flag          | the inefficiency              | where (function)        | the fix             |
+| ------------- | ----------------------------- | ----------------------- | ------------------- |
+| suffix_attn   | suffix SDPA pinned to [FLASH, | suffix_attention        | admit cuDNN (first) |
+|               | EFFICIENT, MATH]: with a      |                         | in the pin; exact   |
+|               | dense mask and GQA only MATH  |                         |                     |
+|               | is eligible                   |                         |                     |
+| vit_attn      | ViT attention written out:    | eager_attention         | fused SDPA without  |
+|               | einsum scores, masked_fill,   |                         | a mask; numerics    |
+|               | fp32 softmax, einsum          |                         |                     |
+| norm          | hand-rolled RMSNorm: an fp32  | rms_norm_eager          | F.rms_norm, same    |
+|               | round trip in ~6 elementwise  |                         | weight and eps;     |
+|               | kernels                       |                         | numerics            |
+| checkpointing | no activation checkpointing   | TextDecoder.prefix,     | checkpoint() per    |
+|               | in the prefix pass            | VisionTower.forward     | block; exact        |
+| loss          | logit blocks concatenated,    | suffix_loss_all_rows    | gather the real     |
+|               | then upcast to fp32 over all  |                         | rows first;         |
+|               | rows, ~half of them padding   |                         | numerics            |
+| syncs         | int(is_patch.sum()),          | DemoVLM.embed_prefix,   | counts and row      |
+|               | bool(is_extension.any()) and  | TokenEmbedding.forward, | indices known on    |
+|               | a boolean-index loss          | suffix_loss_all_rows    | the host; exact     |
+| clone         | prefix embeddings cloned only | DemoVLM.embed_prefix    | scatter in place;   |
+|               | to scatter image features     |                         | exact               |
+|               | into them                     |                         |                     |
+| peak_metric   | max_memory_allocated() never  | training_step           | reset the peak      |
+|               | reset: a lifetime ratchet,    |                         | stats at each step; |
+|               | not the step's peak           |                         | exact               |
 
-"Exact" fixes give bitwise-identical losses and gradients on a CPU; the others change the
+The functions live in demo_text.py, demo_vision.py, demo_model.py, demo_loss.py and demo.py.
+"exact" fixes give bitwise-identical losses and gradients on a CPU; "numerics" fixes change the
 floating-point results within a small tolerance.
 
 Parameters: ``size`` (tiny | 1b), ``device`` (cpu | cuda), ``dtype`` (parameter dtype, float32),
@@ -41,7 +47,8 @@ flags). On a GPU the step runs under bf16 autocast.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -79,7 +86,7 @@ def build(
         resolved_device,
     ):
         model = DemoVLM(cfg, fixes)
-    optimizer = _runtime.adamw(model, resolved_device, lr=LEARNING_RATE)
+    optimizer = _runtime.adamw(model, lr=LEARNING_RATE)
     layout = make_layout(cfg, resolved_seed, resolved_device)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
     return Workload(

@@ -68,7 +68,8 @@ def make_layout(cfg: DemoConfig, seed: int, device: torch.device) -> DemoLayout:
     random.Random(seed).shuffle(lengths)
 
     real_rows = [b * suffix_len + t for b in range(batch) for t in range(lengths[b])]
-    is_text_row = [row % suffix_len < cfg.suffix_text_tokens for row in real_rows]
+    text_rows = [row for row in real_rows if row % suffix_len < cfg.suffix_text_tokens]
+    action_rows = [row for row in real_rows if row % suffix_len >= cfg.suffix_text_tokens]
 
     def index(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
@@ -81,8 +82,8 @@ def make_layout(cfg: DemoConfig, seed: int, device: torch.device) -> DemoLayout:
             [[t >= lengths[b] for t in range(suffix_len)] for b in range(batch)], device=device
         ),
         target_rows=index(real_rows),
-        text_target_rows=index([r for r, text in zip(real_rows, is_text_row) if text]),
-        action_target_rows=index([r for r, text in zip(real_rows, is_text_row) if not text]),
+        text_target_rows=index(text_rows),
+        action_target_rows=index(action_rows),
         num_targets=len(real_rows),
     )
 

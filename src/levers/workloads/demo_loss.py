@@ -27,10 +27,11 @@ def suffix_loss_all_rows(
     fix_syncs: bool,
 ) -> torch.Tensor:
     """Mean cross-entropy over the real targets, computed over every row."""
+    vocab = lm_head.out_features
     logits_text = lm_head(hidden_btd[:, :num_text_tokens])
     logits_action = lm_head(hidden_btd[:, num_text_tokens:])
     # [demo:loss] The cat copies all logits, then .float() copies them again in fp32, padding too.
-    logits = torch.cat([logits_text, logits_action], dim=1).reshape(-1, lm_head.out_features).float()
+    logits = torch.cat([logits_text, logits_action], dim=1).reshape(-1, vocab).float()
     targets = batch.targets_bt.reshape(-1)
     per_token = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
     if fix_syncs:

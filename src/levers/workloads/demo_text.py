@@ -30,7 +30,8 @@ PIN_WITH_CUDNN = [SDPBackend.CUDNN_ATTENTION, *PIN_WITHOUT_CUDNN]
 def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm written out by hand: about six elementwise kernels with fp32 intermediates."""
     # [demo:norm] A fused kernel (F.rms_norm) does this in one pass over x.
-    return weight * (x.float() * (x.float().pow(2).mean(-1, keepdim=True) + eps).rsqrt()).to(x.dtype)
+    normed = (x.float() * (x.float().pow(2).mean(-1, keepdim=True) + eps).rsqrt()).to(x.dtype)
+    return weight * normed
 
 
 class RMSNorm(nn.Module):
@@ -98,9 +99,7 @@ class TextAttention(nn.Module):
         self.out = nn.Linear(q_width, cfg.text_width, bias=False)
         self.admit_cudnn = admit_cudnn
 
-    def split_heads(
-        self, x_btd: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def split_heads(self, x_btd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, H, T, E], k and v [B, K, T, E] from one fused projection (no RoPE yet)."""
         batch, length, _ = x_btd.shape
         q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -190,7 +189,7 @@ class TextLayer(nn.Module):
 
 
 class TokenEmbedding(nn.Module):
-    """Two lookup tables: text ids in ``text``, the extension (action) ids after them in ``extension``.
+    """Two lookup tables: text ids in ``text``, the action ids after them in ``extension``.
 
     Two tables instead of one concatenated matrix avoid copying the whole vocabulary per call.
     """
@@ -255,6 +254,6 @@ class TextDecoder(nn.Module):
         """Teacher-forced suffix over the prefix cache; returns the final-norm hidden states."""
         mask = suffix_mask(self.cfg.prefix_len, self.cfg.suffix_len, ids_bt.device)
         x_btd = self.embed(ids_bt)
-        for layer, layer_cache in zip(self.layers, cache):
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
             x_btd = layer.suffix(x_btd, cos, sin, layer_cache, mask)
         return self.norm(x_btd)

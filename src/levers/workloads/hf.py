@@ -3,7 +3,7 @@
 Nothing is downloaded: the config class is built directly with the shapes of the ``llama``
 workload's sizes (tiny, 1b, 8b) and the model comes from ``AutoModelForCausalLM.from_config``.
 The step feeds random token ids as both ``input_ids`` and ``labels`` (the model shifts them) and
-trains on the loss the model returns, with AdamW (fused on a GPU) under bf16 autocast on a GPU.
+trains on the loss the model returns with a fused AdamW, under bf16 autocast on a GPU.
 
 Parameters: ``arch`` (llama | qwen2 | gemma | mistral), ``attn`` (the attention implementation:
 eager | sdpa), ``size`` (tiny | 1b | 8b), ``device`` (cpu | cuda), ``dtype`` (parameter dtype,
@@ -14,7 +14,8 @@ float32), ``seed`` (0), ``batch_size`` and ``seq_len`` (per size, as in
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -68,7 +69,7 @@ def build(
     ):
         model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn)
     model.train()
-    optimizer = _runtime.adamw(model, resolved_device, lr=LEARNING_RATE)
+    optimizer = _runtime.adamw(model, lr=LEARNING_RATE)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
     return Workload(
         model=model,

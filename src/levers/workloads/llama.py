@@ -3,7 +3,7 @@
 Token embedding, then blocks of (RMSNorm, attention with a fused QKV projection, RoPE and
 ``F.scaled_dot_product_attention(is_causal=True)`` without a mask, RMSNorm, fused-gate SwiGLU
 MLP), a final norm and an untied LM head; cross-entropy over every token (no padding). On a GPU
-the step runs under bf16 autocast with a fused AdamW. Nothing in the step copies a device value
+the step runs under bf16 autocast; AdamW is fused. Nothing in the step copies a device value
 to the host.
 
 Grouped-query attention goes through ``enable_gqa=True``: the flash kernel takes it natively
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -157,7 +158,9 @@ class LlamaLM(nn.Module):
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
 
     def forward(self, ids_bt: torch.Tensor) -> torch.Tensor:
-        cos, sin = rope_table(ids_bt.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids_bt.device)
+        cos, sin = rope_table(
+            ids_bt.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids_bt.device
+        )
         x_btd = self.embed(ids_bt)
         for block in self.blocks:
             x_btd = block(x_btd, cos, sin)
@@ -190,7 +193,7 @@ def build(
         resolved_device,
     ):
         model = LlamaLM(cfg)
-    optimizer = _runtime.adamw(model, resolved_device, lr=LEARNING_RATE)
+    optimizer = _runtime.adamw(model, lr=LEARNING_RATE)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
     return Workload(
         model=model,
