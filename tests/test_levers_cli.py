@@ -1,4 +1,7 @@
-"""The levers command line: exit codes, messages and the audit summary, end to end on CPU."""
+"""The levers command line (levers.cli.main): exit codes, messages and the audit summary, on CPU.
+
+Named apart from tests/ab/test_cli.py: pytest imports test files by their base name.
+"""
 
 from __future__ import annotations
 
