@@ -73,19 +73,13 @@ def suffix_mask(prefix_len: int, suffix_len: int, device: torch.device) -> torch
 
 
 def suffix_attention(
-    q_bhte: torch.Tensor,
-    k_bkse: torch.Tensor,
-    v_bkse: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    admit_cudnn: bool,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, admit_cudnn: bool
 ) -> torch.Tensor:
-    """Suffix queries over [prefix cache + suffix] keys, under the backend pin."""
+    """Suffix queries q [B, H, T, E] over [prefix cache + suffix] keys k, v [B, K, S + T, E]."""
+    mask = mask.to(q.dtype)
     with sdpa_kernel(PIN_WITH_CUDNN if admit_cudnn else PIN_WITHOUT_CUDNN):
         # [demo:suffix_attn] Dense mask + enable_gqa under a pin without cuDNN: MATH on a GPU.
-        return F.scaled_dot_product_attention(
-            q_bhte, k_bkse, v_bkse, attn_mask=mask.to(q_bhte.dtype), enable_gqa=True
-        )
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
 class TextAttention(nn.Module):

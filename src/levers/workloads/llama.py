@@ -21,8 +21,8 @@ Shapes: B batch, T sequence, D width, H query heads, K key/value heads, E head d
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
