@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -55,6 +56,14 @@ def _gpu(device: torch.device) -> dict[str, Any] | None:
     }
 
 
+def _load_average() -> list[float] | None:
+    # other processes on the machine are the first suspect for a wide CI on a CPU
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def environment(device: str | torch.device, cwd: str | Path = ".") -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
@@ -65,6 +74,8 @@ def environment(device: str | torch.device, cwd: str | Path = ".") -> dict[str, 
         "commit": git_commit(cwd),
         "cpu": _cpu_model(),
         "num_threads": torch.get_num_threads(),
+        "num_cpus": os.cpu_count(),
+        "load_average_1_5_15m": _load_average(),  # read when the run ended
         "device": str(device),
         "gpu": _gpu(torch.device(device)),
     }
