@@ -273,3 +273,28 @@ def test_timing_and_environment(net_capture):
     assert net_capture.env["device"] == "cpu"
     assert net_capture.provenance["device_time"] == "unavailable"
     assert net_capture.settings["optimizer"]["class"] == "AdamW"
+
+
+def test_gqa_attention_kernels_counted_without_the_registry():
+    from levers.capture.ops import op_flops
+
+    aten = torch.ops.aten
+    q, k = torch.empty(2, 8, 5, 16, device="meta"), torch.empty(2, 2, 7, 16, device="meta")
+    expected = 2 * 2 * 8 * 5 * 7 * (16 + 16)
+    fwd = aten._scaled_dot_product_efficient_attention.default
+    assert op_flops(fwd, (q, k, k, None, True), {}, None) == expected
+    grad = torch.empty(2, 8, 5, 16, device="meta")
+    bwd = aten._scaled_dot_product_flash_attention_backward.default
+    assert op_flops(bwd, (grad, q, k, k), {}, None) == 2 * expected
+
+
+def test_recording_failure_is_not_blamed_on_the_step(monkeypatch):
+    from levers.capture import recorder
+    from levers.capture.recorder import CaptureInternalError
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("bookkeeping bug")
+
+    monkeypatch.setattr(recorder, "op_flops", broken)
+    with pytest.raises(CaptureInternalError, match="could not record"):
+        capture_step(fixture_models.linear(), warmup=0, timed=0)

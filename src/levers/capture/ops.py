@@ -12,6 +12,7 @@ mutates.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -71,22 +72,52 @@ def traffic_bytes(
     return read, write
 
 
-def _cpu_flash_flops(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> int:
-    b, h_q, s_q, d_q = query.shape
-    s_k, d_v = key.shape[-2], value.shape[-1]
-    # two batched matmuls: q @ k^T and softmax(scores) @ v
+# attention kernels taking (query, key, value, ...) as [batch, heads, seq, head_dim]; ours rather
+# than the registry's so grouped-query shapes (fewer key/value heads) count on every torch version
+_SDPA_FORWARD = {
+    _aten._scaled_dot_product_flash_attention_for_cpu,
+    _aten._scaled_dot_product_flash_attention,
+    _aten._scaled_dot_product_efficient_attention,
+    _aten._scaled_dot_product_cudnn_attention,
+}
+# their backward kernels take (grad_out, query, key, value, ...)
+_SDPA_BACKWARD = {
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward,
+    _aten._scaled_dot_product_flash_attention_backward,
+    _aten._scaled_dot_product_efficient_attention_backward,
+    _aten._scaled_dot_product_cudnn_attention_backward,
+}
+
+
+def sdpa_forward_flops(query_shape, key_shape, value_shape) -> int:
+    """FLOPs of q @ k^T and softmax(scores) @ v, as PyTorch's registry counts them."""
+    b, h_q, s_q, d_q = query_shape
+    s_k, d_v = key_shape[-2], value_shape[-1]
     return 2 * b * h_q * s_q * s_k * (d_q + d_v)
 
 
 def op_flops(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -> int:
     """FLOPs of one op by PyTorch's registry; 0 for ops it has no formula for."""
     packet = func._overloadpacket
-    if packet is _aten._scaled_dot_product_flash_attention_for_cpu:
-        return _cpu_flash_flops(*args[:3])
-    if packet is _aten._scaled_dot_product_flash_attention_for_cpu_backward:
+    if packet in _SDPA_FORWARD:
+        return sdpa_forward_flops(*(t.shape for t in args[:3]))
+    if packet in _SDPA_BACKWARD:
         # four batched matmuls, twice the forward's work
-        return 2 * _cpu_flash_flops(*args[1:4])
+        return 2 * sdpa_forward_flops(*(t.shape for t in args[1:4]))
     formula = flop_registry.get(packet)
     if formula is None:
         return 0
-    return int(formula(*args, **kwargs, out_val=out))
+    try:
+        return int(formula(*args, **kwargs, out_val=out))
+    except Exception as exc:  # a formula that rejects shapes must not fail the user's step
+        _warn_once(packet, exc)
+        return 0
+
+
+_warned: set[Any] = set()
+
+
+def _warn_once(packet: Any, exc: Exception) -> None:
+    if packet not in _warned:
+        _warned.add(packet)
+        warnings.warn(f"levers: no FLOP count for {packet} ({exc}); counted as 0", stacklevel=3)

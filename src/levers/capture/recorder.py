@@ -36,6 +36,10 @@ _TAG = "levers_op"  # key in autograd Node.metadata: the index of the forward op
 _PROGRESS_EVERY_S = 0.2
 
 
+class CaptureInternalError(RuntimeError):
+    """levers failed while recording an op; the user's step is not at fault."""
+
+
 class LiveStorages:
     """Tracks the bytes of live tensor storages (the CPU stand-in for the allocator's counters)."""
 
@@ -196,7 +200,13 @@ class OpRecorder(TorchDispatchMode):
         else:
             out = func(*args, **kwargs)
         wall_us = (time.perf_counter() - t0) * 1e6
+        try:
+            self._record(func, args, kwargs, out, index, phase, t0, wall_us)
+        except Exception as exc:  # levers' own bookkeeping failed: not the user's step
+            raise CaptureInternalError(f"levers could not record {func}: {exc!r}") from exc
+        return out
 
+    def _record(self, func, args, kwargs, out, index: int, phase: str, t0: float, wall_us: float):
         inputs = tensors_in((args, kwargs))
         outputs = tensors_in(out)
         forward_op = node_name = None
@@ -243,7 +253,6 @@ class OpRecorder(TorchDispatchMode):
         if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
             self._last_progress = t0
             self.progress(len(self.ops), phase)
-        return out
 
     def add_call(
         self,

@@ -23,7 +23,7 @@ from levers.capture import gpu
 from levers.capture.calls import CallRecorder, memory_metric_calls
 from levers.capture.env import environment, settings
 from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
-from levers.capture.recorder import LiveStorages, OpRecorder
+from levers.capture.recorder import CaptureInternalError, LiveStorages, OpRecorder
 from levers.errors import StepError, user_traceback
 from levers.workload import Workload
 
@@ -36,6 +36,8 @@ def _synchronize(device: torch.device) -> None:
 def _run_step(workload: Workload) -> Any:
     try:
         return workload.step()
+    except CaptureInternalError:
+        raise
     except Exception as exc:
         raise StepError(
             f"the step of workload {workload.name!r} raised {type(exc).__name__}: {exc}; "
