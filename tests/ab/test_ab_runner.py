@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import side  # noqa: I001  (tests/ab is on sys.path under pytest's rootdir rules)
+from ab_helpers import side
 from levers.ab.runner import AbConfig, run_ab
 from levers.ab.verdict import DAMAGED, IMPROVED, NOT_MEASURED, PARITY
 

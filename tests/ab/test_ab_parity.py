@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import side
+from ab_helpers import side
 from levers import Workload
 from levers.ab.gradnorm import grad_norm_probe
 from levers.ab.killlines import KillLines

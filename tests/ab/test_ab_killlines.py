@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import side
+from ab_helpers import side
 from levers.ab.runner import AbConfig, run_ab
 from levers.ab.verdict import DAMAGED, KILLED, NOT_MEASURED
 

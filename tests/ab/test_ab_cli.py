@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import SPEC
+from ab_helpers import SPEC
 from levers.ab.record import read_record
 from levers.cli import main
 

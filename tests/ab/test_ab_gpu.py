@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import side
+from ab_helpers import side
 from levers.ab.runner import AbConfig, run_ab
 from levers.ab.verdict import DAMAGED, PARITY
 
