@@ -216,6 +216,7 @@ def test_entry_point_in_a_fresh_process(tmp_path):
         [sys.executable, "-m", "levers.cli", "audit", "fixtures/my_workload.py:factory", *QUICK],
         cwd=FIXTURES.parent,
         capture_output=True,
+        check=False,
         text=True,
         env=env,
         timeout=300,
@@ -225,6 +226,7 @@ def test_entry_point_in_a_fresh_process(tmp_path):
     bad = subprocess.run(
         [sys.executable, "-m", "levers.cli", "audit", "nope"],
         capture_output=True,
+        check=False,
         text=True,
         env=env,
         timeout=300,

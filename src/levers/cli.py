@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         # the reader went away (levers audit | head); nothing left to say to it
         _silence_stdout()
         return 0
-    except Exception as exc:  # a defect in levers: short note, traceback on request
+    except Exception as exc:  # noqa: BLE001 - a defect in levers: short note, traceback on request
         from levers.report.errors import print_internal_error
 
         print_internal_error(exc, debug=debug)

@@ -164,7 +164,7 @@ def _import_file(path: Path, spec: str) -> Any:
     try:
         with _on_sys_path(str(resolved.parent)):
             import_spec.loader.exec_module(module)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything; translated below
         del sys.modules[module_name]
         _raise_import_failure(exc, str(path), spec, own_module=None)
     return module
@@ -177,7 +177,7 @@ def _identifier(text: str) -> str:
 def _import_module(module_name: str, spec: str) -> Any:
     try:
         return importlib.import_module(module_name)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything; translated below
         _raise_import_failure(exc, module_name, spec, own_module=module_name)
 
 
@@ -255,7 +255,7 @@ def _call_factory(
         workload = factory(**params)
     except LeversError:
         raise  # already says what to do (a missing optional dependency, for one)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the user's factory may raise anything
         if is_builtin and isinstance(exc, (ValueError, TypeError)):
             # a built-in's own parameter check: its message is the whole story
             raise FactoryError(f"workload {label!r}: {exc}") from None
