@@ -52,3 +52,22 @@ def test_allocator_memory(gpu_capture):
 
 def test_gpu_capture_does_not_change_training():
     assert_capture_does_not_change_training(lambda: fixture_models.net(device="cuda"))
+
+
+def test_raw_join_agrees_with_the_profiler_event_tree():
+    from levers.capture import gpu
+
+    marker = gpu.range_marker()
+    x = torch.randn(256, 256, device="cuda", requires_grad=True)
+    with gpu.kernel_profiler() as prof:
+        for i in range(4):
+            with marker(i):
+                y = (x @ x).relu()
+        y.sum().backward()  # kernels from the autograd thread, outside any range
+        torch.cuda.synchronize()
+    fast, fast_kernels = gpu.join_kernels(prof)
+    slow, slow_kernels = gpu.join_kernels_via_event_tree(prof)
+    assert sorted(fast) == sorted(slow) == [0, 1, 2, 3]
+    for index in fast:
+        assert fast[index] == pytest.approx(slow[index], rel=1e-6)
+    assert sum(1 for k in fast_kernels if k.op_index is None) >= 1

@@ -7,9 +7,11 @@ and their summed duration is the op's device time.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Callable
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from levers.capture.records import KernelRecord
@@ -37,7 +39,59 @@ def _kernels_under(event: Any) -> list[Any]:
 
 
 def join_kernels(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
-    """(device microseconds per op index, every kernel with the op it belongs to)."""
+    """(device microseconds per op index, every kernel with the op it belongs to).
+
+    Reads the profiler's raw events: building its ``FunctionEvent`` tree costs seconds for a
+    step of a few thousand ops, the join below a fraction of that.
+    """
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is None or not hasattr(results, "events"):
+        return join_kernels_via_event_tree(prof)
+    return _join_raw(results.events())
+
+
+def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
+    """Each device event names (linked correlation id) the CPU op that launched it; that op
+    runs on some thread at some time, inside at most one ``levers#`` range of that thread."""
+    ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> [(start_ns, end_ns, index)]
+    launchers: dict[int, tuple[int, int]] = {}  # correlation id -> (thread, start_ns)
+    device_events = []
+    for e in events:
+        if e.device_type() != DeviceType.CPU:
+            device_events.append(e)
+            continue
+        if e.linked_correlation_id() != 0:
+            continue  # a runtime call (cudaLaunchKernel): its op is found through the kernel
+        name = e.name()
+        thread = e.start_thread_id()
+        if name.startswith(_PREFIX):
+            ranges.setdefault(thread, []).append((e.start_ns(), e.end_ns(), int(name[len(_PREFIX):])))
+        launchers[e.correlation_id()] = (thread, e.start_ns())
+    for spans in ranges.values():
+        spans.sort()
+    starts = {thread: [s[0] for s in spans] for thread, spans in ranges.items()}
+
+    per_op_us: dict[int, float] = {}
+    kernels: list[KernelRecord] = []
+    for e in device_events:
+        dur_us = (e.end_ns() - e.start_ns()) / 1000.0
+        index = None
+        launcher = launchers.get(e.linked_correlation_id())
+        if launcher is not None and launcher[0] in ranges:
+            thread, t_ns = launcher
+            pos = bisect.bisect_right(starts[thread], t_ns) - 1
+            if pos >= 0:
+                start_ns, end_ns, candidate = ranges[thread][pos]
+                if start_ns <= t_ns <= end_ns:
+                    index = candidate
+        if index is not None:
+            per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
+        kernels.append(KernelRecord(name=e.name(), device_us=dur_us, op_index=index))
+    return per_op_us, kernels
+
+
+def join_kernels_via_event_tree(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
+    """The same join through the profiler's FunctionEvent tree (slow; the reference)."""
     per_op_us: dict[int, float] = {}
     kernels: list[KernelRecord] = []
     joined: set[int] = set()
