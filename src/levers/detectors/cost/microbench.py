@@ -1,0 +1,164 @@
+"""GPU microbenchmarks of a fix at the exact shapes a finding saw.
+
+Each benchmark builds random inputs of the recorded shapes and dtypes on the current CUDA device
+and times the fixed computation, forward and backward, with CUDA events: ``warmup`` untimed
+runs, then ``samples`` timed samples of ``iters`` runs each; the result is the median per run
+and the spread (min and max of the samples). Anything that cannot run here (a backend this
+build or GPU lacks, an out-of-memory) returns an "unavailable" result with the reason instead of
+raising.
+
+Used by :mod:`levers.detectors.cost.price` on GPU captures and by ``bench/audit_microbench.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_us: float | None
+    min_us: float | None = None
+    max_us: float | None = None
+    samples: int = 0
+    unavailable: str | None = None  # why it could not run
+
+    @property
+    def ok(self) -> bool:
+        return self.median_us is not None
+
+
+def unavailable(reason: str) -> Timing:
+    return Timing(median_us=None, unavailable=reason)
+
+
+def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters: int = 5) -> Timing:
+    """Median and spread of one run of ``fn`` on the current CUDA stream, in microseconds."""
+    if not torch.cuda.is_available():
+        return unavailable("no CUDA device")
+    try:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()  # sync point: benchmark boundary
+        per_run = []
+        for _ in range(samples):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()  # sync point: read the sample
+            per_run.append(start.elapsed_time(end) * 1e3 / iters)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return unavailable("out of memory at these shapes")
+    except RuntimeError as exc:
+        return unavailable(_short(exc))
+    return Timing(statistics.median(per_run), min(per_run), max(per_run), samples)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]
+
+
+def _tensor(shape, dtype: str, *, grad: bool) -> torch.Tensor:
+    t = torch.randn(*shape, device="cuda", dtype=_DTYPES.get(dtype, torch.float32))
+    return t.requires_grad_(grad)
+
+
+def _backend(name: str | None):
+    from torch.nn.attention import SDPBackend
+
+    if name is None:
+        return None
+    backend = getattr(SDPBackend, name, None)
+    if backend is None:
+        raise LookupError(f"SDPBackend.{name} does not exist in torch {torch.__version__}")
+    return backend
+
+
+def forward_backward(fn: Callable[[], torch.Tensor], grad_out: bool) -> Callable[[], None]:
+    """``fn`` then, when training, a backward of its output with a ones gradient."""
+
+    def run() -> None:
+        out = fn()
+        if grad_out:
+            out.backward(torch.ones_like(out))
+
+    return run
+
+
+def bench_sdpa(spec: dict[str, Any], backend: str | None, **timing: int) -> Timing:
+    """F.scaled_dot_product_attention at the recorded shapes, restricted to ``backend``."""
+    try:
+        from torch.nn.attention import sdpa_kernel
+
+        grad = bool(spec.get("requires_grad", True))
+        q = _tensor(spec["query"]["shape"], spec["query"]["dtype"], grad=grad)
+        k = _tensor(spec["key"]["shape"], spec["key"]["dtype"], grad=grad)
+        v = _tensor(spec["value"]["shape"], spec["value"]["dtype"], grad=grad)
+        mask = None
+        if spec.get("attn_mask") is not None:
+            m = spec["attn_mask"]
+            mask = torch.zeros(*m["shape"], device="cuda", dtype=_DTYPES.get(m["dtype"], q.dtype)) if m["dtype"] != "bool" else torch.ones(*m["shape"], device="cuda", dtype=torch.bool)
+        kwargs = dict(attn_mask=mask, dropout_p=spec.get("dropout_p", 0.0), is_causal=spec.get("is_causal", False))
+        if spec.get("scale") is not None:
+            kwargs["scale"] = spec["scale"]
+        if spec.get("enable_gqa"):
+            kwargs["enable_gqa"] = True
+        chosen = _backend(backend)
+
+        def call() -> torch.Tensor:
+            if chosen is None:
+                return F.scaled_dot_product_attention(q, k, v, **kwargs)
+            with sdpa_kernel([chosen]):
+                return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+        call()  # fails here, not in the timing loop, when the backend cannot take the call
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return unavailable("out of memory at these shapes")
+    except (RuntimeError, LookupError, ImportError, TypeError) as exc:
+        return unavailable(f"{backend or 'SDPA'}: {_short(exc)}")
+    return time_cuda(forward_backward(call, grad), **timing)
+
+
+def bench_rms_norm(shape, dtype: str, *, grad: bool = True, **timing: int) -> Timing:
+    """F.rms_norm over the last dimension of a tensor of ``shape``."""
+    if not hasattr(F, "rms_norm"):
+        return unavailable(f"F.rms_norm does not exist in torch {torch.__version__}")
+    try:
+        x = _tensor(shape, dtype, grad=grad)
+        w = torch.ones(shape[-1], device="cuda", dtype=x.dtype, requires_grad=grad)
+        call = lambda: F.rms_norm(x, (shape[-1],), w, 1e-6)  # noqa: E731
+        call()
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return unavailable("out of memory at these shapes")
+    except RuntimeError as exc:
+        return unavailable(_short(exc))
+    return time_cuda(forward_backward(call, grad), **timing)
+
+
+def bench_layer_norm(shape, dtype: str, *, grad: bool = True, **timing: int) -> Timing:
+    try:
+        x = _tensor(shape, dtype, grad=grad)
+        w = torch.ones(shape[-1], device="cuda", dtype=x.dtype, requires_grad=grad)
+        b = torch.zeros(shape[-1], device="cuda", dtype=x.dtype, requires_grad=grad)
+        call = lambda: F.layer_norm(x, (shape[-1],), w, b, 1e-6)  # noqa: E731
+        call()
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return unavailable("out of memory at these shapes")
+    except RuntimeError as exc:
+        return unavailable(_short(exc))
+    return time_cuda(forward_backward(call, grad), **timing)
