@@ -298,3 +298,17 @@ def test_recording_failure_is_not_blamed_on_the_step(monkeypatch):
     monkeypatch.setattr(recorder, "op_flops", broken)
     with pytest.raises(CaptureInternalError, match="could not record"):
         capture_step(fixture_models.linear(), warmup=0, timed=0)
+
+
+def test_installed_libraries_are_user_code_and_the_stdlib_is_not():
+    import json as stdlib_module
+    import os
+
+    import rich
+
+    from levers.capture.source import is_user_file
+
+    assert is_user_file(rich.__file__)  # a library in site-packages, even inside a venv
+    assert not is_user_file(stdlib_module.__file__)
+    assert not is_user_file(torch.__file__)
+    assert not is_user_file(os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py"))

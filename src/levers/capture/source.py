@@ -22,6 +22,12 @@ _WORKLOADS_DIR = os.path.join(_LEVERS_DIR, "workloads") + os.sep
 _STDLIB_DIRS = tuple(
     {os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")}
 )
+# installed libraries (transformers, timm, ...) are user code, though in a virtual environment
+# their site-packages folder lies inside a standard-library folder
+_SITE_DIRS = tuple(
+    {os.path.join(sysconfig.get_paths()[key], "") for key in ("purelib", "platlib")}
+    | {os.path.join(p, "") for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
+)
 _CHECKPOINT_FILE = os.path.join(_TORCH_DIR, "utils", "checkpoint.py")
 
 # (code object, line) -> SourceLoc; code objects live as long as their functions
@@ -39,7 +45,7 @@ def is_user_file(filename: str) -> bool:
         filename.startswith("<frozen")  # the import machinery
         or path.startswith(_TORCH_DIR)
         or (path.startswith(_LEVERS_DIR) and not path.startswith(_WORKLOADS_DIR))
-        or path.startswith(_STDLIB_DIRS)
+        or (path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS))
     )
     _is_user_file[filename] = user
     return user
