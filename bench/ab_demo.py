@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from levers.ab.prereg import template
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="kill line for each comparison")
     parser.add_argument("--skip-fixed", action="store_true", help="only the A/A runs")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="start no comparison that the longest one so far would carry past "
+                        "this many seconds from the start")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     design = {
@@ -138,12 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     _prereg(aa, design, f"How wide are A/A CIs (the noise floor) on {args.device} at size "
             f"{args.size}?", AA_EXPECTATIONS,
             "PARITY on every read => the CI widths are the noise floor to quote.")
-    codes = []
-    if not args.skip_fixed:
-        codes.append(levers_main(["ab", "--prereg", str(fixed_all),
-                                  "--md", str(args.out / "fixed_all.md")]))
-    for _ in range(args.aa_repeats):
-        codes.append(levers_main(["ab", "--prereg", str(aa)]))
+    runs = [] if args.skip_fixed else [
+        ["ab", "--prereg", str(fixed_all), "--md", str(args.out / "fixed_all.md")]
+    ]
+    runs += [["ab", "--prereg", str(aa)]] * args.aa_repeats
+    codes: list[int] = []
+    started_s, longest_s = time.perf_counter(), 0.0
+    for argv_ab in runs:
+        elapsed_s = time.perf_counter() - started_s
+        if args.deadline_s is not None and elapsed_s + longest_s > args.deadline_s:
+            print(f"deadline: skipped {len(runs) - len(codes)} comparison(s) at {elapsed_s:.0f} s")
+            break
+        codes.append(levers_main(argv_ab))
+        longest_s = max(longest_s, time.perf_counter() - started_s - elapsed_s)
     command = "python bench/ab_demo.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(write_summary(args.out, command))
     return max(codes) if codes else 0

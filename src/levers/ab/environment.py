@@ -22,6 +22,9 @@ def _run(args: list[str], cwd: str | None = None) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+COMMIT_ENV = "LEVERS_GIT_COMMIT"
+
+
 def git_commit(cwd: str | Path) -> dict[str, Any] | None:
     """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
     commit = _run(["git", "rev-parse", "HEAD"], cwd=str(cwd))
@@ -56,6 +59,12 @@ def _gpu(device: torch.device) -> dict[str, Any] | None:
     }
 
 
+def _declared_commit() -> dict[str, Any] | None:
+    # a copy of the source without .git (a benchmark machine) can say which commit it is
+    commit = os.environ.get(COMMIT_ENV)
+    return {"commit": commit, "dirty": None, "declared_by": COMMIT_ENV} if commit else None
+
+
 def _load_average() -> list[float] | None:
     # other processes on the machine are the first suspect for a wide CI on a CPU
     try:
@@ -70,7 +79,7 @@ def environment(device: str | torch.device, cwd: str | Path = ".") -> dict[str, 
         "platform": platform.platform(),
         "torch": torch.__version__,
         "levers": levers.__version__,
-        "levers_commit": git_commit(Path(levers.__file__).parent),
+        "levers_commit": git_commit(Path(levers.__file__).parent) or _declared_commit(),
         "commit": git_commit(cwd),
         "cpu": _cpu_model(),
         "num_threads": torch.get_num_threads(),
