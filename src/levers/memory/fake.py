@@ -1,0 +1,186 @@
+"""Run a workload's factory and steps on fake tensors that stand in for a GPU, and record the
+allocation trace.
+
+Nothing is allocated for real: the factory builds its model under ``FakeTensorMode``, so a
+Llama-8B-shaped model "exists" on a laptop, and every op runs its meta kernel. Around it:
+
+- :mod:`levers.memory.standin` makes the CPU fakes pass for CUDA tensors (why CPU fakes: see
+  there), so the factory takes its GPU code paths (bf16 autocast, fused AdamW, ...);
+- :mod:`levers.memory.autocast` applies CUDA's autocast lists;
+- :mod:`levers.memory.sdpa` runs the attention kernel the target GPU would pick;
+- :mod:`levers.memory.shadow` keeps the values of token ids, masks and indices;
+- :mod:`levers.memory.tracker` records what is allocated and freed, where.
+
+The factory is called with ``device="cuda"`` unless the caller set a device. Optimizers whose
+``foreach`` was left to torch get ``foreach=True``, which is what torch picks for CUDA tensors
+(it cannot tell that a fake tensor stands in for one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from levers.memory import sdpa
+from levers.memory.autocast import cuda_autocast_policy
+from levers.memory.gpus import GpuSpec
+from levers.memory.kernels import KernelModel
+from levers.memory.shadow import ShadowValues
+from levers.memory.standin import (
+    DeviceBook,
+    StandInMode,
+    cuda_generators,
+    swappable_fake_parameters,
+)
+from levers.memory.trace import LossCall, Trace
+from levers.memory.tracker import (
+    SiteContext,
+    StorageTracker,
+    install_gradient_hooks,
+    install_module_hooks,
+    install_optimizer_hooks,
+)
+from levers.workload import Workload
+
+DEFAULT_NUM_STEPS = 3
+
+
+def with_gpu_device(factory: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` plus ``device="cuda"`` when the factory takes a device and none was given."""
+    if "device" in params:
+        return dict(params)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return dict(params)
+    takes_device = "device" in signature.parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+    )
+    return {**params, "device": "cuda"} if takes_device else dict(params)
+
+
+def trace_workload(
+    build: Callable[[], Workload],
+    gpu: GpuSpec,
+    *,
+    num_steps: int = DEFAULT_NUM_STEPS,
+    transform: Callable[[Workload], None] | None = None,
+    kernel_model: KernelModel | None = None,
+) -> tuple[Trace, Workload]:
+    """Build the workload with ``build()`` and run ``num_steps`` steps on stand-in fakes.
+
+    ``transform`` (optional) changes the built workload before its first step (a what-if).
+    Returns the trace and the (fake) workload, whose tensors hold no memory.
+    """
+    book = DeviceBook()
+    context = SiteContext()
+    shadow = ShadowValues()
+    tracker = StorageTracker(book, context, kernel_model or KernelModel.for_sm(gpu.sm), shadow)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    interceptors = {
+        F.scaled_dot_product_attention: _sdpa_handler(tracker, sdpa.target_for(gpu.sm)),
+        F.cross_entropy: _loss_handler(tracker, shadow),
+    }
+    removers: list[Callable[[], None]] = []
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(cuda_autocast_policy())
+        stack.enter_context(cuda_generators())
+        stack.enter_context(swappable_fake_parameters(fake_mode))
+        stack.enter_context(fake_mode)
+        stack.enter_context(tracker)
+        standin = StandInMode(book, interceptors)
+        stack.enter_context(standin)
+        workload = build()
+        names = {id(module): name for name, module in workload.model.named_modules()}
+        _label_model(tracker, workload.model)
+        tracker.label_inputs_after_build()
+        if transform is not None:
+            transform(workload)
+        _prefer_foreach(workload.optimizer)
+        try:
+            removers.append(install_module_hooks(context, names, backward_mode=standin))
+            removers.append(install_optimizer_hooks(context, tracker, workload.optimizer))
+            removers.append(install_gradient_hooks(tracker, workload.model))
+            for step in range(num_steps):
+                context.start_step(step)
+                workload.step()
+        finally:
+            for remove in removers:
+                remove()
+        num_parameters = sum(p.numel() for p in workload.model.parameters())
+        trace = tracker.finish(num_steps, num_parameters)
+    return trace, workload
+
+
+def _label_model(tracker: StorageTracker, model: torch.nn.Module) -> None:
+    for name, parameter in model.named_parameters():
+        tracker.relabel(parameter, "parameters", name.rpartition(".")[0])
+    for name, buffer in model.named_buffers():
+        tracker.relabel(buffer, "buffers", name.rpartition(".")[0])
+
+
+def _prefer_foreach(optimizer: torch.optim.Optimizer | None) -> None:
+    if optimizer is None:
+        return
+    for group in optimizer.param_groups:
+        if group.get("foreach", False) is None and not group.get("fused"):
+            group["foreach"] = True
+
+
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+_NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+
+def _sdpa_handler(tracker: StorageTracker, target: sdpa.SdpaTarget):
+    def handle(func, args: tuple, kwargs: dict) -> Any:
+        call = dict(_SDPA_DEFAULTS)
+        call.update(zip(_SDPA_ARGS, args))
+        call.update(kwargs)
+        q, k, v, mask = call["query"], call["key"], call["value"], call["attn_mask"]
+        if torch.is_autocast_enabled("cpu"):
+            # SDPA is on CUDA's lower-precision list: every floating input is cast first
+            dtype = torch.get_autocast_dtype("cpu")
+            q, k, v, mask = (_cast(x, dtype) for x in (q, k, v, mask))
+        backend, rejected = sdpa.choose_backend(
+            q, k, v, mask, call["dropout_p"], call["is_causal"], call["enable_gqa"], target
+        )
+        tracker.sdpa_calls.append(
+            sdpa.describe(backend, q, k, v, mask, call["is_causal"], call["enable_gqa"], rejected)
+        )
+        with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+            return sdpa.run_backend(
+                backend, q, k, v, mask, call["dropout_p"], call["is_causal"], call["scale"],
+                call["enable_gqa"],
+            )
+
+    return handle
+
+
+def _cast(x: Any, dtype: torch.dtype) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype not in (dtype, torch.float64):
+        return x.to(dtype)
+    return x
+
+
+def _loss_handler(tracker: StorageTracker, shadow: ShadowValues):
+    def handle(func, args: tuple, kwargs: dict) -> Any:
+        logits = args[0] if args else kwargs.get("input")
+        target = args[1] if len(args) > 1 else kwargs.get("target")
+        ignore_index = kwargs.get("ignore_index", args[4] if len(args) > 4 else -100)
+        if isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor) and logits.dim() >= 1:
+            num_classes = logits.shape[1] if logits.dim() >= 2 else logits.shape[0]
+            num_rows = logits.numel() // max(num_classes, 1)
+            valid = None
+            if not target.is_floating_point():
+                valid = shadow.count_not_equal(target, ignore_index)
+            tracker.record_loss(LossCall(num_rows, num_classes, valid))
+        return NotImplemented
+
+    return handle

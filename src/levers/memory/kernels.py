@@ -1,0 +1,109 @@
+"""Memory that GPU kernels take from the caching allocator beyond their outputs.
+
+A fake (meta) kernel allocates only the outputs. On a GPU some ops also take buffers from the
+caching allocator, which count in ``memory_allocated`` like any tensor:
+
+- cuBLAS keeps one workspace per (handle, stream), and a handle per thread: one for the
+  forward and optimizer (the main thread), one for backward (the autograd device thread). They
+  are allocated at the first matmul on each thread and kept for the life of the process.
+- Flash attention's backward (FlashAttention-2 ``mha_bwd``) allocates ``softmax_d`` [B, H,
+  Lq rounded to 128] and, when the keys do not fit one tile, a float32 ``dq_accum`` [B, Lq
+  rounded to 128, H, head dim rounded to 32]; with grouped-query attention it also allocates
+  ``dk_expanded`` and ``dv_expanded`` with all the query heads. They live for the kernel.
+- Memory-efficient attention's backward allocates ``delta`` [B, H, Lq] in float32 and, for a
+  head dim above 64 in half precision, a float32 accumulator for ``grad_q``.
+- Embedding backward sorts the indices: two int64 buffers of the number of indices.
+
+Sizes of workspaces that vary with the library version (the cuBLAS workspace) come from the
+calibration on an H200 with torch 2.11 (``bench/results/memory_calibration*``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+MIB = 1 << 20
+
+_MATMULS = {
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+    "aten::mv", "aten::dot", "aten::_addmm_activation",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """Workspace sizes of a target: the cuBLAS workspace depends on the chip."""
+
+    cublas_workspace_bytes: int
+    num_cublas_threads: int = 2  # main thread + the autograd device thread
+
+    @staticmethod
+    def for_sm(sm: tuple[int, int]) -> KernelModel:
+        # CUBLAS_WORKSPACE_CONFIG's default: ":4096:8" on sm90, ":4096:2:16:8" elsewhere
+        if sm == (9, 0):
+            return KernelModel(cublas_workspace_bytes=4096 * 8 * 1024)
+        return KernelModel(cublas_workspace_bytes=4096 * 1024 * 2 + 16 * 1024 * 8)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    nbytes: int
+    persistent: bool
+    label: str
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def workspaces(model: KernelModel, func, args: tuple, out: Any, thread: str, seen_threads: set) -> list[Workspace]:
+    """The buffers ``func`` takes besides its outputs, in allocation order.
+
+    ``thread`` is "main" or "autograd"; ``seen_threads`` holds the threads that already own a
+    cuBLAS workspace (updated here).
+    """
+    name = func._schema.name
+    found: list[Workspace] = []
+    if name in _MATMULS and thread not in seen_threads and len(seen_threads) < model.num_cublas_threads:
+        seen_threads.add(thread)
+        found.append(Workspace(model.cublas_workspace_bytes, True, "cuBLAS workspace"))
+    if name == "aten::_scaled_dot_product_flash_attention_backward":
+        found.extend(_flash_backward(args))
+    elif name == "aten::_scaled_dot_product_efficient_attention_backward":
+        found.extend(_efficient_backward(args))
+    elif name == "aten::embedding_dense_backward":
+        num_indices = args[1].numel()
+        found.append(Workspace(num_indices * 8, False, "embedding backward sort"))
+        found.append(Workspace(num_indices * 8, False, "embedding backward sort"))
+    return found
+
+
+def _flash_backward(args: tuple) -> list[Workspace]:
+    # grad_out, query, key, value, out, logsumexp, ... in [B, H, L, E]
+    query, key = args[1], args[2]
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads, k_len = key.shape[1], key.shape[2]
+    q_rounded = _round_up(q_len, 128)
+    found = [Workspace(batch * heads * q_rounded * 4, False, "flash softmax_d")]
+    block_n = 128 if head_dim > 64 else 256
+    if k_len > block_n:
+        dim_rounded = _round_up(head_dim, 32) if head_dim <= 192 else 256
+        found.append(Workspace(batch * q_rounded * heads * dim_rounded * 4, False, "flash dq_accum"))
+    if kv_heads != heads:
+        itemsize = query.element_size()
+        expanded = batch * k_len * heads * head_dim * itemsize
+        found.append(Workspace(expanded, False, "flash dk_expanded"))
+        found.append(Workspace(expanded, False, "flash dv_expanded"))
+    return found
+
+
+def _efficient_backward(args: tuple) -> list[Workspace]:
+    query = args[1]
+    batch, heads, q_len, head_dim = query.shape
+    found = [Workspace(batch * heads * q_len * 4, False, "efficient delta")]
+    if query.dtype in (torch.float16, torch.bfloat16) and head_dim > 64:
+        found.append(Workspace(batch * heads * q_len * head_dim * 4, False, "efficient grad_q accumulator"))
+    return found

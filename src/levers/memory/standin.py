@@ -1,0 +1,269 @@
+"""CPU fake tensors standing in for CUDA tensors.
+
+Why not fake CUDA tensors? ``FakeTensorMode`` can make them only where torch was built with
+CUDA: with a CPU-only build, moving a tensor to ``cuda``, initialising a parameter there or
+running backward over it calls into CUDA's device guard and accelerator hooks, which such a
+build does not have (the backward even aborts the process). So every workload runs on fake
+*CPU* tensors, on any build, and this module keeps the illusion that they are on the GPU:
+
+- Calls that name a CUDA device (``device="cuda"``, ``.to("cuda")``, ``.cuda()``, a
+  ``torch.device("cuda")`` context) are rewritten to the CPU, and the tensors they create are
+  booked as GPU memory in a :class:`DeviceBook`. A tensor copied to the host (``.cpu()``,
+  ``.to("cpu")``) becomes a separate, host-booked copy, as on a GPU.
+- To the workload's own code (not to torch's), a GPU-booked tensor reports ``device ==
+  cuda:0`` and ``is_cuda``, so code that branches on the device takes the GPU branch.
+- ``torch.Generator(device="cuda")`` gives a CPU generator that reports a CUDA device.
+
+What CUDA would do differently from the CPU on the same tensors (the autocast op lists, the SDPA
+kernels) is modelled in :mod:`levers.memory.autocast` and :mod:`levers.memory.sdpa`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+GPU = "cuda"
+HOST = "host"
+_CPU = torch.device("cpu")
+_CUDA0 = torch.device("cuda", 0)
+
+# Code in these packages sees the true (CPU) device: it runs the stand-in machinery itself.
+_INTERNAL_PREFIXES = ("torch.", "levers.memory.")
+
+
+class DeviceBook:
+    """Which storages stand in for GPU memory. Unknown storages are host memory."""
+
+    def __init__(self) -> None:
+        self._devices: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._target = threading.local()
+
+    def book(self, storage: torch.UntypedStorage, device: str) -> None:
+        self._devices[storage] = device
+
+    def device_of_storage(self, storage: torch.UntypedStorage) -> str:
+        return self._devices.get(storage, HOST)
+
+    def device_of(self, tensor: torch.Tensor) -> str:
+        try:
+            return self.device_of_storage(tensor.untyped_storage())
+        except (RuntimeError, NotImplementedError):  # sparse or otherwise storage-less
+            return HOST
+
+    @property
+    def target(self) -> str | None:
+        """The device that the torch call being run asked for, if it named one."""
+        return getattr(self._target, "value", None)
+
+    @contextlib.contextmanager
+    def targeting(self, device: str | None) -> Iterator[None]:
+        previous = self.target
+        self._target.value = device
+        try:
+            yield
+        finally:
+            self._target.value = previous
+
+
+def _device_kind(value: Any) -> str | None:
+    """GPU or HOST for something that names a device, else None."""
+    if isinstance(value, torch.device):
+        return GPU if value.type == "cuda" else HOST
+    if isinstance(value, str):
+        head = value.split(":")[0].strip()
+        if head == "cuda":
+            return GPU
+        if head in ("cpu", "meta"):
+            return HOST
+        return None
+    return None
+
+
+def _caller_is_internal(depth: int) -> bool:
+    """Whether the code ``depth`` frames above the caller of this function is torch's or ours."""
+    module = sys._getframe(depth + 1).f_globals.get("__name__", "")
+    return module == "torch" or module.startswith(_INTERNAL_PREFIXES)
+
+
+# a getter runs under __torch_function__, which runs under the code that read the attribute
+_GETTER_DEPTH = 2
+
+
+class StandInMode(TorchFunctionMode):
+    """Rewrites CUDA device arguments to the CPU and answers device questions like a GPU would.
+
+    ``interceptors`` maps a torch function to a handler ``(func, args, kwargs) -> result`` that
+    runs instead of it (used for SDPA and losses); a handler returns ``NotImplemented`` to let
+    the call through.
+    """
+
+    def __init__(self, book: DeviceBook, interceptors: dict[Callable, Callable] | None = None):
+        super().__init__()
+        self.book = book
+        self.interceptors = interceptors or {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        handler = self.interceptors.get(func)
+        if handler is not None:
+            result = handler(func, args, kwargs)
+            if result is not NotImplemented:
+                return result
+        getter = _GETTERS.get(func)
+        if getter is not None:
+            return getter(self, func, args, kwargs)
+        if func is torch.Tensor.cuda:
+            return self._move(args[0], GPU, kwargs.get("non_blocking", False))
+        if func is torch.Tensor.cpu:
+            return self._move(args[0], HOST, False)
+        if func is torch.Tensor.to:
+            return self._to(func, args, kwargs)
+        target = _device_kind(kwargs.get("device"))
+        if target is not None:
+            kwargs["device"] = _CPU
+        elif torch.get_default_device().type == "cuda" and _is_constructor(func):
+            # a default device set before levers started injects cuda below this mode
+            target, kwargs["device"] = GPU, _CPU
+        with self.book.targeting(target):
+            return func(*args, **kwargs)
+
+    def _move(self, tensor: torch.Tensor, target: str, non_blocking: bool) -> torch.Tensor:
+        if self.book.device_of(tensor) == target:
+            return tensor
+        with self.book.targeting(target):
+            return tensor.to(_CPU, non_blocking=non_blocking, copy=True)
+
+    def _to(self, func, args, kwargs) -> torch.Tensor:
+        tensor, rest = args[0], list(args[1:])
+        target = _device_kind(kwargs.get("device"))
+        if target is not None:
+            kwargs["device"] = _CPU
+        for position, value in enumerate(rest):
+            kind = _device_kind(value)
+            if kind is not None:
+                target, rest[position] = kind, _CPU
+            elif isinstance(value, torch.Tensor):  # .to(other): other's device and dtype
+                target = self.book.device_of(value)
+        if target is not None and target != self.book.device_of(tensor):
+            kwargs["copy"] = True
+        with self.book.targeting(target):
+            return func(tensor, *rest, **kwargs)
+
+
+def _device_getter(mode: StandInMode, func, args, kwargs):
+    result = func(*args, **kwargs)
+    if _caller_is_internal(_GETTER_DEPTH) or mode.book.device_of(args[0]) != GPU:
+        return result
+    return _CUDA0
+
+
+def _is_cuda_getter(mode: StandInMode, func, args, kwargs):
+    result = func(*args, **kwargs)
+    if _caller_is_internal(_GETTER_DEPTH):
+        return result
+    return mode.book.device_of(args[0]) == GPU
+
+
+def _is_cpu_getter(mode: StandInMode, func, args, kwargs):
+    result = func(*args, **kwargs)
+    if _caller_is_internal(_GETTER_DEPTH):
+        return result
+    return mode.book.device_of(args[0]) != GPU
+
+
+def _get_device(mode: StandInMode, func, args, kwargs):
+    result = func(*args, **kwargs)
+    if _caller_is_internal(_GETTER_DEPTH) or mode.book.device_of(args[0]) != GPU:
+        return result
+    return 0
+
+
+class _GetterTable(dict):
+    """Torch passes property getters as fresh method-wrappers: look them up by equality."""
+
+    def get(self, func, default=None):
+        for key, value in self.items():
+            if func == key:
+                return value
+        return default
+
+
+_GETTERS = _GetterTable(
+    {
+        torch.Tensor.device.__get__: _device_getter,
+        torch.Tensor.is_cuda.__get__: _is_cuda_getter,
+        torch.Tensor.is_cpu.__get__: _is_cpu_getter,
+        torch.Tensor.get_device: _get_device,
+    }
+)
+
+
+def _is_constructor(func) -> bool:
+    from torch.utils._device import _device_constructors
+
+    return func in _device_constructors()
+
+
+_ORIGINAL_GENERATOR = torch.Generator
+
+
+class StandInGenerator(_ORIGINAL_GENERATOR):
+    """A CPU generator that reports the device it was asked for (``cuda`` included)."""
+
+    def __new__(cls, device: Any = "cpu") -> StandInGenerator:
+        return super().__new__(cls)  # the C type would refuse a CUDA device here
+
+    def __init__(self, device: Any = "cpu") -> None:
+        super().__init__()
+        self._levers_device = torch.device(device) if device is not None else _CPU
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        if _caller_is_internal(1):
+            return _CPU
+        return self._levers_device
+
+
+@contextlib.contextmanager
+def cuda_generators() -> Iterator[None]:
+    """Make ``torch.Generator`` the :class:`StandInGenerator` class (a subclass, so that
+    ``isinstance`` checks hold); undone on exit."""
+    original = torch.Generator
+    torch.Generator = StandInGenerator  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        torch.Generator = original  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def swappable_fake_parameters(fake_mode) -> Iterator[None]:
+    """Let ``Module.to()`` swap the parameters of a model built under a fake mode.
+
+    ``Module._apply`` swaps fake parameters with ``torch.utils.swap_tensors``, which refuses
+    tensors that have weak references, and the fake mode's memo keeps one to every parameter.
+    Every tensor here is born fake, so the memo (used to convert real tensors consistently) can
+    be dropped before each swap. Undone on exit.
+    """
+    original = torch.utils.swap_tensors
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        converter = getattr(fake_mode, "fake_tensor_converter", None)
+        memo = getattr(getattr(converter, "meta_converter", None), "tensor_memo", None)
+        if memo is not None:
+            memo.clear()
+        original(t1, t2)
+
+    torch.utils.swap_tensors = swap_tensors
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = original

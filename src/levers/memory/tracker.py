@@ -1,0 +1,386 @@
+"""Live accounting of a fake step: every storage the GPU would allocate, with where and when.
+
+:class:`StorageTracker` is a ``TorchDispatchMode`` that sits above the fake mode. After each
+aten op it books the op's new storages (a view or an in-place op makes none) on the GPU or the
+host (see :class:`levers.memory.standin.DeviceBook`), records the GPU ones with the phase,
+module and op that made them, adds the kernel's workspaces, and registers a callback that logs
+the free when the storage dies. Frees happen when Python drops the last reference, the same
+moment the GPU run would free the block, because the fake step holds exactly the references that
+the real one would (autograd's saved tensors included).
+
+:class:`SiteContext` knows the phase (from optimizer hooks and autograd's graph task), the
+module (from global forward hooks; in backward, from the autograd node that runs, annotated in
+forward with the module that created it) and the step.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+from levers.memory import kernels
+from levers.memory.shadow import ShadowValues
+from levers.memory.standin import GPU, HOST, DeviceBook
+from levers.memory.trace import Allocation, LossCall, Trace
+
+_NODE_KEY = "levers.module"
+_SKIP_SOURCE_PREFIXES = ("torch", "levers.memory", "contextlib", "functools")
+
+
+class SiteContext:
+    """The phase, step and module that an allocation happens in."""
+
+    def __init__(self) -> None:
+        self.step = -1
+        self.in_optimizer = False
+        self.backward_seen = False
+        self.module_stack: list[str] = []
+
+    def phase(self) -> str:
+        if self.step < 0:
+            return "build"
+        if self.in_optimizer:
+            return "optimizer"
+        if torch._C._current_graph_task_id() != -1:
+            return "backward"
+        return "other" if self.backward_seen else "forward"
+
+    def module(self, phase: str) -> str | None:
+        if self.module_stack:
+            return self.module_stack[-1]
+        if phase == "backward":
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                return node.metadata.get(_NODE_KEY)
+        return None
+
+    def start_step(self, step: int) -> None:
+        self.step = step
+        self.backward_seen = False
+        self.in_optimizer = False
+
+
+class _Record:
+    __slots__ = ("nbytes", "category", "phase", "step", "module", "op", "shape", "dtype",
+                 "recompute", "source", "state_derived")  # fmt: skip
+
+    def __init__(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def freeze(self) -> Allocation:
+        return Allocation(**{name: getattr(self, name) for name in self.__slots__})
+
+
+class StorageTracker(TorchDispatchMode):
+    """Books and records every storage the step allocates; see the module docstring."""
+
+    def __init__(
+        self,
+        book: DeviceBook,
+        context: SiteContext,
+        kernel_model: kernels.KernelModel,
+        shadow: ShadowValues | None = None,
+    ) -> None:
+        super().__init__()
+        self.book = book
+        self.context = context
+        self.kernel_model = kernel_model
+        self.shadow = shadow
+        self.records: list[_Record] = []
+        self.events: list[int] = []
+        self.backward_starts: dict[int, int] = {}
+        self.losses: list[LossCall] = []
+        self.sdpa_calls: list = []
+        self.assumptions: list[str] = []
+        self._handles: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._cublas_threads: set[str] = set()
+        self._state_handles: set[int] = set()
+
+    # --- dispatch -------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = NotImplemented
+        if self.shadow is not None:
+            out = self.shadow.answer(func, args, kwargs)
+        if out is NotImplemented:
+            out = func(*args, **kwargs)
+        phase = self.context.phase()
+        if phase == "backward" and self.context.step not in self.backward_starts:
+            self.backward_starts[self.context.step] = len(self.events)
+            self.context.backward_seen = True
+        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        self._book_outputs(func, inputs, outputs, phase)
+        if phase == "forward" and torch.is_grad_enabled():
+            self._annotate_nodes(outputs)
+        self._add_workspaces(func, args, out, phase)
+        if self.shadow is not None:
+            self.shadow.after(func, args, kwargs, out)
+        return out
+
+    def _book_outputs(self, func, inputs: list, outputs: list, phase: str) -> None:
+        new = []
+        for tensor in outputs:
+            try:
+                storage = tensor.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if storage in self._handles:
+                continue
+            new.append((tensor, storage))
+        if not new:
+            return
+        device = self.book.target
+        if device is None:
+            device = HOST
+            for tensor in inputs:
+                if self.book.device_of(tensor) == GPU:
+                    device = GPU
+                    break
+        state_derived = phase == "optimizer" and any(self._is_state(t) for t in inputs)
+        for tensor, storage in new:
+            self.book.book(storage, device)
+            if device != GPU or storage.nbytes() == 0:
+                self._handles[storage] = 0
+                continue
+            handle = self._record(
+                nbytes=storage.nbytes(),
+                phase=phase,
+                op=str(func),
+                shape=tuple(tensor.shape),
+                dtype=str(tensor.dtype).removeprefix("torch."),
+                state_derived=state_derived,
+            )
+            self._handles[storage] = handle
+            weakref.finalize(storage, self._free, handle)
+
+    def _is_state(self, tensor: torch.Tensor) -> bool:
+        try:
+            return self._handles.get(tensor.untyped_storage(), 0) in self._state_handles
+        except (RuntimeError, NotImplementedError):
+            return False
+
+    def _record(self, *, nbytes: int, phase: str, op: str, shape: tuple, dtype: str,
+                state_derived: bool = False, category: str = "temporaries") -> int:
+        module = self.context.module(phase)
+        source = _user_source() if module is None and phase in ("forward", "other") else None
+        self.records.append(
+            _Record(
+                nbytes=nbytes,
+                category=category,
+                phase=phase,
+                step=self.context.step,
+                module=module,
+                op=op,
+                shape=shape,
+                dtype=dtype,
+                recompute=phase == "backward" and bool(self.context.module_stack),
+                source=source,
+                state_derived=state_derived,
+            )
+        )
+        handle = len(self.records)
+        self.events.append(handle)
+        return handle
+
+    def _free(self, handle: int) -> None:
+        self.events.append(-handle)
+
+    def _annotate_nodes(self, outputs: list) -> None:
+        module = self.context.module("forward")
+        if module is None:
+            return
+        for tensor in outputs:
+            node = tensor.grad_fn
+            if node is not None and _NODE_KEY not in node.metadata:
+                node.metadata[_NODE_KEY] = module
+
+    def _add_workspaces(self, func, args: tuple, out: Any, phase: str) -> None:
+        thread = "autograd" if phase == "backward" else "main"
+        found = kernels.workspaces(self.kernel_model, func, args, out, thread, self._cublas_threads)
+        transient = []
+        for workspace in found:
+            handle = self._record(
+                nbytes=workspace.nbytes,
+                phase=phase,
+                op=workspace.label,
+                shape=(workspace.nbytes,),
+                dtype="uint8",
+                category="workspace",
+            )
+            if not workspace.persistent:
+                transient.append(handle)
+        for handle in transient:
+            self._free(handle)
+
+    # --- labels -----------------------------------------------------------------------------
+
+    def relabel(self, tensor: torch.Tensor | None, category: str, module: str | None = None) -> None:
+        """Give the storage of ``tensor`` a category (and module) that its allocation site does
+        not tell: a parameter, a gradient, optimizer state."""
+        if tensor is None:
+            return
+        handle = self._handles.get(tensor.untyped_storage(), 0)
+        if not handle:
+            return
+        record = self.records[handle - 1]
+        record.category = category
+        if module is not None:
+            record.module = module
+        if category == "optimizer":
+            self._state_handles.add(handle)
+
+    def label_inputs_after_build(self) -> None:
+        """Storages the factory made and kept that are not parameters or buffers."""
+        live = _live_handles(self.events)
+        for handle in live:
+            record = self.records[handle - 1]
+            if record.category == "temporaries":
+                record.category = "inputs"
+
+    def record_loss(self, call: LossCall) -> None:
+        self.losses.append(call)
+
+    def finish(self, num_steps: int, num_parameters: int) -> Trace:
+        """Freeze the trace; forward allocations alive when backward began are activations."""
+        freed_at: dict[int, int] = {}
+        for index, event in enumerate(self.events):
+            if event < 0:
+                freed_at[-event] = index
+        for handle, record in enumerate(self.records, start=1):
+            if record.category != "temporaries" or record.phase != "forward":
+                continue
+            start = self.backward_starts.get(record.step)
+            if start is None:
+                continue
+            if freed_at.get(handle, len(self.events)) > start:
+                record.category = "activations"
+        assumptions = list(self.assumptions)
+        if self.shadow is not None:
+            assumptions.extend(self.shadow.assumptions)
+        return Trace(
+            allocations=tuple(record.freeze() for record in self.records),
+            events=tuple(self.events),
+            backward_starts=tuple(self.backward_starts.get(step, -1) for step in range(num_steps)),
+            num_steps=num_steps,
+            sdpa_calls=tuple(self.sdpa_calls),
+            losses=tuple(self.losses),
+            assumptions=tuple(dict.fromkeys(assumptions)),
+            num_parameters=num_parameters,
+        )
+
+
+def _live_handles(events: list[int]) -> list[int]:
+    live: dict[int, None] = {}
+    for event in events:
+        if event > 0:
+            live[event] = None
+        else:
+            live.pop(-event, None)
+    return list(live)
+
+
+def _user_source() -> str | None:
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith(_SKIP_SOURCE_PREFIXES):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def install_module_hooks(context: SiteContext, names: dict[int, str],
+                         backward_mode: Any = None) -> Callable[[], None]:
+    """Track the module stack with global forward hooks; returns the function that removes them.
+
+    Autograd runs backward without the caller's torch function modes, so a forward that
+    activation checkpointing recomputes in backward would miss ``backward_mode`` (the stand-in
+    mode): the hooks enter it around each outermost module call made in backward.
+    """
+    entered: list[bool] = []
+
+    def pre_hook(module: torch.nn.Module, args: Any) -> None:
+        context.module_stack.append(names.get(id(module), f"<{type(module).__name__}>"))
+        enter = (
+            backward_mode is not None
+            and not any(entered)
+            and torch._C._current_graph_task_id() != -1
+        )
+        if enter:
+            backward_mode.__enter__()
+        entered.append(enter)
+
+    def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if context.module_stack:
+            context.module_stack.pop()
+        if entered and entered.pop():
+            backward_mode.__exit__(None, None, None)
+
+    from torch.nn.modules import module as module_api
+
+    pre = module_api.register_module_forward_pre_hook(pre_hook)
+    post = module_api.register_module_forward_hook(post_hook, always_call=True)
+
+    def remove() -> None:
+        pre.remove()
+        post.remove()
+
+    return remove
+
+
+def install_optimizer_hooks(context: SiteContext, tracker: StorageTracker,
+                            optimizer: torch.optim.Optimizer | None) -> Callable[[], None]:
+    """Mark the optimizer phase and label optimizer state after each step."""
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    def pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        context.in_optimizer = True
+
+    def post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for state in opt.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    tracker.relabel(value, "optimizer")
+        context.in_optimizer = False
+
+    pre = register_optimizer_step_pre_hook(pre_hook)
+    post = register_optimizer_step_post_hook(post_hook)
+
+    def remove() -> None:
+        pre.remove()
+        post.remove()
+
+    return remove
+
+
+def install_gradient_hooks(tracker: StorageTracker, model: torch.nn.Module) -> Callable[[], None]:
+    """Label each parameter's ``.grad`` as a gradient once autograd has accumulated it."""
+    handles = []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        module = name.rpartition(".")[0]
+
+        def hook(param: torch.Tensor, module: str = module) -> None:
+            tracker.relabel(param.grad, "gradients", module)
+
+        handles.append(parameter.register_post_accumulate_grad_hook(hook))
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return remove
