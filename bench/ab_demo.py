@@ -23,33 +23,84 @@ from levers.ab.record import read_record, write_atomic
 from levers.cli import main as levers_main
 
 FIXED_ALL_EXPECTATIONS = [
-    {"id": 1, "read": "parity", "direction": "same", "size": 0.0, "confidence": "high",
-     "text": "All eight demo fixes together pass the parity gate (some change rounding)."},
-    {"id": 2, "read": "step_time", "direction": "lower", "size": 0.0, "confidence": "medium-high",
-     "text": "On a GPU the fixed step is faster (cuDNN suffix attention, SDPA ViT, fused norm, "
-             "no syncs) despite checkpointing's recompute. On a CPU: open."},
-    {"id": 3, "read": "peak_allocated", "direction": "lower", "size": 0.05, "confidence": "high",
-     "text": "Activation checkpointing and the valid-row loss cut peak allocated by over 5%."},
-    {"id": 4, "read": "tokens_per_s", "direction": "higher", "size": 0.0, "confidence": "medium",
-     "text": "Tokens/s rise with the step time drop (same tokens per step)."},
+    {
+        "id": 1,
+        "read": "parity",
+        "direction": "same",
+        "size": 0.0,
+        "confidence": "high",
+        "text": "All eight demo fixes together pass the parity gate (some change rounding).",
+    },
+    {
+        "id": 2,
+        "read": "step_time",
+        "direction": "lower",
+        "size": 0.0,
+        "confidence": "medium-high",
+        "text": "On a GPU the fixed step is faster (cuDNN suffix attention, SDPA ViT, fused norm, "
+        "no syncs) despite checkpointing's recompute. On a CPU: open.",
+    },
+    {
+        "id": 3,
+        "read": "peak_allocated",
+        "direction": "lower",
+        "size": 0.05,
+        "confidence": "high",
+        "text": "Activation checkpointing and the valid-row loss cut peak allocated by over 5%.",
+    },
+    {
+        "id": 4,
+        "read": "tokens_per_s",
+        "direction": "higher",
+        "size": 0.0,
+        "confidence": "medium",
+        "text": "Tokens/s rise with the step time drop (same tokens per step).",
+    },
 ]
 AA_EXPECTATIONS = [
-    {"id": 1, "read": "parity", "direction": "same", "size": 0.0, "confidence": "high",
-     "text": "The same workload on both sides passes parity."},
-    {"id": 2, "read": "step_time", "direction": "same", "size": 0.05, "confidence": "high",
-     "text": "A/A step-time CI95 lies within 5% of no change."},
-    {"id": 3, "read": "tokens_per_s", "direction": "same", "size": 0.05, "confidence": "high",
-     "text": "A/A tokens/s CI95 lies within 5% of no change."},
-    {"id": 4, "read": "peak_allocated", "direction": "same", "size": 0.0, "confidence": "high",
-     "text": "A/A peak allocated is identical (GPU only; not measured on a CPU)."},
+    {
+        "id": 1,
+        "read": "parity",
+        "direction": "same",
+        "size": 0.0,
+        "confidence": "high",
+        "text": "The same workload on both sides passes parity.",
+    },
+    {
+        "id": 2,
+        "read": "step_time",
+        "direction": "same",
+        "size": 0.05,
+        "confidence": "high",
+        "text": "A/A step-time CI95 lies within 5% of no change.",
+    },
+    {
+        "id": 3,
+        "read": "tokens_per_s",
+        "direction": "same",
+        "size": 0.05,
+        "confidence": "high",
+        "text": "A/A tokens/s CI95 lies within 5% of no change.",
+    },
+    {
+        "id": 4,
+        "read": "peak_allocated",
+        "direction": "same",
+        "size": 0.0,
+        "confidence": "high",
+        "text": "A/A peak allocated is identical (GPU only; not measured on a CPU).",
+    },
 ]
 
 
 def _prereg(path: Path, design: dict, question: str, expectations: list, rule: str) -> None:
     if path.exists():  # frozen by an earlier run: reuse it as it is
         return
-    write_atomic(path, template(design, question=question, expectations=expectations,
-                                decision_rule=rule), exclusive=True)
+    write_atomic(
+        path,
+        template(design, question=question, expectations=expectations, decision_rule=rule),
+        exclusive=True,
+    )
 
 
 def _summary_rows(events: list[dict]) -> list[str]:
@@ -91,19 +142,29 @@ def _environment(events: list[dict]) -> str:
     gpu = env.get("gpu")
     hardware = f"{gpu['name']}, driver {gpu['driver']}, CUDA {gpu['cuda']}" if gpu else env["cpu"]
     commit = env.get("levers_commit") or {}
-    return (f"{hardware}; torch {env['torch']}; {env['num_threads']} CPU threads; load average "
-            f"(1/5/15 min) {env.get('load_average_1_5_15m')} at the end of the last run; levers "
-            f"commit {commit.get('commit', 'unknown')[:12]}{' (dirty)' if commit.get('dirty') else ''}")
+    return (
+        f"{hardware}; torch {env['torch']}; {env['num_threads']} CPU threads; load average "
+        f"(1/5/15 min) {env.get('load_average_1_5_15m')} at the end of the last run; levers "
+        f"commit {commit.get('commit', 'unknown')[:12]}{' (dirty)' if commit.get('dirty') else ''}"
+    )
 
 
 def write_summary(out: Path, command: str) -> str:
-    header = ("| run | read | baseline median | candidate median | ratio [CI95] | CI width "
-              "| verdict | run decision (1-min load average at its end) |")
+    header = (
+        "| run | read | baseline median | candidate median | ratio [CI95] | CI width "
+        "| verdict | run decision (1-min load average at its end) |"
+    )
     lines = [f"# levers ab demo benchmark\n\nCommand: `{command}`\n"]
     for name, title in (("fixed_all", "demo, fixed=all vs none"), ("aa", "A/A (noise floor)")):
         events = read_record(out / f"{name}.toml.record.jsonl")
-        lines += [f"## {title}\n", f"Environment: {_environment(events)}\n", header,
-                  "| --- " * 8 + "|", *_summary_rows(events), ""]
+        lines += [
+            f"## {title}\n",
+            f"Environment: {_environment(events)}\n",
+            header,
+            "| --- " * 8 + "|",
+            *_summary_rows(events),
+            "",
+        ]
     text = "\n".join(lines)
     write_atomic(out / "summary.md", text)
     return text
@@ -117,12 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--aa-repeats", type=int, default=3)
-    parser.add_argument("--time-budget-s", type=float, default=None,
-                        help="kill line for each comparison")
+    parser.add_argument(
+        "--time-budget-s", type=float, default=None, help="kill line for each comparison"
+    )
     parser.add_argument("--skip-fixed", action="store_true", help="only the A/A runs")
-    parser.add_argument("--deadline-s", type=float, default=None,
-                        help="start no comparison that the longest one so far would carry past "
-                        "this many seconds from the start")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="start no comparison that the longest one so far would carry past "
+        "this many seconds from the start",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     design = {
@@ -133,18 +199,27 @@ def main(argv: list[str] | None = None) -> int:
         "time_budget_s": args.time_budget_s,
     }
     fixed_all, aa = args.out / "fixed_all.toml", args.out / "aa.toml"
-    _prereg(fixed_all, {**design, "params_b": {"fixed": "all"}},
-            f"Do the demo's eight fixes together make its step faster and smaller on "
-            f"{args.device} at size {args.size}, without changing the math beyond rounding?",
-            FIXED_ALL_EXPECTATIONS,
-            "parity PARITY and step_time IMPROVED => the fixes pay on this device.\n"
-            "parity DAMAGED => a fix changed the math: find it before anything else.")
-    _prereg(aa, design, f"How wide are A/A CIs (the noise floor) on {args.device} at size "
-            f"{args.size}?", AA_EXPECTATIONS,
-            "PARITY on every read => the CI widths are the noise floor to quote.")
-    runs = [] if args.skip_fixed else [
-        ["ab", "--prereg", str(fixed_all), "--md", str(args.out / "fixed_all.md")]
-    ]
+    _prereg(
+        fixed_all,
+        {**design, "params_b": {"fixed": "all"}},
+        f"Do the demo's eight fixes together make its step faster and smaller on "
+        f"{args.device} at size {args.size}, without changing the math beyond rounding?",
+        FIXED_ALL_EXPECTATIONS,
+        "parity PARITY and step_time IMPROVED => the fixes pay on this device.\n"
+        "parity DAMAGED => a fix changed the math: find it before anything else.",
+    )
+    _prereg(
+        aa,
+        design,
+        f"How wide are A/A CIs (the noise floor) on {args.device} at size {args.size}?",
+        AA_EXPECTATIONS,
+        "PARITY on every read => the CI widths are the noise floor to quote.",
+    )
+    runs = (
+        []
+        if args.skip_fixed
+        else [["ab", "--prereg", str(fixed_all), "--md", str(args.out / "fixed_all.md")]]
+    )
     runs += [["ab", "--prereg", str(aa)]] * args.aa_repeats
     codes: list[int] = []
     started_s, longest_s = time.perf_counter(), 0.0

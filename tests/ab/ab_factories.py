@@ -46,15 +46,30 @@ class ResidualMLP(torch.nn.Module):
         return self.head(h)
 
 
-def build(seed=0, fixed="none", dim=16, batch_size=8, device="cpu", nan_at=None, raise_at=None,
-          clock=None, step_ms=1.0, noise=0.0, noise_seed=0, tokens_per_step=None,
-          transient_bytes=0, resident_bytes=0):
+def build(
+    seed=0,
+    fixed="none",
+    dim=16,
+    batch_size=8,
+    device="cpu",
+    nan_at=None,
+    raise_at=None,
+    clock=None,
+    step_ms=1.0,
+    noise=0.0,
+    noise_seed=0,
+    tokens_per_step=None,
+    transient_bytes=0,
+    resident_bytes=0,
+):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
     torch.manual_seed(seed)
     model = ResidualMLP(dim, fixed).to(device)
     if resident_bytes:
-        model.register_buffer("ballast", torch.zeros(resident_bytes, dtype=torch.uint8, device=device))
+        model.register_buffer(
+            "ballast", torch.zeros(resident_bytes, dtype=torch.uint8, device=device)
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch_size, dim, generator=generator).to(device)

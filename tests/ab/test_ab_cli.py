@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from ab_helpers import SPEC
+
 from levers.ab.record import read_record
 from levers.cli import main
 
@@ -20,8 +20,9 @@ def run(capsys, *argv):
 
 
 def test_a_over_a_writes_json_and_markdown(capsys, tmp_path):
-    code, out, err = run(capsys, SPEC, *QUICK, "--json", str(tmp_path / "r.json"),
-                         "--md", str(tmp_path / "r.md"))
+    code, out, err = run(
+        capsys, SPEC, *QUICK, "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md")
+    )
     assert code == 0, err
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["event"] == "result"
@@ -40,8 +41,9 @@ def test_a_over_a_writes_json_and_markdown(capsys, tmp_path):
 
 
 def test_a_wrong_fix_is_reported_damaged(capsys, tmp_path):
-    code, out, err = run(capsys, SPEC, *QUICK, "--set-b", "fixed=no_residual",
-                         "--json", str(tmp_path / "r.json"))
+    code, out, err = run(
+        capsys, SPEC, *QUICK, "--set-b", "fixed=no_residual", "--json", str(tmp_path / "r.json")
+    )
     assert code == 0, err
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["decision"] == "DAMAGED"
@@ -53,8 +55,9 @@ def test_a_wrong_fix_is_reported_damaged(capsys, tmp_path):
 
 def test_init_prereg_writes_a_template_once(capsys, tmp_path):
     path = tmp_path / "ab.toml"
-    code, out, _ = run(capsys, "--init-prereg", str(path), SPEC, "--set-b", "fixed=rewrite",
-                       "--steps", "4")
+    code, out, _ = run(
+        capsys, "--init-prereg", str(path), SPEC, "--set-b", "fixed=rewrite", "--steps", "4"
+    )
     assert code == 0
     text = path.read_text()
     assert f'baseline = "{SPEC}"' in text
@@ -108,8 +111,9 @@ def test_an_edited_prereg_is_refused_and_an_amendment_accepted(capsys, tmp_path)
     assert code == 2
     assert "edited after it was frozen" in err
     assert record.read_bytes() == before
-    path.write_text(frozen + '\n[[amendments]]\ntext = "two more timed steps"\n'
-                             "design = { steps = 6 }\n")
+    path.write_text(
+        frozen + '\n[[amendments]]\ntext = "two more timed steps"\ndesign = { steps = 6 }\n'
+    )
     code, _, err = run(capsys, "--prereg", str(path))
     assert code == 0, err
     events = read_record(record)

@@ -11,7 +11,10 @@ from levers.ab.prereg import PreregError, template
 from levers.ab.record import RecordError, read_record, record_path_for
 
 TEXT = template({"baseline": "demo", "params_b": {"fixed": "all"}})
-AMENDMENT = '\n[[amendments]]\ndate = "2026-01-02"\ntext = "100 steps: 50 were too noisy"\ndesign = { steps = 100 }\n'
+AMENDMENT = (
+    '\n[[amendments]]\ndate = "2026-01-02"\ntext = "100 steps: 50 were too noisy"\n'
+    "design = { steps = 100 }\n"
+)
 
 
 @pytest.fixture
@@ -80,8 +83,10 @@ def test_an_appended_amendment_is_accepted_and_frozen(prereg_file):
 
 def test_appended_text_that_is_not_an_amendment_is_refused(prereg_file):
     freeze(prereg_file)
-    prereg_file.write_text(TEXT + '\n[[expectations]]\nid = 9\nread = "parity"\n'
-                           'direction = "same"\nsize = 0.0\nconfidence = "high"\ntext = "late"\n')
+    prereg_file.write_text(
+        TEXT + '\n[[expectations]]\nid = 9\nread = "parity"\n'
+        'direction = "same"\nsize = 0.0\nconfidence = "high"\ntext = "late"\n'
+    )
     with pytest.raises(PreregError, match="does not start with an \\[\\[amendments\\]\\] table"):
         freeze(prereg_file)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from ab_helpers import side
+
 from levers.ab.runner import AbConfig, run_ab
 from levers.ab.verdict import DAMAGED, PARITY
 
@@ -43,15 +43,19 @@ def test_a_sides_own_transient_and_resident_bytes_are_attributed_to_it():
     )
     base, cand = result.samples["baseline"], result.samples["candidate"]
     assert cand.resident_bytes_start - base.resident_bytes_start == 32 * MIB
-    extra = [c - b for b, c in zip(base.peak_allocated_bytes, cand.peak_allocated_bytes)]
+    extra = [
+        c - b for b, c in zip(base.peak_allocated_bytes, cand.peak_allocated_bytes, strict=True)
+    ]
     assert all(abs(e - 96 * MIB) <= MIB for e in extra), extra
     assert result.read("peak_allocated").verdict == DAMAGED
 
 
 def test_the_memory_gate_kills_the_side_that_crosses_it():
-    result = run_ab(side(device="cuda", dim=256),
-                    side(device="cuda", dim=256, transient_bytes=256 * MIB),
-                    AbConfig(**CONFIG, mem_gate_gib=0.125))
+    result = run_ab(
+        side(device="cuda", dim=256),
+        side(device="cuda", dim=256, transient_bytes=256 * MIB),
+        AbConfig(**CONFIG, mem_gate_gib=0.125),
+    )
     kill = result.killed
     assert (kill.kind, kill.phase, kill.side, kill.step) == ("memory_gate", "timed", "candidate", 1)
     assert "exceeds the memory gate of 0.12 GiB" in kill.reason
@@ -62,6 +66,11 @@ def test_a_nan_loss_is_found_after_the_timed_loop_without_syncs_inside_it():
     # 2 parity + 2 warm-up steps: the candidate's 7th step is its 3rd timed step
     result = run_ab(side(device="cuda"), side(device="cuda", nan_at=7), AbConfig(**CONFIG))
     kill = result.killed
-    assert (kill.kind, kill.phase, kill.side, kill.step) == ("nonfinite_loss", "timed", "candidate", 3)
+    assert (kill.kind, kill.phase, kill.side, kill.step) == (
+        "nonfinite_loss",
+        "timed",
+        "candidate",
+        3,
+    )
     # the loop ran to the end before the one sync found it
     assert len(result.samples["candidate"].dur_ms) == CONFIG["num_steps"]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from ab_helpers import side
+
 from levers.ab.runner import AbConfig, run_ab
 from levers.ab.verdict import DAMAGED, KILLED, NOT_MEASURED
 
@@ -15,7 +15,12 @@ def test_nan_loss_in_the_timed_steps_stops_the_run_and_keeps_the_samples(clock):
     # 3 parity + 2 warm-up steps, so the candidate's 9th step is its 4th timed step
     result = run_ab(side(clock=clock), side(clock=clock, nan_at=9), AbConfig(**FAST))
     kill = result.killed
-    assert (kill.kind, kill.phase, kill.side, kill.step) == ("nonfinite_loss", "timed", "candidate", 4)
+    assert (kill.kind, kill.phase, kill.side, kill.step) == (
+        "nonfinite_loss",
+        "timed",
+        "candidate",
+        4,
+    )
     assert kill.reason == "candidate loss is nan at timed step 4; the run is stopped"
     assert len(result.samples["baseline"].dur_ms) == 4
     assert len(result.samples["candidate"].dur_ms) == 4
@@ -26,7 +31,9 @@ def test_nan_loss_in_the_timed_steps_stops_the_run_and_keeps_the_samples(clock):
 def test_nan_loss_in_the_parity_steps_is_killed_and_fails_parity(clock):
     result = run_ab(side(clock=clock), side(clock=clock, nan_at=2), AbConfig(**FAST))
     assert (result.killed.kind, result.killed.phase, result.killed.step) == (
-        "nonfinite_loss", "parity", 2,
+        "nonfinite_loss",
+        "parity",
+        2,
     )
     assert result.samples is None
     assert result.read("step_time").verdict == NOT_MEASURED
@@ -42,8 +49,11 @@ def test_nan_loss_in_the_baseline_is_killed_too(clock):
 
 def test_the_time_budget_stops_the_run(clock):
     # every step takes 1 s on the fake clock: 6 parity steps, 4 warm-up steps, then timed steps
-    result = run_ab(side(clock=clock, step_ms=1000.0), side(clock=clock, step_ms=1000.0),
-                    AbConfig(**FAST, time_budget_s=14.5))
+    result = run_ab(
+        side(clock=clock, step_ms=1000.0),
+        side(clock=clock, step_ms=1000.0),
+        AbConfig(**FAST, time_budget_s=14.5),
+    )
     kill = result.killed
     assert (kill.kind, kill.phase, kill.side, kill.step) == ("time_budget", "timed", "candidate", 3)
     assert "time budget of 14.5 s spent" in kill.reason

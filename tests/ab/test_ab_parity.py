@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from ab_helpers import side
+
 from levers import Workload
 from levers.ab.gradnorm import grad_norm_probe
 from levers.ab.killlines import KillLines
@@ -60,7 +60,9 @@ def test_the_probe_resets_and_removes_its_hooks(monkeypatch):
         assert take() is None
     calls = []
     norm = torch.linalg.vector_norm
-    monkeypatch.setattr(torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    monkeypatch.setattr(
+        torch.linalg, "vector_norm", lambda *a, **k: calls.append(1) or norm(*a, **k)
+    )
     workload.step()  # hooks removed: the step computes no norm any more
     assert calls == []
 
@@ -96,18 +98,38 @@ def test_rel_diff():
 
 def test_params_are_not_compared_when_the_models_name_them_differently():
     lines = KillLines()
-    result, kill = run_parity(_linear_workload(), _linear_workload(rename=True), num_steps=2,
-                              exactness="exact", seed=0, lines=lines)
+    result, kill = run_parity(
+        _linear_workload(),
+        _linear_workload(rename=True),
+        num_steps=2,
+        exactness="exact",
+        seed=0,
+        lines=lines,
+    )
     assert kill is None and result.passed is True
     assert "params" not in [c.quantity for c in result.checks]
-    assert result.notes == ("parameters not compared: the two models name or shape them differently",)
+    assert result.notes == (
+        "parameters not compared: the two models name or shape them differently",
+    )
 
 
 def test_parameters_gate_only_when_the_change_is_declared_exact():
-    exact, _ = run_parity(_linear_workload(0), _linear_workload(0), num_steps=2,
-                          exactness="exact", seed=0, lines=KillLines())
-    changing, _ = run_parity(_linear_workload(0), _linear_workload(0), num_steps=2,
-                             exactness="numerics-changing", seed=0, lines=KillLines())
+    exact, _ = run_parity(
+        _linear_workload(0),
+        _linear_workload(0),
+        num_steps=2,
+        exactness="exact",
+        seed=0,
+        lines=KillLines(),
+    )
+    changing, _ = run_parity(
+        _linear_workload(0),
+        _linear_workload(0),
+        num_steps=2,
+        exactness="numerics-changing",
+        seed=0,
+        lines=KillLines(),
+    )
     assert [c.gating for c in exact.checks if c.quantity == "params"] == [True]
     assert [c.gating for c in changing.checks if c.quantity == "params"] == [False]
 
@@ -115,19 +137,29 @@ def test_parameters_gate_only_when_the_change_is_declared_exact():
 def test_a_wrong_fix_fails_under_either_declaration():
     for exactness in ("exact", "numerics-changing"):
         base, cand = side(), side(fixed="scaled_loss")
-        result, kill = run_parity(base.build(), cand.build(), num_steps=3, exactness=exactness,
-                                  seed=0, lines=KillLines())
+        result, kill = run_parity(
+            base.build(), cand.build(), num_steps=3, exactness=exactness, seed=0, lines=KillLines()
+        )
         assert kill is None
         assert result.passed is False
         assert [(c.step, c.quantity, c.passed) for c in result.checks[:4]] == [
-            (1, "loss", False), (1, "grad_norm", False), (3, "loss", False), (3, "grad_norm", False),
+            (1, "loss", False),
+            (1, "grad_norm", False),
+            (3, "loss", False),
+            (3, "grad_norm", False),
         ]
 
 
 def test_a_correct_rewrite_is_not_exact_but_passes_as_numerics_changing():
     base, cand = side(), side(fixed="rewrite")
-    result, _ = run_parity(base.build(), cand.build(), num_steps=3,
-                           exactness="numerics-changing", seed=0, lines=KillLines())
+    result, _ = run_parity(
+        base.build(),
+        cand.build(),
+        num_steps=3,
+        exactness="numerics-changing",
+        seed=0,
+        lines=KillLines(),
+    )
     assert result.passed is True
     assert result.tolerance.rtol_first == RTOL[("numerics-changing", False)][0]
 
@@ -144,10 +176,22 @@ def test_autocast_inside_the_step_selects_low_precision_tolerances():
         workload.step = step
         return workload
 
-    plain, _ = run_parity(_linear_workload(), _linear_workload(), num_steps=1,
-                          exactness="numerics-changing", seed=0, lines=KillLines())
-    mixed, _ = run_parity(autocast_workload(), autocast_workload(), num_steps=1,
-                          exactness="numerics-changing", seed=0, lines=KillLines())
+    plain, _ = run_parity(
+        _linear_workload(),
+        _linear_workload(),
+        num_steps=1,
+        exactness="numerics-changing",
+        seed=0,
+        lines=KillLines(),
+    )
+    mixed, _ = run_parity(
+        autocast_workload(),
+        autocast_workload(),
+        num_steps=1,
+        exactness="numerics-changing",
+        seed=0,
+        lines=KillLines(),
+    )
     assert (plain.tolerance.low_precision, plain.tolerance.autocast) == (False, None)
     assert (mixed.tolerance.low_precision, mixed.tolerance.autocast) == (True, "bfloat16")
     assert mixed.tolerance.rtol_first == RTOL[("numerics-changing", True)][0]

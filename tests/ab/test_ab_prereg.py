@@ -17,7 +17,9 @@ def test_the_template_parses_with_the_given_design():
     assert prereg.design["params_b"] == {"fixed": "all"}
     assert prereg.design["exactness"] == "numerics-changing"
     assert (prereg.design["steps"], prereg.design["warmup"], prereg.design["parity_steps"]) == (
-        50, 5, 3,
+        50,
+        5,
+        3,
     )
     assert prereg.design["resamples"] == 10_000
     assert prereg.reads == ("step_time", "tokens_per_s", "peak_allocated", "parity")
@@ -32,7 +34,9 @@ def test_the_template_parses_with_the_given_design():
 
 
 def test_amendments_override_design_and_kill_in_order():
-    text = GOOD + """
+    text = (
+        GOOD
+        + """
 [[amendments]]
 date = "2026-01-01"
 text = "more steps: the first run was too noisy"
@@ -44,11 +48,13 @@ text = "and more again"
 [amendments.design]
 steps = 200
 """
+    )
     prereg = parse_prereg(text)
     assert prereg.design["steps"] == 200
     assert prereg.kill["time_budget_s"] == 900
     assert [a.text for a in prereg.amendments] == [
-        "more steps: the first run was too noisy", "and more again",
+        "more steps: the first run was too noisy",
+        "and more again",
     ]
 
 
@@ -115,12 +121,22 @@ def test_the_template_takes_its_own_question_expectations_rule_and_kill_lines():
     text = template(
         {"baseline": "demo", "time_budget_s": 300},
         question="Is A/A noise below 2%?",
-        expectations=[{"id": 1, "read": "step_time", "direction": "same", "size": 0.02,
-                       "confidence": "high", "text": "A/A step time within 2%"}],
+        expectations=[
+            {
+                "id": 1,
+                "read": "step_time",
+                "direction": "same",
+                "size": 0.02,
+                "confidence": "high",
+                "text": "A/A step time within 2%",
+            }
+        ],
         decision_rule="PARITY on every read => the noise floor is below 2%.",
     )
     prereg = parse_prereg(text)
     assert prereg.question == "Is A/A noise below 2%?"
-    assert [(e.read, e.direction, e.size) for e in prereg.expectations] == [("step_time", "same", 0.02)]
+    assert [(e.read, e.direction, e.size) for e in prereg.expectations] == [
+        ("step_time", "same", 0.02)
+    ]
     assert prereg.decision_rule.strip() == "PARITY on every read => the noise floor is below 2%."
     assert prereg.kill == {"nonfinite_loss": True, "time_budget_s": 300}

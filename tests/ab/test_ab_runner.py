@@ -4,8 +4,8 @@ verdict is deterministic."""
 from __future__ import annotations
 
 import pytest
-
 from ab_helpers import side
+
 from levers.ab.runner import AbConfig, run_ab
 from levers.ab.verdict import DAMAGED, IMPROVED, NOT_MEASURED, PARITY
 
@@ -18,8 +18,11 @@ def verdicts(result):
 
 def test_a_over_a_is_parity_on_every_read(clock):
     # the same timing on both sides: the ratio is exactly 1 and every read is PARITY
-    result = run_ab(side(clock=clock, noise=0.05, noise_seed=1),
-                    side(clock=clock, noise=0.05, noise_seed=1), AbConfig(**FAST))
+    result = run_ab(
+        side(clock=clock, noise=0.05, noise_seed=1),
+        side(clock=clock, noise=0.05, noise_seed=1),
+        AbConfig(**FAST),
+    )
     assert verdicts(result) == {
         "step_time": PARITY,
         "tokens_per_s": PARITY,
@@ -32,7 +35,11 @@ def test_a_over_a_is_parity_on_every_read(clock):
     # identical builds on a CPU compute bitwise-identical steps
     assert all(c.rel_diff == 0.0 for c in result.parity.checks)
     assert [c.quantity for c in result.parity.checks] == [
-        "loss", "grad_norm", "loss", "grad_norm", "params",
+        "loss",
+        "grad_norm",
+        "loss",
+        "grad_norm",
+        "params",
     ]
     assert len(result.samples["baseline"].dur_ms) == 20
     assert len(result.samples["candidate"].losses) == 20
@@ -43,16 +50,20 @@ def test_a_over_a_with_independent_noise_is_mostly_parity(clock):
     # on each side (fixed seeds, so the count is deterministic) at least eight read PARITY
     num_parity = 0
     for k in range(10):
-        result = run_ab(side(clock=clock, noise=0.05, noise_seed=2 * k + 1),
-                        side(clock=clock, noise=0.05, noise_seed=2 * k + 2), AbConfig(**FAST))
+        result = run_ab(
+            side(clock=clock, noise=0.05, noise_seed=2 * k + 1),
+            side(clock=clock, noise=0.05, noise_seed=2 * k + 2),
+            AbConfig(**FAST),
+        )
         assert result.read("parity").verdict == PARITY
         num_parity += result.read("step_time").verdict == PARITY
     assert num_parity >= 8
 
 
 def test_a_faster_candidate_is_improved(clock):
-    result = run_ab(side(clock=clock, step_ms=1.0), side(clock=clock, step_ms=0.8),
-                    AbConfig(**FAST))
+    result = run_ab(
+        side(clock=clock, step_ms=1.0), side(clock=clock, step_ms=0.8), AbConfig(**FAST)
+    )
     step_time = result.read("step_time")
     assert step_time.verdict == IMPROVED
     assert step_time.ci.ratio == pytest.approx(0.8)
@@ -64,8 +75,11 @@ def test_a_faster_candidate_is_improved(clock):
 
 @pytest.mark.parametrize("wrong_fix", ["scaled_loss", "no_residual"])
 def test_a_wrong_fix_is_damaged_however_fast(clock, wrong_fix):
-    result = run_ab(side(clock=clock, step_ms=1.0),
-                    side(clock=clock, step_ms=0.5, fixed=wrong_fix), AbConfig(**FAST))
+    result = run_ab(
+        side(clock=clock, step_ms=1.0),
+        side(clock=clock, step_ms=0.5, fixed=wrong_fix),
+        AbConfig(**FAST),
+    )
     assert result.read("step_time").verdict == IMPROVED
     assert result.read("parity").verdict == DAMAGED
     assert result.decision == DAMAGED
@@ -92,11 +106,17 @@ def test_different_tokens_per_step_are_warned_about(clock):
 
 
 def test_the_same_seed_gives_the_same_result(clock):
-    first = run_ab(side(clock=clock, noise=0.1, noise_seed=3),
-                   side(clock=clock, noise=0.1, noise_seed=4), AbConfig(**FAST))
+    first = run_ab(
+        side(clock=clock, noise=0.1, noise_seed=3),
+        side(clock=clock, noise=0.1, noise_seed=4),
+        AbConfig(**FAST),
+    )
     clock[0] = 0.0
-    again = run_ab(side(clock=clock, noise=0.1, noise_seed=3),
-                   side(clock=clock, noise=0.1, noise_seed=4), AbConfig(**FAST))
+    again = run_ab(
+        side(clock=clock, noise=0.1, noise_seed=3),
+        side(clock=clock, noise=0.1, noise_seed=4),
+        AbConfig(**FAST),
+    )
     assert first.read("step_time").ci == again.read("step_time").ci
     assert first.samples == again.samples
 

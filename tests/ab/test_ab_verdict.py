@@ -19,8 +19,15 @@ from levers.ab.verdict import (
 
 
 def ci(lo: float, hi: float) -> RatioCI:
-    return RatioCI(ratio=(lo + hi) / 2, lo=lo, hi=hi, confidence=0.95, statistic="median",
-                   num_resamples=1000, seed=0)
+    return RatioCI(
+        ratio=(lo + hi) / 2,
+        lo=lo,
+        hi=hi,
+        confidence=0.95,
+        statistic="median",
+        num_resamples=1000,
+        seed=0,
+    )
 
 
 @pytest.mark.parametrize(

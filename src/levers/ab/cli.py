@@ -58,48 +58,126 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "every KEY=VALUE after them."
         ),
     )
-    parser.add_argument("baseline", nargs="?", metavar="BASELINE",
-                        help="built-in name, path/to/file.py:factory or package.module:factory")
-    parser.add_argument("candidate", nargs="?", metavar="CANDIDATE",
-                        help="the candidate's workload (default: BASELINE)")
-    parser.add_argument("--set", dest="set_items", nargs="+", action="extend", default=[],
-                        metavar="KEY=VALUE", help="a factory parameter for both sides")
-    parser.add_argument("--set-b", dest="set_b_items", nargs="+", action="extend", default=[],
-                        metavar="KEY=VALUE",
-                        help="a factory parameter for the candidate only (over --set)")
-    parser.add_argument("--lever", dest="levers", action="append", default=[], metavar="NAME",
-                        help="apply this lever to the candidate (repeatable)")
+    parser.add_argument(
+        "baseline",
+        nargs="?",
+        metavar="BASELINE",
+        help="built-in name, path/to/file.py:factory or package.module:factory",
+    )
+    parser.add_argument(
+        "candidate",
+        nargs="?",
+        metavar="CANDIDATE",
+        help="the candidate's workload (default: BASELINE)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="set_items",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a factory parameter for both sides",
+    )
+    parser.add_argument(
+        "--set-b",
+        dest="set_b_items",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a factory parameter for the candidate only (over --set)",
+    )
+    parser.add_argument(
+        "--lever",
+        dest="levers",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="apply this lever to the candidate (repeatable)",
+    )
     prereg = parser.add_mutually_exclusive_group()
-    prereg.add_argument("--prereg", type=Path, metavar="FILE",
-                        help="run the design frozen in this pre-registration; results are "
-                        "appended to FILE.record.jsonl")
-    prereg.add_argument("--init-prereg", type=Path, metavar="FILE",
-                        help="write a pre-registration template (filled with the given design) "
-                        "and stop")
-    parser.add_argument("--parity-steps", type=_positive_int, metavar="K",
-                        help="steps compared by the parity gate (default 3; 0 skips it)")
-    parser.add_argument("--steps", type=_positive_int, metavar="N",
-                        help="timed steps per side (default 50)")
-    parser.add_argument("--warmup", type=_positive_int, metavar="W",
-                        help="untimed steps per side after parity (default 5)")
-    parser.add_argument("--resamples", type=_positive_int, metavar="R",
-                        help="bootstrap resamples per CI (default 10000)")
-    parser.add_argument("--seed", type=int, metavar="S",
-                        help="seed of both workloads and of the bootstrap (default 0)")
-    parser.add_argument("--mem-gate-gib", type=_positive_float, metavar="X",
-                        help="kill the run if a side's peak allocated exceeds X GiB (GPU)")
-    parser.add_argument("--time-budget-s", type=_positive_float, metavar="T",
-                        help="kill the run once it has taken T seconds")
+    prereg.add_argument(
+        "--prereg",
+        type=Path,
+        metavar="FILE",
+        help="run the design frozen in this pre-registration; results are "
+        "appended to FILE.record.jsonl",
+    )
+    prereg.add_argument(
+        "--init-prereg",
+        type=Path,
+        metavar="FILE",
+        help="write a pre-registration template (filled with the given design) and stop",
+    )
+    parser.add_argument(
+        "--parity-steps",
+        type=_positive_int,
+        metavar="K",
+        help="steps compared by the parity gate (default 3; 0 skips it)",
+    )
+    parser.add_argument(
+        "--steps", type=_positive_int, metavar="N", help="timed steps per side (default 50)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_positive_int,
+        metavar="W",
+        help="untimed steps per side after parity (default 5)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=_positive_int,
+        metavar="R",
+        help="bootstrap resamples per CI (default 10000)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="seed of both workloads and of the bootstrap (default 0)",
+    )
+    parser.add_argument(
+        "--mem-gate-gib",
+        type=_positive_float,
+        metavar="X",
+        help="kill the run if a side's peak allocated exceeds X GiB (GPU)",
+    )
+    parser.add_argument(
+        "--time-budget-s",
+        type=_positive_float,
+        metavar="T",
+        help="kill the run once it has taken T seconds",
+    )
     exactness = parser.add_mutually_exclusive_group()
-    exactness.add_argument("--exact", dest="exactness", action="store_const", const="exact",
-                           help="the change must not alter the math (tight parity tolerance)")
-    exactness.add_argument("--numerics-changing", dest="exactness", action="store_const",
-                           const="numerics-changing",
-                           help="the change may alter rounding (default, looser tolerance)")
-    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE",
-                        help="write the whole result (every sample) to FILE as JSON")
-    parser.add_argument("--md", dest="md_path", type=Path, metavar="FILE",
-                        help="write the result as Markdown, ready for a pull request")
+    exactness.add_argument(
+        "--exact",
+        dest="exactness",
+        action="store_const",
+        const="exact",
+        help="the change must not alter the math (tight parity tolerance)",
+    )
+    exactness.add_argument(
+        "--numerics-changing",
+        dest="exactness",
+        action="store_const",
+        const="numerics-changing",
+        help="the change may alter rounding (default, looser tolerance)",
+    )
+    parser.add_argument(
+        "--json",
+        dest="json_path",
+        type=Path,
+        metavar="FILE",
+        help="write the whole result (every sample) to FILE as JSON",
+    )
+    parser.add_argument(
+        "--md",
+        dest="md_path",
+        type=Path,
+        metavar="FILE",
+        help="write the result as Markdown, ready for a pull request",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -163,12 +241,15 @@ def run(args: argparse.Namespace) -> int:
                 f"levers ab --init-prereg {args.prereg} BASELINE ..."
             )
         # options are checked against the file before it is frozen: a refused run freezes nothing
-        design_mod.resolve(given, given_kill, parse_prereg(args.prereg.read_text("utf-8"),
-                                                           str(args.prereg)))
+        design_mod.resolve(
+            given, given_kill, parse_prereg(args.prereg.read_text("utf-8"), str(args.prereg))
+        )
         prereg, state = freeze(args.prereg)
     elif "baseline" not in given:
-        raise LeversError("name the BASELINE workload (e.g. levers ab demo --set-b fixed=all), "
-                          "or run a pre-registration with --prereg FILE")
+        raise LeversError(
+            "name the BASELINE workload (e.g. levers ab demo --set-b fixed=all), "
+            "or run a pre-registration with --prereg FILE"
+        )
     design, kill = design_mod.resolve(given, given_kill, prereg)
     baseline, candidate, exactness = design_mod.sides(design)
     config = design_mod.config(design, kill, exactness)
@@ -191,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
     if result.killed is None:
         return 0
     if result.killed.kind == "step_error":
-        raise StepError(f"{result.killed.reason} (what was measured before it is written)",
-                        user_traceback=result.killed.user_traceback)
+        raise StepError(
+            f"{result.killed.reason} (what was measured before it is written)",
+            user_traceback=result.killed.user_traceback,
+        )
     return EXIT_KILLED

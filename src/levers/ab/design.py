@@ -40,8 +40,9 @@ def _effective(design: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resolve(given: dict[str, Any], given_kill: dict[str, Any],
-            prereg: Prereg | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve(
+    given: dict[str, Any], given_kill: dict[str, Any], prereg: Prereg | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(design, kill lines) for the run; refuses options that contradict a pre-registration."""
     if prereg is None:
         return _effective(given), dict(given_kill)
@@ -82,11 +83,16 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
     """The two sides to build, and the exactness to hold the candidate to."""
     levers = find_levers(design["levers"])
     params_a = _with_seed(design["baseline"], design["params"], design["seed"])
-    params_b = _with_seed(design["candidate"], {**design["params"], **design["params_b"]},
-                          design["seed"])
+    params_b = _with_seed(
+        design["candidate"], {**design["params"], **design["params_b"]}, design["seed"]
+    )
     baseline = Side(partial(_load, design["baseline"], params_a, []), design["baseline"], params_a)
-    candidate = Side(partial(_load, design["candidate"], params_b, levers), design["candidate"],
-                     params_b, tuple(design["levers"]))
+    candidate = Side(
+        partial(_load, design["candidate"], params_b, levers),
+        design["candidate"],
+        params_b,
+        tuple(design["levers"]),
+    )
     # declared on the command line or in the pre-registration, else by the levers themselves
     exactness = design["exactness"] or declared_exactness(levers) or "numerics-changing"
     return baseline, candidate, exactness

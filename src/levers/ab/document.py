@@ -23,7 +23,9 @@ def result_document(
         "event": "result",
         "started_at": body.pop("started_at"),
         "options": options,  # the command-line options, as parsed
-        "prereg": None if freeze is None else {
+        "prereg": None
+        if freeze is None
+        else {
             "sha256": freeze.sha256,
             "num_bytes": freeze.num_bytes,
             "num_amendments": freeze.num_amendments,

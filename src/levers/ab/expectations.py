@@ -29,8 +29,9 @@ def evaluate(expectations: Sequence[Expectation], result: AbResult) -> tuple[Out
     return tuple(
         Outcome(
             expectation=exp,
-            met=expectation_met(exp.read, exp.direction, exp.size, result.read(exp.read).ci,
-                                parity_passed),
+            met=expectation_met(
+                exp.read, exp.direction, exp.size, result.read(exp.read).ci, parity_passed
+            ),
             evidence=_evidence(result, exp),
         )
         for exp in expectations

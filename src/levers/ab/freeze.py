@@ -41,7 +41,7 @@ def sha256_text(text: str) -> str:
 
 def _first_changed_line(frozen: str, current: str) -> str:
     old_lines, new_lines = frozen.splitlines(), current.splitlines()
-    for number, (old, new) in enumerate(zip(old_lines, new_lines), start=1):
+    for number, (old, new) in enumerate(zip(old_lines, new_lines, strict=False), start=1):
         if old != new:
             return f"line {number} was {old.strip()!r}, now {new.strip()!r}"
     if len(new_lines) < len(old_lines):
@@ -62,7 +62,7 @@ def check_against_frozen(current: str, frozen: str, where: str) -> str:
     if current == frozen:
         return UNCHANGED
     how_to = (
-        "A frozen pre-registration only grows: put the frozen text back (the last \"freeze\" "
+        'A frozen pre-registration only grows: put the frozen text back (the last "freeze" '
         "line of its record holds it) and append an [[amendments]] table saying what changed "
         "and why."
     )
@@ -71,7 +71,7 @@ def check_against_frozen(current: str, frozen: str, where: str) -> str:
             f"{where} was edited after it was frozen ({_first_changed_line(frozen, current)}). "
             + how_to
         )
-    appended = current[len(frozen):]
+    appended = current[len(frozen) :]
     if _first_statement(appended) != "[[amendments]]":
         raise PreregError(
             f"{where} grew by text that does not start with an [[amendments]] table "
@@ -108,16 +108,20 @@ def freeze(path: str | os.PathLike) -> tuple[Prereg, FreezeState]:
                 "altered by hand and can no longer vouch for the pre-registration"
             )
         status = check_against_frozen(text, last["text"], str(path))
-    state = FreezeState(sha256_text(text), len(text.encode("utf-8")), status,
-                        len(prereg.amendments), str(record))
+    state = FreezeState(
+        sha256_text(text), len(text.encode("utf-8")), status, len(prereg.amendments), str(record)
+    )
     if status != UNCHANGED:
-        append_event(record, {
-            "event": "freeze",
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "prereg": path.name,
-            "sha256": state.sha256,
-            "num_bytes": state.num_bytes,
-            "num_amendments": state.num_amendments,
-            "text": text,
-        })
+        append_event(
+            record,
+            {
+                "event": "freeze",
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "prereg": path.name,
+                "sha256": state.sha256,
+                "num_bytes": state.num_bytes,
+                "num_amendments": state.num_amendments,
+                "text": text,
+            },
+        )
     return prereg, state

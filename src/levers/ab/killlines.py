@@ -77,7 +77,9 @@ def check_loss(loss: float | None, phase: str, side: str, step: int) -> None:
     )
 
 
-def check_memory(lines: KillLines, peak_bytes: int | None, phase: str, side: str, step: int) -> None:
+def check_memory(
+    lines: KillLines, peak_bytes: int | None, phase: str, side: str, step: int
+) -> None:
     if lines.mem_gate_bytes is None or peak_bytes is None or peak_bytes <= lines.mem_gate_bytes:
         return
     raise KillSignal(

@@ -56,7 +56,7 @@ def apply_levers(workload: Workload, levers: Sequence[Any]) -> Workload:
 
 
 def declared_exactness(levers: Sequence[Any]) -> str | None:
-    """"exact" if every lever declares itself exact, "numerics-changing" if any does not."""
+    """ "exact" if every lever declares itself exact, "numerics-changing" if any does not."""
     if not levers:
         return None
     exact = all(getattr(lever, "safety", None) == "exact" for lever in levers)

@@ -23,7 +23,8 @@ def _table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
 def _environment_line(env: dict[str, Any]) -> str:
     gpu = env.get("gpu")
     hardware = (
-        f"{gpu['name']} (driver {gpu['driver']}, CUDA {gpu['cuda']})" if gpu
+        f"{gpu['name']} (driver {gpu['driver']}, CUDA {gpu['cuda']})"
+        if gpu
         else f"{env.get('cpu')} ({env.get('num_threads')} threads)"
     )
     commit = env.get("commit") or env.get("levers_commit")
@@ -31,11 +32,19 @@ def _environment_line(env: dict[str, Any]) -> str:
     return f"{hardware}; torch {env.get('torch')}; commit {at}"
 
 
-def to_markdown(result: AbResult, environment: dict[str, Any], outcomes: Sequence[Outcome] = (),
-                freeze: FreezeState | None = None) -> str:
+def to_markdown(
+    result: AbResult,
+    environment: dict[str, Any],
+    outcomes: Sequence[Outcome] = (),
+    freeze: FreezeState | None = None,
+) -> str:
     lines = [f"### levers ab: **{result.decision}**", ""]
-    lines += [f"- {side_line(result, 'baseline')}", f"- {side_line(result, 'candidate')}",
-              f"- {design_line(result)}", f"- {_environment_line(environment)}"]
+    lines += [
+        f"- {side_line(result, 'baseline')}",
+        f"- {side_line(result, 'candidate')}",
+        f"- {design_line(result)}",
+        f"- {_environment_line(environment)}",
+    ]
     if freeze is not None:
         lines.append(
             f"- pre-registration sha256 `{freeze.sha256[:16]}` ({freeze.num_amendments} "
@@ -47,19 +56,35 @@ def to_markdown(result: AbResult, environment: dict[str, Any], outcomes: Sequenc
         met = {True: "met", False: "missed", None: "not measured"}
         lines += _table(
             ("#", "read", "expected", "confidence", "met", "evidence"),
-            [(str(o.expectation.id), o.expectation.read,
-              f"{o.expectation.direction} by {o.expectation.size:g}", o.expectation.confidence,
-              met[o.met], o.evidence) for o in outcomes],
+            [
+                (
+                    str(o.expectation.id),
+                    o.expectation.read,
+                    f"{o.expectation.direction} by {o.expectation.size:g}",
+                    o.expectation.confidence,
+                    met[o.met],
+                    o.evidence,
+                )
+                for o in outcomes
+            ],
         )
     if result.parity is not None and result.parity.checks:
         lines += ["", "<details><summary>parity evidence</summary>", ""]
         lines += _table(
             ("step", "quantity", "baseline", "candidate", "relative diff", "tolerance", "passed"),
-            [(str(c.step), c.quantity, f"{c.baseline:.6g}" if c.baseline is not None else "n/a",
-              f"{c.candidate:.6g}" if c.candidate is not None else "n/a",
-              f"{c.rel_diff:.3g}" if c.rel_diff is not None else "n/a", f"{c.rtol:g}",
-              {True: "yes", False: "NO", None: "n/a"}[c.passed] + ("" if c.gating else " (info)"))
-             for c in result.parity.checks],
+            [
+                (
+                    str(c.step),
+                    c.quantity,
+                    f"{c.baseline:.6g}" if c.baseline is not None else "n/a",
+                    f"{c.candidate:.6g}" if c.candidate is not None else "n/a",
+                    f"{c.rel_diff:.3g}" if c.rel_diff is not None else "n/a",
+                    f"{c.rtol:g}",
+                    {True: "yes", False: "NO", None: "n/a"}[c.passed]
+                    + ("" if c.gating else " (info)"),
+                )
+                for c in result.parity.checks
+            ],
         )
         lines += ["", "</details>"]
     for note in result.warnings:

@@ -107,16 +107,18 @@ def rel_diff(baseline: float, candidate: float) -> float:
     return 0.0 if scale == 0.0 else abs(candidate - baseline) / scale
 
 
-def _check(step: int, quantity: str, a: float | None, b: float | None, rtol: float,
-           gating: bool) -> ParityCheck:
+def _check(
+    step: int, quantity: str, a: float | None, b: float | None, rtol: float, gating: bool
+) -> ParityCheck:
     if a is None or b is None:
         return ParityCheck(step, quantity, a, b, None, rtol, None, gating)
     diff = rel_diff(a, b)
     return ParityCheck(step, quantity, a, b, diff, rtol, diff <= rtol, gating)
 
 
-def _param_check(baseline: Workload, candidate: Workload, step: int, rtol: float,
-                 gating: bool) -> ParityCheck | None:
+def _param_check(
+    baseline: Workload, candidate: Workload, step: int, rtol: float, gating: bool
+) -> ParityCheck | None:
     """||theta_b - theta_a|| / ||theta_a|| over all parameters, if the models match by name."""
     params_a = dict(baseline.model.named_parameters())
     params_b = dict(candidate.model.named_parameters())
@@ -164,7 +166,8 @@ def run_parity(
         kill = _steps(sides, num_steps, seed, lines, losses, norms)
         autocast = (autocast_a(), autocast_b())
     low_precision = (
-        is_low_precision(baseline) or is_low_precision(candidate)
+        is_low_precision(baseline)
+        or is_low_precision(candidate)
         or any(dtype in LOW_PRECISION for dtype in autocast)
     )
     seen = [str(dtype).removeprefix("torch.") for dtype in autocast if dtype is not None]
@@ -173,9 +176,14 @@ def run_parity(
     return result, kill
 
 
-def _steps(sides, num_steps: int, seed: int, lines: KillLines,
-           losses: dict[str, list[float | None]],
-           norms: dict[str, list[float | None]]) -> Kill | None:
+def _steps(
+    sides,
+    num_steps: int,
+    seed: int,
+    lines: KillLines,
+    losses: dict[str, list[float | None]],
+    norms: dict[str, list[float | None]],
+) -> Kill | None:
     """The parity steps of both sides, alternating; fills ``losses`` and ``norms``."""
     (_, baseline), (_, candidate) = sides
     try:
@@ -194,16 +202,24 @@ def _steps(sides, num_steps: int, seed: int, lines: KillLines,
     return None
 
 
-def _judge(baseline: Workload, candidate: Workload, tolerance: Tolerance,
-           losses: dict[str, list[float | None]], norms: dict[str, list[float | None]],
-           num_steps: int, kill: Kill | None) -> ParityResult:
+def _judge(
+    baseline: Workload,
+    candidate: Workload,
+    tolerance: Tolerance,
+    losses: dict[str, list[float | None]],
+    norms: dict[str, list[float | None]],
+    num_steps: int,
+    kill: Kill | None,
+) -> ParityResult:
     num_done = min(len(losses["baseline"]), len(losses["candidate"]))
     checkpoints = sorted({s for s in (1, num_done) if s >= 1})
     checks: list[ParityCheck] = []
     for step in checkpoints:
         rtol = tolerance.rtol_first if step == 1 else tolerance.rtol_last
         i = step - 1
-        checks.append(_check(step, "loss", losses["baseline"][i], losses["candidate"][i], rtol, True))
+        checks.append(
+            _check(step, "loss", losses["baseline"][i], losses["candidate"][i], rtol, True)
+        )
         checks.append(
             _check(step, "grad_norm", norms["baseline"][i], norms["candidate"][i], rtol, True)
         )

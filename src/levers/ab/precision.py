@@ -29,8 +29,9 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 
 
 @contextmanager
-def autocast_probe(model: torch.nn.Module,
-                   device_type: str) -> Iterator[Callable[[], torch.dtype | None]]:
+def autocast_probe(
+    model: torch.nn.Module, device_type: str
+) -> Iterator[Callable[[], torch.dtype | None]]:
     """Yield ``seen()``: the autocast dtype of the first module forward, None if it was off."""
     seen: list[torch.dtype | None] = []
 

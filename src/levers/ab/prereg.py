@@ -96,17 +96,26 @@ def _expectation(raw: Any, where: str) -> Expectation:
     _require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
     missing = [k for k in ("id", "read", "direction", "size", "confidence", "text") if k not in raw]
     _require(not missing, where, f"an expectation lacks {', '.join(missing)}")
-    exp = Expectation(raw["id"], raw["read"], raw["direction"], raw["size"], raw["confidence"],
-                      raw["text"])
+    exp = Expectation(
+        raw["id"], raw["read"], raw["direction"], raw["size"], raw["confidence"], raw["text"]
+    )
     tag = f"expectation {exp.id!r}"
     _require(isinstance(exp.id, int) and exp.id > 0, where, f"{tag}: id must be a positive integer")
     _require(exp.read in READS, where, f"{tag}: read must be one of {sorted(READS)}")
     _require(exp.direction in DIRECTIONS, where, f"{tag}: direction must be one of {DIRECTIONS}")
-    _require(exp.read != "parity" or exp.direction == "same", where,
-             f"{tag}: the parity read takes direction 'same'")
-    _require(isinstance(exp.size, (int, float)) and exp.size >= 0, where,
-             f"{tag}: size is a relative change >= 0 (0.05 = 5%)")
-    _require(exp.confidence in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}")
+    _require(
+        exp.read != "parity" or exp.direction == "same",
+        where,
+        f"{tag}: the parity read takes direction 'same'",
+    )
+    _require(
+        isinstance(exp.size, (int, float)) and exp.size >= 0,
+        where,
+        f"{tag}: size is a relative change >= 0 (0.05 = 5%)",
+    )
+    _require(
+        exp.confidence in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
+    )
     _require(isinstance(exp.text, str) and exp.text.strip() != "", where, f"{tag}: text is empty")
     return Expectation(exp.id, exp.read, exp.direction, float(exp.size), exp.confidence, exp.text)
 
@@ -114,8 +123,11 @@ def _expectation(raw: Any, where: str) -> Expectation:
 def _check_design(design: dict[str, Any], where: str) -> None:
     unknown = sorted(set(design) - set(DESIGN_DEFAULTS))
     _require(not unknown, where, f"unknown design keys {unknown}; known: {sorted(DESIGN_DEFAULTS)}")
-    _require(design.get("exactness") in (None, "exact", "numerics-changing"), where,
-             "design.exactness must be \"exact\" or \"numerics-changing\"")
+    _require(
+        design.get("exactness") in (None, "exact", "numerics-changing"),
+        where,
+        'design.exactness must be "exact" or "numerics-changing"',
+    )
     for key in ("params", "params_b"):
         _require(isinstance(design.get(key, {}), dict), where, f"design.{key} must be a table")
     _require(isinstance(design.get("levers", []), list), where, "design.levers must be a list")
@@ -124,18 +136,27 @@ def _check_design(design: dict[str, Any], where: str) -> None:
 def _check_kill(kill: dict[str, Any], where: str) -> None:
     unknown = sorted(set(kill) - set(KILL_KEYS))
     _require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
-    _require(kill.get("nonfinite_loss", True) is True, where,
-             "kill.nonfinite_loss cannot be turned off: a NaN/inf loss always stops a run")
+    _require(
+        kill.get("nonfinite_loss", True) is True,
+        where,
+        "kill.nonfinite_loss cannot be turned off: a NaN/inf loss always stops a run",
+    )
 
 
 def _amendment(raw: Any, where: str) -> Amendment:
     _require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
     unknown = sorted(set(raw) - {"text", "date", "design", "kill"})
-    _require(not unknown, where,
-             f"an amendment may hold text, date, design and kill, not {unknown} "
-             "(expectations are banked before data and never amended)")
-    _require(isinstance(raw.get("text"), str) and raw["text"].strip() != "", where,
-             "every amendment needs a text saying what changed and why")
+    _require(
+        not unknown,
+        where,
+        f"an amendment may hold text, date, design and kill, not {unknown} "
+        "(expectations are banked before data and never amended)",
+    )
+    _require(
+        isinstance(raw.get("text"), str) and raw["text"].strip() != "",
+        where,
+        "every amendment needs a text saying what changed and why",
+    )
     design, kill = raw.get("design", {}), raw.get("kill", {})
     _check_design(design, where)
     _check_kill(kill, where)
@@ -147,11 +168,17 @@ def parse_prereg(text: str, where: str = "the pre-registration") -> Prereg:
     raw = parse_toml(text, where)
     unknown = sorted(set(raw) - set(TOP_LEVEL_KEYS))
     _require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
-    _require(isinstance(raw.get("question"), str) and raw["question"].strip() != "", where,
-             "state the question (question = \"...\")")
+    _require(
+        isinstance(raw.get("question"), str) and raw["question"].strip() != "",
+        where,
+        'state the question (question = "...")',
+    )
     reads = raw.get("reads", list(READS))
-    _require(isinstance(reads, list) and all(r in READS for r in reads), where,
-             f"reads must be a list drawn from {sorted(READS)}")
+    _require(
+        isinstance(reads, list) and all(r in READS for r in reads),
+        where,
+        f"reads must be a list drawn from {sorted(READS)}",
+    )
     design_raw, kill_raw = raw.get("design", {}), raw.get("kill", {})
     _check_design(design_raw, where)
     _check_kill(kill_raw, where)
@@ -160,19 +187,27 @@ def parse_prereg(text: str, where: str = "the pre-registration") -> Prereg:
     ids = [e.id for e in expectations]
     _require(len(set(ids)) == len(ids), where, f"expectation ids repeat: {ids}")
     decision = raw.get("decision", {})
-    _require(isinstance(decision, dict) and isinstance(decision.get("rule"), str)
-             and decision["rule"].strip() != "", where,
-             "state the decision rule ([decision] rule = \"...\")")
+    _require(
+        isinstance(decision, dict)
+        and isinstance(decision.get("rule"), str)
+        and decision["rule"].strip() != "",
+        where,
+        'state the decision rule ([decision] rule = "...")',
+    )
     amendments = tuple(_amendment(a, where) for a in raw.get("amendments", []))
     design = {**DESIGN_DEFAULTS, **design_raw}
     kill = dict(kill_raw)
     for amendment in amendments:
         design.update(amendment.design)
         kill.update(amendment.kill)
-    _require(isinstance(design["baseline"], str) and design["baseline"] != "", where,
-             "design.baseline must name the baseline workload (e.g. \"demo\")")
-    return Prereg(raw["question"], tuple(reads), design, kill, expectations, decision["rule"],
-                  amendments)
+    _require(
+        isinstance(design["baseline"], str) and design["baseline"] != "",
+        where,
+        'design.baseline must name the baseline workload (e.g. "demo")',
+    )
+    return Prereg(
+        raw["question"], tuple(reads), design, kill, expectations, decision["rule"], amendments
+    )
 
 
 # ---- the template --------------------------------------------------------------------------
@@ -204,13 +239,31 @@ DEFAULT_QUESTION = (
     "Does the candidate make the training step faster or smaller without changing its math?"
 )
 DEFAULT_EXPECTATIONS = (
-    {"id": 1, "read": "parity", "direction": "same", "size": 0.0, "confidence": "high",
-     "text": "The candidate passes the parity gate: same losses and gradient norms within "
-             "tolerance."},
-    {"id": 2, "read": "step_time", "direction": "lower", "size": 0.0, "confidence": "medium",
-     "text": "The candidate's step is faster: the step-time ratio's CI95 lies entirely below 1."},
-    {"id": 3, "read": "peak_allocated", "direction": "same", "size": 0.02,
-     "confidence": "medium", "text": "Peak allocated memory stays within 2% of the baseline."},
+    {
+        "id": 1,
+        "read": "parity",
+        "direction": "same",
+        "size": 0.0,
+        "confidence": "high",
+        "text": "The candidate passes the parity gate: same losses and gradient norms within "
+        "tolerance.",
+    },
+    {
+        "id": 2,
+        "read": "step_time",
+        "direction": "lower",
+        "size": 0.0,
+        "confidence": "medium",
+        "text": "The candidate's step is faster: the step-time ratio's CI95 lies entirely below 1.",
+    },
+    {
+        "id": 3,
+        "read": "peak_allocated",
+        "direction": "same",
+        "size": 0.02,
+        "confidence": "medium",
+        "text": "Peak allocated memory stays within 2% of the baseline.",
+    },
 )
 DEFAULT_DECISION = """
 parity PARITY and step_time IMPROVED => adopt the candidate.
@@ -222,21 +275,39 @@ parity DAMAGED, or any read DAMAGED => reject; record the evidence.
 def _expectations_toml(expectations: Any) -> str:
     blocks = []
     for e in expectations:
-        blocks.append("\n".join(
-            ["[[expectations]]"]
-            + [f"{key} = {toml_value(e[key])}"
-               for key in ("id", "read", "direction", "size", "confidence", "text")]
-        ))
+        blocks.append(
+            "\n".join(
+                ["[[expectations]]"]
+                + [
+                    f"{key} = {toml_value(e[key])}"
+                    for key in ("id", "read", "direction", "size", "confidence", "text")
+                ]
+            )
+        )
     return "\n\n".join(blocks)
 
 
-def template(design: dict[str, Any], *, question: str | None = None,
-             expectations: Any = None, decision_rule: str | None = None) -> str:
+def template(
+    design: dict[str, Any],
+    *,
+    question: str | None = None,
+    expectations: Any = None,
+    decision_rule: str | None = None,
+) -> str:
     """The text of a fresh pre-registration, with ``design`` (and optionally more) filled in."""
     d = {**DESIGN_DEFAULTS, **{k: v for k, v in design.items() if v is not None}}
     baseline = d["baseline"] or "demo"
     candidate = d["candidate"] or baseline
     rule = (decision_rule or DEFAULT_DECISION).strip("\n")
+    mem_gate_line = _kill_line(
+        "mem_gate_gib",
+        d.get("mem_gate_gib"),
+        "70.0",
+        "stop if a side's peak allocated exceeds this (GPU only)",
+    )
+    time_budget_line = _kill_line(
+        "time_budget_s", d.get("time_budget_s"), "600", "stop once the run has taken this long"
+    )
     if '"""' in rule:
         raise ValueError("a decision rule cannot contain three double quotes in a row")
     return f"""\
@@ -262,7 +333,8 @@ candidate = {toml_value(candidate)}
 levers = {toml_value(list(d["levers"]))}
 params = {toml_value(d["params"])}      # both sides
 params_b = {toml_value(d["params_b"])}    # the candidate only, on top of params
-exactness = {toml_value(d["exactness"] or "numerics-changing")}   # "exact": same math; "numerics-changing": rounding may differ
+# "exact": the same math; "numerics-changing": rounding may differ (looser parity tolerance)
+exactness = {toml_value(d["exactness"] or "numerics-changing")}
 steps = {d["steps"]}                # timed steps per side, alternating baseline/candidate
 warmup = {d["warmup"]}
 parity_steps = {d["parity_steps"]}
@@ -271,8 +343,8 @@ seed = {d["seed"]}                  # workloads, parity reseeding and bootstrap
 
 [kill]
 nonfinite_loss = true  # always on: a NaN/inf loss stops the run
-{_kill_line("mem_gate_gib", d.get("mem_gate_gib"), "70.0", "stop if a side's peak allocated exceeds this (GPU only)")}
-{_kill_line("time_budget_s", d.get("time_budget_s"), "600", "stop once the run has taken this long")}
+{mem_gate_line}
+{time_budget_line}
 
 # Numbered expectations, banked before data. read: step_time | tokens_per_s | peak_allocated |
 # parity. direction: lower | higher | same. size: the relative change the whole CI95 must clear

@@ -38,9 +38,17 @@ class Read:
     note: str = ""
 
 
-def _ratio_read(name: str, better: str, base: Sequence[float] | None,
-                cand: Sequence[float] | None, *, num_resamples: int, seed: int,
-                confidence: float, missing: str) -> Read:
+def _ratio_read(
+    name: str,
+    better: str,
+    base: Sequence[float] | None,
+    cand: Sequence[float] | None,
+    *,
+    num_resamples: int,
+    seed: int,
+    confidence: float,
+    missing: str,
+) -> Read:
     if not base or not cand:
         return Read(name, UNITS[name], better, None, None, None, NOT_MEASURED, missing)
     num_pairs = min(len(base), len(cand))
@@ -48,20 +56,34 @@ def _ratio_read(name: str, better: str, base: Sequence[float] | None,
     ci: RatioCI | None = None
     if num_pairs >= 2:
         ci = paired_ratio_ci(
-            base[:num_pairs], cand[:num_pairs],
-            num_resamples=num_resamples, seed=seed, confidence=confidence,
+            base[:num_pairs],
+            cand[:num_pairs],
+            num_resamples=num_resamples,
+            seed=seed,
+            confidence=confidence,
         )
     else:
         note = f"only {num_pairs} complete pair(s); no confidence interval"
-    return Read(name, UNITS[name], better, summarize(base), summarize(cand), ci,
-                ratio_verdict(ci, better), note)
+    return Read(
+        name,
+        UNITS[name],
+        better,
+        summarize(base),
+        summarize(cand),
+        ci,
+        ratio_verdict(ci, better),
+        note,
+    )
 
 
 def _tolerance_words(parity: ParityResult) -> str:
     tol = parity.tolerance
     precision = (
-        f"{tol.autocast} autocast" if tol.autocast
-        else "low-precision weights" if tol.low_precision else "fp32"
+        f"{tol.autocast} autocast"
+        if tol.autocast
+        else "low-precision weights"
+        if tol.low_precision
+        else "fp32"
     )
     return f"{tol.exactness}, {precision}"
 
@@ -101,8 +123,16 @@ def compute_reads(
     base = samples.get("baseline") if samples else None
     cand = samples.get("candidate") if samples else None
     not_timed = "not timed (the run stopped before the timed steps)"
-    reads = [_ratio_read("step_time", "lower", base and base.dur_ms, cand and cand.dur_ms,
-                         missing=not_timed, **kw)]
+    reads = [
+        _ratio_read(
+            "step_time",
+            "lower",
+            base and base.dur_ms,
+            cand and cand.dur_ms,
+            missing=not_timed,
+            **kw,
+        )
+    ]
     tokens_a, tokens_b = tokens_per_step.get("baseline"), tokens_per_step.get("candidate")
     if tokens_a and tokens_b and base and cand:
         rate_a = [tokens_a / (d / 1e3) for d in base.dur_ms]
@@ -110,25 +140,47 @@ def compute_reads(
         reads.append(_ratio_read("tokens_per_s", "higher", rate_a, rate_b, missing="", **kw))
     else:
         missing = not_timed if not (base and cand) else "the workload sets no tokens_per_step"
-        reads.append(Read("tokens_per_s", UNITS["tokens_per_s"], "higher", None, None, None,
-                          NOT_MEASURED, missing))
+        reads.append(
+            Read(
+                "tokens_per_s",
+                UNITS["tokens_per_s"],
+                "higher",
+                None,
+                None,
+                None,
+                NOT_MEASURED,
+                missing,
+            )
+        )
     if base and cand and base.peak_allocated_bytes is None:
         no_memory = "not measured on a CPU (no caching allocator to read)"
     else:
         no_memory = not_timed
-    reads.append(_ratio_read(
-        "peak_allocated", "lower",
-        base and base.peak_allocated_bytes, cand and cand.peak_allocated_bytes,
-        missing=no_memory, **kw,
-    ))
+    reads.append(
+        _ratio_read(
+            "peak_allocated",
+            "lower",
+            base and base.peak_allocated_bytes,
+            cand and cand.peak_allocated_bytes,
+            missing=no_memory,
+            **kw,
+        )
+    )
     reserved_a = base and base.peak_reserved_bytes
     reserved_b = cand and cand.peak_reserved_bytes
-    reads.append(Read(
-        "peak_reserved", UNITS["peak_reserved"], None,
-        summarize(reserved_a) if reserved_a else None,
-        summarize(reserved_b) if reserved_b else None,
-        None, NOT_MEASURED,
-        "the allocator pool is shared by both sides: shown, not judged" if reserved_a else no_memory,
-    ))
+    reads.append(
+        Read(
+            "peak_reserved",
+            UNITS["peak_reserved"],
+            None,
+            summarize(reserved_a) if reserved_a else None,
+            summarize(reserved_b) if reserved_b else None,
+            None,
+            NOT_MEASURED,
+            "the allocator pool is shared by both sides: shown, not judged"
+            if reserved_a
+            else no_memory,
+        )
+    )
     reads.append(_parity_read(parity))
     return tuple(reads)

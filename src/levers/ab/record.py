@@ -51,7 +51,9 @@ def read_record(path: str | os.PathLike) -> list[dict[str, Any]]:
         try:
             events.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise RecordError(f"{path}:{number} is not JSON ({exc}); the record is damaged") from None
+            raise RecordError(
+                f"{path}:{number} is not JSON ({exc}); the record is damaged"
+            ) from None
     return events
 
 

@@ -20,8 +20,9 @@ def _styled(verdict: str) -> str:
     return f"[{style}]{verdict}[/]" if style else verdict
 
 
-def print_result(result: AbResult, outcomes: Sequence[Outcome] = (),
-                 console: Console | None = None) -> None:
+def print_result(
+    result: AbResult, outcomes: Sequence[Outcome] = (), console: Console | None = None
+) -> None:
     console = console or Console()
     console.print(side_line(result, "baseline"), highlight=False, markup=False)
     console.print(side_line(result, "candidate"), highlight=False, markup=False)
@@ -44,12 +45,17 @@ def print_result(result: AbResult, outcomes: Sequence[Outcome] = (),
         for o in outcomes:
             e = o.expectation
             met = {True: "[green]met[/]", False: "[red]missed[/]", None: "not measured"}[o.met]
-            expectations.add_row(str(e.id), e.read, f"{e.direction} by {e.size:g}",
-                                 e.confidence, met, o.evidence)
+            expectations.add_row(
+                str(e.id), e.read, f"{e.direction} by {e.size:g}", e.confidence, met, o.evidence
+            )
         console.print(expectations)
     for note in result.warnings:
         console.print(f"warning: {note}", style="yellow", highlight=False, markup=False)
     if result.killed is not None:
-        console.print(f"KILLED ({result.killed.kind}): {result.killed.reason}", style="bold red",
-                      highlight=False, markup=False)
+        console.print(
+            f"KILLED ({result.killed.kind}): {result.killed.reason}",
+            style="bold red",
+            highlight=False,
+            markup=False,
+        )
     console.print(f"decision: {_styled(result.decision)}", highlight=False)

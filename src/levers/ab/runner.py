@@ -106,8 +106,14 @@ def _build(side: Side, seed: int) -> Workload:
 
 def _info(side: Side, workload: Workload) -> SideInfo:
     params = dict(workload.params) or dict(side.params)
-    return SideInfo(workload.name, side.spec, params, side.levers, str(workload.device),
-                    workload.tokens_per_step)
+    return SideInfo(
+        workload.name,
+        side.spec,
+        params,
+        side.levers,
+        str(workload.device),
+        workload.tokens_per_step,
+    )
 
 
 def _check_one_device(a: Workload, b: Workload) -> None:
@@ -118,8 +124,9 @@ def _check_one_device(a: Workload, b: Workload) -> None:
         )
 
 
-def _warnings(config: AbConfig, a: Workload, b: Workload,
-              samples: dict[str, SideSamples] | None) -> list[str]:
+def _warnings(
+    config: AbConfig, a: Workload, b: Workload, samples: dict[str, SideSamples] | None
+) -> list[str]:
     notes = []
     if config.mem_gate_gib is not None and torch.device(a.device).type != "cuda":
         notes.append("the memory gate is not enforced on a CPU: memory is not measured there")
@@ -151,8 +158,12 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
     _check_one_device(a, b)
     sides = (("baseline", a), ("candidate", b))
     parity, kill = run_parity(
-        a, b, num_steps=config.num_parity_steps, exactness=config.exactness,
-        seed=config.seed, lines=lines,
+        a,
+        b,
+        num_steps=config.num_parity_steps,
+        exactness=config.exactness,
+        seed=config.seed,
+        lines=lines,
     )
     samples = None
     if kill is None:
@@ -160,8 +171,12 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
     if kill is None:
         samples, kill = run_timed(sides, config.num_steps, lines)
     reads = compute_reads(
-        samples, {"baseline": a.tokens_per_step, "candidate": b.tokens_per_step}, parity,
-        num_resamples=config.num_resamples, seed=config.seed, confidence=config.confidence,
+        samples,
+        {"baseline": a.tokens_per_step, "candidate": b.tokens_per_step},
+        parity,
+        num_resamples=config.num_resamples,
+        seed=config.seed,
+        confidence=config.confidence,
     )
     return AbResult(
         config=config,

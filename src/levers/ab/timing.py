@@ -67,7 +67,9 @@ def _first_nonfinite(losses: dict[str, list[float | None]], phase: str) -> Kill 
 
 def _floats(values: Sequence[torch.Tensor | float | None]) -> list[float | None]:
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    resolved = iter(torch.stack([t.float() for t in tensors]).cpu().tolist()) if tensors else iter(())
+    resolved = (
+        iter(torch.stack([t.float() for t in tensors]).cpu().tolist()) if tensors else iter(())
+    )
     return [next(resolved) if isinstance(v, torch.Tensor) else v for v in values]
 
 
@@ -92,8 +94,9 @@ def warm_up(sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLi
     return kill or _first_nonfinite(resolved, "warmup")
 
 
-def _timed_step(workload: Workload, side: str, step: int, rec: _Collect, resident: int | None,
-                lines: KillLines) -> None:
+def _timed_step(
+    workload: Workload, side: str, step: int, rec: _Collect, resident: int | None, lines: KillLines
+) -> None:
     device = torch.device(workload.device)
     if device.type != "cuda":
         start_s = time.perf_counter()
