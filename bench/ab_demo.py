@@ -7,8 +7,8 @@ Each comparison runs through the real command line against a pre-registration wr
 OUT the first time (`fixed_all.toml`, `aa.toml`); every run appends its full result (every
 sample, CIs, environment, commit) to the record beside it (`*.toml.record.jsonl`), so running
 the benchmark again adds lines and overwrites nothing. `fixed_all.md` is the pull-request view
-of the last fixed=all run and `summary.md` tabulates every run in both records, with the A/A
-CI widths as the noise floor.
+of the last fixed=all run (`fixed_all.json` its whole result) and `summary.md` tabulates every
+run in both records, with the A/A CI widths as the noise floor.
 """
 
 from __future__ import annotations
@@ -218,7 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     runs = (
         []
         if args.skip_fixed
-        else [["ab", "--prereg", str(fixed_all), "--md", str(args.out / "fixed_all.md")]]
+        else [
+            [
+                "ab",
+                "--prereg",
+                str(fixed_all),
+                "--md",
+                str(args.out / "fixed_all.md"),
+                "--json",
+                str(args.out / "fixed_all.json"),
+            ]
+        ]
     )
     runs += [["ab", "--prereg", str(aa)]] * args.aa_repeats
     codes: list[int] = []
