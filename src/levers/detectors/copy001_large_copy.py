@@ -41,7 +41,7 @@ earlier op), the in-place write raises at backward, which a one-step parity test
 ## Known problems
 The capture does not record tensor identities, so "the clone's next use is a scatter" means the
 next in-place op that takes a tensor of the clone's shape and dtype within 32 ops of the same
-source function. Copies in the backward pass are PyTorch's and are not reported.
+source function (the scatter may write through a view of the clone). Copies in the backward pass are PyTorch's and are not reported.
 
 ## References
 - https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd
@@ -81,18 +81,24 @@ def is_reshape_copy(ops: tuple[OpRecord, ...], op: OpRecord) -> bool:
 
 
 def clone_scatter_target(ops: tuple[OpRecord, ...], clone: OpRecord) -> OpRecord | None:
-    """The in-place scatter into the clone's output, if that is its next use."""
+    """The in-place scatter into the clone's output (or a view of it), if that is its next use.
+
+    Ops computing the scattered values may run in between; an op that reads a tensor of the
+    clone's exact shape and dtype first means the clone has another use.
+    """
     out = clone.outputs[0]
     for op in ops[clone.index + 1 : clone.index + 1 + SCATTER_WINDOW]:
         if op.phase != clone.phase or op.source is None or clone.source is None:
             return None
         if op.source.file != clone.source.file or op.source.function != clone.source.function:
             return None
-        if not op.inputs or op.inputs[0].shape != out.shape or op.inputs[0].dtype != out.dtype:
+        if not op.inputs or op.is_view:
             continue
-        if op.is_inplace:
-            return op if base_name(op.name) in SCATTERS else None
-        if not op.is_view:
+        first = op.inputs[0]
+        if op.is_inplace and base_name(op.name) in SCATTERS:
+            fits = first.dtype == out.dtype and first.shape[-1:] == out.shape[-1:] and first.numel <= out.numel
+            return op if fits else None
+        if first.shape == out.shape and first.dtype == out.dtype:
             return None  # read by something else first
     return None
 

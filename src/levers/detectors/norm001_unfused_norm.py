@@ -102,14 +102,17 @@ def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backw
     count = len(group)
     per_call_fwd = [ops[i] for i in first.ops]
     all_now = with_backward([i for c in group for i in c.ops], backward)
-    per_call_all = [ops[i] for i in with_backward(first.ops, backward)]
-    fwd_kernels, all_kernels = num_kernels(per_call_fwd), num_kernels(per_call_all)
+    every_op = [ops[i] for i in all_now]
+    # per call: averaged over the calls (the first block's backward may stop at a leaf input)
+    fwd_kernels = num_kernels(per_call_fwd)
+    all_kernels = round(num_kernels(every_op) / count)
+    bytes_per_call = sum_bytes(every_op) // count
     shapes = Counter(meta_text(c.input) for c in group)
     start, end = line_span(per_call_fwd, reduction.source.file) if reduction.source else (0, 0)
     dtype = config.compute_dtype(first.input.dtype)
     message = (
         f"{first.kind} written as {fwd_kernels} forward kernels ({all_kernels} with backward) "
-        f"moving {fmt_bytes(sum_bytes(per_call_all))} per call, {count}x per step on "
+        f"moving {fmt_bytes(bytes_per_call)} per call, {count}x per step on "
         + ", ".join(f"{shape} x{n}" for shape, n in shapes.items())
         + "."
     )
@@ -151,7 +154,7 @@ def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backw
             "kind": first.kind,
             "kernels_per_call_forward": fwd_kernels,
             "kernels_per_call": all_kernels,
-            "bytes_per_call": sum_bytes(per_call_all),
+            "bytes_per_call": bytes_per_call,
             "calls_per_step": count,
         },
     )
