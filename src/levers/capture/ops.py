@@ -16,7 +16,6 @@ import warnings
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from levers.capture.records import TensorMeta
@@ -34,8 +33,21 @@ _ALLOCATING = {
 
 
 def tensors_in(tree: Any) -> list[torch.Tensor]:
-    leaves, _ = tree_flatten(tree)
-    return [x for x in leaves if isinstance(x, torch.Tensor)]
+    """Tensors in an op's arguments or result, in order (aten values nest tuples, lists, dicts).
+
+    A hand-written walk rather than pytree's: it runs for every op of the step.
+    """
+    found: list[torch.Tensor] = []
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, (tuple, list)):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+    return found
 
 
 def meta_of(t: torch.Tensor) -> TensorMeta:
