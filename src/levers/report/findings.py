@@ -132,6 +132,11 @@ def build_report(capture: Capture, result: AuditResult) -> FindingsReport:
 # --- words shared by the renderers ----------------------------------------------------------
 
 
+def format_percent(fraction: float) -> str:
+    """Three significant figures: ``41.2%``, ``0.0312%``."""
+    return f"{fraction * 100:.3g}%"
+
+
 def format_ms(ms: float | None) -> str:
     if ms is None:
         return "?"
@@ -166,12 +171,16 @@ def saves_text(finding: Finding) -> str:
     if cost is None or cost.provenance == "none":
         return "-"
     bits = []
+    delta = None
     if cost.now_ms is not None and cost.fixed_ms is not None:
         delta = cost.now_ms - cost.fixed_ms
-        bits.append(f"{format_ms(delta)}/step" if delta >= 0 else f"+{format_ms(-delta)}/step")
+    if delta is not None and delta >= 0:
+        bits.append(f"{format_ms(delta)}/step")
     if cost.saved_bytes:
         bits.append(format_bytes(cost.saved_bytes))
-    return ", ".join(bits) if bits else "-"
+    if delta is not None and delta < 0:
+        bits.append(f"for +{format_ms(-delta)}/step")
+    return " ".join(bits) if delta is not None and delta < 0 else (", ".join(bits) if bits else "-")
 
 
 def lever_text(finding: Finding) -> str:
@@ -210,7 +219,7 @@ def _head_text(head: StepHead) -> Text:
         text.append("tokens        ", style="bold")
         text.append(tok + "\n")
     text.append("MFU           ", style="bold")
-    mfu_text = "n/a" if head.mfu is None else f"{head.mfu * 100:.2f}% ({head.mfu_provenance})"
+    mfu_text = "n/a" if head.mfu is None else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
     text.append(f"{mfu_text} of {format_flops(head.model_flops)}/step\n")
     text.append("              ")
     text.append(head.mfu_formula + "\n", style="dim")

@@ -6,6 +6,7 @@ from levers.report.findings import (
     FindingsReport,
     PathStyle,
     cost_line,
+    format_percent,
     lever_text,
     receipt_where,
     relative_path,
@@ -32,7 +33,7 @@ def findings_markdown(report: FindingsReport, *, path_style: PathStyle = relativ
         if head.estimated_tokens_per_s:
             tok += f"; {format_count(head.estimated_tokens_per_s, 'tokens/s')} estimated"
         lines.append(f"- **tokens**: {tok}")
-    mfu = "n/a" if head.mfu is None else f"{head.mfu * 100:.2f}% ({head.mfu_provenance})"
+    mfu = "n/a" if head.mfu is None else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
     lines.append(f"- **MFU**: {mfu} of {format_flops(head.model_flops)}/step. {head.mfu_formula}")
     lines.append(f"- **peak memory**: {format_bytes(head.peak_bytes)} ({head.peak_provenance})")
     for note in head.assumptions:

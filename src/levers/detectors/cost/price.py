@@ -66,16 +66,22 @@ def _has_work(work: Work) -> bool:
 def estimated_cost(finding: Finding, capture: Capture, config: RuleConfig) -> Cost:
     work = finding.work
     if not _has_work(work):
-        return Cost(provenance="none", now_ms=None, fixed_ms=None, basis="no per-step time or memory cost")
+        return Cost(provenance="none", now_ms=None, fixed_ms=None, basis="")
     now_us = estimate_now_us(work, capture, config)
     fixed_us = estimate_fixed_us(work, now_us, capture, config)
     calls = max(work.calls_per_step, 1)
+    basis = estimate_basis(config)
+    if work.bench and work.bench.get("kind") == "sync_stall":
+        basis = (
+            f"GPU idle after each sync, about {now_us / calls:g} us (one launch latency while the "
+            "host refills the queue); the real cost depends on how far ahead the host was"
+        )
     return Cost(
         provenance="estimated",
         now_ms=now_us / 1e3,
         fixed_ms=fixed_us / 1e3,
         saved_bytes=work.saved_bytes,
-        basis=estimate_basis(config),
+        basis=basis,
         per_call_now_ms=now_us / 1e3 / calls,
         per_call_fixed_ms=fixed_us / 1e3 / calls,
         calls_per_step=calls,
