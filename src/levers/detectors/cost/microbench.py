@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# where benchmarks run; tests on a CPU switch it to "cpu" to exercise everything but the timing
+DEVICE = "cuda"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ def unavailable(reason: str) -> Timing:
 
 def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters: int = 5) -> Timing:
     """Median and spread of one run of ``fn`` on the current CUDA stream, in microseconds."""
+    if DEVICE != "cuda":
+        return _time_host(fn, warmup=warmup, samples=samples, iters=iters)
     if not torch.cuda.is_available():
         return unavailable("no CUDA device")
     try:
@@ -65,13 +69,30 @@ def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters
     return Timing(statistics.median(per_run), min(per_run), max(per_run), samples)
 
 
+def _time_host(fn: Callable[[], Any], *, warmup: int, samples: int, iters: int) -> Timing:
+    import time
+
+    try:
+        for _ in range(warmup):
+            fn()
+        per_run = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            per_run.append((time.perf_counter() - t0) * 1e6 / iters)
+    except RuntimeError as exc:
+        return unavailable(_short(exc))
+    return Timing(statistics.median(per_run), min(per_run), max(per_run), samples)
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text[:200]
 
 
 def _tensor(shape, dtype: str, *, grad: bool) -> torch.Tensor:
-    t = torch.randn(*shape, device="cuda", dtype=_DTYPES.get(dtype, torch.float32))
+    t = torch.randn(*shape, device=DEVICE, dtype=_DTYPES.get(dtype, torch.float32))
     return t.requires_grad_(grad)
 
 
@@ -109,7 +130,10 @@ def bench_sdpa(spec: dict[str, Any], backend: str | None, **timing: int) -> Timi
         mask = None
         if spec.get("attn_mask") is not None:
             m = spec["attn_mask"]
-            mask = torch.zeros(*m["shape"], device="cuda", dtype=_DTYPES.get(m["dtype"], q.dtype)) if m["dtype"] != "bool" else torch.ones(*m["shape"], device="cuda", dtype=torch.bool)
+            if m["dtype"] == "bool":
+                mask = torch.ones(*m["shape"], device=DEVICE, dtype=torch.bool)
+            else:
+                mask = torch.zeros(*m["shape"], device=DEVICE, dtype=_DTYPES.get(m["dtype"], q.dtype))
         kwargs = dict(attn_mask=mask, dropout_p=spec.get("dropout_p", 0.0), is_causal=spec.get("is_causal", False))
         if spec.get("scale") is not None:
             kwargs["scale"] = spec["scale"]
@@ -123,13 +147,15 @@ def bench_sdpa(spec: dict[str, Any], backend: str | None, **timing: int) -> Timi
             with sdpa_kernel([chosen]):
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
-        call()  # fails here, not in the timing loop, when the backend cannot take the call
+        run = forward_backward(call, grad)
+        run()  # fails here, not in the timing loop, when the backend cannot take the call
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return unavailable("out of memory at these shapes")
     except (RuntimeError, LookupError, ImportError, TypeError) as exc:
         return unavailable(f"{backend or 'SDPA'}: {_short(exc)}")
-    return time_cuda(forward_backward(call, grad), **timing)
+    t = time_cuda(run, **timing)
+    return t if t.ok else unavailable(f"{backend or 'SDPA'}: {t.unavailable}")
 
 
 def bench_rms_norm(shape, dtype: str, *, grad: bool = True, **timing: int) -> Timing:
@@ -138,27 +164,27 @@ def bench_rms_norm(shape, dtype: str, *, grad: bool = True, **timing: int) -> Ti
         return unavailable(f"F.rms_norm does not exist in torch {torch.__version__}")
     try:
         x = _tensor(shape, dtype, grad=grad)
-        w = torch.ones(shape[-1], device="cuda", dtype=x.dtype, requires_grad=grad)
-        call = lambda: F.rms_norm(x, (shape[-1],), w, 1e-6)  # noqa: E731
-        call()
+        w = torch.ones(shape[-1], device=DEVICE, dtype=x.dtype, requires_grad=grad)
+        run = forward_backward(lambda: F.rms_norm(x, (shape[-1],), w, 1e-6), grad)
+        run()
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return unavailable("out of memory at these shapes")
     except RuntimeError as exc:
         return unavailable(_short(exc))
-    return time_cuda(forward_backward(call, grad), **timing)
+    return time_cuda(run, **timing)
 
 
 def bench_layer_norm(shape, dtype: str, *, grad: bool = True, **timing: int) -> Timing:
     try:
         x = _tensor(shape, dtype, grad=grad)
-        w = torch.ones(shape[-1], device="cuda", dtype=x.dtype, requires_grad=grad)
-        b = torch.zeros(shape[-1], device="cuda", dtype=x.dtype, requires_grad=grad)
-        call = lambda: F.layer_norm(x, (shape[-1],), w, b, 1e-6)  # noqa: E731
-        call()
+        w = torch.ones(shape[-1], device=DEVICE, dtype=x.dtype, requires_grad=grad)
+        b = torch.zeros(shape[-1], device=DEVICE, dtype=x.dtype, requires_grad=grad)
+        run = forward_backward(lambda: F.layer_norm(x, (shape[-1],), w, b, 1e-6), grad)
+        run()
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return unavailable("out of memory at these shapes")
     except RuntimeError as exc:
         return unavailable(_short(exc))
-    return time_cuda(forward_backward(call, grad), **timing)
+    return time_cuda(run, **timing)
