@@ -71,3 +71,12 @@ def test_select_and_ignore_by_code_and_prefix():
     assert "SYNC001" not in [r.code for r in select_rules(None, ["sync"])]
     with pytest.raises(ValueError, match="matches no rule code"):
         select_rules(["NOPE"], None)
+
+
+def test_docs_rules_md_documents_every_rule():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "rules.md").read_text()
+    for code, r in all_rules().items():
+        assert f"\n## {code} {r.name}\n" in text, f"docs/rules.md lacks {code}"
+        assert f"| [{code}](#{code.lower()}-{r.name}) | {r.name} | {r.status} |" in text
