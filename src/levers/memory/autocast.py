@@ -190,6 +190,12 @@ def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
 
 
 def _policies() -> dict[str, str]:
+    """The policy of every op that this torch's CUDA autocast handles.
+
+    The lists change between torch versions (``rms_norm`` joined the float32 list after 2.11),
+    so an op counts only if this torch registers a CUDA autocast kernel for it: the prediction
+    follows the torch it runs with.
+    """
     table: dict[str, str] = {}
     for names, policy in (
         (LOWER_PRECISION, "lower"),
@@ -200,7 +206,8 @@ def _policies() -> dict[str, str]:
         (BANNED, "banned"),
     ):
         for name in names:
-            table[name] = policy
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "AutocastCUDA"):
+                table[name] = policy
     return table
 
 

@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from levers.memory import sdpa
 from levers.memory.autocast import cuda_autocast_policy
+from levers.memory.composites import cuda_composites
 from levers.memory.gpus import GpuSpec
 from levers.memory.kernels import KernelModel
 from levers.memory.shadow import ShadowValues
@@ -90,6 +91,7 @@ def trace_workload(
     removers: list[Callable[[], None]] = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(cuda_autocast_policy())
+        stack.enter_context(cuda_composites(book))
         stack.enter_context(cuda_generators())
         stack.enter_context(swappable_fake_parameters(fake_mode))
         stack.enter_context(fake_mode)

@@ -38,7 +38,8 @@ class KernelModel:
     """Workspace sizes of a target: the cuBLAS workspace depends on the chip."""
 
     cublas_workspace_bytes: int
-    num_cublas_threads: int = 2  # main thread + the autograd device thread
+    # cuBLASLt (addmm with a bias epilogue) keeps its own 1 MiB workspace per thread
+    cublaslt_workspace_bytes: int = 1 << 20
 
     @staticmethod
     def for_sm(sm: tuple[int, int]) -> KernelModel:
@@ -59,17 +60,20 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def workspaces(model: KernelModel, func, args: tuple, out: Any, thread: str, seen_threads: set) -> list[Workspace]:
+def workspaces(model: KernelModel, func, args: tuple, out: Any, thread: str, seen: set) -> list[Workspace]:
     """The buffers ``func`` takes besides its outputs, in allocation order.
 
-    ``thread`` is "main" or "autograd"; ``seen_threads`` holds the threads that already own a
-    cuBLAS workspace (updated here).
+    ``thread`` is "main" or "autograd"; ``seen`` holds the (library, thread) pairs that already
+    own a workspace (updated here).
     """
     name = func._schema.name
     found: list[Workspace] = []
-    if name in _MATMULS and thread not in seen_threads and len(seen_threads) < model.num_cublas_threads:
-        seen_threads.add(thread)
+    if name in _MATMULS and ("cublas", thread) not in seen:
+        seen.add(("cublas", thread))
         found.append(Workspace(model.cublas_workspace_bytes, True, "cuBLAS workspace"))
+    if name == "aten::addmm" and ("cublaslt", thread) not in seen and _lt_eligible(args):
+        seen.add(("cublaslt", thread))
+        found.append(Workspace(model.cublaslt_workspace_bytes, True, "cuBLASLt workspace"))
     if name == "aten::_scaled_dot_product_flash_attention_backward":
         found.extend(_flash_backward(args))
     elif name == "aten::_scaled_dot_product_efficient_attention_backward":
@@ -79,6 +83,12 @@ def workspaces(model: KernelModel, func, args: tuple, out: Any, thread: str, see
         found.append(Workspace(num_indices * 8, False, "embedding backward sort"))
         found.append(Workspace(num_indices * 8, False, "embedding backward sort"))
     return found
+
+
+def _lt_eligible(args: tuple) -> bool:
+    # addmm goes through cublasLt's bias epilogue when the bias is a vector over the columns
+    bias = args[0] if args else None
+    return isinstance(bias, torch.Tensor) and bias.dim() == 1
 
 
 def _flash_backward(args: tuple) -> list[Workspace]:

@@ -101,7 +101,9 @@ class StorageTracker(TorchDispatchMode):
         self.sdpa_calls: list = []
         self.assumptions: list[str] = []
         self._handles: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self._cublas_threads: set[str] = set()
+        self._refs: dict[int, int] = {}  # handle -> live storages that hold it
+        self._node_of: dict[int, int] = {}  # handle -> id of the autograd node that made it
+        self._workspace_owners: set = set()
         self._state_handles: set[int] = set()
 
     # --- dispatch -------------------------------------------------------------------------
@@ -119,6 +121,8 @@ class StorageTracker(TorchDispatchMode):
             self.context.backward_seen = True
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if phase == "backward" and self._accumulates_in_place(func, args, out):
+            self._alias(out.untyped_storage(), args[0].untyped_storage())
         self._book_outputs(func, inputs, outputs, phase)
         if phase == "forward" and torch.is_grad_enabled():
             self._annotate_nodes(outputs)
@@ -160,8 +164,44 @@ class StorageTracker(TorchDispatchMode):
                 dtype=str(tensor.dtype).removeprefix("torch."),
                 state_derived=state_derived,
             )
-            self._handles[storage] = handle
-            weakref.finalize(storage, self._free, handle)
+            if phase == "backward":
+                self._node_of[handle] = id(torch._C._current_autograd_node())
+            self._attach(storage, handle)
+
+    def _attach(self, storage: torch.UntypedStorage, handle: int) -> None:
+        self._handles[storage] = handle
+        self._refs[handle] = self._refs.get(handle, 0) + 1
+        weakref.finalize(storage, self._release, handle)
+
+    def _release(self, handle: int) -> None:
+        self._refs[handle] -= 1
+        if self._refs[handle] == 0:
+            del self._refs[handle]
+            self._free(handle)
+
+    def _accumulates_in_place(self, func, args: tuple, out: Any) -> bool:
+        """Whether this is autograd summing two gradients for one input, which a GPU run does
+        in place (``old_var.add_(var)`` in ``InputBuffer::accumulate``) but a fake one cannot:
+        the engine never accumulates in place into a tensor subclass."""
+        if func is not torch.ops.aten.add.Tensor or torch.is_grad_enabled() or len(args) != 2:
+            return False
+        old, new = args
+        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and isinstance(out, torch.Tensor)):
+            return False
+        if old.shape != new.shape or old.shape != out.shape or old.dtype != out.dtype:
+            return False
+        handle = self._handles.get(old.untyped_storage(), 0)
+        if not handle or old.untyped_storage().nbytes() != old.numel() * old.element_size():
+            return False
+        if not old.is_contiguous():
+            return False
+        # a gradient that another node produced: a formula's own sums are not accumulations
+        return self._node_of.get(handle) != id(torch._C._current_autograd_node())
+
+    def _alias(self, storage: torch.UntypedStorage, existing: torch.UntypedStorage) -> None:
+        handle = self._handles[existing]
+        self.book.book(storage, GPU)
+        self._attach(storage, handle)
 
     def _is_state(self, tensor: torch.Tensor) -> bool:
         try:
@@ -206,7 +246,7 @@ class StorageTracker(TorchDispatchMode):
 
     def _add_workspaces(self, func, args: tuple, out: Any, phase: str) -> None:
         thread = "autograd" if phase == "backward" else "main"
-        found = kernels.workspaces(self.kernel_model, func, args, out, thread, self._cublas_threads)
+        found = kernels.workspaces(self.kernel_model, func, args, out, thread, self._workspace_owners)
         transient = []
         for workspace in found:
             handle = self._record(

@@ -1,0 +1,103 @@
+"""Ops whose composite implementation takes a different path on CUDA than on the CPU.
+
+Some ``CompositeImplicitAutograd`` ops branch on the device, and the branch decides what is
+saved for backward:
+
+- ``rms_norm``: on CUDA it calls the fused kernel ``_fused_rms_norm``, which keeps the input
+  and a float32 ``rstd`` per row; on the CPU it runs ~6 elementwise ops whose float32
+  intermediates autograd keeps (several input-sized tensors per norm).
+- ``dropout``: on CUDA ``native_dropout`` keeps a one-byte mask; on the CPU the mask is a
+  tensor of the input's dtype.
+- ``softmax``/``log_softmax`` of a float16 input with ``dtype=float32``: on CUDA the kernel
+  reads fp16 and writes fp32 (``half_to_float``); on the CPU the input is first copied to fp32.
+
+While a prediction runs, the ``AutogradCPU`` key of these ops gets a Python kernel that takes
+the CUDA path for tensors booked on the GPU (see :mod:`levers.memory.standin`) and the usual
+composite otherwise. Undone on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from levers.memory.standin import GPU, DeviceBook
+
+_KEY = "AutogradCPU"
+aten = torch.ops.aten
+
+
+class _FusedRmsNorm(torch.autograd.Function):
+    """``_fused_rms_norm`` as CUDA runs it: allocates the output and ``rstd``, nothing else,
+    and saves the input, ``rstd`` and the weight for ``_fused_rms_norm_backward``."""
+
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, eps):  # type: ignore[override]
+        stat_shape = tuple(x.shape[: x.dim() - len(normalized_shape)]) + (1,) * len(normalized_shape)
+        stat_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16, torch.float32) else x.dtype
+        out = torch.empty_like(x)
+        rstd = x.new_empty(stat_shape, dtype=stat_dtype)
+        ctx.normalized_shape = list(normalized_shape)
+        ctx.has_weight = weight is not None
+        ctx.save_for_backward(x, rstd, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        x, rstd, weight = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], ctx.has_weight and ctx.needs_input_grad[2]]
+        grad_input, grad_weight = aten._fused_rms_norm_backward(
+            grad_out, x, ctx.normalized_shape, rstd, weight, mask
+        )
+        return grad_input, None, grad_weight if ctx.has_weight else None, None
+
+
+def _on_gpu(book: DeviceBook, tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and book.device_of(tensor) == GPU
+
+
+def _rms_norm(book: DeviceBook):
+    def kernel(x, normalized_shape, weight=None, eps=None):
+        if not _on_gpu(book, x):
+            return aten.rms_norm.default.decompose(x, normalized_shape, weight, eps)
+        return _FusedRmsNorm.apply(x, tuple(normalized_shape), weight, eps)
+
+    return kernel
+
+
+def _dropout(book: DeviceBook):
+    def kernel(x, p, train):
+        if _on_gpu(book, x) and train and 0.0 < p < 1.0 and x.numel() > 0:
+            return aten.native_dropout(x, p, train)[0]
+        return aten.dropout.default.decompose(x, p, train)
+
+    return kernel
+
+
+def _softmax(book: DeviceBook, fused, composite):
+    def kernel(x, dim, dtype=None):
+        if _on_gpu(book, x) and x.dtype == torch.float16 and dtype == torch.float32:
+            return fused(x, dim, True)
+        return composite.decompose(x, dim, dtype)
+
+    return kernel
+
+
+@contextlib.contextmanager
+def cuda_composites(book: DeviceBook) -> Iterator[None]:
+    """Route the ops above through their CUDA paths for GPU-booked tensors; undone on exit."""
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        library.impl("rms_norm", _rms_norm(book), _KEY)
+        library.impl("dropout", _dropout(book), _KEY)
+        library.impl("softmax.int", _softmax(book, aten._softmax, aten.softmax.int), _KEY)
+        library.impl("log_softmax.int", _softmax(book, aten._log_softmax, aten.log_softmax.int), _KEY)
+    try:
+        yield
+    finally:
+        library._destroy()
