@@ -99,7 +99,7 @@ def _windowed_peak(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     where = [reset_for(c, capture, config) for c in reads]
     if any(w is None for w in where):
         return None
-    return AlreadyRight("MEM002", "windowed peak metric", f"the peak is reset ({where[0]})")
+    return AlreadyRight("MEM002", "windowed peak metric", f"the peak is reset: {where[0]}")
 
 
 def _fused_optimizer(capture: Capture, config: RuleConfig) -> AlreadyRight | None:

@@ -43,6 +43,7 @@ call, a data-dependent test) counts as taken.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from levers.capture.records import CallRecord, Capture
@@ -68,7 +69,7 @@ def reset_for(call: CallRecord, capture: Capture, config: RuleConfig) -> str | N
     if config.on_gpu or call.source is None:
         return None
     line = reset_in_source(call.source.file, call.source.line, config.scopes)
-    return None if line is None else f"{call.source.file}:{line}"
+    return None if line is None else f"reset_peak_memory_stats at {os.path.basename(call.source.file)}:{line}"
 
 
 @rule(CODE, NAME)

@@ -147,7 +147,8 @@ def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backw
                 "kind": "norm",
                 "norm": first.kind,
                 "calls": [{"shape": list(c.input.shape), "count": n} for c, n in _first_by_shape(group)],
-                "dtype": first.input.dtype,
+                # the dtype the norm is applied to (the chain may upcast before its reduction)
+                "dtype": next((t.dtype for t in ops[first.ops[0]].inputs), first.input.dtype),
             },
         ),
         details={

@@ -220,7 +220,7 @@ def _head_text(head: StepHead) -> Text:
         text.append(tok + "\n")
     text.append("MFU           ", style="bold")
     mfu_text = "n/a" if head.mfu is None else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
-    text.append(f"{mfu_text} of {format_flops(head.model_flops)}/step\n")
+    text.append(f"{mfu_text}; {format_flops(head.model_flops)} per step\n")
     text.append("              ")
     text.append(head.mfu_formula + "\n", style="dim")
     text.append("peak memory   ", style="bold")

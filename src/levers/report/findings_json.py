@@ -1,7 +1,5 @@
-"""The findings report as JSON: the ``"audit"`` object that ``levers audit --json`` adds.
-
-The capture file keeps its schema (``levers.capture/N``); the audit rides along under the
-top-level key ``"audit"`` with its own schema name, ``levers.audit/1``:
+"""The findings report as JSON (schema ``levers.audit/1``), as ``levers audit --findings-json``
+writes it, or under the key ``"audit"`` of a capture file (:func:`write_capture_with_audit`):
 
     {"schema": "levers.audit/1", "config": {...}, "step": {...},
      "findings": [{"rank": 1, "payoff": 0.12, "code": ..., "cost": {...}, ...}, ...],
@@ -70,3 +68,11 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def write_findings(report: FindingsReport, path: str | os.PathLike[str], *, config: Any = None) -> None:
+    """The audit alone (``levers audit --findings-json FILE``), atomically."""
+    check_writable(path)
+    with atomic_open(path) as f:
+        json.dump(audit_to_dict(report, config=config), f, indent=1, allow_nan=False)
+        f.write("\n")

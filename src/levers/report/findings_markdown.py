@@ -34,7 +34,7 @@ def findings_markdown(report: FindingsReport, *, path_style: PathStyle = relativ
             tok += f"; {format_count(head.estimated_tokens_per_s, 'tokens/s')} estimated"
         lines.append(f"- **tokens**: {tok}")
     mfu = "n/a" if head.mfu is None else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
-    lines.append(f"- **MFU**: {mfu} of {format_flops(head.model_flops)}/step. {head.mfu_formula}")
+    lines.append(f"- **MFU**: {mfu}; {format_flops(head.model_flops)} per step. {head.mfu_formula}")
     lines.append(f"- **peak memory**: {format_bytes(head.peak_bytes)} ({head.peak_provenance})")
     for note in head.assumptions:
         lines.append(f"- _note_: {note}")
