@@ -96,7 +96,7 @@ def trace_workload(
         stack.enter_context(swappable_fake_parameters(fake_mode))
         stack.enter_context(fake_mode)
         stack.enter_context(tracker)
-        standin = StandInMode(book, interceptors)
+        standin = StandInMode(book, interceptors, observer=tracker.annotate_result)
         stack.enter_context(standin)
         workload = build()
         names = {id(module): name for name, module in workload.model.named_modules()}
@@ -107,7 +107,9 @@ def trace_workload(
         _prefer_foreach(workload.optimizer)
         try:
             removers.append(install_module_hooks(context, names, backward_mode=standin))
-            removers.append(install_optimizer_hooks(context, tracker, workload.optimizer))
+            removers.append(
+                install_optimizer_hooks(context, tracker, workload.optimizer, workload.model)
+            )
             removers.append(install_gradient_hooks(tracker, workload.model))
             for step in range(num_steps):
                 context.start_step(step)

@@ -105,10 +105,16 @@ class StandInMode(TorchFunctionMode):
     the call through.
     """
 
-    def __init__(self, book: DeviceBook, interceptors: dict[Callable, Callable] | None = None):
+    def __init__(
+        self,
+        book: DeviceBook,
+        interceptors: dict[Callable, Callable] | None = None,
+        observer: Callable[[Any], None] | None = None,
+    ):
         super().__init__()
         self.book = book
         self.interceptors = interceptors or {}
+        self.observer = observer  # sees every result (used to label autograd nodes)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -116,16 +122,16 @@ class StandInMode(TorchFunctionMode):
         if handler is not None:
             result = handler(func, args, kwargs)
             if result is not NotImplemented:
-                return result
+                return self._observed(result)
         getter = _GETTERS.get(func)
         if getter is not None:
             return getter(self, func, args, kwargs)
         if func is torch.Tensor.cuda:
-            return self._move(args[0], GPU, kwargs.get("non_blocking", False))
+            return self._observed(self._move(args[0], GPU, kwargs.get("non_blocking", False)))
         if func is torch.Tensor.cpu:
-            return self._move(args[0], HOST, False)
+            return self._observed(self._move(args[0], HOST, False))
         if func is torch.Tensor.to:
-            return self._to(func, args, kwargs)
+            return self._observed(self._to(func, args, kwargs))
         target = _device_kind(kwargs.get("device"))
         if target is not None:
             kwargs["device"] = _CPU
@@ -133,7 +139,12 @@ class StandInMode(TorchFunctionMode):
             # a default device set before levers started injects cuda below this mode
             target, kwargs["device"] = GPU, _CPU
         with self.book.targeting(target):
-            return func(*args, **kwargs)
+            return self._observed(func(*args, **kwargs))
+
+    def _observed(self, result: Any) -> Any:
+        if self.observer is not None:
+            self.observer(result)
+        return result
 
     def _move(self, tensor: torch.Tensor, target: str, non_blocking: bool) -> torch.Tensor:
         if self.book.device_of(tensor) == target:

@@ -31,6 +31,7 @@ from levers.memory.standin import GPU, HOST, DeviceBook
 from levers.memory.trace import Allocation, LossCall, Trace
 
 _NODE_KEY = "levers.module"
+_NODE_SOURCE_KEY = "levers.source"
 _SKIP_SOURCE_PREFIXES = ("torch", "levers.memory", "contextlib", "functools")
 
 
@@ -60,6 +61,11 @@ class SiteContext:
             if node is not None:
                 return node.metadata.get(_NODE_KEY)
         return None
+
+    def backward_source(self) -> str | None:
+        """The step's source line of the forward op whose backward is running, if known."""
+        node = torch._C._current_autograd_node()
+        return node.metadata.get(_NODE_SOURCE_KEY) if node is not None else None
 
     def start_step(self, step: int) -> None:
         self.step = step
@@ -124,8 +130,6 @@ class StorageTracker(TorchDispatchMode):
         if phase == "backward" and self._accumulates_in_place(func, args, out):
             self._alias(out.untyped_storage(), args[0].untyped_storage())
         self._book_outputs(func, inputs, outputs, phase)
-        if phase == "forward" and torch.is_grad_enabled():
-            self._annotate_nodes(outputs)
         self._add_workspaces(func, args, out, phase)
         if self.shadow is not None:
             self.shadow.after(func, args, kwargs, out)
@@ -212,7 +216,11 @@ class StorageTracker(TorchDispatchMode):
     def _record(self, *, nbytes: int, phase: str, op: str, shape: tuple, dtype: str,
                 state_derived: bool = False, category: str = "temporaries") -> int:
         module = self.context.module(phase)
-        source = _user_source() if module is None and phase in ("forward", "other") else None
+        source = None
+        if module is None and phase in ("forward", "other"):
+            source = _user_source()
+        elif module is None and phase == "backward":
+            source = self.context.backward_source()
         self.records.append(
             _Record(
                 nbytes=nbytes,
@@ -235,14 +243,28 @@ class StorageTracker(TorchDispatchMode):
     def _free(self, handle: int) -> None:
         self.events.append(-handle)
 
-    def _annotate_nodes(self, outputs: list) -> None:
-        module = self.context.module("forward")
-        if module is None:
+    def annotate_result(self, result: Any) -> None:
+        """Label the autograd nodes behind a torch call's result with the module (or the step's
+        source line) that made them, so backward allocations can be attributed. Autograd sets
+        ``grad_fn`` above the dispatcher, so this runs at the torch-function level; it walks
+        back through nodes made inside composite calls until it meets labelled ones."""
+        if not torch.is_grad_enabled() or self.context.phase() != "forward":
             return
-        for tensor in outputs:
-            node = tensor.grad_fn
-            if node is not None and _NODE_KEY not in node.metadata:
-                node.metadata[_NODE_KEY] = module
+        module = self.context.module("forward")
+        label = (_NODE_KEY, module) if module is not None else None
+        pending = []
+        for tensor in tree_flatten(result)[0]:
+            if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+                pending.append(tensor.grad_fn)
+        while pending:
+            node = pending.pop()
+            metadata = node.metadata
+            if _NODE_KEY in metadata or _NODE_SOURCE_KEY in metadata:
+                continue
+            if label is None:
+                label = (_NODE_SOURCE_KEY, _user_source())
+            metadata[label[0]] = label[1]
+            pending.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
 
     def _add_workspaces(self, func, args: tuple, out: Any, phase: str) -> None:
         thread = "autograd" if phase == "backward" else "main"
@@ -379,8 +401,13 @@ def install_module_hooks(context: SiteContext, names: dict[int, str],
 
 
 def install_optimizer_hooks(context: SiteContext, tracker: StorageTracker,
-                            optimizer: torch.optim.Optimizer | None) -> Callable[[], None]:
-    """Mark the optimizer phase and label optimizer state after each step."""
+                            optimizer: torch.optim.Optimizer | None,
+                            model: torch.nn.Module | None = None) -> Callable[[], None]:
+    """Mark the optimizer phase and label optimizer state (with its parameter's module) after
+    each step."""
+    owners = {}
+    if model is not None:
+        owners = {id(p): name.rpartition(".")[0] for name, p in model.named_parameters()}
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
@@ -390,10 +417,10 @@ def install_optimizer_hooks(context: SiteContext, tracker: StorageTracker,
         context.in_optimizer = True
 
     def post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        for state in opt.state.values():
+        for parameter, state in opt.state.items():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    tracker.relabel(value, "optimizer")
+                    tracker.relabel(value, "optimizer", owners.get(id(parameter)))
         context.in_optimizer = False
 
     pre = register_optimizer_step_pre_hook(pre_hook)

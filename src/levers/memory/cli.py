@@ -1,0 +1,149 @@
+"""``levers memory``: will a training step fit on a GPU, what fills it, and what is the largest
+batch that fits? Predicted without a GPU.
+
+    levers memory WORKLOAD [--set KEY=VALUE ...] --gpu GPU [--fit PARAM] [--margin F]
+                  [--measure] [--json FILE] [--steps N] [--no-whatifs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from levers.errors import LeversError
+from levers.memory.fake import DEFAULT_NUM_STEPS
+from levers.memory.gpus import GPUS
+
+DEFAULT_GPU = "h100-80gb"
+DEFAULT_FIT_START = 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "memory",
+        help="predict a training step's peak GPU memory without a GPU, and what fills it",
+        description=(
+            "Run the workload's factory and training steps on fake tensors that stand in for a "
+            "GPU (nothing is allocated, so an 8B model runs on a laptop), replay the "
+            "allocations through a model of PyTorch's CUDA caching allocator, and print the "
+            "predicted max_memory_allocated and max_memory_reserved, what fills the peak and "
+            "when it happens."
+        ),
+        epilog=(
+            "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
+            "package.module:factory; the factory gets device=cuda unless --set gives one. "
+            "Example: levers memory llama --set size=8b --gpu h100-80gb --fit batch_size"
+        ),
+    )
+    parser.add_argument("workload", metavar="WORKLOAD", help="built-in name or FILE.py:factory")
+    parser.add_argument(
+        "--set", dest="set_items", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help="a factory parameter; values are Python literals (4, True) or plain strings (1b)",
+    )
+    parser.add_argument(
+        "--gpu", default=DEFAULT_GPU, metavar="GPU",
+        help=f"{' | '.join(GPUS)} | a budget such as 40GiB (default: {DEFAULT_GPU})",
+    )
+    parser.add_argument("--fit", metavar="PARAM", help="find the largest integer PARAM that fits (e.g. batch_size)")
+    parser.add_argument(
+        "--margin", type=float, default=None, metavar="F",
+        help="fraction of usable GPU memory to keep free when judging a fit (default: 0.05)",
+    )
+    parser.add_argument("--measure", action="store_true", help="also run the real step on this GPU and compare")
+    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE", help="write the plan as JSON")
+    parser.add_argument(
+        "--steps", type=int, default=DEFAULT_NUM_STEPS, metavar="N",
+        help=f"training steps after the build; peaks cover them all (default: {DEFAULT_NUM_STEPS})",
+    )
+    parser.add_argument("--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from levers.loader import parse_set
+    from levers.memory.gpus import resolve_gpu
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin, plan_from, run_prediction, source_of
+    from levers.memory.render import render_plan
+
+    console = Console()
+    try:
+        gpu = resolve_gpu(args.gpu)
+        margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
+    except ValueError as exc:
+        raise LeversError(str(exc)) from None
+    if args.steps < 1:
+        raise LeversError(f"--steps must be at least 1, got {args.steps}")
+    params = parse_set(args.set_items)
+    source = source_of(args.workload, params)
+    with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
+        prediction = _predict(run_prediction, source, gpu, args.steps)
+        plan = plan_from(prediction, gpu, margin)
+        if args.whatifs:
+            from levers.memory.whatif import all_whatifs
+
+            plan = replace(plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=args.steps))
+    if args.fit:
+        plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
+    if args.measure:
+        from levers.memory.measure import measure_peaks
+
+        with console.status("measuring the real step on the GPU…"):
+            plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
+    render_plan(plan, console)
+    if args.json_path is not None:
+        _write_json(args.json_path, plan.to_dict())
+        console.print(f"wrote {args.json_path}", style="dim")
+    return 0
+
+
+def _predict(run_prediction, source, gpu, num_steps):
+    try:
+        return run_prediction(source, gpu, num_steps=num_steps)
+    except LeversError:
+        raise
+    except Exception as exc:
+        raise LeversError(
+            f"predicting {source.label} on fake tensors failed: {type(exc).__name__}: {exc}. "
+            "If the step works on a GPU, the step does something fake tensors cannot run; "
+            "please report it with the workload"
+        ) from exc
+
+
+def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
+    from levers.memory.fit import fit_param
+
+    start = params.get(args.fit, source.params.get(args.fit, DEFAULT_FIT_START))
+    if not isinstance(start, int) or isinstance(start, bool) or start < 1:
+        raise LeversError(
+            f"--fit {args.fit}: the workload's {args.fit} is {start!r}, not a positive integer; "
+            "fit an integer parameter such as batch_size"
+        )
+    with console.status(f"searching {args.fit}…") as status:
+        def progress(point) -> None:
+            status.update(f"searching {args.fit}: {args.fit}={point.value} "
+                          f"{'fits' if point.fits else 'does not fit'}…")
+
+        return fit_param(source, gpu, args.fit, margin=margin, start=start,
+                         num_steps=args.steps, progress=progress)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

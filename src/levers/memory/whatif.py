@@ -1,0 +1,166 @@
+"""What-ifs: the predicted peaks with a change the user has not made yet, without touching code.
+
+- ``activation-checkpointing``: every block (each module of an ``nn.ModuleList`` whose modules
+  share a class, e.g. ``blocks.0`` .. ``blocks.31``) runs under non-reentrant
+  ``torch.utils.checkpoint``. Predicted by building the workload again, wrapping the blocks, and
+  running the steps: a full re-prediction.
+- ``bf16-optimizer-states``: optimizer state kept in bfloat16 instead of float32. Predicted on
+  the recorded trace: float32 state tensors, and the optimizer's float32 temporaries computed
+  from state, take half the bytes; the trace is replayed through the allocator model.
+- ``valid-rows-loss``: the loss computed over the rows that have a target only (ignored rows,
+  e.g. padding, gathered out before the LM head). Predicted on the trace: activations and
+  temporaries with a dimension equal to the loss's class count (the logits, their float32
+  copies, log-softmax, their gradients) shrink by the share of rows that have a target, which
+  the step's target values give (see :mod:`levers.memory.shadow`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from levers.memory.gpus import GpuSpec
+from levers.memory.plan import WhatIf
+from levers.memory.predict import Prediction, Source, run_prediction
+from levers.memory.replay import replay
+from levers.memory.trace import Trace
+from levers.workload import Workload
+
+
+def all_whatifs(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int) -> tuple[WhatIf, ...]:
+    return (
+        checkpointing(source, gpu, base, num_steps=num_steps),
+        bf16_optimizer_states(base),
+        valid_rows_loss(base),
+    )
+
+
+def _delta(name: str, description: str, method: str, base: Prediction,
+           allocated: int, reserved: int, note: str = "") -> WhatIf:
+    return WhatIf(
+        name=name,
+        description=description,
+        method=method,
+        applicable=True,
+        peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved,
+        delta_allocated_bytes=allocated - base.replay.peak_allocated_bytes,
+        delta_reserved_bytes=reserved - base.replay.peak_reserved_bytes,
+        note=note,
+    )
+
+
+def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The repeated blocks: members of a ModuleList whose members all have one class."""
+    found = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
+            continue
+        classes = {type(child) for child in module}
+        if len(classes) != 1:
+            continue
+        for index, child in enumerate(module):
+            found.append((f"{name}.{index}" if name else str(index), child))
+    return found
+
+
+def checkpoint_blocks(workload: Workload) -> int:
+    """Run each block's forward under non-reentrant checkpointing; returns how many."""
+    blocks = find_blocks(workload.model)
+    for _, block in blocks:
+        original = block.forward
+
+        def forward(*args, _original=original, **kwargs):
+            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward
+    return len(blocks)
+
+
+def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int) -> WhatIf:
+    name = "activation-checkpointing"
+    description = "every block under torch.utils.checkpoint (non-reentrant)"
+    counted = []
+
+    def transform(workload: Workload) -> None:
+        counted.append(checkpoint_blocks(workload))
+
+    try:
+        prediction = run_prediction(source, gpu, num_steps=num_steps, transform=transform)
+    except Exception as exc:  # a what-if must not break the plan it annotates
+        return WhatIf(name, description, "re-prediction", False, note=f"failed: {exc}"[:200])
+    if not counted or counted[0] == 0:
+        return WhatIf(name, description, "re-prediction", False,
+                      note="no repeated blocks (an nn.ModuleList of one module class) to wrap")
+    return _delta(
+        name, description, f"re-prediction with {counted[0]} blocks wrapped", base,
+        prediction.replay.peak_allocated_bytes, prediction.replay.peak_reserved_bytes,
+    )
+
+
+def bf16_optimizer_sizes(trace: Trace) -> dict[int, int]:
+    """New byte counts for the allocations that bf16 optimizer state would halve."""
+    sizes = {}
+    for handle, allocation in enumerate(trace.allocations, start=1):
+        halved = allocation.dtype == "float32" and (
+            allocation.category == "optimizer"
+            or (allocation.phase == "optimizer" and allocation.state_derived)
+        )
+        if halved:
+            sizes[handle] = allocation.nbytes // 2
+    return sizes
+
+
+def bf16_optimizer_states(base: Prediction) -> WhatIf:
+    name = "bf16-optimizer-states"
+    description = "optimizer state in bfloat16 instead of float32"
+    sizes = bf16_optimizer_sizes(base.trace)
+    if not sizes:
+        return WhatIf(name, description, "trace transform", False,
+                      note="no float32 optimizer state in the step")
+    replayed = replay(base.trace, sizes=sizes)
+    return _delta(name, description, "trace transform: float32 state and its temporaries halved",
+                  base, replayed.peak_allocated_bytes, replayed.peak_reserved_bytes)
+
+
+def valid_row_fraction(trace: Trace) -> float | None:
+    """The share of loss rows with a target, over every cross-entropy call, if known."""
+    rows = valid = 0
+    for call in trace.losses:
+        if call.num_valid_rows is None:
+            return None
+        rows += call.num_rows
+        valid += call.num_valid_rows
+    return valid / rows if rows else None
+
+
+def valid_rows_sizes(trace: Trace, fraction: float) -> dict[int, int]:
+    classes = {call.num_classes for call in trace.losses}
+    sizes = {}
+    for handle, allocation in enumerate(trace.allocations, start=1):
+        if allocation.category not in ("activations", "temporaries") or allocation.step < 0:
+            continue
+        if any(size in classes for size in allocation.shape):
+            sizes[handle] = int(allocation.nbytes * fraction)
+    return sizes
+
+
+def valid_rows_loss(base: Prediction) -> WhatIf:
+    name = "valid-rows-loss"
+    description = "the loss computed over rows with a target only"
+    if not base.trace.losses:
+        return WhatIf(name, description, "trace transform", False,
+                      note="the step calls no F.cross_entropy")
+    fraction = valid_row_fraction(base.trace)
+    if fraction is None:
+        return WhatIf(name, description, "trace transform", False,
+                      note="the targets' values are not known (computed from activations)")
+    if fraction >= 1.0:
+        return WhatIf(name, description, "trace transform", False,
+                      note="every row already has a target")
+    replayed = replay(base.trace, sizes=valid_rows_sizes(base.trace, fraction))
+    return _delta(
+        name, description,
+        f"trace transform: class-wide activations scaled to the {fraction:.0%} of rows with a target",
+        base, replayed.peak_allocated_bytes, replayed.peak_reserved_bytes,
+    )
