@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -89,6 +90,7 @@ def measure(case: str, *, warmup: int, repeats: int) -> dict:
         "device": env["device"],
         "device_name": env["device_name"],
         "num_cpus": env["num_cpus"],
+        "load_average_1m": os.getloadavg()[0],  # other work on the machine skews CPU timings
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
