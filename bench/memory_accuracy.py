@@ -66,6 +66,10 @@ def _config(name: str) -> tuple[str, dict, int]:
     raise SystemExit(f"unknown config {name!r}")
 
 
+# The --fit check: predict the largest batch that fits a budget, then run it and the next
+# larger one on the GPU, with the allocator capped at the budget and without a cap.
+FIT_CHECK = ("llama", {"size": "1b"}, "batch_size", "40GiB", 0.05)
+
 # --- workers (each runs in its own process) ------------------------------------------------
 
 
@@ -87,6 +91,52 @@ def predict_worker(name: str, gpu: str) -> dict:
         "predict_seconds": plan.seconds,
         "cuda_available_in_predictor": torch.cuda.is_available(),
     }
+
+
+def fit_worker() -> dict:
+    import torch
+
+    from levers.memory.fit import fit_param
+    from levers.memory.gpus import resolve_gpu
+    from levers.memory.predict import source_of
+
+    torch.set_num_threads(1)
+    spec, params, param, budget, margin = FIT_CHECK
+    gpu = resolve_gpu(budget)
+    result = fit_param(source_of(spec, params), gpu, param, margin=margin,
+                       start=params.get(param, 4), num_steps=NUM_STEPS)
+    return {
+        "spec": spec, "params": params, "param": param, "gpu": budget, "margin": margin,
+        "best": result.best, "budget_bytes": result.budget_bytes,
+        "curve": [[p.value, p.peak_allocated_bytes, p.peak_reserved_bytes, p.fits] for p in result.curve],
+        "cuda_available_in_predictor": torch.cuda.is_available(),
+    }
+
+
+def fit_run_worker(value: int, cap_bytes: int) -> dict:
+    """Run the fit-check workload with ``param=value``; cap the allocator at ``cap_bytes`` (0: no cap)."""
+    import torch
+
+    from levers.loader import load_workload
+
+    spec, params, param, _, _ = FIT_CHECK
+    torch.cuda.init()
+    total = torch.cuda.get_device_properties(0).total_memory
+    if cap_bytes:
+        torch.cuda.set_per_process_memory_fraction(cap_bytes / total)
+    result = {"value": value, "cap_bytes": cap_bytes, "total_bytes": total}
+    try:
+        workload = load_workload(spec, {**params, param: value, "device": "cuda"})
+        for _ in range(NUM_STEPS):
+            workload.step()
+        torch.cuda.synchronize()
+        result["ran"] = True
+    except torch.OutOfMemoryError as exc:
+        result["ran"] = False
+        result["oom"] = str(exc).splitlines()[0][:300]
+    result["max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    result["max_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    return result
 
 
 def measure_worker(name: str, calibrate: bool) -> dict:
@@ -483,7 +533,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--gpu-gib", type=float, default=120.0, help="GPU memory to schedule within")
     parser.add_argument("--commit", default=os.environ.get("LEVERS_COMMIT", "unknown"))
-    parser.add_argument("--worker", choices=("predict", "measure", "probe"))
+    parser.add_argument("--worker", choices=("predict", "measure", "probe", "fit", "fit-run"))
+    parser.add_argument("--fit-check", action="store_true",
+                        help="also check a --fit prediction on the GPU (see FIT_CHECK)")
+    parser.add_argument("--value", type=int, default=0)
+    parser.add_argument("--cap-bytes", type=int, default=0)
     parser.add_argument("--name", default="")
     parser.add_argument("--gpu", default="h200")
     parser.add_argument("--deadline-s", type=float, default=330.0,
@@ -498,6 +552,12 @@ def main() -> None:
         return
     if args.worker == "probe":
         print(json.dumps(probe_worker()))
+        return
+    if args.worker == "fit":
+        print(json.dumps(fit_worker()))
+        return
+    if args.worker == "fit-run":
+        print(json.dumps(fit_run_worker(args.value, args.cap_bytes)))
         return
 
     import torch
@@ -522,6 +582,9 @@ def main() -> None:
                         args.deadline_s + 30): n
         for n in names
     }
+    fit_future = None
+    if args.fit_check:
+        fit_future = cpu_pool.submit(_fit_check, env_cpu, env_gpu, args.deadline_s + 30)
     probe_future = None
     if args.calibrate:
         probe_future = gpu_pool.submit(_run_worker, ["--worker", "probe"], env_gpu, args.deadline_s)
@@ -533,6 +596,12 @@ def main() -> None:
         futures.wait([probe_future], timeout=max(deadline + 40 - time.perf_counter(), 1))
         if probe_future.done():
             probe = probe_future.result()
+    fit_check = {}
+    if fit_future is not None:
+        futures.wait([fit_future], timeout=max(deadline + 40 - time.perf_counter(), 1))
+        fit_check = fit_future.result() if fit_future.done() else {"error": "not finished"}
+        (out / "memory_fit_check.json").write_text(json.dumps(fit_check, indent=1))
+        print("fit check:", json.dumps(fit_check)[:2000], flush=True)
     cpu_pool.shutdown(wait=False, cancel_futures=True)
     gpu_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -609,6 +678,21 @@ def _measure_all(pool, names: list[str], args, env: dict, deadline: float) -> di
             for future in done:
                 results[running.pop(future)] = future.result()
     return results
+
+
+def _fit_check(env_cpu: dict, env_gpu: dict, timeout: float) -> dict:
+    """Predict the fit on the CPU path, then run the best value and the next one on the GPU."""
+    predicted = _run_worker(["--worker", "fit"], env_cpu, timeout)
+    if predicted.get("best") is None:
+        return {"prediction": predicted}
+    best, budget = predicted["best"], predicted["budget_bytes"]
+    runs = []
+    with futures.ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [pool.submit(_run_worker, ["--worker", "fit-run", "--value", str(v), "--cap-bytes", str(c)],
+                            env_gpu, timeout)
+                for v in (best, best + 1) for c in (budget, 0)]
+        runs = [job.result() for job in jobs]
+    return {"prediction": predicted, "runs": runs}
 
 
 def _gib(value) -> str:

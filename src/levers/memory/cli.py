@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise LeversError(f"--steps must be at least 1, got {args.steps}")
     params = parse_set(args.set_items)
+    if args.fit and args.fit in params:
+        _check_fit_start(args.fit, params[args.fit])
     source = source_of(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
         prediction = _predict(run_prediction, source, gpu, args.steps)
@@ -121,11 +123,7 @@ def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
     from levers.memory.fit import fit_param
 
     start = params.get(args.fit, source.params.get(args.fit, DEFAULT_FIT_START))
-    if not isinstance(start, int) or isinstance(start, bool) or start < 1:
-        raise LeversError(
-            f"--fit {args.fit}: the workload's {args.fit} is {start!r}, not a positive integer; "
-            "fit an integer parameter such as batch_size"
-        )
+    _check_fit_start(args.fit, start)
     with console.status(f"searching {args.fit}…") as status:
         def progress(point) -> None:
             status.update(f"searching {args.fit}: {args.fit}={point.value} "
@@ -133,6 +131,14 @@ def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
 
         return fit_param(source, gpu, args.fit, margin=margin, start=start,
                          num_steps=args.steps, progress=progress)
+
+
+def _check_fit_start(param: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise LeversError(
+            f"--fit {param}: the workload's {param} is {value!r}, not a positive integer; "
+            "fit an integer parameter such as batch_size"
+        )
 
 
 def _write_json(path: Path, data: dict) -> None:

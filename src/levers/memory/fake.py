@@ -37,6 +37,7 @@ from levers.memory.standin import (
     DeviceBook,
     StandInMode,
     cuda_generators,
+    fake_tensor_devices,
     swappable_fake_parameters,
 )
 from levers.memory.trace import LossCall, Trace
@@ -94,6 +95,7 @@ def trace_workload(
         stack.enter_context(cuda_composites(book))
         stack.enter_context(cuda_generators())
         stack.enter_context(swappable_fake_parameters(fake_mode))
+        stack.enter_context(fake_tensor_devices(book))
         stack.enter_context(fake_mode)
         stack.enter_context(tracker)
         standin = StandInMode(book, interceptors, observer=tracker.annotate_result)

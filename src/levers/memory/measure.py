@@ -8,6 +8,8 @@ both peaks cover the same work (the build and every step); ``max_memory_allocate
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from levers.errors import LeversError
@@ -22,7 +24,10 @@ def measure_peaks(source: Source, *, num_steps: int) -> Measured:
             "--measure runs the real step and needs a CUDA GPU, which this machine does not "
             "have; drop --measure to get the prediction alone"
         )
+    # start from an empty cache: segments left by earlier work in this process would be counted
+    gc.collect()
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     workload = source.build({**source.params, "device": source.params.get("device", "cuda")})
     for _ in range(num_steps):

@@ -60,9 +60,16 @@ class SdpaCall:
 
 
 def target_for(sm: tuple[int, int]) -> SdpaTarget:
-    """The SDPA target of a GPU of compute capability ``sm``."""
-    prefers_cudnn = sm[0] in (9, 10) and sm[1] == 0
-    return SdpaTarget(sm=sm, prefers_cudnn=prefers_cudnn)
+    """The SDPA target of a GPU of compute capability ``sm``.
+
+    On an H200 with torch 2.11 (cuDNN 9.19), SDPA tried cuDNN first and cuDNN took head dims up
+    to 256; this matched the real choice on all 384 calls of the probe grid in
+    ``bench/results/memory_calibration_h200``.
+    """
+    hopper_or_newer = sm[0] in (9, 10) and sm[1] == 0
+    return SdpaTarget(
+        sm=sm, prefers_cudnn=hopper_or_newer, cudnn_max_head_dim=256 if hopper_or_newer else 128
+    )
 
 
 def priority_order(target: SdpaTarget) -> tuple[str, ...]:

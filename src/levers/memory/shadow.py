@@ -26,6 +26,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 # Shadows are real memory on the host: cap each one (elements).
 MAX_SHADOW_NUMEL = 1 << 24
+MAX_FLOAT_NUMEL = 16
 _VALUE_DTYPES = {
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
 }  # fmt: skip
@@ -71,34 +72,34 @@ class ShadowValues:
         return NotImplemented
 
     def after(self, func, args: tuple, kwargs: dict, out: Any) -> None:
-        """Compute the shadows of ``func``'s outputs (and of a mutated input) where possible."""
-        mutated = _mutated_input(func, args)
+        """Compute the shadows of ``func``'s outputs (and of the inputs it mutates) where possible."""
+        mutated = _mutated_inputs(func, args)
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        wanted = [t for t in outputs if _shadowable(t)]
-        if mutated is not None and mutated in self._shadows and not _shadowable(mutated):
-            del self._shadows[mutated]
-        if not wanted and (mutated is None or not _shadowable(mutated)):
+        wanted = [t for t in outputs if _shadowable(t)] + [t for t in mutated if _shadowable(t)]
+        for tensor in mutated:
+            if not _shadowable(tensor):
+                self._shadows.pop(tensor, None)
+        if not wanted or func._schema.name in _NO_VALUES:
             return
         real_args, real_kwargs, known = self._real_arguments(args, kwargs)
-        if func._schema.name in _NO_VALUES:
-            return
         if not known:
-            if mutated is not None:
-                self._shadows.pop(mutated, None)
+            self._forget(mutated)
             return
         try:
             with unset_fake_temporarily():
+                # in-place ops update the shadows of their inputs in place
                 real_out = func(*real_args, **_on_cpu(real_kwargs))
         except Exception:  # a shadow is a convenience; the fake step goes on without it
-            if mutated is not None:
-                self._shadows.pop(mutated, None)
+            self._forget(mutated)
             return
-        if mutated is not None and _shadowable(mutated):
-            self._shadows[mutated] = real_args[0]
         real_outputs = [t for t in tree_flatten(real_out)[0] if isinstance(t, torch.Tensor)]
         for fake, real in zip(outputs, real_outputs):
             if _shadowable(fake) and tuple(real.shape) == tuple(fake.shape):
                 self._shadows[fake] = real
+
+    def _forget(self, tensors: list) -> None:
+        for tensor in tensors:
+            self._shadows.pop(tensor, None)
 
     def _real_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, bool]:
         known = True
@@ -171,7 +172,10 @@ class ShadowValues:
 
 
 def _shadowable(tensor: torch.Tensor) -> bool:
-    return tensor.dtype in _VALUE_DTYPES and tensor.numel() <= MAX_SHADOW_NUMEL
+    if tensor.dtype in _VALUE_DTYPES:
+        return tensor.numel() <= MAX_SHADOW_NUMEL
+    # float scalars too: step counters and other bookkeeping that a step may read back
+    return tensor.is_floating_point() and tensor.numel() <= MAX_FLOAT_NUMEL
 
 
 def _has_bool_index(indices: Any) -> bool:
@@ -181,13 +185,20 @@ def _has_bool_index(indices: Any) -> bool:
     )
 
 
-def _mutated_input(func, args: tuple) -> torch.Tensor | None:
+def _mutated_inputs(func, args: tuple) -> list[torch.Tensor]:
+    """The tensors that ``func`` writes to in place (``self`` or a ``self`` tensor list)."""
     arguments = func._schema.arguments
-    if arguments and args and isinstance(args[0], torch.Tensor):
-        alias = arguments[0].alias_info
-        if alias is not None and alias.is_write:
-            return args[0]
-    return None
+    if not arguments or not args:
+        return []
+    alias = arguments[0].alias_info
+    if alias is None or not alias.is_write:
+        return []
+    first = args[0]
+    if isinstance(first, torch.Tensor):
+        return [first]
+    if isinstance(first, (list, tuple)):
+        return [t for t in first if isinstance(t, torch.Tensor)]
+    return []
 
 
 def _on_cpu(kwargs: dict) -> dict:

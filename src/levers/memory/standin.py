@@ -34,9 +34,15 @@ GPU = "cuda"
 HOST = "host"
 _CPU = torch.device("cpu")
 _CUDA0 = torch.device("cuda", 0)
+# What torch's own code sees as the device of a GPU-booked tensor: still the CPU (so its checks
+# and kernels agree with the tensor), but with an index, so that a tensor it creates "on the
+# same device" (``device=p.device``) is booked on the GPU too, as it would be in a GPU run.
+_STANDIN_CPU = torch.device("cpu", 0)
 
-# Code in these packages sees the true (CPU) device: it runs the stand-in machinery itself.
-_INTERNAL_PREFIXES = ("torch.", "levers.memory.")
+# Code in these packages sees the true (CPU) device: it runs the fake tensors and the stand-in
+# machinery themselves. Torch's public modules (torch.optim, torch.utils, torch.nn) see
+# ``cpu:0`` for a GPU-booked tensor (see _STANDIN_CPU); everyone else sees ``cuda:0``.
+_INTERNAL_PREFIXES = ("torch._", "levers.memory.")
 
 
 class DeviceBook:
@@ -76,10 +82,12 @@ class DeviceBook:
 def _device_kind(value: Any) -> str | None:
     """GPU or HOST for something that names a device, else None."""
     if isinstance(value, torch.device):
-        return GPU if value.type == "cuda" else HOST
+        if value.type == "cuda" or value == _STANDIN_CPU:
+            return GPU
+        return HOST
     if isinstance(value, str):
         head = value.split(":")[0].strip()
-        if head == "cuda":
+        if head == "cuda" or value.strip() == "cpu:0":
             return GPU
         if head in ("cpu", "meta"):
             return HOST
@@ -90,7 +98,18 @@ def _device_kind(value: Any) -> str | None:
 def _caller_is_internal(depth: int) -> bool:
     """Whether the code ``depth`` frames above the caller of this function is torch's or ours."""
     module = sys._getframe(depth + 1).f_globals.get("__name__", "")
-    return module == "torch" or module.startswith(_INTERNAL_PREFIXES)
+    return module == "torch" or module.startswith(("torch.", "levers.memory."))
+
+
+def _reported_device(depth: int) -> torch.device | None:
+    """The device to report for a GPU-booked tensor to the code ``depth`` frames up, or None
+    for its true device."""
+    module = sys._getframe(depth + 1).f_globals.get("__name__", "")
+    if module == "torch" or module.startswith(_INTERNAL_PREFIXES):
+        return None
+    if module.startswith("torch."):
+        return _STANDIN_CPU
+    return _CUDA0
 
 
 # a getter runs under __torch_function__, which runs under the code that read the attribute
@@ -169,13 +188,6 @@ class StandInMode(TorchFunctionMode):
             return func(tensor, *rest, **kwargs)
 
 
-def _device_getter(mode: StandInMode, func, args, kwargs):
-    result = func(*args, **kwargs)
-    if _caller_is_internal(_GETTER_DEPTH) or mode.book.device_of(args[0]) != GPU:
-        return result
-    return _CUDA0
-
-
 def _is_cuda_getter(mode: StandInMode, func, args, kwargs):
     result = func(*args, **kwargs)
     if _caller_is_internal(_GETTER_DEPTH):
@@ -209,7 +221,6 @@ class _GetterTable(dict):
 
 _GETTERS = _GetterTable(
     {
-        torch.Tensor.device.__get__: _device_getter,
         torch.Tensor.is_cuda.__get__: _is_cuda_getter,
         torch.Tensor.is_cpu.__get__: _is_cpu_getter,
         torch.Tensor.get_device: _get_device,
@@ -253,6 +264,28 @@ def cuda_generators() -> Iterator[None]:
         yield
     finally:
         torch.Generator = original  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def fake_tensor_devices(book: DeviceBook) -> Iterator[None]:
+    """Make ``FakeTensor.device`` (a Python property, which no torch function mode sees) report
+    ``cuda:0`` for GPU-booked tensors to the workload's code and ``cpu:0`` to torch's public
+    modules; undone on exit."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    original = FakeTensor.__dict__["device"]
+
+    def device(self: FakeTensor) -> torch.device:
+        true_device = original.fget(self)
+        if true_device.type != "cpu" or book.device_of(self) != GPU:
+            return true_device
+        return _reported_device(1) or true_device
+
+    FakeTensor.device = property(device)  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        FakeTensor.device = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

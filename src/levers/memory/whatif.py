@@ -99,10 +99,11 @@ def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: 
 
 
 def bf16_optimizer_sizes(trace: Trace) -> dict[int, int]:
-    """New byte counts for the allocations that bf16 optimizer state would halve."""
+    """New byte counts for the allocations that bf16 optimizer state would halve (the moments;
+    scalar step counters stay float32)."""
     sizes = {}
     for handle, allocation in enumerate(trace.allocations, start=1):
-        halved = allocation.dtype == "float32" and (
+        halved = allocation.dtype == "float32" and allocation.shape != () and (
             allocation.category == "optimizer"
             or (allocation.phase == "optimizer" and allocation.state_derived)
         )

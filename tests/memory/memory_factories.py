@@ -1,0 +1,137 @@
+"""Small workloads whose memory can be worked out by hand, for the memory tests.
+
+Every factory takes ``device`` (the prediction passes ``cuda``) and builds its tensors there.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from levers.workload import Workload
+
+BATCH = 8
+
+
+def mlp(device: str = "cpu", batch_size: int = BATCH, fused: bool = True) -> Workload:
+    """Linear(16, 32) -> ReLU -> Linear(32, 4), float32, MSE loss, AdamW.
+
+    Parameters: 16*32*4 + 32*4 + 32*4*4 + 4*4 = 2048 + 128 + 512 + 16 = 2704 bytes.
+    """
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+
+    def step() -> torch.Tensor:
+        x = torch.randn(batch_size, 16, device=device)
+        target = torch.randn(batch_size, 4, device=device)
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer, name="mlp",
+                    params={"batch_size": batch_size})
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(width, 4 * width, bias=False)
+        self.down = nn.Linear(4 * width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.relu(self.up(x)))
+
+
+class Stack(nn.Module):
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def stack(device: str = "cpu", batch_size: int = 64, width: int = 256, depth: int = 4) -> Workload:
+    """``depth`` residual MLP blocks in an nn.ModuleList; activations grow with batch_size."""
+    torch.manual_seed(0)
+    model = Stack(width, depth).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+
+    def step() -> torch.Tensor:
+        x = torch.randn(batch_size, width, device=device)
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer, name="stack",
+                    params={"batch_size": batch_size})
+
+
+def huge(device: str = "cpu") -> Workload:
+    """A 10 GB parameter matrix: only a fake run can build it on a small machine."""
+    model = nn.Linear(50_000, 50_000, bias=False, device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+
+    def step() -> torch.Tensor:
+        loss = model(torch.randn(2, 50_000, device=device)).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer, name="huge")
+
+
+def data_dependent(device: str = "cpu") -> Workload:
+    """A step that reads device values: a count from a mask, a branch, boolean indexing."""
+    model = nn.Linear(8, 8, device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    labels = torch.tensor([1, -100, 3, -100, 5, 6, -100, 7], device=device)
+
+    def step() -> torch.Tensor:
+        valid = labels != -100
+        count = int(valid.sum())  # 5
+        hidden = model(torch.randn(8, 8, device=device))
+        if bool((labels > 100).any()):
+            hidden = hidden * 2
+        picked = hidden[valid]  # 5 rows
+        loss = picked.sum() / count + hidden[:count].sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer, name="data_dependent")
+
+
+def device_moves(device: str = "cpu") -> Workload:
+    """Built on the host and moved, with a host copy, a generator and a device check."""
+    model = nn.Linear(4, 4)
+    model = model.to(device)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    seen = {}
+
+    def step() -> torch.Tensor:
+        x = torch.randn(2, 4, generator=generator, device=generator.device)
+        seen["x_device"] = x.device.type
+        seen["is_cuda"] = x.is_cuda
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        seen["host_copy"] = loss.detach().cpu()
+        return loss.detach()
+
+    workload = Workload(model=model, step=step, optimizer=optimizer, name="device_moves")
+    workload.params = {"seen": seen}
+    return workload

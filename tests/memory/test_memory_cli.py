@@ -1,0 +1,69 @@
+"""``levers memory`` end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from levers.cli import main
+
+FACTORIES = Path(__file__).parent / "memory_factories.py"
+MIB = 1 << 20
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["memory", *argv])
+    out, err = capsys.readouterr()
+    # rich wraps long lines at the console width: compare with whitespace collapsed
+    return code, " ".join(out.split()), " ".join(err.split())
+
+
+def test_prediction_attribution_and_json(capsys, tmp_path):
+    out_file = tmp_path / "plan.json"
+    code, out, err = run(capsys, f"{FACTORIES}:mlp", "--gpu", "h100-80gb", "--steps", "2",
+                         "--json", str(out_file))
+    assert code == 0, err
+    for text in ("FITS", "max_memory_allocated", "65.0 MiB", "The peak: step 1 backward",
+                 "What-ifs", "bf16-optimizer-states"):
+        assert text in out
+    plan = json.loads(out_file.read_text())
+    assert plan["peak_allocated_bytes"] == 68176896
+    assert plan["peak_reserved_bytes"] == 66 * MIB
+    assert plan["gpu"]["name"] == "h100-80gb" and plan["fits"] is True
+    assert {c["category"] for c in plan["by_category"]} >= {"parameters", "gradients", "optimizer"}
+
+
+def test_fit_prints_the_curve(capsys):
+    code, out, err = run(capsys, f"{FACTORIES}:stack", "--set", "batch_size=256", "width=1024",
+                         "depth=2", "--gpu", "0.6GiB", "--fit", "batch_size", "--no-whatifs",
+                         "--steps", "1")
+    assert code == 0, err
+    assert "--fit batch_size: largest that fits = " in out
+    assert "yes" in out and "no" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--gpu", "b300"], "not a known GPU"),
+        (["--margin", "1.5"], "margin must be in [0, 1)"),
+        (["--fit", "batch_size", "--set", "batch_size=2.5"], "not a positive integer"),
+        (["--measure"], "needs a CUDA GPU"),
+    ],
+)
+def test_user_errors_say_what_to_do(capsys, argv, message):
+    code, out, err = run(capsys, f"{FACTORIES}:mlp", "--no-whatifs", "--steps", "1", *argv)
+    assert code == 2
+    assert message in err
+
+
+@pytest.mark.slow
+def test_llama_8b_on_an_h100_runs_on_this_machine_and_does_not_fit(capsys):
+    code, out, err = run(capsys, "llama", "--set", "size=8b", "--gpu", "h100-80gb")
+    assert code == 0, err
+    assert "DOES NOT FIT" in out
+    assert "8.03B parameters" in out
+    assert "blocks.31" in out or "… " in out  # the attribution by block is printed
+    assert "activation-checkpointing" in out
