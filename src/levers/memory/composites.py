@@ -48,12 +48,14 @@ class _FusedRmsNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
+        # _fused_rms_norm_backward allocates the input's and the weight's gradients, nothing
+        # else (seen on an H200); not every torch has its meta kernel, so allocate them here
         x, rstd, weight = ctx.saved_tensors
-        mask = [ctx.needs_input_grad[0], ctx.has_weight and ctx.needs_input_grad[2]]
-        grad_input, grad_weight = aten._fused_rms_norm_backward(
-            grad_out, x, ctx.normalized_shape, rstd, weight, mask
-        )
-        return grad_input, None, grad_weight if ctx.has_weight else None, None
+        grad_input = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        grad_weight = None
+        if ctx.has_weight and ctx.needs_input_grad[2]:
+            grad_weight = torch.empty_like(weight)
+        return grad_input, None, grad_weight, None
 
 
 def _on_gpu(book: DeviceBook, tensor: Any) -> bool:
