@@ -1,9 +1,12 @@
-"""``levers audit``: capture one training step and print its summary.
+"""``levers audit``: capture one training step, print its summary and the ranked findings.
 
     levers audit [WORKLOAD] [--set KEY=VALUE ...] [--json FILE] [--warmup N] [--timed N] [--top N]
+                 [--target h100|h200|a100] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
+                 [--md FILE] [--findings-json FILE]
 
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
-go, by phase, module and source line; ``--json`` keeps the whole capture for later reading.
+go, by phase, module and source line; ``--json`` keeps the whole capture for later reading. The
+findings (see ``docs/rules.md`` and :mod:`levers.report.findings_cli`) follow the summary.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from levers.report import findings_cli
 from levers.report.progress import progress_status
 
 DEFAULT_WORKLOAD = "demo"
@@ -79,6 +83,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="N",
         help=f"rows in each top-N table (default: {DEFAULT_TOP})",
     )
+    parser.add_argument(
+        "--findings-json",
+        dest="findings_json_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the findings report (schema levers.audit/1) to FILE as JSON",
+    )
+    findings_cli.add_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -101,11 +113,15 @@ def run(args: argparse.Namespace) -> int:
     from levers import capture
     from levers.loader import load_workload, parse_set
     from levers.report.capture_json import check_writable, write_capture
+    from levers.report.findings_json import write_findings
     from levers.report.terminal import make_console, render_summary
 
     params = parse_set(args.set_items)
     if args.json_path is not None:
         check_writable(args.json_path)  # before the capture, not after minutes of it
+    if args.findings_json_path is not None:
+        check_writable(args.findings_json_path)
+    findings_cli.check_arguments(args)
     with progress_status() as progress:
         progress.say(f"loading workload {args.workload}")
         workload = load_workload(args.workload, params)
@@ -113,8 +129,15 @@ def run(args: argparse.Namespace) -> int:
         result = capture.capture_step(
             workload, warmup=args.warmup, timed=args.timed, progress=progress.on_ops
         )
-    render_summary(result, make_console(), top_n=args.top)
+    console = make_console()
+    render_summary(result, console, top_n=args.top)
+    findings = findings_cli.run_findings(args, result, workload, console)
     if args.json_path is not None:
         write_capture(result, args.json_path)
         make_console(stderr=True).print(f"wrote the capture to {args.json_path}", markup=False)
-    return 0
+    if args.findings_json_path is not None:
+        write_findings(findings.report, args.findings_json_path, config=findings.result.config)
+        make_console(stderr=True).print(f"wrote the findings to {args.findings_json_path}", markup=False)
+    if args.md_path is not None:
+        make_console(stderr=True).print(f"wrote the findings as Markdown to {args.md_path}", markup=False)
+    return findings.exit_code
