@@ -584,7 +584,7 @@ def main() -> None:
     }
     fit_future = None
     if args.fit_check:
-        fit_future = cpu_pool.submit(_fit_check, env_cpu, env_gpu, args.deadline_s + 30)
+        fit_future = cpu_pool.submit(_run_worker, ["--worker", "fit"], env_cpu, args.deadline_s + 30)
     probe_future = None
     if args.calibrate:
         probe_future = gpu_pool.submit(_run_worker, ["--worker", "probe"], env_gpu, args.deadline_s)
@@ -599,7 +599,10 @@ def main() -> None:
     fit_check = {}
     if fit_future is not None:
         futures.wait([fit_future], timeout=max(deadline + 40 - time.perf_counter(), 1))
-        fit_check = fit_future.result() if fit_future.done() else {"error": "not finished"}
+        predicted = fit_future.result() if fit_future.done() else {"error": "not finished"}
+        # after the accuracy runs, one at a time: the GPU's memory must be this run's alone,
+        # or a run can fail for want of physical memory rather than of budget
+        fit_check = _fit_runs(predicted, env_gpu, args.deadline_s + 30)
         (out / "memory_fit_check.json").write_text(json.dumps(fit_check, indent=1))
         print("fit check:", json.dumps(fit_check)[:2000], flush=True)
     cpu_pool.shutdown(wait=False, cancel_futures=True)
@@ -680,18 +683,16 @@ def _measure_all(pool, names: list[str], args, env: dict, deadline: float) -> di
     return results
 
 
-def _fit_check(env_cpu: dict, env_gpu: dict, timeout: float) -> dict:
-    """Predict the fit on the CPU path, then run the best value and the next one on the GPU."""
-    predicted = _run_worker(["--worker", "fit"], env_cpu, timeout)
+def _fit_runs(predicted: dict, env_gpu: dict, timeout: float) -> dict:
+    """Run the predicted best value and the next one on the GPU, capped at the budget and not."""
     if predicted.get("best") is None:
         return {"prediction": predicted}
     best, budget = predicted["best"], predicted["budget_bytes"]
-    runs = []
-    with futures.ThreadPoolExecutor(max_workers=4) as pool:
-        jobs = [pool.submit(_run_worker, ["--worker", "fit-run", "--value", str(v), "--cap-bytes", str(c)],
-                            env_gpu, timeout)
-                for v in (best, best + 1) for c in (budget, 0)]
-        runs = [job.result() for job in jobs]
+    runs = [
+        _run_worker(["--worker", "fit-run", "--value", str(value), "--cap-bytes", str(cap)], env_gpu, timeout)
+        for value in (best, best + 1)
+        for cap in (budget, 0)
+    ]
     return {"prediction": predicted, "runs": runs}
 
 
