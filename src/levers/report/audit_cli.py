@@ -26,11 +26,12 @@ DEFAULT_TOP = 5
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "audit",
-        help="capture one training step and show where its time, FLOPs and bytes go",
+        help="capture one training step, show where its time, FLOPs and bytes go, and what to fix first",
         description=(
             "Run a workload's training step under capture (after warm-up) and print the step "
             "summary: FLOPs, bytes, wall time, tokens/s and peak memory, by phase, module and "
-            "source line."
+            "source line; then the findings of the detector rules (docs/rules.md), ranked by "
+            "payoff, and what is already right."
         ),
         epilog=(
             "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
