@@ -52,9 +52,24 @@ CONFIGS = [
     ("llama-tiny-b8", "llama", {"size": "tiny", "batch_size": 8}, 1),
     ("llama-1b-b2", "llama", {"size": "1b", "batch_size": 2}, 23),
     ("llama-1b-b4", "llama", {"size": "1b", "batch_size": 4}, 33),
-    ("hf-llama-1b-eager-b1", "hf", {"arch": "llama", "attn": "eager", "size": "1b", "batch_size": 1}, 25),
-    ("hf-llama-1b-sdpa-b2", "hf", {"arch": "llama", "attn": "sdpa", "size": "1b", "batch_size": 2}, 24),
-    ("demo-1b-b8-checkpointing", "demo", {"size": "1b", "batch_size": 8, "fixed": "checkpointing"}, 24),
+    (
+        "hf-llama-1b-eager-b1",
+        "hf",
+        {"arch": "llama", "attn": "eager", "size": "1b", "batch_size": 1},
+        25,
+    ),
+    (
+        "hf-llama-1b-sdpa-b2",
+        "hf",
+        {"arch": "llama", "attn": "sdpa", "size": "1b", "batch_size": 2},
+        24,
+    ),
+    (
+        "demo-1b-b8-checkpointing",
+        "demo",
+        {"size": "1b", "batch_size": 8, "fixed": "checkpointing"},
+        24,
+    ),
     ("llama-8b-bf16-b1", "llama", {"size": "8b", "dtype": "bfloat16", "batch_size": 1}, 86),
 ]
 
@@ -103,12 +118,25 @@ def fit_worker() -> dict:
     torch.set_num_threads(1)
     spec, params, param, budget, margin = FIT_CHECK
     gpu = resolve_gpu(budget)
-    result = fit_param(source_of(spec, params), gpu, param, margin=margin,
-                       start=params.get(param, 4), num_steps=NUM_STEPS)
+    result = fit_param(
+        source_of(spec, params),
+        gpu,
+        param,
+        margin=margin,
+        start=params.get(param, 4),
+        num_steps=NUM_STEPS,
+    )
     return {
-        "spec": spec, "params": params, "param": param, "gpu": budget, "margin": margin,
-        "best": result.best, "budget_bytes": result.budget_bytes,
-        "curve": [[p.value, p.peak_allocated_bytes, p.peak_reserved_bytes, p.fits] for p in result.curve],
+        "spec": spec,
+        "params": params,
+        "param": param,
+        "gpu": budget,
+        "margin": margin,
+        "best": result.best,
+        "budget_bytes": result.budget_bytes,
+        "curve": [
+            [p.value, p.peak_allocated_bytes, p.peak_reserved_bytes, p.fits] for p in result.curve
+        ],
         "cuda_available_in_predictor": torch.cuda.is_available(),
     }
 
@@ -193,7 +221,6 @@ class _SdpaChoiceLog:
         self.log = log
 
     def __enter__(self):
-        import torch
         import torch.nn.functional as F
         from torch.overrides import TorchFunctionMode
 
@@ -221,7 +248,13 @@ def _sdpa_choice(args, kwargs) -> dict:
     import torch
 
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    call = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+    call = {
+        "attn_mask": None,
+        "dropout_p": 0.0,
+        "is_causal": False,
+        "scale": None,
+        "enable_gqa": False,
+    }
     call.update(zip(names, args))
     call.update(kwargs)
     q, k, v, mask = call["query"], call["key"], call["value"], call["attn_mask"]
@@ -231,7 +264,13 @@ def _sdpa_choice(args, kwargs) -> dict:
         if mask is not None and mask.is_floating_point():
             mask = mask.to(dtype)
     choice = torch._fused_sdp_choice(
-        q, k, v, mask, call["dropout_p"], call["is_causal"], scale=call["scale"],
+        q,
+        k,
+        v,
+        mask,
+        call["dropout_p"],
+        call["is_causal"],
+        scale=call["scale"],
         enable_gqa=call["enable_gqa"],
     )
     return {
@@ -279,10 +318,20 @@ def _instrumented_run(spec: str, params: dict) -> dict:
             if after == before and peak == before and not new_bytes:
                 return out  # a view or an in-place op: nothing to learn
             phase = context.phase()
-            rows.append([
-                counter[0], context.step, phase[0], context.module(phase), str(func), before, after,
-                peak, torch.cuda.memory_reserved(), new_bytes,
-            ])
+            rows.append(
+                [
+                    counter[0],
+                    context.step,
+                    phase[0],
+                    context.module(phase),
+                    str(func),
+                    before,
+                    after,
+                    peak,
+                    torch.cuda.memory_reserved(),
+                    new_bytes,
+                ]
+            )
             return out
 
     torch.cuda.memory._record_memory_history(max_entries=500_000, context=None, stacks="python")
@@ -314,8 +363,12 @@ def _instrumented_run(spec: str, params: dict) -> dict:
         code = codes.get(entry.get("action"))
         if code is not None:
             trace.append([code, entry.get("size", 0)])
-    return {"base_allocated_bytes": base, "ops": rows, "allocator_trace": trace,
-            "sdpa_choices": sdpa_log[:256]}
+    return {
+        "base_allocated_bytes": base,
+        "ops": rows,
+        "allocator_trace": trace,
+        "sdpa_choices": sdpa_log[:256],
+    }
 
 
 def probe_worker() -> dict:
@@ -362,12 +415,16 @@ def _probe_cublas() -> dict:
     before = torch.cuda.memory_allocated()
     y.backward()
     torch.cuda.synchronize()
-    found["backward_thread_mm"] = torch.cuda.memory_allocated() - before - w.grad.untyped_storage().nbytes()
+    found["backward_thread_mm"] = (
+        torch.cuda.memory_allocated() - before - w.grad.untyped_storage().nbytes()
+    )
     lin = torch.nn.Linear(256, 256, device="cuda")
     before = torch.cuda.memory_allocated()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = lin(x)
-    found["addmm_bias_autocast"] = torch.cuda.memory_allocated() - before - out.untyped_storage().nbytes()
+    found["addmm_bias_autocast"] = (
+        torch.cuda.memory_allocated() - before - out.untyped_storage().nbytes()
+    )
     return found
 
 
@@ -385,18 +442,39 @@ def _probe_sdpa_grid() -> list:
                             for layout in ("bhld", "blhd"):
                                 if mask_kind != "none" and causal:
                                     continue
-                                rows.append(_one_choice(batch, heads, kv_heads, gqa, q_len, k_len,
-                                                        head_dim, dtype, mask_kind, causal, layout))
+                                rows.append(
+                                    _one_choice(
+                                        batch,
+                                        heads,
+                                        kv_heads,
+                                        gqa,
+                                        q_len,
+                                        k_len,
+                                        head_dim,
+                                        dtype,
+                                        mask_kind,
+                                        causal,
+                                        layout,
+                                    )
+                                )
     return rows
 
 
-def _one_choice(batch, heads, kv_heads, gqa, q_len, k_len, head_dim, dtype, mask_kind, causal, layout):
+def _one_choice(
+    batch, heads, kv_heads, gqa, q_len, k_len, head_dim, dtype, mask_kind, causal, layout
+):
     import torch
 
     def make(h, length):
         if layout == "bhld":
-            return torch.empty(batch, h, length, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-        return torch.empty(batch, length, h, head_dim, device="cuda", dtype=dtype).transpose(1, 2).requires_grad_()
+            return torch.empty(
+                batch, h, length, head_dim, device="cuda", dtype=dtype, requires_grad=True
+            )
+        return (
+            torch.empty(batch, length, h, head_dim, device="cuda", dtype=dtype)
+            .transpose(1, 2)
+            .requires_grad_()
+        )
 
     q, k, v = make(heads, q_len), make(kv_heads, k_len), make(kv_heads, k_len)
     mask = None
@@ -408,8 +486,19 @@ def _one_choice(batch, heads, kv_heads, gqa, q_len, k_len, head_dim, dtype, mask
         choice = int(torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, enable_gqa=gqa))
     except Exception as exc:
         choice = repr(exc)[:80]
-    return [str(dtype).removeprefix("torch."), head_dim, heads, kv_heads, gqa, q_len, k_len,
-            mask_kind, causal, layout, choice]
+    return [
+        str(dtype).removeprefix("torch."),
+        head_dim,
+        heads,
+        kv_heads,
+        gqa,
+        q_len,
+        k_len,
+        mask_kind,
+        causal,
+        layout,
+        choice,
+    ]
 
 
 def _probe_attention_memory() -> list:
@@ -418,14 +507,46 @@ def _probe_attention_memory() -> list:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
-    shapes = [(2, 16, 16, 2048, 2048, 128), (2, 16, 4, 2048, 2048, 128), (4, 16, 16, 1024, 1024, 64),
-              (8, 16, 4, 60, 1160, 128)]
-    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                    SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
+    shapes = [
+        (2, 16, 16, 2048, 2048, 128),
+        (2, 16, 4, 2048, 2048, 128),
+        (4, 16, 16, 1024, 1024, 64),
+        (8, 16, 4, 60, 1160, 128),
+    ]
+    for backend in (
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.CUDNN_ATTENTION,
+        SDPBackend.MATH,
+    ):
         for batch, heads, kv_heads, q_len, k_len, head_dim in shapes:
-            q = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            k = torch.randn(batch, kv_heads, k_len, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            v = torch.randn(batch, kv_heads, k_len, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            q = torch.randn(
+                batch,
+                heads,
+                q_len,
+                head_dim,
+                device="cuda",
+                dtype=torch.bfloat16,
+                requires_grad=True,
+            )
+            k = torch.randn(
+                batch,
+                kv_heads,
+                k_len,
+                head_dim,
+                device="cuda",
+                dtype=torch.bfloat16,
+                requires_grad=True,
+            )
+            v = torch.randn(
+                batch,
+                kv_heads,
+                k_len,
+                head_dim,
+                device="cuda",
+                dtype=torch.bfloat16,
+                requires_grad=True,
+            )
             causal = q_len == k_len
             row = [str(backend), batch, heads, kv_heads, q_len, k_len, head_dim, causal]
             try:
@@ -433,16 +554,24 @@ def _probe_attention_memory() -> list:
                 base = torch.cuda.memory_allocated()
                 torch.cuda.reset_peak_memory_stats()
                 with sdpa_kernel([backend]):
-                    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=heads != kv_heads)
+                    out = F.scaled_dot_product_attention(
+                        q, k, v, is_causal=causal, enable_gqa=heads != kv_heads
+                    )
                 torch.cuda.synchronize()
-                fwd_after, fwd_peak = torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base
+                fwd_after, fwd_peak = (
+                    torch.cuda.memory_allocated() - base,
+                    torch.cuda.max_memory_allocated() - base,
+                )
                 grad = torch.ones_like(out)
                 torch.cuda.synchronize()
                 base2 = torch.cuda.memory_allocated()
                 torch.cuda.reset_peak_memory_stats()
                 out.backward(grad)
                 torch.cuda.synchronize()
-                bwd_after, bwd_peak = torch.cuda.memory_allocated() - base2, torch.cuda.max_memory_allocated() - base2
+                bwd_after, bwd_peak = (
+                    torch.cuda.memory_allocated() - base2,
+                    torch.cuda.max_memory_allocated() - base2,
+                )
                 row += [fwd_after, fwd_peak, bwd_after, bwd_peak]
                 del out, grad
             except Exception as exc:
@@ -470,8 +599,14 @@ def _probe_allocator() -> list:
             if live and rng.random() < 0.45:
                 key = rng.choice(sorted(live))
                 del live[key]
-                events.append(["f", key, torch.cuda.memory_allocated() - base_alloc,
-                               torch.cuda.memory_reserved() - base_reserved])
+                events.append(
+                    [
+                        "f",
+                        key,
+                        torch.cuda.memory_allocated() - base_alloc,
+                        torch.cuda.memory_reserved() - base_reserved,
+                    ]
+                )
             else:
                 kind = rng.random()
                 if kind < 0.4:
@@ -481,8 +616,15 @@ def _probe_allocator() -> list:
                 else:
                     size = rng.randint(12 << 20, 200 << 20)
                 live[index] = torch.empty(size, dtype=torch.uint8, device="cuda")
-                events.append(["a", index, size, torch.cuda.memory_allocated() - base_alloc,
-                               torch.cuda.memory_reserved() - base_reserved])
+                events.append(
+                    [
+                        "a",
+                        index,
+                        size,
+                        torch.cuda.memory_allocated() - base_alloc,
+                        torch.cuda.memory_reserved() - base_reserved,
+                    ]
+                )
         live.clear()
         sequences.append(events)
     return sequences
@@ -495,10 +637,17 @@ def _run_worker(args: list[str], env: dict, timeout: float) -> dict:
     started = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout
+            [sys.executable, __file__, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s", "seconds": time.perf_counter() - started}
+        return {
+            "error": f"timed out after {timeout:.0f}s",
+            "seconds": time.perf_counter() - started,
+        }
     if proc.returncode != 0:
         return {"error": proc.stderr[-3000:], "seconds": time.perf_counter() - started}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -531,17 +680,26 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=4)
-    parser.add_argument("--gpu-gib", type=float, default=120.0, help="GPU memory to schedule within")
+    parser.add_argument(
+        "--gpu-gib", type=float, default=120.0, help="GPU memory to schedule within"
+    )
     parser.add_argument("--commit", default=os.environ.get("LEVERS_COMMIT", "unknown"))
     parser.add_argument("--worker", choices=("predict", "measure", "probe", "fit", "fit-run"))
-    parser.add_argument("--fit-check", action="store_true",
-                        help="also check a --fit prediction on the GPU (see FIT_CHECK)")
+    parser.add_argument(
+        "--fit-check",
+        action="store_true",
+        help="also check a --fit prediction on the GPU (see FIT_CHECK)",
+    )
     parser.add_argument("--value", type=int, default=0)
     parser.add_argument("--cap-bytes", type=int, default=0)
     parser.add_argument("--name", default="")
     parser.add_argument("--gpu", default="h200")
-    parser.add_argument("--deadline-s", type=float, default=330.0,
-                        help="start no measurement after this many seconds; stop waiting then")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=330.0,
+        help="start no measurement after this many seconds; stop waiting then",
+    )
     args = parser.parse_args()
 
     if args.worker == "predict":
@@ -567,7 +725,12 @@ def main() -> None:
     names = [n for n, *_ in CONFIGS if not args.only or n in args.only.split(",")]
     gpu_name = _gpu_name()
     gpu = _gpu_key(gpu_name)
-    env_cpu = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    env_cpu = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONPATH": str(ROOT / "src"),
+        "OMP_NUM_THREADS": "1",
+    }
     env_gpu = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     started = time.perf_counter()
 
@@ -578,13 +741,19 @@ def main() -> None:
     cpu_pool = futures.ThreadPoolExecutor(max_workers=6)
     gpu_pool = futures.ThreadPoolExecutor(max_workers=args.jobs + 1)
     predicted = {
-        cpu_pool.submit(_run_worker, ["--worker", "predict", "--name", n, "--gpu", gpu], env_cpu,
-                        args.deadline_s + 30): n
+        cpu_pool.submit(
+            _run_worker,
+            ["--worker", "predict", "--name", n, "--gpu", gpu],
+            env_cpu,
+            args.deadline_s + 30,
+        ): n
         for n in names
     }
     fit_future = None
     if args.fit_check:
-        fit_future = cpu_pool.submit(_run_worker, ["--worker", "fit"], env_cpu, args.deadline_s + 30)
+        fit_future = cpu_pool.submit(
+            _run_worker, ["--worker", "fit"], env_cpu, args.deadline_s + 30
+        )
     probe_future = None
     if args.calibrate:
         probe_future = gpu_pool.submit(_run_worker, ["--worker", "probe"], env_gpu, args.deadline_s)
@@ -630,8 +799,12 @@ def main() -> None:
             "measured_reserved_bytes": m.get("measured_reserved_bytes"),
         }
         if row["predicted_allocated_bytes"] is not None and row["measured_allocated_bytes"]:
-            row["allocated_error_pct"] = _error(row["predicted_allocated_bytes"], row["measured_allocated_bytes"])
-            row["reserved_error_pct"] = _error(row["predicted_reserved_bytes"], row["measured_reserved_bytes"])
+            row["allocated_error_pct"] = _error(
+                row["predicted_allocated_bytes"], row["measured_allocated_bytes"]
+            )
+            row["reserved_error_pct"] = _error(
+                row["predicted_reserved_bytes"], row["measured_reserved_bytes"]
+            )
         row["prediction"] = p
         row["measurement"] = m
         rows.append(row)
@@ -671,7 +844,9 @@ def _measure_all(pool, names: list[str], args, env: dict, deadline: float) -> di
             need = _config(name)[2]
             if len(running) < args.jobs and (in_use + need <= args.gpu_gib or not running):
                 timeout = max(deadline + 60 - time.perf_counter(), 30)
-                future = pool.submit(_run_worker, ["--worker", "measure", "--name", name, *extra], env, timeout)
+                future = pool.submit(
+                    _run_worker, ["--worker", "measure", "--name", name, *extra], env, timeout
+                )
                 running[future] = name
                 pending.remove(name)
                 in_use += need
@@ -689,7 +864,11 @@ def _fit_runs(predicted: dict, env_gpu: dict, timeout: float) -> dict:
         return {"prediction": predicted}
     best, budget = predicted["best"], predicted["budget_bytes"]
     runs = [
-        _run_worker(["--worker", "fit-run", "--value", str(value), "--cap-bytes", str(cap)], env_gpu, timeout)
+        _run_worker(
+            ["--worker", "fit-run", "--value", str(value), "--cap-bytes", str(cap)],
+            env_gpu,
+            timeout,
+        )
         for value in (best, best + 1)
         for cap in (budget, 0)
     ]
@@ -701,9 +880,18 @@ def _gib(value) -> str:
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    fields = ["commit", "torch", "gpu", "config", "predicted_allocated_bytes", "measured_allocated_bytes",
-              "allocated_error_pct", "predicted_reserved_bytes", "measured_reserved_bytes",
-              "reserved_error_pct"]
+    fields = [
+        "commit",
+        "torch",
+        "gpu",
+        "config",
+        "predicted_allocated_bytes",
+        "measured_allocated_bytes",
+        "allocated_error_pct",
+        "predicted_reserved_bytes",
+        "measured_reserved_bytes",
+        "reserved_error_pct",
+    ]
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()

@@ -32,8 +32,9 @@ def mlp(device: str = "cpu", batch_size: int = BATCH, fused: bool = True) -> Wor
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    return Workload(model=model, step=step, optimizer=optimizer, name="mlp",
-                    params={"batch_size": batch_size})
+    return Workload(
+        model=model, step=step, optimizer=optimizer, name="mlp", params={"batch_size": batch_size}
+    )
 
 
 class Block(nn.Module):
@@ -71,8 +72,9 @@ def stack(device: str = "cpu", batch_size: int = 64, width: int = 256, depth: in
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    return Workload(model=model, step=step, optimizer=optimizer, name="stack",
-                    params={"batch_size": batch_size})
+    return Workload(
+        model=model, step=step, optimizer=optimizer, name="stack", params={"batch_size": batch_size}
+    )
 
 
 def huge(device: str = "cpu") -> Workload:

@@ -81,7 +81,11 @@ def test_the_peak_adds_up_to_blocks_worked_out_by_hand():
         "temporaries": 1024,  # ReLU's input gradient
     }
     assert plan.peak_allocated_bytes == sum(by_category.values())
-    assert (plan.peak.phase, plan.peak.step, plan.peak.op) == ("backward", 1, "aten.sum.dim_IntList")
+    assert (plan.peak.phase, plan.peak.step, plan.peak.op) == (
+        "backward",
+        1,
+        "aten.sum.dim_IntList",
+    )
     # two 32 MiB cuBLAS segments, and the small pool's 2 MiB holds the Lt workspace and the rest
     assert plan.peak_reserved_bytes == 66 * MIB
 
@@ -106,14 +110,19 @@ def test_unfused_adamw_keeps_its_step_on_the_host_and_computes_temporaries():
 
 
 def test_fake_tensors_stand_in_for_the_gpu_in_the_workload_code():
-    trace, workload = trace_workload(lambda: factories.device_moves(device="cuda"), H100, num_steps=1)
+    trace, workload = trace_workload(
+        lambda: factories.device_moves(device="cuda"), H100, num_steps=1
+    )
     seen = workload.params["seen"]
     assert seen["x_device"] == "cuda" and seen["is_cuda"] is True
     # the model was built on the host and moved: only the moved copies are GPU memory
     assert _bytes_by(trace, category="parameters") == 4 * 4 * 4 + 4 * 4
     # the host copy of the loss is not GPU memory
-    assert all(a.op != "aten._to_copy.default" or a.phase == "build" for a in trace.allocations
-               if a.step == 0 and a.phase == "other")
+    assert all(
+        a.op != "aten._to_copy.default" or a.phase == "build"
+        for a in trace.allocations
+        if a.step == 0 and a.phase == "other"
+    )
 
 
 def test_values_read_by_the_step_come_from_shadows():

@@ -14,7 +14,14 @@ KIB, MIB = 1 << 10, 1 << 20
 
 
 def test_requests_round_up_to_512_bytes():
-    assert [round_request(n) for n in (1, 511, 512, 513, 1024, 1025)] == [512, 512, 512, 1024, 1024, 1536]
+    assert [round_request(n) for n in (1, 511, 512, 513, 1024, 1025)] == [
+        512,
+        512,
+        512,
+        1024,
+        1024,
+        1536,
+    ]
 
 
 def test_segment_sizes_follow_the_pool_rules():

@@ -31,7 +31,9 @@ def _workload(device: str = "cpu") -> Workload:
 
 
 def test_cuda_policy_per_op_and_the_weight_cast_cache():
-    trace, workload = trace_workload(lambda: _workload("cuda"), resolve_gpu("h100-80gb"), num_steps=1)
+    trace, workload = trace_workload(
+        lambda: _workload("cuda"), resolve_gpu("h100-80gb"), num_steps=1
+    )
     seen = workload.params["seen"]
     assert seen == {
         "mm": torch.bfloat16,  # lower precision
@@ -40,7 +42,8 @@ def test_cuda_policy_per_op_and_the_weight_cast_cache():
         "sum": torch.float32,  # float32 (set_opt_dtype)
     }
     weight_casts = [
-        a for a in trace.allocations
+        a
+        for a in trace.allocations
         if a.op == "aten._to_copy.default" and a.shape == (32, 32) and a.dtype == "bfloat16"
     ]
     assert len(weight_casts) == 1  # two uses of the weight in one region: one cast

@@ -22,11 +22,18 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_prediction_attribution_and_json(capsys, tmp_path):
     out_file = tmp_path / "plan.json"
-    code, out, err = run(capsys, f"{FACTORIES}:mlp", "--gpu", "h100-80gb", "--steps", "2",
-                         "--json", str(out_file))
+    code, out, err = run(
+        capsys, f"{FACTORIES}:mlp", "--gpu", "h100-80gb", "--steps", "2", "--json", str(out_file)
+    )
     assert code == 0, err
-    for text in ("FITS", "max_memory_allocated", "65.0 MiB", "The peak: step 1 backward",
-                 "What-ifs", "bf16-optimizer-states"):
+    for text in (
+        "FITS",
+        "max_memory_allocated",
+        "65.0 MiB",
+        "The peak: step 1 backward",
+        "What-ifs",
+        "bf16-optimizer-states",
+    ):
         assert text in out
     plan = json.loads(out_file.read_text())
     assert plan["peak_allocated_bytes"] == 68176896
@@ -36,9 +43,21 @@ def test_prediction_attribution_and_json(capsys, tmp_path):
 
 
 def test_fit_prints_the_curve(capsys):
-    code, out, err = run(capsys, f"{FACTORIES}:stack", "--set", "batch_size=256", "width=1024",
-                         "depth=2", "--gpu", "0.6GiB", "--fit", "batch_size", "--no-whatifs",
-                         "--steps", "1")
+    code, out, err = run(
+        capsys,
+        f"{FACTORIES}:stack",
+        "--set",
+        "batch_size=256",
+        "width=1024",
+        "depth=2",
+        "--gpu",
+        "0.6GiB",
+        "--fit",
+        "batch_size",
+        "--no-whatifs",
+        "--steps",
+        "1",
+    )
     assert code == 0, err
     assert "--fit batch_size: largest that fits = " in out
     assert "yes" in out and "no" in out
@@ -54,7 +73,7 @@ def test_fit_prints_the_curve(capsys):
     ],
 )
 def test_user_errors_say_what_to_do(capsys, argv, message):
-    code, out, err = run(capsys, f"{FACTORIES}:mlp", "--no-whatifs", "--steps", "1", *argv)
+    code, _out, err = run(capsys, f"{FACTORIES}:mlp", "--no-whatifs", "--steps", "1", *argv)
     assert code == 2
     assert message in err
 

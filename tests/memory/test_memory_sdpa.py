@@ -35,7 +35,14 @@ def test_default_priorities_follow_the_chip():
     [
         (A100, {}, False, True, False, "flash"),
         (H100, {}, False, True, False, "cudnn"),
-        (A100, {"dtype": torch.float32}, False, False, False, "efficient"),  # flash is fp16/bf16 only
+        (
+            A100,
+            {"dtype": torch.float32},
+            False,
+            False,
+            False,
+            "efficient",
+        ),  # flash is fp16/bf16 only
         (A100, {}, True, False, False, "efficient"),  # flash takes no mask
         (A100, {"kv_heads": 4}, True, False, True, "math"),  # efficient: no GQA here
         (A100, {"q_len": 60, "k_len": 128}, False, True, False, "efficient"),  # causal, Lq != Lk
@@ -101,7 +108,8 @@ def test_the_choice_matches_an_h200_on_a_grid_of_calls():
         dtype, head_dim, heads, kv_heads, gqa, q_len, k_len, mask_kind, causal, layout, choice = row
         dtype = getattr(torch, dtype)
         with FakeTensorMode():
-            def make(num_heads, length):
+
+            def make(num_heads, length, layout=layout, head_dim=head_dim, dtype=dtype):
                 if layout == "bhld":
                     return torch.empty(2, num_heads, length, head_dim, dtype=dtype)
                 return torch.empty(2, length, num_heads, head_dim, dtype=dtype).transpose(1, 2)

@@ -155,7 +155,10 @@ class CachingAllocator:
 
     def _new_segment(self, size: int) -> _Block:
         alloc_bytes = segment_bytes(size)
-        if self.capacity_bytes is not None and self.reserved_bytes + alloc_bytes > self.capacity_bytes:
+        if (
+            self.capacity_bytes is not None
+            and self.reserved_bytes + alloc_bytes > self.capacity_bytes
+        ):
             self._release_free_segments()
             if self.reserved_bytes + alloc_bytes > self.capacity_bytes:
                 raise OutOfMemory(

@@ -64,8 +64,17 @@ def live_at_peak(trace: Trace, replay: Replay, limit: int = NUM_LIVE) -> tuple[L
     for handle, block_bytes in largest:
         a = trace.allocations[handle - 1]
         found.append(
-            LiveTensor(a.category, a.module, a.op, a.shape, a.dtype, block_bytes, a.phase, a.step,
-                       _short_source(a.source) if a.source else None)
+            LiveTensor(
+                a.category,
+                a.module,
+                a.op,
+                a.shape,
+                a.dtype,
+                block_bytes,
+                a.phase,
+                a.step,
+                _short_source(a.source) if a.source else None,
+            )
         )
     return tuple(found)
 
@@ -73,8 +82,14 @@ def live_at_peak(trace: Trace, replay: Replay, limit: int = NUM_LIVE) -> tuple[L
 def peak_moment(trace: Trace, replay: Replay) -> PeakMoment:
     event = trace.events[replay.peak_event]
     a = trace.allocations[abs(event) - 1]
-    return PeakMoment(a.phase, a.step, a.module, a.op,
-                      _short_source(a.source) if a.source else None, replay.peak_event)
+    return PeakMoment(
+        a.phase,
+        a.step,
+        a.module,
+        a.op,
+        _short_source(a.source) if a.source else None,
+        replay.peak_event,
+    )
 
 
 def _point(trace: Trace, replay: Replay, index: int) -> TimelinePoint:

@@ -166,15 +166,24 @@ def _default_dtype(op: torch._ops.OpOverload, args: tuple, kwargs: dict, dtype: 
 def _append_dtype(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     # norm.Scalar and norm.ScalarOpt_dim redispatch to the sibling overload that takes a dtype
     names = [argument.name for argument in op._schema.arguments]
-    values = {name: argument.default_value for name, argument in zip(names, op._schema.arguments)
-              if argument.has_default_value()}
+    values = {
+        name: argument.default_value
+        for name, argument in zip(names, op._schema.arguments)
+        if argument.has_default_value()
+    }
     values.update(zip(names, args))
     values.update(kwargs)
     if "dim" in names:
         return torch.ops.aten.norm.ScalarOpt_dim_dtype(
-            values["self"], values["p"], values["dim"], values.get("keepdim", False), dtype=torch.float32
+            values["self"],
+            values["p"],
+            values["dim"],
+            values.get("keepdim", False),
+            dtype=torch.float32,
         )
-    return torch.ops.aten.norm.ScalarOpt_dtype(values["self"], values.get("p", 2), dtype=torch.float32)
+    return torch.ops.aten.norm.ScalarOpt_dtype(
+        values["self"], values.get("p", 2), dtype=torch.float32
+    )
 
 
 def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -257,7 +266,9 @@ def _cuda_autocast_on_cpu(cache: _CastCache) -> Iterator[None]:
     original_init = autocast_cls.__init__
     original_clear = torch.clear_autocast_cache
 
-    def __init__(self, device_type: str, dtype: Any = None, enabled: bool = True, cache_enabled: Any = None):
+    def __init__(
+        self, device_type: str, dtype: Any = None, enabled: bool = True, cache_enabled: Any = None
+    ):
         if device_type == "cuda":
             # CUDA autocast defaults to float16 when no dtype is given
             dtype = dtype if dtype is not None else torch.float16

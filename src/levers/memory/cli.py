@@ -42,25 +42,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("workload", metavar="WORKLOAD", help="built-in name or FILE.py:factory")
     parser.add_argument(
-        "--set", dest="set_items", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="set_items",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
         help="a factory parameter; values are Python literals (4, True) or plain strings (1b)",
     )
     parser.add_argument(
-        "--gpu", default=DEFAULT_GPU, metavar="GPU",
+        "--gpu",
+        default=DEFAULT_GPU,
+        metavar="GPU",
         help=f"{' | '.join(GPUS)} | a budget such as 40GiB (default: {DEFAULT_GPU})",
     )
-    parser.add_argument("--fit", metavar="PARAM", help="find the largest integer PARAM that fits (e.g. batch_size)")
     parser.add_argument(
-        "--margin", type=float, default=None, metavar="F",
+        "--fit", metavar="PARAM", help="find the largest integer PARAM that fits (e.g. batch_size)"
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        metavar="F",
         help="fraction of usable GPU memory to keep free when judging a fit (default: 0.05)",
     )
-    parser.add_argument("--measure", action="store_true", help="also run the real step on this GPU and compare")
-    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE", help="write the plan as JSON")
     parser.add_argument(
-        "--steps", type=int, default=DEFAULT_NUM_STEPS, metavar="N",
+        "--measure", action="store_true", help="also run the real step on this GPU and compare"
+    )
+    parser.add_argument(
+        "--json", dest="json_path", type=Path, metavar="FILE", help="write the plan as JSON"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_NUM_STEPS,
+        metavar="N",
         help=f"training steps after the build; peaks cover them all (default: {DEFAULT_NUM_STEPS})",
     )
-    parser.add_argument("--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs")
+    parser.add_argument(
+        "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -70,7 +91,13 @@ def run(args: argparse.Namespace) -> int:
 
     from levers.loader import parse_set
     from levers.memory.gpus import resolve_gpu
-    from levers.memory.predict import DEFAULT_MARGIN, check_margin, plan_from, run_prediction, source_of
+    from levers.memory.predict import (
+        DEFAULT_MARGIN,
+        check_margin,
+        plan_from,
+        run_prediction,
+        source_of,
+    )
     from levers.memory.render import render_plan
 
     console = Console()
@@ -125,12 +152,22 @@ def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
     start = params.get(args.fit, source.params.get(args.fit, DEFAULT_FIT_START))
     _check_fit_start(args.fit, start)
     with console.status(f"searching {args.fit}…") as status:
-        def progress(point) -> None:
-            status.update(f"searching {args.fit}: {args.fit}={point.value} "
-                          f"{'fits' if point.fits else 'does not fit'}…")
 
-        return fit_param(source, gpu, args.fit, margin=margin, start=start,
-                         num_steps=args.steps, progress=progress)
+        def progress(point) -> None:
+            status.update(
+                f"searching {args.fit}: {args.fit}={point.value} "
+                f"{'fits' if point.fits else 'does not fit'}…"
+            )
+
+        return fit_param(
+            source,
+            gpu,
+            args.fit,
+            margin=margin,
+            start=start,
+            num_steps=args.steps,
+            progress=progress,
+        )
 
 
 def _check_fit_start(param: str, value: Any) -> None:

@@ -37,8 +37,12 @@ class _FusedRmsNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, eps):  # type: ignore[override]
-        stat_shape = tuple(x.shape[: x.dim() - len(normalized_shape)]) + (1,) * len(normalized_shape)
-        stat_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16, torch.float32) else x.dtype
+        stat_shape = tuple(x.shape[: x.dim() - len(normalized_shape)]) + (1,) * len(
+            normalized_shape
+        )
+        stat_dtype = (
+            torch.float32 if x.dtype in (torch.float16, torch.bfloat16, torch.float32) else x.dtype
+        )
         out = torch.empty_like(x)
         rstd = x.new_empty(stat_shape, dtype=stat_dtype)
         ctx.normalized_shape = list(normalized_shape)
@@ -50,7 +54,7 @@ class _FusedRmsNorm(torch.autograd.Function):
     def backward(ctx, grad_out):  # type: ignore[override]
         # _fused_rms_norm_backward allocates the input's and the weight's gradients, nothing
         # else (seen on an H200); not every torch has its meta kernel, so allocate them here
-        x, rstd, weight = ctx.saved_tensors
+        x, _rstd, weight = ctx.saved_tensors
         grad_input = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_weight = None
         if ctx.has_weight and ctx.needs_input_grad[2]:
@@ -98,7 +102,9 @@ def cuda_composites(book: DeviceBook) -> Iterator[None]:
         library.impl("rms_norm", _rms_norm(book), _KEY)
         library.impl("dropout", _dropout(book), _KEY)
         library.impl("softmax.int", _softmax(book, aten._softmax, aten.softmax.int), _KEY)
-        library.impl("log_softmax.int", _softmax(book, aten._log_softmax, aten.log_softmax.int), _KEY)
+        library.impl(
+            "log_softmax.int", _softmax(book, aten._log_softmax, aten.log_softmax.int), _KEY
+        )
     try:
         yield
     finally:

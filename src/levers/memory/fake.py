@@ -140,7 +140,13 @@ def _prefer_foreach(optimizer: torch.optim.Optimizer | None) -> None:
 
 
 _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-_SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+_SDPA_DEFAULTS = {
+    "attn_mask": None,
+    "dropout_p": 0.0,
+    "is_causal": False,
+    "scale": None,
+    "enable_gqa": False,
+}
 _NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
 
@@ -162,7 +168,14 @@ def _sdpa_handler(tracker: StorageTracker, target: sdpa.SdpaTarget):
         )
         with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
             return sdpa.run_backend(
-                backend, q, k, v, mask, call["dropout_p"], call["is_causal"], call["scale"],
+                backend,
+                q,
+                k,
+                v,
+                mask,
+                call["dropout_p"],
+                call["is_causal"],
+                call["scale"],
                 call["enable_gqa"],
             )
 
@@ -170,7 +183,11 @@ def _sdpa_handler(tracker: StorageTracker, target: sdpa.SdpaTarget):
 
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
-    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype not in (dtype, torch.float64):
+    if (
+        isinstance(x, torch.Tensor)
+        and x.is_floating_point()
+        and x.dtype not in (dtype, torch.float64)
+    ):
         return x.to(dtype)
     return x
 
@@ -180,7 +197,11 @@ def _loss_handler(tracker: StorageTracker, shadow: ShadowValues):
         logits = args[0] if args else kwargs.get("input")
         target = args[1] if len(args) > 1 else kwargs.get("target")
         ignore_index = kwargs.get("ignore_index", args[4] if len(args) > 4 else -100)
-        if isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor) and logits.dim() >= 1:
+        if (
+            isinstance(logits, torch.Tensor)
+            and isinstance(target, torch.Tensor)
+            and logits.dim() >= 1
+        ):
             num_classes = logits.shape[1] if logits.dim() >= 2 else logits.shape[0]
             num_rows = logits.numel() // max(num_classes, 1)
             valid = None

@@ -60,7 +60,9 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def workspaces(model: KernelModel, func, args: tuple, out: Any, thread: str, seen: set) -> list[Workspace]:
+def workspaces(
+    model: KernelModel, func, args: tuple, out: Any, thread: str, seen: set
+) -> list[Workspace]:
     """The buffers ``func`` takes besides its outputs, in allocation order.
 
     ``thread`` is "main" or "autograd"; ``seen`` holds the (library, thread) pairs that already
@@ -101,7 +103,9 @@ def _flash_backward(args: tuple) -> list[Workspace]:
     block_n = 128 if head_dim > 64 else 256
     if k_len > block_n:
         dim_rounded = _round_up(head_dim, 32) if head_dim <= 192 else 256
-        found.append(Workspace(batch * q_rounded * heads * dim_rounded * 4, False, "flash dq_accum"))
+        found.append(
+            Workspace(batch * q_rounded * heads * dim_rounded * 4, False, "flash dq_accum")
+        )
     if kv_heads != heads:
         itemsize = query.element_size()
         expanded = batch * k_len * heads * head_dim * itemsize
@@ -115,5 +119,7 @@ def _efficient_backward(args: tuple) -> list[Workspace]:
     batch, heads, q_len, head_dim = query.shape
     found = [Workspace(batch * heads * q_len * 4, False, "efficient delta")]
     if query.dtype in (torch.float16, torch.bfloat16) and head_dim > 64:
-        found.append(Workspace(batch * heads * q_len * head_dim * 4, False, "efficient grad_q accumulator"))
+        found.append(
+            Workspace(batch * heads * q_len * head_dim * 4, False, "efficient grad_q accumulator")
+        )
     return found

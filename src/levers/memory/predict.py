@@ -46,9 +46,7 @@ def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) ->
 
         factory = _resolve(workload_or_factory)[0]
         spec = workload_or_factory
-        return Source(
-            lambda p: load_workload(spec, p), with_gpu_device(factory, params), spec
-        )
+        return Source(lambda p: load_workload(spec, p), with_gpu_device(factory, params), spec)
     if callable(workload_or_factory):
         factory = workload_or_factory
         label = getattr(factory, "__name__", "workload")
@@ -79,8 +77,13 @@ class Prediction:
     seconds: float
 
 
-def run_prediction(source: Source, gpu: GpuSpec, *, num_steps: int = DEFAULT_NUM_STEPS,
-                   transform: Callable[[Workload], None] | None = None) -> Prediction:
+def run_prediction(
+    source: Source,
+    gpu: GpuSpec,
+    *,
+    num_steps: int = DEFAULT_NUM_STEPS,
+    transform: Callable[[Workload], None] | None = None,
+) -> Prediction:
     start = time.perf_counter()
     trace, workload = trace_workload(
         lambda: source.build(source.params), gpu, num_steps=num_steps, transform=transform

@@ -20,7 +20,13 @@ def format_bytes(num_bytes: float) -> str:
     for scale, suffix in _BINARY:
         if abs(num_bytes) >= scale:
             value = num_bytes / scale
-            text = f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
+            text = (
+                f"{value:.2f}"
+                if abs(value) < 10
+                else f"{value:.1f}"
+                if abs(value) < 100
+                else f"{value:.0f}"
+            )
             return f"{text} {suffix}"
     return f"{int(num_bytes)} B"
 
@@ -98,10 +104,16 @@ def _peaks(plan: MemoryPlan) -> Table:
         table.add_column(f"measured ({plan.measured.device_name})", justify="right")
         table.add_column("error", justify="right")
     rows = (
-        ("max_memory_allocated", plan.peak_allocated_bytes,
-         plan.measured.peak_allocated_bytes if plan.measured else None),
-        ("max_memory_reserved", plan.peak_reserved_bytes,
-         plan.measured.peak_reserved_bytes if plan.measured else None),
+        (
+            "max_memory_allocated",
+            plan.peak_allocated_bytes,
+            plan.measured.peak_allocated_bytes if plan.measured else None,
+        ),
+        (
+            "max_memory_reserved",
+            plan.peak_reserved_bytes,
+            plan.measured.peak_reserved_bytes if plan.measured else None,
+        ),
     )
     for label, predicted, measured in rows:
         cells = [label, format_bytes(predicted)]
@@ -120,8 +132,12 @@ def _categories(plan: MemoryPlan) -> Table:
     table.add_column("")
     for entry in plan.by_category:
         share = entry.nbytes / plan.peak_allocated_bytes if plan.peak_allocated_bytes else 0.0
-        table.add_row(entry.category, format_bytes(entry.nbytes), f"{share:.0%}",
-                      _bar(entry.nbytes, plan.peak_allocated_bytes))
+        table.add_row(
+            entry.category,
+            format_bytes(entry.nbytes),
+            f"{share:.0%}",
+            _bar(entry.nbytes, plan.peak_allocated_bytes),
+        )
     return table
 
 
@@ -156,12 +172,18 @@ def _largest(plan: MemoryPlan) -> Table:
     table.add_column("shape")
     table.add_column("made by")
     for tensor in plan.live_at_peak[:NUM_TENSORS]:
-        where = tensor.module if tensor.module is not None else (tensor.source or "(outside modules)")
+        where = (
+            tensor.module if tensor.module is not None else (tensor.source or "(outside modules)")
+        )
         made = f"{tensor.op} in {where}" if where else tensor.op
         if tensor.step >= 0:
             made += f" ({tensor.phase}, step {tensor.step})"
-        table.add_row(format_bytes(tensor.nbytes), tensor.category,
-                      f"{list(tensor.shape)} {tensor.dtype}", made)
+        table.add_row(
+            format_bytes(tensor.nbytes),
+            tensor.category,
+            f"{list(tensor.shape)} {tensor.dtype}",
+            made,
+        )
     return table
 
 
@@ -173,8 +195,13 @@ def _around(plan: MemoryPlan) -> Table:
     table.add_column("op")
     table.add_column("module")
     for point in plan.around_peak[-NUM_AROUND:]:
-        table.add_row(format_bytes(point.allocated_bytes), format_bytes(point.reserved_bytes),
-                      format_bytes(point.delta_bytes), point.op, point.module or "")
+        table.add_row(
+            format_bytes(point.allocated_bytes),
+            format_bytes(point.reserved_bytes),
+            format_bytes(point.delta_bytes),
+            point.op,
+            point.module or "",
+        )
     return table
 
 
@@ -197,8 +224,12 @@ def _whatifs(plan: MemoryPlan) -> Table:
     table.add_column("how")
     for whatif in plan.whatifs:
         if whatif.applicable:
-            table.add_row(whatif.name, _signed(whatif.delta_allocated_bytes),
-                          _signed(whatif.delta_reserved_bytes), whatif.method)
+            table.add_row(
+                whatif.name,
+                _signed(whatif.delta_allocated_bytes),
+                _signed(whatif.delta_reserved_bytes),
+                whatif.method,
+            )
         else:
             table.add_row(whatif.name, "-", "-", f"not applicable: {whatif.note}")
     return table
@@ -215,6 +246,10 @@ def _fit(fit: FitResult) -> Table:
     table.add_column("reserved", justify="right")
     table.add_column("fits")
     for point in sorted(fit.curve, key=lambda p: p.value):
-        table.add_row(str(point.value), format_bytes(point.peak_allocated_bytes),
-                      format_bytes(point.peak_reserved_bytes), "yes" if point.fits else "no")
+        table.add_row(
+            str(point.value),
+            format_bytes(point.peak_allocated_bytes),
+            format_bytes(point.peak_reserved_bytes),
+            "yes" if point.fits else "no",
+        )
     return table

@@ -21,7 +21,9 @@ class Replay:
     oom_event: int | None = None  # first event the allocator could not serve within capacity
 
 
-def replay(trace: Trace, capacity_bytes: int | None = None, sizes: dict[int, int] | None = None) -> Replay:
+def replay(
+    trace: Trace, capacity_bytes: int | None = None, sizes: dict[int, int] | None = None
+) -> Replay:
     """Replay ``trace``; ``sizes`` overrides the bytes of some allocations (what-ifs)."""
     allocator = CachingAllocator(capacity_bytes)
     allocated: list[int] = []
@@ -30,7 +32,11 @@ def replay(trace: Trace, capacity_bytes: int | None = None, sizes: dict[int, int
     for index, event in enumerate(trace.events):
         handle = abs(event)
         if event > 0:
-            nbytes = trace.allocations[handle - 1].nbytes if sizes is None else sizes.get(handle, trace.allocations[handle - 1].nbytes)
+            nbytes = (
+                trace.allocations[handle - 1].nbytes
+                if sizes is None
+                else sizes.get(handle, trace.allocations[handle - 1].nbytes)
+            )
             try:
                 allocator.malloc(handle, nbytes)
             except OutOfMemory:

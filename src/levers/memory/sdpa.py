@@ -227,7 +227,13 @@ def run_backend(backend: str, q, k, v, attn_mask, dropout_p, is_causal, scale, e
         head_dim = q.shape[-1]
         qp, kp, vp = (_pad_last_dim(x, 8) for x in (q, k, v))
         out = aten._scaled_dot_product_flash_attention(
-            qp, kp, vp, dropout_p, is_causal, False, scale=scale if scale is not None else head_dim**-0.5
+            qp,
+            kp,
+            vp,
+            dropout_p,
+            is_causal,
+            False,
+            scale=scale if scale is not None else head_dim**-0.5,
         )[0]
         return out[..., :head_dim] if out.shape[-1] != head_dim else out
     if backend == EFFICIENT:

@@ -67,7 +67,9 @@ class ShadowValues:
             return self._masked_select(args[0], args[1])
         if packet in (aten.index, aten._unsafe_index) and _has_bool_index(args[1]):
             return func(args[0], self._long_indices(args[1]))
-        if packet in (aten.index_put_, aten.index_put, aten._index_put_impl_) and _has_bool_index(args[1]):
+        if packet in (aten.index_put_, aten.index_put, aten._index_put_impl_) and _has_bool_index(
+            args[1]
+        ):
             return func(args[0], self._long_indices(args[1]), *args[2:], **kwargs)
         return NotImplemented
 
@@ -157,7 +159,9 @@ class ShadowValues:
             count = 1
             for size in shape:
                 count *= size
-            self.assumptions.append("masked_select over a mask computed from activations: all selected")
+            self.assumptions.append(
+                "masked_select over a mask computed from activations: all selected"
+            )
         return torch.empty((count,), dtype=values.dtype, device=values.device)
 
     def _long_indices(self, indices: list) -> list:

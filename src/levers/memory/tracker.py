@@ -74,8 +74,19 @@ class SiteContext:
 
 
 class _Record:
-    __slots__ = ("nbytes", "category", "phase", "step", "module", "op", "shape", "dtype",
-                 "recompute", "source", "state_derived")  # fmt: skip
+    __slots__ = (
+        "category",
+        "dtype",
+        "module",
+        "nbytes",
+        "op",
+        "phase",
+        "recompute",
+        "shape",
+        "source",
+        "state_derived",
+        "step",
+    )  # fmt: skip
 
     def __init__(self, **fields: Any) -> None:
         for name, value in fields.items():
@@ -190,7 +201,11 @@ class StorageTracker(TorchDispatchMode):
         if func is not torch.ops.aten.add.Tensor or torch.is_grad_enabled() or len(args) != 2:
             return False
         old, new = args
-        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and isinstance(out, torch.Tensor)):
+        if not (
+            isinstance(old, torch.Tensor)
+            and isinstance(new, torch.Tensor)
+            and isinstance(out, torch.Tensor)
+        ):
             return False
         if old.shape != new.shape or old.shape != out.shape or old.dtype != out.dtype:
             return False
@@ -213,8 +228,17 @@ class StorageTracker(TorchDispatchMode):
         except (RuntimeError, NotImplementedError):
             return False
 
-    def _record(self, *, nbytes: int, phase: str, op: str, shape: tuple, dtype: str,
-                state_derived: bool = False, category: str = "temporaries") -> int:
+    def _record(
+        self,
+        *,
+        nbytes: int,
+        phase: str,
+        op: str,
+        shape: tuple,
+        dtype: str,
+        state_derived: bool = False,
+        category: str = "temporaries",
+    ) -> int:
         module = self.context.module(phase)
         source = None
         if module is None and phase in ("forward", "other"):
@@ -264,11 +288,15 @@ class StorageTracker(TorchDispatchMode):
             if label is None:
                 label = (_NODE_SOURCE_KEY, _user_source())
             metadata[label[0]] = label[1]
-            pending.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+            pending.extend(
+                next_node for next_node, _ in node.next_functions if next_node is not None
+            )
 
     def _add_workspaces(self, func, args: tuple, out: Any, phase: str) -> None:
         thread = "autograd" if phase == "backward" else "main"
-        found = kernels.workspaces(self.kernel_model, func, args, out, thread, self._workspace_owners)
+        found = kernels.workspaces(
+            self.kernel_model, func, args, out, thread, self._workspace_owners
+        )
         transient = []
         for workspace in found:
             handle = self._record(
@@ -286,7 +314,9 @@ class StorageTracker(TorchDispatchMode):
 
     # --- labels -----------------------------------------------------------------------------
 
-    def relabel(self, tensor: torch.Tensor | None, category: str, module: str | None = None) -> None:
+    def relabel(
+        self, tensor: torch.Tensor | None, category: str, module: str | None = None
+    ) -> None:
         """Give the storage of ``tensor`` a category (and module) that its allocation site does
         not tell: a parameter, a gradient, optimizer state."""
         if tensor is None:
@@ -361,8 +391,9 @@ def _user_source() -> str | None:
     return None
 
 
-def install_module_hooks(context: SiteContext, names: dict[int, str],
-                         backward_mode: Any = None) -> Callable[[], None]:
+def install_module_hooks(
+    context: SiteContext, names: dict[int, str], backward_mode: Any = None
+) -> Callable[[], None]:
     """Track the module stack with global forward hooks; returns the function that removes them.
 
     Autograd runs backward without the caller's torch function modes, so a forward that
@@ -400,9 +431,12 @@ def install_module_hooks(context: SiteContext, names: dict[int, str],
     return remove
 
 
-def install_optimizer_hooks(context: SiteContext, tracker: StorageTracker,
-                            optimizer: torch.optim.Optimizer | None,
-                            model: torch.nn.Module | None = None) -> Callable[[], None]:
+def install_optimizer_hooks(
+    context: SiteContext,
+    tracker: StorageTracker,
+    optimizer: torch.optim.Optimizer | None,
+    model: torch.nn.Module | None = None,
+) -> Callable[[], None]:
     """Mark the optimizer phase and label optimizer state (with its parameter's module) after
     each step."""
     owners = {}

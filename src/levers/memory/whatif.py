@@ -27,7 +27,9 @@ from levers.memory.trace import Trace
 from levers.workload import Workload
 
 
-def all_whatifs(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int) -> tuple[WhatIf, ...]:
+def all_whatifs(
+    source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int
+) -> tuple[WhatIf, ...]:
     return (
         checkpointing(source, gpu, base, num_steps=num_steps),
         bf16_optimizer_states(base),
@@ -35,8 +37,15 @@ def all_whatifs(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: in
     )
 
 
-def _delta(name: str, description: str, method: str, base: Prediction,
-           allocated: int, reserved: int, note: str = "") -> WhatIf:
+def _delta(
+    name: str,
+    description: str,
+    method: str,
+    base: Prediction,
+    allocated: int,
+    reserved: int,
+    note: str = "",
+) -> WhatIf:
     return WhatIf(
         name=name,
         description=description,
@@ -90,11 +99,20 @@ def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: 
     except Exception as exc:  # a what-if must not break the plan it annotates
         return WhatIf(name, description, "re-prediction", False, note=f"failed: {exc}"[:200])
     if not counted or counted[0] == 0:
-        return WhatIf(name, description, "re-prediction", False,
-                      note="no repeated blocks (an nn.ModuleList of one module class) to wrap")
+        return WhatIf(
+            name,
+            description,
+            "re-prediction",
+            False,
+            note="no repeated blocks (an nn.ModuleList of one module class) to wrap",
+        )
     return _delta(
-        name, description, f"re-prediction with {counted[0]} blocks wrapped", base,
-        prediction.replay.peak_allocated_bytes, prediction.replay.peak_reserved_bytes,
+        name,
+        description,
+        f"re-prediction with {counted[0]} blocks wrapped",
+        base,
+        prediction.replay.peak_allocated_bytes,
+        prediction.replay.peak_reserved_bytes,
     )
 
 
@@ -103,9 +121,13 @@ def bf16_optimizer_sizes(trace: Trace) -> dict[int, int]:
     scalar step counters stay float32)."""
     sizes = {}
     for handle, allocation in enumerate(trace.allocations, start=1):
-        halved = allocation.dtype == "float32" and allocation.shape != () and (
-            allocation.category == "optimizer"
-            or (allocation.phase == "optimizer" and allocation.state_derived)
+        halved = (
+            allocation.dtype == "float32"
+            and allocation.shape != ()
+            and (
+                allocation.category == "optimizer"
+                or (allocation.phase == "optimizer" and allocation.state_derived)
+            )
         )
         if halved:
             sizes[handle] = allocation.nbytes // 2
@@ -117,11 +139,22 @@ def bf16_optimizer_states(base: Prediction) -> WhatIf:
     description = "optimizer state in bfloat16 instead of float32"
     sizes = bf16_optimizer_sizes(base.trace)
     if not sizes:
-        return WhatIf(name, description, "trace transform", False,
-                      note="no float32 optimizer state in the step")
+        return WhatIf(
+            name,
+            description,
+            "trace transform",
+            False,
+            note="no float32 optimizer state in the step",
+        )
     replayed = replay(base.trace, sizes=sizes)
-    return _delta(name, description, "trace transform: float32 state and its temporaries halved",
-                  base, replayed.peak_allocated_bytes, replayed.peak_reserved_bytes)
+    return _delta(
+        name,
+        description,
+        "trace transform: float32 state and its temporaries halved",
+        base,
+        replayed.peak_allocated_bytes,
+        replayed.peak_reserved_bytes,
+    )
 
 
 def valid_row_fraction(trace: Trace) -> float | None:
@@ -150,18 +183,28 @@ def valid_rows_loss(base: Prediction) -> WhatIf:
     name = "valid-rows-loss"
     description = "the loss computed over rows with a target only"
     if not base.trace.losses:
-        return WhatIf(name, description, "trace transform", False,
-                      note="the step calls no F.cross_entropy")
+        return WhatIf(
+            name, description, "trace transform", False, note="the step calls no F.cross_entropy"
+        )
     fraction = valid_row_fraction(base.trace)
     if fraction is None:
-        return WhatIf(name, description, "trace transform", False,
-                      note="the targets' values are not known (computed from activations)")
+        return WhatIf(
+            name,
+            description,
+            "trace transform",
+            False,
+            note="the targets' values are not known (computed from activations)",
+        )
     if fraction >= 1.0:
-        return WhatIf(name, description, "trace transform", False,
-                      note="every row already has a target")
+        return WhatIf(
+            name, description, "trace transform", False, note="every row already has a target"
+        )
     replayed = replay(base.trace, sizes=valid_rows_sizes(base.trace, fraction))
     return _delta(
-        name, description,
+        name,
+        description,
         f"trace transform: class-wide activations scaled to the {fraction:.0%} of rows with a target",
-        base, replayed.peak_allocated_bytes, replayed.peak_reserved_bytes,
+        base,
+        replayed.peak_allocated_bytes,
+        replayed.peak_reserved_bytes,
     )
