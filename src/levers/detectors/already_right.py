@@ -111,9 +111,14 @@ def _fused_optimizer(capture: Capture, config: RuleConfig) -> AlreadyRight | Non
 
 def _autocast(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     seen = [a for a in capture.settings.get("autocast", ()) if a.endswith(("bfloat16", "float16"))]
-    if not seen:
+    if seen:
+        return AlreadyRight("DTYPE001", "mixed-precision autocast", ", ".join(seen))
+    matmul = [op for op in capture.ops if op.flops and op.inputs]
+    low = sum(op.flops for op in matmul if op.inputs[0].dtype in ("bfloat16", "float16"))
+    total = sum(op.flops for op in matmul)
+    if not total or low < 0.5 * total:
         return None
-    return AlreadyRight("DTYPE001", "mixed-precision autocast", ", ".join(seen))
+    return AlreadyRight("DTYPE001", "low-precision matmuls", f"{low / total:.0%} of the step's FLOPs run in bf16/fp16")
 
 
 def _tf32(capture: Capture, config: RuleConfig) -> AlreadyRight | None:

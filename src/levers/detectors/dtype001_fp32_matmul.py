@@ -3,7 +3,9 @@
 ## What it does
 Finds matmuls (mm, addmm, bmm, baddbmm) of at least 1 GFLOP per call that run in float32 while
 no autocast is active and TF32 is off (`torch.backends.cuda.matmul.allow_tf32` False and
-`float32_matmul_precision` "highest"). On a GPU capture this is what ran; on a CPU capture it
+`float32_matmul_precision` "highest"), when they are at least half of the step's matmul FLOPs
+(a few fp32 matmuls in a bf16 step are deliberate; the MATH SDPA backend's fp32 matmuls are
+ATTN001's). On a GPU capture this is what ran; on a CPU capture it
 fires only when the GPU run is declared to stay in fp32 (`--assume-dtype fp32`), since a CPU
 run in fp32 usually becomes bf16 autocast on the GPU. The three lines with the most fp32 matmul
 FLOPs are the receipts.
@@ -47,12 +49,20 @@ from collections.abc import Iterator
 from levers.capture.records import Capture, OpRecord
 from levers.detectors.config import RuleConfig
 from levers.detectors.finding import Finding, Part, Work
-from levers.detectors.patterns import base_name, group_by_source, meta_text, module_pattern, receipt
+from levers.detectors.patterns import (
+    base_name,
+    call_op_indices,
+    group_by_source,
+    meta_text,
+    module_pattern,
+    receipt,
+)
 from levers.detectors.registry import rule
 
 CODE, NAME = "DTYPE001", "fp32-matmul"
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
 LARGE_MATMUL_FLOPS = 10**9
+FP32_SHARE = 0.5
 
 
 def tf32_on(capture: Capture) -> bool:
@@ -71,16 +81,19 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # autocast on the GPU casts matmul inputs
     if any(a.startswith("cuda:") for a in capture.settings.get("autocast", ())):
         return
+    # the MATH SDPA backend upcasts to fp32 by design: that is ATTN001's finding
+    inside_sdpa = call_op_indices(capture, ("sdpa",))
+    matmuls = [op for op in capture.ops if base_name(op.name) in MATMULS and op.inputs and op.index not in inside_sdpa]
     big = [
         op
-        for op in capture.ops
-        if base_name(op.name) in MATMULS
-        and op.flops >= LARGE_MATMUL_FLOPS
-        and op.inputs
-        and all(t.dtype == "float32" for t in op.inputs)
+        for op in matmuls
+        if op.flops >= LARGE_MATMUL_FLOPS and all(t.dtype == "float32" for t in op.inputs)
     ]
     # no large fp32 matmul
     if not big:
+        return
+    # most matmul FLOPs already run in low precision: the fp32 ones are deliberate exceptions
+    if sum(op.flops for op in big) < FP32_SHARE * sum(op.flops for op in matmuls):
         return
     yield _finding(big, capture, config)
 
