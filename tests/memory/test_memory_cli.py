@@ -86,3 +86,22 @@ def test_llama_8b_on_an_h100_runs_on_this_machine_and_does_not_fit(capsys):
     assert "8.03B parameters" in out
     assert "blocks.31" in out or "… " in out  # the attribution by block is printed
     assert "activation-checkpointing" in out
+
+
+def test_fit_defaults_to_the_batch_size(capsys):
+    code, out, err = run(
+        capsys,
+        f"{FACTORIES}:stack",
+        "--set",
+        "batch_size=256",
+        "width=1024",
+        "depth=2",
+        "--fit",
+        "--gpu",
+        "0.6GiB",
+        "--no-whatifs",
+        "--steps",
+        "1",
+    )
+    assert code == 0, err
+    assert "--fit batch_size: largest that fits = " in out

@@ -57,7 +57,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help=f"{' | '.join(GPUS)} | a budget such as 40GiB (default: {DEFAULT_GPU})",
     )
     parser.add_argument(
-        "--fit", metavar="PARAM", help="find the largest integer PARAM that fits (e.g. batch_size)"
+        "--fit",
+        nargs="?",
+        const="batch_size",
+        metavar="PARAM",
+        help="find the largest integer PARAM that fits (default PARAM: batch_size)",
     )
     parser.add_argument(
         "--margin",

@@ -42,11 +42,15 @@ def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) ->
             "factory (or a spec such as 'llama') and the parameters, not a built Workload"
         )
     if isinstance(workload_or_factory, str):
-        from levers.loader import _resolve, load_workload
+        from levers.loader import load_workload
 
-        factory = _resolve(workload_or_factory)[0]
         spec = workload_or_factory
-        return Source(lambda p: load_workload(spec, p), with_gpu_device(factory, params), spec)
+        factory = _factory_of(spec)
+        if factory is not None:
+            params = with_gpu_device(factory, params)
+        else:
+            params.setdefault("device", "cuda")
+        return Source(lambda p: load_workload(spec, p), params, spec)
     if callable(workload_or_factory):
         factory = workload_or_factory
         label = getattr(factory, "__name__", "workload")
@@ -54,6 +58,16 @@ def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) ->
     raise TypeError(
         f"predict_memory takes a workload spec or factory, got {type(workload_or_factory).__name__}"
     )
+
+
+def _factory_of(spec: str) -> Callable[..., Any] | None:
+    """The factory a spec names (resolving it also reports a bad spec early), if the loader
+    can say; its signature tells whether it takes a device."""
+    try:
+        from levers.loader import _resolve
+    except ImportError:  # a loader without the helper: assume the factory takes a device
+        return None
+    return _resolve(spec)[0]
 
 
 def _call_factory(factory: Callable[..., Any], params: dict[str, Any]) -> Workload:
