@@ -150,13 +150,16 @@ def cost_line(finding: Finding) -> str:
         return "no per-step time or memory cost (observability)"
     parts = []
     if cost.now_ms is not None:
-        fixed_how = ""
-        if cost.fixed_provenance and cost.fixed_provenance != cost.provenance:
-            fixed_how = f" ({cost.fixed_provenance})"
-        parts.append(
-            f"{format_ms(cost.now_ms)} now, {format_ms(cost.fixed_ms)}{fixed_how} fixed per step "
-            f"({cost.provenance})"
-        )
+        fixed_how = cost.fixed_provenance or cost.provenance
+        if fixed_how == cost.provenance:
+            parts.append(
+                f"{format_ms(cost.now_ms)} now, {format_ms(cost.fixed_ms)} fixed per step ({cost.provenance})"
+            )
+        else:
+            parts.append(
+                f"{format_ms(cost.now_ms)} now ({cost.provenance}), {format_ms(cost.fixed_ms)} fixed "
+                f"({fixed_how}) per step"
+            )
         if cost.calls_per_step > 1 and cost.per_call_now_ms is not None:
             parts.append(
                 f"per call {format_ms(cost.per_call_now_ms)} -> {format_ms(cost.per_call_fixed_ms)}"
