@@ -58,7 +58,10 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
     device_events = []
     for e in events:
         if e.device_type() != DeviceType.CPU:
-            device_events.append(e)
+            # the profiler mirrors each CPU range on the device timeline ("gpu_user_annotation"):
+            # a span, not a kernel
+            if not _is_annotation(e):
+                device_events.append(e)
             continue
         if e.linked_correlation_id() != 0:
             continue  # a runtime call (cudaLaunchKernel): its op is found through the kernel
@@ -90,6 +93,13 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
     return per_op_us, kernels
 
 
+def _is_annotation(event: Any) -> bool:
+    if event.name().startswith(_PREFIX):
+        return True
+    is_annotation = getattr(event, "is_user_annotation", None)
+    return bool(is_annotation()) if is_annotation is not None else False
+
+
 def join_kernels_via_event_tree(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
     """The same join through the profiler's FunctionEvent tree (slow; the reference)."""
     per_op_us: dict[int, float] = {}
@@ -97,7 +107,7 @@ def join_kernels_via_event_tree(prof: profile) -> tuple[dict[int, float], list[K
     joined: set[int] = set()
     events = prof.events()
     for event in events:
-        if not event.name.startswith(_PREFIX):
+        if not event.name.startswith(_PREFIX) or event.device_type != DeviceType.CPU:
             continue
         index = int(event.name[len(_PREFIX):])
         for kernel in _kernels_under(event):
@@ -106,7 +116,11 @@ def join_kernels_via_event_tree(prof: profile) -> tuple[dict[int, float], list[K
             kernels.append(KernelRecord(name=kernel.name, device_us=float(kernel.duration), op_index=index))
     # kernels launched outside any recorded op (the autograd engine's own work, collectives)
     for event in events:
-        if event.name.startswith(_PREFIX) or event.cpu_parent is not None:
+        if (
+            event.name.startswith(_PREFIX)
+            or event.cpu_parent is not None
+            or event.device_type != DeviceType.CPU
+        ):
             continue
         for kernel in _kernels_under(event):
             if id(kernel) not in joined:
