@@ -56,7 +56,13 @@ def _gpu_name() -> str:
 
 def commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -71,7 +77,10 @@ def time_us(fn: Callable[[], None]) -> dict:
         per_call = []
         for _ in range(SAMPLES):
             if DEVICE == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
                 start.record()
                 for _ in range(ITERS):
                     fn()
@@ -83,7 +92,7 @@ def time_us(fn: Callable[[], None]) -> dict:
                 for _ in range(ITERS):
                     fn()
                 per_call.append((time.perf_counter() - t0) * 1e6 / ITERS)
-    except Exception as exc:  # a backend this build or GPU lacks must not end the run
+    except Exception as exc:  # noqa: BLE001 - a backend this build or GPU lacks must not end the run
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
         first_line = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
@@ -123,12 +132,29 @@ def suffix_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]
     b, h, kv, e = cfg.batch_size, cfg.text_heads, cfg.text_kv_heads, cfg.head_dim
     t, s = cfg.suffix_len, cfg.prefix_len + cfg.suffix_len
     q = randn(b, h, t, e, dtype=torch.bfloat16)
-    k, v = randn(b, kv, s, e, dtype=torch.bfloat16), randn(b, kv, s, e, dtype=torch.bfloat16)
+    k, v = (
+        randn(b, kv, s, e, dtype=torch.bfloat16),
+        randn(b, kv, s, e, dtype=torch.bfloat16),
+    )
     mask = torch.zeros(1, 1, t, s, device=DEVICE)
-    shape = {"q": list(q.shape), "kv": list(k.shape), "mask": list(mask.shape), "dtype": "bfloat16", "enable_gqa": True}
+    shape = {
+        "q": list(q.shape),
+        "kv": list(k.shape),
+        "mask": list(mask.shape),
+        "dtype": "bfloat16",
+        "enable_gqa": True,
+    }
     cases = [
-        ("now", "pinned [FLASH, EFFICIENT, MATH] (demo)", lambda: suffix_attention(q, k, v, mask, admit_cudnn=False)),
-        ("fixed", "pinned [CUDNN, FLASH, EFFICIENT, MATH] (demo fix)", lambda: suffix_attention(q, k, v, mask, admit_cudnn=True)),
+        (
+            "now",
+            "pinned [FLASH, EFFICIENT, MATH] (demo)",
+            lambda: suffix_attention(q, k, v, mask, admit_cudnn=False),
+        ),
+        (
+            "fixed",
+            "pinned [CUDNN, FLASH, EFFICIENT, MATH] (demo fix)",
+            lambda: suffix_attention(q, k, v, mask, admit_cudnn=True),
+        ),
     ]
     for name in ("MATH", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION"):
         backend = getattr(SDPBackend, name, None)
@@ -137,10 +163,15 @@ def suffix_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]
 
         def only(backend=backend):
             with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
+                return F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True
+                )
 
         cases.append((f"only {name}", f"sdpa_kernel([{name}])", only))
-    return [("suffix_attention", variant, {**shape, "how": how}, fn) for variant, how, fn in cases]
+    return [
+        ("suffix_attention", variant, {**shape, "how": how}, fn)
+        for variant, how, fn in cases
+    ]
 
 
 def vit_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]:
@@ -150,25 +181,55 @@ def vit_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]:
     valid = torch.ones(b, p, dtype=torch.bool, device=DEVICE)
     shape = {"q": list(q.shape), "dtype": "bfloat16"}
     return [
-        ("vit_attention", "now", {**shape, "how": "eager_attention (demo)"}, lambda: eager_attention(q, k, v, valid)),
-        ("vit_attention", "fixed", {**shape, "how": "SDPA with the padding mask"},
-         lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])),
-        ("vit_attention", "fixed flash", {**shape, "how": "SDPA without a mask (flash)"},
-         lambda: F.scaled_dot_product_attention(q, k, v)),
+        (
+            "vit_attention",
+            "now",
+            {**shape, "how": "eager_attention (demo)"},
+            lambda: eager_attention(q, k, v, valid),
+        ),
+        (
+            "vit_attention",
+            "fixed",
+            {**shape, "how": "SDPA with the padding mask"},
+            lambda: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=valid[:, None, None, :]
+            ),
+        ),
+        (
+            "vit_attention",
+            "fixed flash",
+            {**shape, "how": "SDPA without a mask (flash)"},
+            lambda: F.scaled_dot_product_attention(q, k, v),
+        ),
     ]
 
 
 def norm_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]:
     out = []
-    counts = {"prefix": 2 * (cfg.text_layers - 1) + 1, "suffix": 2 * cfg.text_layers + 1}
+    counts = {
+        "prefix": 2 * (cfg.text_layers - 1) + 1,
+        "suffix": 2 * cfg.text_layers + 1,
+    }
     for part, length in (("prefix", cfg.prefix_len), ("suffix", cfg.suffix_len)):
         x = randn(cfg.batch_size, length, cfg.text_width, dtype=torch.float32)
         w = torch.ones(cfg.text_width, device=DEVICE, requires_grad=True)
         shape = {"x": list(x.shape), "dtype": "float32", "calls_per_step": counts[part]}
-        out.append((f"rms_norm {part}", "now", {**shape, "how": "rms_norm_eager (demo)"},
-                    lambda x=x, w=w: rms_norm_eager(x, w, cfg.norm_eps)))
-        out.append((f"rms_norm {part}", "fixed", {**shape, "how": "F.rms_norm"},
-                    lambda x=x, w=w: F.rms_norm(x, w.shape, w.to(x.dtype), cfg.norm_eps)))
+        out.append(
+            (
+                f"rms_norm {part}",
+                "now",
+                {**shape, "how": "rms_norm_eager (demo)"},
+                lambda x=x, w=w: rms_norm_eager(x, w, cfg.norm_eps),
+            )
+        )
+        out.append(
+            (
+                f"rms_norm {part}",
+                "fixed",
+                {**shape, "how": "F.rms_norm"},
+                lambda x=x, w=w: F.rms_norm(x, w.shape, w.to(x.dtype), cfg.norm_eps),
+            )
+        )
     return out
 
 
@@ -182,9 +243,18 @@ def run(size: str) -> list[dict]:
         "size": size,
     }
     rows = []
-    for case, variant, shape, make in suffix_cases(cfg) + vit_cases(cfg) + norm_cases(cfg):
+    for case, variant, shape, make in (
+        suffix_cases(cfg) + vit_cases(cfg) + norm_cases(cfg)
+    ):
         for pass_name, fn in passes(make).items():
-            row = {**base, "case": case, "variant": variant, "pass": pass_name, "shape": shape, **time_us(fn)}
+            row = {
+                **base,
+                "case": case,
+                "variant": variant,
+                "pass": pass_name,
+                "shape": shape,
+                **time_us(fn),
+            }
             rows.append(row)
             if "median_us" in row:
                 shown = f"{row['median_us']:.1f} us (p10 {row['p10_us']:.1f}, p90 {row['p90_us']:.1f})"
@@ -214,29 +284,64 @@ def agreement(rows: list[dict], audit_path: Path) -> list[dict]:
                 return f
         return None
 
-    norm_now = sum((_bench(rows, f"rms_norm {p}", "now") or float("nan")) * n for p, n in _norm_counts(rows))
-    norm_fixed = sum((_bench(rows, f"rms_norm {p}", "fixed") or float("nan")) * n for p, n in _norm_counts(rows))
+    norm_now = sum(
+        (_bench(rows, f"rms_norm {p}", "now") or float("nan")) * n
+        for p, n in _norm_counts(rows)
+    )
+    norm_fixed = sum(
+        (_bench(rows, f"rms_norm {p}", "fixed") or float("nan")) * n
+        for p, n in _norm_counts(rows)
+    )
     checks = [
-        ("suffix attention (per call)", pick("ATTN001", "scaled_dot_product_attention"), "per_call",
-         _bench(rows, "suffix_attention", "now"), _bench(rows, "suffix_attention", "fixed")),
-        ("ViT attention (per call)", pick("ATTN002", "demo_vision"), "per_call",
-         _bench(rows, "vit_attention", "now"), _bench(rows, "vit_attention", "fixed")),
-        ("RMSNorm (per step)", pick("NORM001", "demo_text"), "per_step", norm_now, norm_fixed),
+        (
+            "suffix attention (per call)",
+            pick("ATTN001", "scaled_dot_product_attention"),
+            "per_call",
+            _bench(rows, "suffix_attention", "now"),
+            _bench(rows, "suffix_attention", "fixed"),
+        ),
+        (
+            "ViT attention (per call)",
+            pick("ATTN002", "demo_vision"),
+            "per_call",
+            _bench(rows, "vit_attention", "now"),
+            _bench(rows, "vit_attention", "fixed"),
+        ),
+        (
+            "RMSNorm (per step)",
+            pick("NORM001", "demo_text"),
+            "per_step",
+            norm_now,
+            norm_fixed,
+        ),
     ]
     out = []
     for label, finding, scope, bench_now, bench_fixed in checks:
         cost = (finding or {}).get("cost") or {}
-        key_now, key_fixed = ("per_call_now_ms", "per_call_fixed_ms") if scope == "per_call" else ("now_ms", "fixed_ms")
+        key_now, key_fixed = (
+            ("per_call_now_ms", "per_call_fixed_ms")
+            if scope == "per_call"
+            else ("now_ms", "fixed_ms")
+        )
         audit_now = cost.get(key_now)
         audit_fixed = cost.get(key_fixed)
-        row = {"check": label, "audit_now_us": None if audit_now is None else audit_now * 1e3,
-               "audit_fixed_us": None if audit_fixed is None else audit_fixed * 1e3,
-               "bench_now_us": bench_now, "bench_fixed_us": bench_fixed,
-               "audit_provenance": cost.get("provenance"), "audit_fixed_provenance": cost.get("fixed_provenance")}
+        row = {
+            "check": label,
+            "audit_now_us": None if audit_now is None else audit_now * 1e3,
+            "audit_fixed_us": None if audit_fixed is None else audit_fixed * 1e3,
+            "bench_now_us": bench_now,
+            "bench_fixed_us": bench_fixed,
+            "audit_provenance": cost.get("provenance"),
+            "audit_fixed_provenance": cost.get("fixed_provenance"),
+        }
         for side in ("now", "fixed"):
             a, b = row[f"audit_{side}_us"], row[f"bench_{side}_us"]
             row[f"{side}_ratio"] = None if not a or not b else a / b
-            row[f"{side}_agrees"] = None if row[f"{side}_ratio"] is None else abs(row[f"{side}_ratio"] - 1) <= TOLERANCE
+            row[f"{side}_agrees"] = (
+                None
+                if row[f"{side}_ratio"] is None
+                else abs(row[f"{side}_ratio"] - 1) <= TOLERANCE
+            )
         out.append(row)
         print(
             f"{label:28s} audit now {_fmt(row['audit_now_us'])} us / bench {_fmt(bench_now)} us "
@@ -262,23 +367,42 @@ def _norm_counts(rows: list[dict]) -> list[tuple[str, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1b", choices=sorted(SIZES))
-    parser.add_argument("--out", type=Path, required=True, help="JSON lines file to write")
-    parser.add_argument("--audit-json", type=Path, help="levers audit --json file to compare with")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke test of this script")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="JSON lines file to write"
+    )
+    parser.add_argument(
+        "--audit-json", type=Path, help="levers audit --json file to compare with"
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "cpu"],
+        help="cpu: a smoke test of this script",
+    )
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = args.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
-        print("audit_microbench needs a CUDA GPU (or --device cpu for a smoke test)", file=sys.stderr)
+        print(
+            "audit_microbench needs a CUDA GPU (or --device cpu for a smoke test)",
+            file=sys.stderr,
+        )
         return 2
     rows = run(args.size)
     if args.audit_json is not None:
         for check in agreement(rows, args.audit_json):
-            rows.append({"case": "agreement", **check, "torch": torch.__version__, "gpu": _gpu_name(), "commit": commit()})
+            rows.append(
+                {
+                    "case": "agreement",
+                    **check,
+                    "torch": torch.__version__,
+                    "gpu": _gpu_name(),
+                    "commit": commit(),
+                }
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+        f.writelines(json.dumps(row) + "\n" for row in rows)
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0
 

@@ -38,7 +38,9 @@ BASE_CONFIG = {"target": "h100", "torch_version": "2.11"}
 
 def cases_module(code: str):
     path = HERE / code / "cases.py"
-    spec = importlib.util.spec_from_file_location(f"detector_cases_{code.lower()}", path)
+    spec = importlib.util.spec_from_file_location(
+        f"detector_cases_{code.lower()}", path
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -60,7 +62,7 @@ def mark_line(code: str, name: str) -> int:
     return hits[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def captured(code: str, name: str) -> tuple[Capture, dict]:
     """The capture of one case (after one warm-up step) and the scopes of its step function."""
     workload = load_workload(f"{HERE / code / 'cases.py'}:{name}", {})
@@ -83,12 +85,15 @@ def run_rule(code: str, name: str) -> list[Finding]:
 
 
 def printed(findings: list[Finding]) -> str:
-    console = Console(width=110, record=True, color_system=None, file=open(os.devnull, "w"), highlight=False)
-    if not findings:
-        console.print("(no findings)")
-    for rank, finding in enumerate(findings, start=1):
-        console.print(_finding_text(rank, finding, lambda p: Path(p).name))
-    text = console.export_text()
+    with open(os.devnull, "w") as sink:
+        console = Console(
+            width=110, record=True, color_system=None, file=sink, highlight=False
+        )
+        if not findings:
+            console.print("(no findings)")
+        for rank, finding in enumerate(findings, start=1):
+            console.print(_finding_text(rank, finding, lambda p: Path(p).name))
+        text = console.export_text()
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
@@ -105,9 +110,13 @@ def check_golden(code: str) -> None:
     text = golden_text(code)
     if os.environ.get("LEVERS_UPDATE_GOLDENS") == "1":
         path.write_text(text)
-    assert path.exists(), f"{path} is missing; write it with LEVERS_UPDATE_GOLDENS=1 and review it"
+    assert path.exists(), (
+        f"{path} is missing; write it with LEVERS_UPDATE_GOLDENS=1 and review it"
+    )
     expected = path.read_text()
-    assert text == expected, f"{code} findings differ from {path}; review, then LEVERS_UPDATE_GOLDENS=1"
+    assert text == expected, (
+        f"{code} findings differ from {path}; review, then LEVERS_UPDATE_GOLDENS=1"
+    )
 
 
 def relabel_as_gpu(capture: Capture) -> Capture:

@@ -8,7 +8,16 @@ import levers.capture
 from levers.cli import main
 
 QUICK = ["--warmup", "0", "--timed", "1"]
-DEMO_CODES = ("ATTN001", "ATTN002", "NORM001", "MEM001", "LOSS001", "SYNC001", "COPY001", "MEM002")
+DEMO_CODES = (
+    "ATTN001",
+    "ATTN002",
+    "NORM001",
+    "MEM001",
+    "LOSS001",
+    "SYNC001",
+    "COPY001",
+    "MEM002",
+)
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -30,16 +39,36 @@ def test_demo_report_lists_every_planted_code_and_keeps_the_summary(capsys):
 
 
 def test_select_and_fail_on(capsys):
-    code, out, _ = run(capsys, "audit", "demo", *QUICK, "--select", "ATTN", "--fail-on", "high")
+    code, out, _ = run(
+        capsys, "audit", "demo", *QUICK, "--select", "ATTN", "--fail-on", "high"
+    )
     assert code == 1
-    assert "Findings (2," in out and "ATTN001" in out and "ATTN002" in out and "NORM001 unfused" not in out
-    code, out, _ = run(capsys, "audit", "demo", *QUICK, "--select", "MEM002", "--fail-on", "medium")
+    assert (
+        "Findings (2," in out
+        and "ATTN001" in out
+        and "ATTN002" in out
+        and "NORM001 unfused" not in out
+    )
+    code, out, _ = run(
+        capsys, "audit", "demo", *QUICK, "--select", "MEM002", "--fail-on", "medium"
+    )
     assert code == 0
     assert "Findings (1," in out
 
 
 def test_ignore_everything_planted_exits_0_even_with_fail_on_low(capsys):
-    code, out, _ = run(capsys, "audit", "demo", *QUICK, "--ignore", "ATTN,NORM,MEM", "--ignore", "SYNC,COPY,LOSS", "--fail-on", "low")
+    code, out, _ = run(
+        capsys,
+        "audit",
+        "demo",
+        *QUICK,
+        "--ignore",
+        "ATTN,NORM,MEM",
+        "--ignore",
+        "SYNC,COPY,LOSS",
+        "--fail-on",
+        "low",
+    )
     assert code == 0
     assert "Findings (0," in out
 
@@ -49,14 +78,25 @@ def test_unknown_selector_fails_before_the_capture(capsys, monkeypatch):
         raise AssertionError("the capture must not run")
 
     monkeypatch.setattr(levers.capture, "capture_step", no_capture)
-    code, out, err = run(capsys, "audit", "demo", "--select", "NOPE1")
+    code, _, err = run(capsys, "audit", "demo", "--select", "NOPE1")
     assert code == 2
     assert "'NOPE1' matches no rule code" in err
 
 
 def test_markdown_and_findings_json(capsys, tmp_path):
     md, js = tmp_path / "findings.md", tmp_path / "findings.json"
-    code, _, err = run(capsys, "audit", "demo", *QUICK, "--target", "a100", "--md", str(md), "--findings-json", str(js))
+    code, _, err = run(
+        capsys,
+        "audit",
+        "demo",
+        *QUICK,
+        "--target",
+        "a100",
+        "--md",
+        str(md),
+        "--findings-json",
+        str(js),
+    )
     assert code == 0, err
     text = md.read_text()
     assert text.startswith("## levers audit `demo-tiny`\n")
@@ -65,16 +105,28 @@ def test_markdown_and_findings_json(capsys, tmp_path):
     data = json.loads(js.read_text())
     assert data["schema"] == "levers.audit/1"
     assert data["config"]["gpu"] == "a100"
-    assert [f["rank"] for f in data["findings"]] == list(range(1, len(data["findings"]) + 1))
+    assert [f["rank"] for f in data["findings"]] == list(
+        range(1, len(data["findings"]) + 1)
+    )
     assert {f["code"] for f in data["findings"]} == set(DEMO_CODES)
-    assert all(f["cost"]["provenance"] in ("estimated", "none") for f in data["findings"])
+    assert all(
+        f["cost"]["provenance"] in ("estimated", "none") for f in data["findings"]
+    )
     assert f"wrote the findings to {js}" in err
 
 
 def test_fixed_demo_has_no_findings_and_lists_what_is_right(capsys):
-    code, out, _ = run(capsys, "audit", "demo", "--set", "fixed=all", *QUICK, "--fail-on", "low")
+    code, out, _ = run(
+        capsys, "audit", "demo", "--set", "fixed=all", *QUICK, "--fail-on", "low"
+    )
     assert code == 0
     assert "Findings (0," in out
-    for title in ("fused attention backend", "fused norms", "activation checkpointing on",
-                  "loss over valid rows only", "no host-device syncs", "windowed peak metric"):
+    for title in (
+        "fused attention backend",
+        "fused norms",
+        "activation checkpointing on",
+        "loss over valid rows only",
+        "no host-device syncs",
+        "windowed peak metric",
+    ):
         assert title in out

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from detector_helpers import captured, relabel_as_gpu
+
 from levers.detectors.config import make_config
 from levers.detectors.cost import microbench as mb
 from levers.detectors.cost.gpus import GPUS
@@ -31,9 +31,17 @@ def test_roofline_of_a_copy_is_bandwidth_bound_and_h200_is_faster():
     assert h200 < h100
 
 
-def _finding(saved_ms: float, saved_bytes: int, code: str = "X001", severity: str = "low") -> Finding:
+def _finding(
+    saved_ms: float, saved_bytes: int, code: str = "X001", severity: str = "low"
+) -> Finding:
     return Finding(
-        code=code, name="x", message="", fix_title="", severity=severity, effort="S", risk="low",
+        code=code,
+        name="x",
+        message="",
+        fix_title="",
+        severity=severity,
+        effort="S",
+        risk="low",
         receipts=(Receipt("f.py", 1, ""),),
         cost=Cost("estimated", now_ms=saved_ms, fixed_ms=0.0, saved_bytes=saved_bytes),
     )
@@ -44,7 +52,11 @@ def test_rank_by_time_share_plus_half_the_memory_share():
     big = _finding(0.0, 300, "B001")  # 30% of a 1000-byte peak -> 15% with weight 0.5
     small = _finding(1.0, 0, "C001", severity="high")
     assert payoff(big, step_ms=100, peak_bytes=1000) == pytest.approx(0.15)
-    assert [f.code for f in rank([small, fast, big], step_ms=100, peak_bytes=1000)] == ["B001", "A001", "C001"]
+    assert [f.code for f in rank([small, fast, big], step_ms=100, peak_bytes=1000)] == [
+        "B001",
+        "A001",
+        "C001",
+    ]
 
 
 @pytest.fixture
@@ -68,7 +80,11 @@ def test_sdpa_bench_runs_math_and_reports_missing_backends(cpu_bench):
     cudnn = mb.bench_sdpa(SPEC, "CUDNN_ATTENTION", warmup=1, samples=3, iters=1)
     assert not cudnn.ok and cudnn.unavailable.startswith("CUDNN_ATTENTION: ")
     missing = mb.bench_sdpa(SPEC, "NO_SUCH_BACKEND", warmup=1, samples=3, iters=1)
-    assert missing.unavailable == "NO_SUCH_BACKEND: SDPBackend.NO_SUCH_BACKEND does not exist in torch " + mb.torch.__version__
+    assert (
+        missing.unavailable
+        == "NO_SUCH_BACKEND: SDPBackend.NO_SUCH_BACKEND does not exist in torch "
+        + mb.torch.__version__
+    )
 
 
 def test_norm_benches_run(cpu_bench):
@@ -85,7 +101,8 @@ def _as_gpu_capture(code: str, case: str, device_us: float = 1.0):
 
 def _bf16_on_cuda(args):
     return {
-        name: {**args[name], "device": "cuda:0", "dtype": "bfloat16"} for name in ("query", "key", "value")
+        name: {**args[name], "device": "cuda:0", "dtype": "bfloat16"}
+        for name in ("query", "key", "value")
     }
 
 
@@ -99,7 +116,9 @@ def test_measured_now_and_unavailable_backend_falls_back_to_the_estimate(cpu_ben
     capture = dataclasses.replace(
         capture,
         calls=tuple(
-            dataclasses.replace(c, args={**c.args, "backend_ran": "MATH", **_bf16_on_cuda(c.args)})
+            dataclasses.replace(
+                c, args={**c.args, "backend_ran": "MATH", **_bf16_on_cuda(c.args)}
+            )
             if c.kind == "sdpa"
             else c
             for c in capture.calls
@@ -126,13 +145,19 @@ def test_measured_norm_fix_is_benchmarked(cpu_bench):
 
 
 def test_measured_recompute_and_removed_copies(cpu_bench):
-    capture, scopes = _as_gpu_capture("MEM001", "fire_activations_dominate", device_us=2.0)
+    capture, scopes = _as_gpu_capture(
+        "MEM001", "fire_activations_dominate", device_us=2.0
+    )
     config = make_config(capture, scopes=scopes)
     (finding,) = all_rules()["MEM001"].check(capture, config)
     (priced,) = price([finding], capture, config)
     assert priced.cost.now_ms == 0.0
-    assert priced.cost.fixed_ms == pytest.approx(2.0e-3 * len(finding.work.fixed_extra_ops))
-    capture, scopes = _as_gpu_capture("COPY001", "fire_clone_then_scatter", device_us=3.0)
+    assert priced.cost.fixed_ms == pytest.approx(
+        2.0e-3 * len(finding.work.fixed_extra_ops)
+    )
+    capture, scopes = _as_gpu_capture(
+        "COPY001", "fire_clone_then_scatter", device_us=3.0
+    )
     config = make_config(capture, scopes=scopes)
     (finding,) = all_rules()["COPY001"].check(capture, config)
     (priced,) = price([finding], capture, config)

@@ -79,7 +79,9 @@ def test_demo_reports_each_planted_inefficiency_at_its_line(demo, flag):
         for line in range(r.line, (r.end_line or r.line) + 1)
     }
     for path, line in planted_sites()[flag]:
-        assert (str(Path(path).resolve()), line) in receipts, f"{code} has no receipt at {path}:{line}"
+        assert (str(Path(path).resolve()), line) in receipts, (
+            f"{code} has no receipt at {path}:{line}"
+        )
 
 
 def test_demo_findings_are_priced_and_estimated(demo):
@@ -114,7 +116,10 @@ def test_hf_eager_attention_and_hand_rolled_norm(arch):
     pytest.importorskip("transformers")
     eager = {f.code: f for f in run_audit("hf", arch=arch, attn="eager").findings}
     sdpa = {f.code for f in run_audit("hf", arch=arch, attn="sdpa").findings}
-    assert "ATTN002" in eager and eager["ATTN002"].receipt.module == "model.layers.*.self_attn"
+    assert (
+        "ATTN002" in eager
+        and eager["ATTN002"].receipt.module == "model.layers.*.self_attn"
+    )
     assert "ATTN002" not in sdpa
     assert "NORM001" in eager and "NORM001" in sdpa
     assert eager["NORM001"].receipt.file.endswith(f"modeling_{arch}.py")

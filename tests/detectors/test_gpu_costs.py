@@ -30,11 +30,22 @@ SPEC = {
 }
 
 
-@pytest.mark.parametrize("backend", ["MATH", "CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "NO_SUCH_BACKEND"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "MATH",
+        "CUDNN_ATTENTION",
+        "FLASH_ATTENTION",
+        "EFFICIENT_ATTENTION",
+        "NO_SUCH_BACKEND",
+    ],
+)
 def test_sdpa_bench_times_or_says_why_not(backend):
     t = mb.bench_sdpa(SPEC, backend, warmup=1, samples=3, iters=2)
     if t.ok:
-        assert t.median_us > 0 and t.min_us <= t.median_us <= t.max_us and t.samples == 3
+        assert (
+            t.median_us > 0 and t.min_us <= t.median_us <= t.max_us and t.samples == 3
+        )
     else:
         assert t.median_us is None and t.unavailable.startswith(backend)
     if backend == "MATH":
@@ -45,7 +56,9 @@ def test_sdpa_bench_times_or_says_why_not(backend):
 
 def test_norm_benches_time():
     assert mb.bench_rms_norm([4, 128, 256], "float32", warmup=1, samples=3, iters=2).ok
-    assert mb.bench_layer_norm([4, 128, 256], "bfloat16", warmup=1, samples=3, iters=2).ok
+    assert mb.bench_layer_norm(
+        [4, 128, 256], "bfloat16", warmup=1, samples=3, iters=2
+    ).ok
 
 
 def _pinned_attention_workload() -> Workload:
@@ -59,8 +72,16 @@ def _pinned_attention_workload() -> Workload:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             q, k, v = model(x).view(2, 128, 3, 8, 8).permute(2, 0, 3, 1, 4)
             k, v = k[:, :2], v[:, :2]
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            with sdpa_kernel(
+                [
+                    SDPBackend.FLASH_ATTENTION,
+                    SDPBackend.EFFICIENT_ATTENTION,
+                    SDPBackend.MATH,
+                ]
+            ):
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, enable_gqa=True
+                )
         out.float().pow(2).mean().backward()
         opt.step()
         opt.zero_grad()
@@ -89,7 +110,15 @@ def test_demo_tiny_on_gpu_measures_every_priced_finding():
     key, scope = function_scope(workload.step)
     result = audit(capture, scopes={key: scope})
     codes = {f.code for f in result.findings}
-    assert {"ATTN001", "ATTN002", "NORM001", "SYNC001", "LOSS001", "COPY001", "MEM002"} <= codes
+    assert {
+        "ATTN001",
+        "ATTN002",
+        "NORM001",
+        "SYNC001",
+        "LOSS001",
+        "COPY001",
+        "MEM002",
+    } <= codes
     for f in result.findings:
         assert f.cost is not None
         if f.code == "SYNC001":

@@ -13,14 +13,21 @@ import pytest
 from levers.capture.records import Capture
 from levers.detectors import audit
 
-CAPTURE = Path(__file__).parents[2] / "bench" / "results" / "gpu_h200" / "demo_1b_capture.json.gz"
+CAPTURE = (
+    Path(__file__).parents[2]
+    / "bench"
+    / "results"
+    / "gpu_h200"
+    / "demo_1b_capture.json.gz"
+)
 
 
 @pytest.fixture(scope="module")
 def result():
     if not CAPTURE.exists():
         pytest.skip(f"{CAPTURE} is not in this checkout")
-    capture = Capture.from_dict(json.load(gzip.open(CAPTURE)))
+    with gzip.open(CAPTURE) as f:
+        capture = Capture.from_dict(json.load(f))
     return capture, audit(capture, benchmark=False)
 
 
@@ -40,11 +47,25 @@ def test_the_gpu_capture_is_audited_as_measured_on_an_h200(result):
 
 def test_the_eight_planted_inefficiencies_and_nothing_spurious(result):
     found = by_code(result)
-    assert {"ATTN001", "ATTN002", "NORM001", "MEM001", "LOSS001", "SYNC001", "COPY001", "MEM002"} <= set(found)
-    assert "DTYPE001" not in found  # MATH's internal fp32 matmuls are ATTN001's, not DTYPE001's
+    assert {
+        "ATTN001",
+        "ATTN002",
+        "NORM001",
+        "MEM001",
+        "LOSS001",
+        "SYNC001",
+        "COPY001",
+        "MEM002",
+    } <= set(found)
+    assert (
+        "DTYPE001" not in found
+    )  # MATH's internal fp32 matmuls are ATTN001's, not DTYPE001's
     assert "OPT001" not in found
     assert len(found["SYNC001"]) == 3
-    receipts = {code: " ".join(r.code for f in fs for r in f.receipts) for code, fs in found.items()}
+    receipts = {
+        code: " ".join(r.code for f in fs for r in f.receipts)
+        for code, fs in found.items()
+    }
     assert "scaled_dot_product_attention" in receipts["ATTN001"]
     assert "einsum" in receipts["ATTN002"]
     assert "pow(2).mean" in receipts["NORM001"]
@@ -62,6 +83,12 @@ def test_costs_are_the_recorded_device_time_of_the_ops_named(result):
         expected = sum(capture.ops[i].device_us or 0.0 for i in f.work.now_ops) / 1e3
         assert f.cost.now_ms == pytest.approx(expected), f.code
     (attn,) = by_code(result)["ATTN001"]
-    assert attn.details["backend"] == "MATH" and attn.details["best_eligible"] == "CUDNN_ATTENTION"
+    assert (
+        attn.details["backend"] == "MATH"
+        and attn.details["best_eligible"] == "CUDNN_ATTENTION"
+    )
     assert attn.cost.calls_per_step == 8
-    assert attn.cost.fixed_provenance == "estimated" and "benchmarks off" in attn.cost.basis
+    assert (
+        attn.cost.fixed_provenance == "estimated"
+        and "benchmarks off" in attn.cost.basis
+    )

@@ -44,12 +44,17 @@ def test_docstring_sections(code):
     assert r.summary.startswith(f"{code} {r.name}: "), r.summary
     headings = [line.strip() for line in doc.splitlines() if line.startswith("## ")]
     assert tuple(headings) == SECTIONS, f"{code} headings {headings}"
-    sections = re.split(r"^## .*$", doc, flags=re.M)[1:]
+    sections = re.split(r"^## .*$", doc, flags=re.MULTILINE)[1:]
     for heading, body in zip(SECTIONS, sections):
         assert body.strip(), f"{code}: section {heading!r} is empty"
     example = sections[SECTIONS.index("## Example")]
-    assert "Use instead:" in example and example.count("```python") == 2, f"{code}: Example needs code and Use instead:"
-    assert "http" in sections[SECTIONS.index("## References")] or "pytorch" in sections[-1].lower()
+    assert "Use instead:" in example and example.count("```python") == 2, (
+        f"{code}: Example needs code and Use instead:"
+    )
+    assert (
+        "http" in sections[SECTIONS.index("## References")]
+        or "pytorch" in sections[-1].lower()
+    )
     assert r.status in STATUSES
 
 
@@ -67,7 +72,10 @@ def test_bad_code_and_name_refused():
 
 def test_select_and_ignore_by_code_and_prefix():
     assert [r.code for r in select_rules(["ATTN"], None)] == ["ATTN001", "ATTN002"]
-    assert [r.code for r in select_rules(["ATTN", "MEM002"], ["ATTN002"])] == ["ATTN001", "MEM002"]
+    assert [r.code for r in select_rules(["ATTN", "MEM002"], ["ATTN002"])] == [
+        "ATTN001",
+        "MEM002",
+    ]
     assert "SYNC001" not in [r.code for r in select_rules(None, ["sync"])]
     with pytest.raises(ValueError, match="matches no rule code"):
         select_rules(["NOPE"], None)

@@ -4,8 +4,8 @@ printed findings of all cases match the rule's golden file."""
 from __future__ import annotations
 
 import pytest
-
 from detector_helpers import HERE, case_names, check_golden, mark_line, run_rule
+
 from levers.detectors.registry import all_rules
 
 CODES = sorted(all_rules())
@@ -25,8 +25,12 @@ def test_fire_cases_fire_on_the_marked_line(code, name):
     findings = run_rule(code, name)
     assert findings, f"{code} did not fire on {name}"
     line = mark_line(code, name)
-    lines = {(r.file.endswith("cases.py"), r.line) for f in findings for r in f.receipts}
-    assert (True, line) in lines, f"{code} on {name}: receipts {lines}, expected cases.py:{line}"
+    lines = {
+        (r.file.endswith("cases.py"), r.line) for f in findings for r in f.receipts
+    }
+    assert (True, line) in lines, (
+        f"{code} on {name}: receipts {lines}, expected cases.py:{line}"
+    )
     assert all(f.code == code for f in findings)
 
 

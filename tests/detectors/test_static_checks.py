@@ -38,7 +38,8 @@ def test_guard_evaluation(source, scope, expected):
 
 def test_reset_lines(tmp_path):
     path = tmp_path / "train.py"
-    path.write_text(textwrap.dedent('''\
+    path.write_text(
+        textwrap.dedent("""\
         import torch
 
         def step(flags):
@@ -48,16 +49,21 @@ def test_reset_lines(tmp_path):
 
         def other():
             return torch.cuda.max_memory_allocated()
-        '''))
+        """)
+    )
     assert reset_in_source(str(path), 6) == 5  # unknown guard: counted
-    assert reset_in_source(str(path), 6, {(str(path), "step"): {"flags": Flags(False)}}) is None
+    assert (
+        reset_in_source(str(path), 6, {(str(path), "step"): {"flags": Flags(False)}})
+        is None
+    )
     assert reset_in_source(str(path), 9) is None  # a different function resets nothing
     assert reset_in_source(str(tmp_path / "missing.py"), 1) is None
 
 
 def test_block_call_sites(tmp_path):
     path = tmp_path / "model.py"
-    path.write_text(textwrap.dedent('''\
+    path.write_text(
+        textwrap.dedent("""\
         class Net:
             def forward(self, x):
                 for i, block in enumerate(self.blocks):
@@ -69,8 +75,11 @@ def test_block_call_sites(tmp_path):
                         x,
                     )
                 return x
-        '''))
+        """)
+    )
     blocks = block_call_sites([str(path)], "blocks")
-    assert [(s.line, s.function, s.code) for s in blocks] == [(4, "forward", "x = block(x)")]
+    assert [(s.line, s.function, s.code) for s in blocks] == [
+        (4, "forward", "x = block(x)")
+    ]
     layers = block_call_sites([str(path)], "layers")
     assert [(s.line, s.code) for s in layers] == [(8, "x, k = layer(")]

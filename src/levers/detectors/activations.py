@@ -37,7 +37,9 @@ class BlockFamily:
 
     @property
     def headroom_bytes(self) -> int:
-        return max(self.activation_bytes - self.input_bytes - self.largest_block_bytes, 0)
+        return max(
+            self.activation_bytes - self.input_bytes - self.largest_block_bytes, 0
+        )
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ def group_of(module: str | None) -> str:
 
 
 def activation_profile(capture: Capture) -> ActivationProfile | None:
-    forward = [op for op in capture.ops if op.phase == "forward" and op.live_bytes is not None]
+    forward = [
+        op for op in capture.ops if op.phase == "forward" and op.live_bytes is not None
+    ]
     # no live-bytes timeline (or no forward pass): nothing to attribute
     if not forward:
         return None
@@ -103,7 +107,9 @@ def activation_profile(capture: Capture) -> ActivationProfile | None:
     )
 
 
-def _families(by_block: dict[str, int], block_ops: dict[str, list[OpRecord]]) -> tuple[BlockFamily, ...]:
+def _families(
+    by_block: dict[str, int], block_ops: dict[str, list[OpRecord]]
+) -> tuple[BlockFamily, ...]:
     members: dict[str, list[str]] = defaultdict(list)
     for block in by_block:
         members[re.sub(r"\.\d+$", ".*", block)].append(block)

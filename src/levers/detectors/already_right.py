@@ -41,7 +41,8 @@ def _sdpa_backends(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     return AlreadyRight(
         "ATTN001",
         "fused attention backend",
-        f"{len(calls)} SDPA calls {verb}: " + ", ".join(f"{b} x{n}" for b, n in sorted(ran.items())),
+        f"{len(calls)} SDPA calls {verb}: "
+        + ", ".join(f"{b} x{n}" for b, n in sorted(ran.items())),
     )
 
 
@@ -49,29 +50,49 @@ def _sdpa_used(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     n = sum(1 for c in capture.calls if c.kind == "sdpa")
     if not n:
         return None
-    return AlreadyRight("ATTN002", "attention through SDPA", f"{n} scaled_dot_product_attention calls; no materialised score matrices")
+    return AlreadyRight(
+        "ATTN002",
+        "attention through SDPA",
+        f"{n} scaled_dot_product_attention calls; no materialised score matrices",
+    )
 
 
 def _fused_norms(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     names = Counter(c.name for c in capture.calls if c.kind == "norm")
     if not names:
         return None
-    return AlreadyRight("NORM001", "fused norms", ", ".join(f"{n} x{k}" for n, k in sorted(names.items())))
+    return AlreadyRight(
+        "NORM001",
+        "fused norms",
+        ", ".join(f"{n} x{k}" for n, k in sorted(names.items())),
+    )
 
 
 def _checkpointing(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     if not capture.settings.get("activation_checkpointing"):
         return None
     recomputed = sum(1 for op in capture.ops if op.recompute)
-    return AlreadyRight("MEM001", "activation checkpointing on", f"{recomputed} ops recomputed in backward")
+    return AlreadyRight(
+        "MEM001",
+        "activation checkpointing on",
+        f"{recomputed} ops recomputed in backward",
+    )
 
 
 def _valid_rows_loss(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
-    losses = [c for c in capture.calls if c.kind == "loss" and "ignored_fraction" in c.args]
-    if not losses or any(c.args["ignored_fraction"] >= MIN_IGNORED_FRACTION for c in losses):
+    losses = [
+        c for c in capture.calls if c.kind == "loss" and "ignored_fraction" in c.args
+    ]
+    if not losses or any(
+        c.args["ignored_fraction"] >= MIN_IGNORED_FRACTION for c in losses
+    ):
         return None
     rows = sum(int(c.args.get("num_targets", 0)) for c in losses)
-    return AlreadyRight("LOSS001", "loss over valid rows only", f"{len(losses)} loss calls over {rows} rows, none ignored")
+    return AlreadyRight(
+        "LOSS001",
+        "loss over valid rows only",
+        f"{len(losses)} loss calls over {rows} rows, none ignored",
+    )
 
 
 def _no_syncs(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
@@ -85,40 +106,64 @@ def _no_syncs(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
 
 
 def _no_copies(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
-    scatters = sum(1 for op in capture.ops if op.phase == "forward" and op.is_inplace and op.name.startswith("aten.index_put_"))
-    detail = "no clone-then-scatter and no user-level copy over 64 MiB in the forward pass"
+    scatters = sum(
+        1
+        for op in capture.ops
+        if op.phase == "forward"
+        and op.is_inplace
+        and op.name.startswith("aten.index_put_")
+    )
+    detail = (
+        "no clone-then-scatter and no user-level copy over 64 MiB in the forward pass"
+    )
     if scatters:
         detail += f"; {scatters} in-place scatters write into fresh tensors"
     return AlreadyRight("COPY001", "no needless copies", detail)
 
 
 def _windowed_peak(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
-    reads = [c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS]
+    reads = [
+        c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS
+    ]
     if not reads:
         return None
     where = [reset_for(c, capture, config) for c in reads]
     if any(w is None for w in where):
         return None
-    return AlreadyRight("MEM002", "windowed peak metric", f"the peak is reset: {where[0]}")
+    return AlreadyRight(
+        "MEM002", "windowed peak metric", f"the peak is reset: {where[0]}"
+    )
 
 
 def _fused_optimizer(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     info = capture.settings.get("optimizer") or {}
     if not config.on_gpu or not info or optimizer_mode(capture) != "fused":
         return None
-    return AlreadyRight("OPT001", "fused optimizer", f"{info.get('class')} with fused=True")
+    return AlreadyRight(
+        "OPT001", "fused optimizer", f"{info.get('class')} with fused=True"
+    )
 
 
 def _autocast(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
-    seen = [a for a in capture.settings.get("autocast", ()) if a.endswith(("bfloat16", "float16"))]
+    seen = [
+        a
+        for a in capture.settings.get("autocast", ())
+        if a.endswith(("bfloat16", "float16"))
+    ]
     if seen:
         return AlreadyRight("DTYPE001", "mixed-precision autocast", ", ".join(seen))
     matmul = [op for op in capture.ops if op.flops and op.inputs]
-    low = sum(op.flops for op in matmul if op.inputs[0].dtype in ("bfloat16", "float16"))
+    low = sum(
+        op.flops for op in matmul if op.inputs[0].dtype in ("bfloat16", "float16")
+    )
     total = sum(op.flops for op in matmul)
     if not total or low < 0.5 * total:
         return None
-    return AlreadyRight("DTYPE001", "low-precision matmuls", f"{low / total:.0%} of the step's FLOPs run in bf16/fp16")
+    return AlreadyRight(
+        "DTYPE001",
+        "low-precision matmuls",
+        f"{low / total:.0%} of the step's FLOPs run in bf16/fp16",
+    )
 
 
 def _tf32(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
@@ -126,14 +171,20 @@ def _tf32(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
 
     if not config.on_gpu or not tf32_on(capture):
         return None
-    return AlreadyRight("DTYPE001", "TF32 for fp32 matmuls", f"float32_matmul_precision={capture.settings.get('float32_matmul_precision')}")
+    return AlreadyRight(
+        "DTYPE001",
+        "TF32 for fp32 matmuls",
+        f"float32_matmul_precision={capture.settings.get('float32_matmul_precision')}",
+    )
 
 
 def _expandable_segments(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     conf = capture.settings.get("cuda_alloc_conf") or ""
     if "expandable_segments:True" not in conf.replace(" ", ""):
         return None
-    return AlreadyRight(None, "expandable_segments set", f"PYTORCH_CUDA_ALLOC_CONF={conf}")
+    return AlreadyRight(
+        None, "expandable_segments set", f"PYTORCH_CUDA_ALLOC_CONF={conf}"
+    )
 
 
 CHECKS: dict[str, Check] = {
@@ -152,7 +203,9 @@ CHECKS: dict[str, Check] = {
 }
 
 
-def already_right(capture: Capture, config: RuleConfig, fired: Iterable[str], active: Iterable[str]) -> list[AlreadyRight]:
+def already_right(
+    capture: Capture, config: RuleConfig, fired: Iterable[str], active: Iterable[str]
+) -> list[AlreadyRight]:
     """Good practice seen in the step, for active rules that did not fire (and rule-free items)."""
     fired, active = set(fired), set(active)
     items = []

@@ -53,22 +53,64 @@ def math_parts(shape: AttnShape, *, tf32: bool) -> tuple[Part, ...]:
         repeat_bytes = 2 * 2 * shape.batch * shape.heads_q * shape.len_k * d * f32
     mask_passes = 3 if shape.has_mask else 0
     parts = [
-        Part("math forward: casts, scale, repeat k/v", bytes=upcast_bytes + repeat_bytes, num_kernels=6),
-        Part("math forward: q·kᵀ", flops=2 * s * d, bytes=s * f32, num_kernels=1, dtype="float32", tf32=tf32),
-        Part("math forward: mask and softmax", bytes=(mask_passes + 2) * s * f32, num_kernels=2 + (1 if shape.has_mask else 0)),
-        Part("math forward: p·v", flops=2 * s * d, bytes=s * f32, num_kernels=1, dtype="float32", tf32=tf32),
+        Part(
+            "math forward: casts, scale, repeat k/v",
+            bytes=upcast_bytes + repeat_bytes,
+            num_kernels=6,
+        ),
+        Part(
+            "math forward: q·kᵀ",
+            flops=2 * s * d,
+            bytes=s * f32,
+            num_kernels=1,
+            dtype="float32",
+            tf32=tf32,
+        ),
+        Part(
+            "math forward: mask and softmax",
+            bytes=(mask_passes + 2) * s * f32,
+            num_kernels=2 + (1 if shape.has_mask else 0),
+        ),
+        Part(
+            "math forward: p·v",
+            flops=2 * s * d,
+            bytes=s * f32,
+            num_kernels=1,
+            dtype="float32",
+            tf32=tf32,
+        ),
     ]
     if shape.requires_grad:
         parts += [
-            Part("math backward: dp, dv", flops=4 * s * d, bytes=3 * s * f32, num_kernels=2, dtype="float32", tf32=tf32),
+            Part(
+                "math backward: dp, dv",
+                flops=4 * s * d,
+                bytes=3 * s * f32,
+                num_kernels=2,
+                dtype="float32",
+                tf32=tf32,
+            ),
             Part("math backward: softmax", bytes=3 * s * f32, num_kernels=1),
-            Part("math backward: dq, dk", flops=4 * s * d, bytes=2 * s * f32, num_kernels=2, dtype="float32", tf32=tf32),
-            Part("math backward: casts, reduce k/v heads", bytes=upcast_bytes + repeat_bytes, num_kernels=6),
+            Part(
+                "math backward: dq, dk",
+                flops=4 * s * d,
+                bytes=2 * s * f32,
+                num_kernels=2,
+                dtype="float32",
+                tf32=tf32,
+            ),
+            Part(
+                "math backward: casts, reduce k/v heads",
+                bytes=upcast_bytes + repeat_bytes,
+                num_kernels=6,
+            ),
         ]
     return tuple(parts)
 
 
-def fused_parts(shape: AttnShape, *, label: str, slowdown: float = 1.0) -> tuple[Part, ...]:
+def fused_parts(
+    shape: AttnShape, *, label: str, slowdown: float = 1.0
+) -> tuple[Part, ...]:
     """A flash-style kernel for one call; ``slowdown`` > 1 for a less efficient fused kernel."""
     size = dtype_size(shape.dtype)
     flops = 4 * shape.scores * shape.head_dim
@@ -76,10 +118,24 @@ def fused_parts(shape: AttnShape, *, label: str, slowdown: float = 1.0) -> tuple
         flops //= 2
     io = shape.qkvo_bytes(size)
     lse = shape.batch * shape.heads_q * shape.len_q * 4
-    parts = [Part(f"{label} forward", flops=int(flops * slowdown), bytes=io + lse, num_kernels=1, dtype=shape.dtype)]
+    parts = [
+        Part(
+            f"{label} forward",
+            flops=int(flops * slowdown),
+            bytes=io + lse,
+            num_kernels=1,
+            dtype=shape.dtype,
+        )
+    ]
     if shape.requires_grad:
         parts.append(
-            Part(f"{label} backward", flops=int(2.5 * flops * slowdown), bytes=2 * io + lse, num_kernels=3, dtype=shape.dtype)
+            Part(
+                f"{label} backward",
+                flops=int(2.5 * flops * slowdown),
+                bytes=2 * io + lse,
+                num_kernels=3,
+                dtype=shape.dtype,
+            )
         )
     return tuple(parts)
 

@@ -60,7 +60,12 @@ from typing import Any
 
 from levers.capture.records import CallRecord, Capture
 from levers.detectors import sdpa_backends as sb
-from levers.detectors.attention_work import AttnShape, fused_parts, math_parts, scores_saved_bytes
+from levers.detectors.attention_work import (
+    AttnShape,
+    fused_parts,
+    math_parts,
+    scores_saved_bytes,
+)
 from levers.detectors.config import RuleConfig
 from levers.detectors.finding import Finding, Work
 from levers.detectors.patterns import (
@@ -74,7 +79,11 @@ from levers.detectors.patterns import (
 from levers.detectors.registry import rule
 
 CODE, NAME = "ATTN001", "sdpa-math-fallback"
-_LEVERS = {sb.CUDNN: "sdpa-cudnn-backend", sb.FLASH: "sdpa-flash-backend", sb.EFFICIENT: "sdpa-efficient-backend"}
+_LEVERS = {
+    sb.CUDNN: "sdpa-cudnn-backend",
+    sb.FLASH: "sdpa-flash-backend",
+    sb.EFFICIENT: "sdpa-efficient-backend",
+}
 
 
 @rule(CODE, NAME)
@@ -95,8 +104,13 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
 def _signature(call: CallRecord) -> tuple:
     a = call.args
     return (
-        str(a.get("query")), str(a.get("key")), str(a.get("attn_mask")), a.get("is_causal"),
-        a.get("enable_gqa"), tuple(a.get("backends_enabled") or ()), a.get("backend_ran"),
+        str(a.get("query")),
+        str(a.get("key")),
+        str(a.get("attn_mask")),
+        a.get("is_causal"),
+        a.get("enable_gqa"),
+        tuple(a.get("backends_enabled") or ()),
+        a.get("backend_ran"),
     )
 
 
@@ -107,7 +121,9 @@ def _by_signature(calls: list[CallRecord]) -> list[list[CallRecord]]:
     return list(groups.values())
 
 
-def backend_choice(call: CallRecord, capture: Capture, config: RuleConfig) -> tuple[str, sb.Choice, str]:
+def backend_choice(
+    call: CallRecord, capture: Capture, config: RuleConfig
+) -> tuple[str, sb.Choice, str]:
     """(backend that runs or would run, the dispatch model's choice, the compute dtype)."""
     dtype = config.compute_dtype(call.args["query"]["dtype"])
     choice = sb.choose(
@@ -123,7 +139,10 @@ def backend_choice(call: CallRecord, capture: Capture, config: RuleConfig) -> tu
 
 
 def _finding(
-    calls: list[CallRecord], capture: Capture, config: RuleConfig, backward: dict[int, list[int]]
+    calls: list[CallRecord],
+    capture: Capture,
+    config: RuleConfig,
+    backward: dict[int, list[int]],
 ) -> Finding | None:
     call = calls[0]
     ran, choice, dtype = backend_choice(call, capture, config)
@@ -140,9 +159,22 @@ def _finding(
     best = max(faster, key=lambda b: (sb.SPEED[b], b == sb.CUDNN)) if faster else None
     shape = _attn_shape(call, dtype)
     tf32 = bool(capture.settings.get("cuda_matmul_allow_tf32"))
-    now = math_parts(shape, tf32=tf32) if ran == sb.MATH else fused_parts(shape, label=ran, slowdown=_slowdown(ran))
-    fixed = fused_parts(shape, label=best or ran, slowdown=_slowdown(best or ran)) if best else now
-    op_indices = [i for c in calls if c.first_op is not None for i in range(c.first_op, c.last_op + 1)]
+    now = (
+        math_parts(shape, tf32=tf32)
+        if ran == sb.MATH
+        else fused_parts(shape, label=ran, slowdown=_slowdown(ran))
+    )
+    fixed = (
+        fused_parts(shape, label=best or ran, slowdown=_slowdown(best or ran))
+        if best
+        else now
+    )
+    op_indices = [
+        i
+        for c in calls
+        if c.first_op is not None
+        for i in range(c.first_op, c.last_op + 1)
+    ]
     count = len(calls)
     return Finding(
         code=CODE,
@@ -160,7 +192,7 @@ def _finding(
         ),
         severity="high" if ran == sb.MATH else "medium",
         effort="S" if best else "M",
-        risk="med" if best else "med",
+        risk="med",
         lever=_LEVERS.get(best) if best else None,
         fix_safety="changes numerics",
         work=Work(
@@ -169,12 +201,16 @@ def _finding(
             now_ops=with_backward(op_indices, backward),
             calls_per_step=count,
             bench=_bench(call, best, ran) if best else None,
-            saved_bytes=count * scores_saved_bytes(shape) if ran == sb.MATH and best else 0,
+            saved_bytes=count * scores_saved_bytes(shape)
+            if ran == sb.MATH and best
+            else 0,
         ),
         details={
             "backend": ran,
             "best_eligible": best,
-            "ruled_out": {b: _why_not(b, choice) for b in sb.FUSED if _why_not(b, choice)},
+            "ruled_out": {
+                b: _why_not(b, choice) for b in sb.FUSED if _why_not(b, choice)
+            },
             "order": list(choice.order),
             "backends_enabled": list(call.args.get("backends_enabled") or ()),
         },
@@ -187,7 +223,15 @@ def _slowdown(backend: str) -> float:
 
 
 def _times(parts: tuple, count: int) -> tuple:
-    return tuple(replace(p, flops=p.flops * count, bytes=p.bytes * count, num_kernels=p.num_kernels * count) for p in parts)
+    return tuple(
+        replace(
+            p,
+            flops=p.flops * count,
+            bytes=p.bytes * count,
+            num_kernels=p.num_kernels * count,
+        )
+        for p in parts
+    )
 
 
 def _attn_shape(call: CallRecord, dtype: str) -> AttnShape:
@@ -220,16 +264,25 @@ def _why_not(backend: str, choice: sb.Choice) -> str:
 
 
 def _where(config: RuleConfig) -> str:
-    where = f"{config.gpu.title}, torch {config.torch_version[0]}.{config.torch_version[1]}"
+    where = (
+        f"{config.gpu.title}, torch {config.torch_version[0]}.{config.torch_version[1]}"
+    )
     if config.on_gpu:
         return where
     return where + (
-        f"; CPU capture, inputs assumed {config.assumed_dtype}" if config.assumed_dtype else "; CPU capture"
+        f"; CPU capture, inputs assumed {config.assumed_dtype}"
+        if config.assumed_dtype
+        else "; CPU capture"
     )
 
 
 def _message(
-    call: CallRecord, ran: str, choice: sb.Choice, config: RuleConfig, dtype: str, count: int
+    call: CallRecord,
+    ran: str,
+    choice: sb.Choice,
+    config: RuleConfig,
+    dtype: str,
+    count: int,
 ) -> str:
     verb = "runs" if config.on_gpu else "would run"
     a = call.args
@@ -250,7 +303,9 @@ def _message(
         + "."
     )
     ruled = [
-        f"{b}: {_why_not(b, choice)}" for b in sb.FUSED if sb.SPEED[b] > sb.SPEED.get(ran, 0) and _why_not(b, choice)
+        f"{b}: {_why_not(b, choice)}"
+        for b in sb.FUSED
+        if sb.SPEED[b] > sb.SPEED.get(ran, 0) and _why_not(b, choice)
     ]
     return head + (" " + " ".join(f"{r}." for r in ruled) if ruled else "")
 
@@ -258,7 +313,9 @@ def _message(
 def _fix_title(choice: sb.Choice, best: str | None, ran: str) -> str:
     if best is not None and best in choice.pinned_out:
         title = f"Admit SDPBackend.{best} in the sdpa_kernel pin, first in the list"
-        if sb.MATH in choice.order and choice.order.index(best) > choice.order.index(sb.MATH):
+        if sb.MATH in choice.order and choice.order.index(best) > choice.order.index(
+            sb.MATH
+        ):
             title += ", with set_priority=True so it ranks ahead of MATH"
         return title
     if best is not None:
@@ -271,7 +328,9 @@ def _fix_title(choice: sb.Choice, best: str | None, ran: str) -> str:
     if "fp16/bf16" in reasons:
         steps.append("run attention in bf16 (torch.autocast)")
     if "grouped-query" in reasons:
-        steps.append("repeat key/value heads to the query heads so EFFICIENT accepts the mask")
+        steps.append(
+            "repeat key/value heads to the query heads so EFFICIENT accepts the mask"
+        )
     if "attn_mask" in reasons:
         steps.append("use is_causal=True if the dense mask is only causal")
     if not steps:
@@ -282,7 +341,9 @@ def _fix_title(choice: sb.Choice, best: str | None, ran: str) -> str:
 
 def _shapes_text(call: CallRecord) -> str:
     a = call.args
-    text = f"q {meta_text(a['query'])}, k {meta_text(a['key'])}, v {meta_text(a['value'])}"
+    text = (
+        f"q {meta_text(a['query'])}, k {meta_text(a['key'])}, v {meta_text(a['value'])}"
+    )
     if a.get("attn_mask") is not None:
         text += f", mask {meta_text(a['attn_mask'])}"
     return text

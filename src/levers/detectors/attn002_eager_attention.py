@@ -65,7 +65,6 @@ from levers.detectors.patterns import (
 from levers.detectors.patterns_attention import AttentionChain, find_eager_attention
 from levers.detectors.registry import rule
 
-
 CODE, NAME = "ATTN002", "eager-attention"
 
 
@@ -104,16 +103,22 @@ def flash_eligibility(chain: AttentionChain, dtype: str) -> tuple[bool, list[str
     """(flash-eligible as written, what stands in the way)."""
     blockers = []
     if chain.has_mask:
-        blockers.append("a mask is applied to the scores (FLASH takes none; EFFICIENT and cuDNN do)")
+        blockers.append(
+            "a mask is applied to the scores (FLASH takes none; EFFICIENT and cuDNN do)"
+        )
     head_dim, head_dim_v = chain.query.shape[-1], chain.value.shape[-1]
     if head_dim != head_dim_v or head_dim > 256:
-        blockers.append(f"head_dim {head_dim}/{head_dim_v} (FLASH needs equal head dims <= 256)")
+        blockers.append(
+            f"head_dim {head_dim}/{head_dim_v} (FLASH needs equal head dims <= 256)"
+        )
     if dtype not in ("bfloat16", "float16"):
         blockers.append(f"{dtype} inputs (fused kernels need fp16/bf16)")
     return not blockers, blockers
 
 
-def _finding(group: list[AttentionChain], capture: Capture, config: RuleConfig, backward) -> Finding:
+def _finding(
+    group: list[AttentionChain], capture: Capture, config: RuleConfig, backward
+) -> Finding:
     ops = capture.ops
     first = group[0]
     m1 = ops[first.first_matmul]
@@ -123,7 +128,9 @@ def _finding(group: list[AttentionChain], capture: Capture, config: RuleConfig, 
     count = len(group)
     written = sum(c.scores_written_bytes for c in group)
     chain_ops = [i for c in group for i in c.ops]
-    last_lines = [ops[c.second_matmul].source.line for c in group if ops[c.second_matmul].source]
+    last_lines = [
+        ops[c.second_matmul].source.line for c in group if ops[c.second_matmul].source
+    ]
     upcast = any(c.upcast for c in group)
     steps = ["matmul", "softmax" + (" (fp32)" if upcast else ""), "matmul"]
     if first.has_mask:
@@ -135,15 +142,12 @@ def _finding(group: list[AttentionChain], capture: Capture, config: RuleConfig, 
         + (", with an fp32 upcast of the scores" if upcast else "")
         + ". "
         + (
-            "Flash-eligible as written (no mask, head_dim "
-            f"{first.query.shape[-1]})."
+            f"Flash-eligible as written (no mask, head_dim {first.query.shape[-1]})."
             if eligible
             else "Not flash-eligible as written: " + "; ".join(blockers) + "."
         )
     )
-    fixed = tuple(
-        fused_parts(shape, label="SDPA (fused)") for _ in range(count)
-    )
+    fixed = tuple(fused_parts(shape, label="SDPA (fused)") for _ in range(count))
     return Finding(
         code=CODE,
         name=NAME,
@@ -158,7 +162,11 @@ def _finding(group: list[AttentionChain], capture: Capture, config: RuleConfig, 
                 op=f"{m1.name} -> {ops[first.softmax].name} -> {ops[first.second_matmul].name}",
                 shapes=f"q {meta_text(first.query)}, scores {meta_text(first.scores)}, v {meta_text(first.value)}",
                 count=count,
-                end_line=max(last_lines) if last_lines and m1.source and ops[first.second_matmul].source.file == m1.source.file else None,
+                end_line=max(last_lines)
+                if last_lines
+                and m1.source
+                and ops[first.second_matmul].source.file == m1.source.file
+                else None,
             ),
         ),
         severity="high",
@@ -173,7 +181,10 @@ def _finding(group: list[AttentionChain], capture: Capture, config: RuleConfig, 
             bench={
                 "kind": "eager_attention",
                 "query": _meta(first.query, shape),
-                "scores": {"shape": list(first.scores.shape), "dtype": first.scores.dtype},
+                "scores": {
+                    "shape": list(first.scores.shape),
+                    "dtype": first.scores.dtype,
+                },
                 "has_mask": first.has_mask,
                 "requires_grad": True,
             },

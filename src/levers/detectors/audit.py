@@ -60,7 +60,9 @@ def audit(
         ValueError: an unknown target, dtype, torch version or rule selector.
     """
     rules = select_rules(select, ignore)
-    probe = make_config(capture, target=target, torch_version=torch_version, assume_dtype=assume_dtype)
+    probe = make_config(
+        capture, target=target, torch_version=torch_version, assume_dtype=assume_dtype
+    )
     config = make_config(
         capture,
         target=target,

@@ -26,7 +26,9 @@ def _tree(path: str) -> ast.AST | None:
 
 
 def _iterates_attribute(node: ast.expr, attribute: str) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == attribute for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Attribute) and n.attr == attribute for n in ast.walk(node)
+    )
 
 
 def _target_names(target: ast.expr) -> set[str]:
@@ -36,7 +38,9 @@ def _target_names(target: ast.expr) -> set[str]:
 def _function_of(tree: ast.AST, node: ast.AST) -> str:
     best = "<module>"
     for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.lineno <= node.lineno <= (fn.end_lineno or fn.lineno):
+        if isinstance(
+            fn, (ast.FunctionDef, ast.AsyncFunctionDef)
+        ) and fn.lineno <= node.lineno <= (fn.end_lineno or fn.lineno):
             best = fn.name
     return best
 
@@ -49,11 +53,19 @@ def block_call_sites(files: Iterable[str], attribute: str) -> list[SourceLoc]:
         if tree is None:
             continue
         for loop in ast.walk(tree):
-            if not isinstance(loop, ast.For) or not _iterates_attribute(loop.iter, attribute):
+            if not isinstance(loop, ast.For) or not _iterates_attribute(
+                loop.iter, attribute
+            ):
                 continue
             names = _target_names(loop.target)
             for node in ast.walk(loop):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in names
+                ):
                     code = linecache.getline(path, node.lineno).strip()
-                    sites.append(SourceLoc(path, node.lineno, _function_of(tree, node), code))
+                    sites.append(
+                        SourceLoc(path, node.lineno, _function_of(tree, node), code)
+                    )
     return sites

@@ -73,7 +73,10 @@ def capture_on_gpu(capture: Capture) -> bool:
 
 def ran_in_low_precision(capture: Capture) -> bool:
     """Whether the step computed in bf16/fp16 (autocast seen, or half-precision matmuls)."""
-    if any(a.endswith(("bfloat16", "float16")) for a in capture.settings.get("autocast", ())):
+    if any(
+        a.endswith(("bfloat16", "float16"))
+        for a in capture.settings.get("autocast", ())
+    ):
         return True
     for op in capture.ops:
         if op.flops and op.inputs and op.inputs[0].dtype in ("bfloat16", "float16"):
@@ -96,14 +99,18 @@ def make_config(
         ValueError: an unknown target or dtype, or a malformed torch version.
     """
     if target is not None and target not in GPUS:
-        raise ValueError(f"--target {target!r} is not known; use one of: {', '.join(GPUS)}")
+        raise ValueError(
+            f"--target {target!r} is not known; use one of: {', '.join(GPUS)}"
+        )
     on_gpu = capture_on_gpu(capture)
     gpu = None
     if on_gpu:
         gpu = spec_for_device_name(str(capture.env.get("device_name", "")))
     if gpu is None:
         gpu = GPUS[target or DEFAULT_TARGET]
-    version = parse_torch_version(torch_version or str(capture.env.get("torch", "2.11")))
+    version = parse_torch_version(
+        torch_version or str(capture.env.get("torch", "2.11"))
+    )
     assumed = None
     if not on_gpu and not ran_in_low_precision(capture):
         name = assume_dtype or DEFAULT_ASSUMED_DTYPE

@@ -70,14 +70,26 @@ from levers.detectors.registry import rule
 CODE, NAME = "COPY001", "large-copy"
 LARGE_COPY_BYTES = 64 * 2**20
 SCATTER_WINDOW = 32
-SCATTERS = {"index_put_", "scatter_", "masked_scatter_", "index_copy_", "copy_", "index_add_", "scatter_add_"}
+SCATTERS = {
+    "index_put_",
+    "scatter_",
+    "masked_scatter_",
+    "index_copy_",
+    "copy_",
+    "index_add_",
+    "scatter_add_",
+}
 COPIES = {"clone", "cat", "copy_"}
 
 
 def is_reshape_copy(ops: tuple[OpRecord, ...], op: OpRecord) -> bool:
     """A clone that PyTorch made inside reshape/einsum (followed by _unsafe_view on its line)."""
     nxt = ops[op.index + 1] if op.index + 1 < len(ops) else None
-    return nxt is not None and base_name(nxt.name) == "_unsafe_view" and nxt.source == op.source
+    return (
+        nxt is not None
+        and base_name(nxt.name) == "_unsafe_view"
+        and nxt.source == op.source
+    )
 
 
 def clone_scatter_target(ops: tuple[OpRecord, ...], clone: OpRecord) -> OpRecord | None:
@@ -90,13 +102,20 @@ def clone_scatter_target(ops: tuple[OpRecord, ...], clone: OpRecord) -> OpRecord
     for op in ops[clone.index + 1 : clone.index + 1 + SCATTER_WINDOW]:
         if op.phase != clone.phase or op.source is None or clone.source is None:
             return None
-        if op.source.file != clone.source.file or op.source.function != clone.source.function:
+        if (
+            op.source.file != clone.source.file
+            or op.source.function != clone.source.function
+        ):
             return None
         if not op.inputs or op.is_view:
             continue
         first = op.inputs[0]
         if op.is_inplace and base_name(op.name) in SCATTERS:
-            fits = first.dtype == out.dtype and first.shape[-1:] == out.shape[-1:] and first.numel <= out.numel
+            fits = (
+                first.dtype == out.dtype
+                and first.shape[-1:] == out.shape[-1:]
+                and first.numel <= out.numel
+            )
             return op if fits else None
         if first.shape == out.shape and first.dtype == out.dtype:
             return None  # read by something else first
@@ -107,7 +126,8 @@ def made_in_step(ops: tuple[OpRecord, ...], clone: OpRecord) -> bool:
     """Whether the cloned tensor is an output of an earlier op of the step (a non-leaf)."""
     src = clone.inputs[0]
     return any(
-        not op.is_view and src in op.outputs for op in ops[max(0, clone.index - 64) : clone.index]
+        not op.is_view and src in op.outputs
+        for op in ops[max(0, clone.index - 64) : clone.index]
     )
 
 
@@ -117,7 +137,12 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     inside = call_op_indices(capture, ("sdpa", "loss", "norm"))
     hits: list[tuple[OpRecord, OpRecord | None]] = []
     for op in ops:
-        if op.phase != "forward" or op.recompute or op.index in inside or base_name(op.name) not in COPIES:
+        if (
+            op.phase != "forward"
+            or op.recompute
+            or op.index in inside
+            or base_name(op.name) not in COPIES
+        ):
             continue
         if base_name(op.name) == "clone" and is_reshape_copy(ops, op):
             continue
@@ -187,5 +212,8 @@ def _finding(group: list[tuple[OpRecord, OpRecord | None]], backward) -> Finding
             calls_per_step=count,
             saved_bytes=copied,
         ),
-        details={"copied_bytes": copied, "scatter": target.name if target is not None else None},
+        details={
+            "copied_bytes": copied,
+            "scatter": target.name if target is not None else None,
+        },
     )

@@ -124,7 +124,9 @@ def _finding(group: list[OpRecord], capture: Capture, backward) -> Finding:
     if loss is not None and loss.source is not None:
         feeds = f" It feeds {loss.name} at line {loss.source.line}"
         if loss.args.get("ignored_fraction"):
-            feeds += f", where {loss.args['ignored_fraction']:.0%} of the rows are ignored"
+            feeds += (
+                f", where {loss.args['ignored_fraction']:.0%} of the rows are ignored"
+            )
         feeds += "."
     return Finding(
         code=CODE,
@@ -158,5 +160,8 @@ def _finding(group: list[OpRecord], capture: Capture, backward) -> Finding:
             calls_per_step=count,
             saved_bytes=written,
         ),
-        details={"written_bytes": written, "feeds_loss": loss.name if loss is not None else None},
+        details={
+            "written_bytes": written,
+            "feeds_loss": loss.name if loss is not None else None,
+        },
     )

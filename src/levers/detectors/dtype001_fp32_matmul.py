@@ -67,7 +67,9 @@ FP32_SHARE = 0.5
 
 def tf32_on(capture: Capture) -> bool:
     s = capture.settings
-    return bool(s.get("cuda_matmul_allow_tf32")) or s.get("float32_matmul_precision") in ("high", "medium")
+    return bool(s.get("cuda_matmul_allow_tf32")) or s.get(
+        "float32_matmul_precision"
+    ) in ("high", "medium")
 
 
 @rule(CODE, NAME)
@@ -83,11 +85,16 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     # the MATH SDPA backend upcasts to fp32 by design: that is ATTN001's finding
     inside_sdpa = call_op_indices(capture, ("sdpa",))
-    matmuls = [op for op in capture.ops if base_name(op.name) in MATMULS and op.inputs and op.index not in inside_sdpa]
+    matmuls = [
+        op
+        for op in capture.ops
+        if base_name(op.name) in MATMULS and op.inputs and op.index not in inside_sdpa
+    ]
     big = [
         op
         for op in matmuls
-        if op.flops >= LARGE_MATMUL_FLOPS and all(t.dtype == "float32" for t in op.inputs)
+        if op.flops >= LARGE_MATMUL_FLOPS
+        and all(t.dtype == "float32" for t in op.inputs)
     ]
     # no large fp32 matmul
     if not big:
@@ -100,7 +107,9 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
 
 def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Finding:
     total = sum(op.flops for op in big)
-    all_mm = sum(op.flops for op in capture.ops if base_name(op.name) in MATMULS) or total
+    all_mm = (
+        sum(op.flops for op in capture.ops if base_name(op.name) in MATMULS) or total
+    )
     groups = group_by_source(big, lambda op: op.source)
     top = sorted(groups.values(), key=lambda g: -sum(op.flops for op in g))[:3]
     receipts = tuple(
@@ -130,8 +139,24 @@ def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Findi
         lever="bf16-autocast",
         fix_safety="changes numerics",
         work=Work(
-            now=(Part("fp32 matmuls", flops=total, bytes=num_bytes, num_kernels=len(big), dtype="float32"),),
-            fixed=(Part("bf16 matmuls", flops=total, bytes=num_bytes // 2, num_kernels=len(big), dtype="bfloat16"),),
+            now=(
+                Part(
+                    "fp32 matmuls",
+                    flops=total,
+                    bytes=num_bytes,
+                    num_kernels=len(big),
+                    dtype="float32",
+                ),
+            ),
+            fixed=(
+                Part(
+                    "bf16 matmuls",
+                    flops=total,
+                    bytes=num_bytes // 2,
+                    num_kernels=len(big),
+                    dtype="bfloat16",
+                ),
+            ),
             now_ops=tuple(op.index for op in big),
             calls_per_step=len(big),
         ),

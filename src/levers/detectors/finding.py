@@ -30,11 +30,17 @@ class Receipt:
     file: str
     line: int
     code: str  # the stripped text of that line
-    module: str | None = None  # "vision.blocks.*.attn" (numbered children collapsed), or None
-    op: str = ""  # the op or call that shows the pattern: "aten.bmm", "Tensor.__bool__", ...
+    module: str | None = (
+        None  # "vision.blocks.*.attn" (numbered children collapsed), or None
+    )
+    op: str = (
+        ""  # the op or call that shows the pattern: "aten.bmm", "Tensor.__bool__", ...
+    )
     shapes: str = ""  # e.g. "[2, 4, 16, 16] float32"
     count: int = 1  # times per step
-    end_line: int | None = None  # the last line of a multi-line pattern in the same file
+    end_line: int | None = (
+        None  # the last line of a multi-line pattern in the same file
+    )
 
     @property
     def location(self) -> str:
@@ -93,7 +99,9 @@ class Cost:
     per_call_now_ms: float | None = None
     per_call_fixed_ms: float | None = None
     calls_per_step: int = 1
-    fixed_provenance: str | None = None  # when "fixed" was obtained differently from "now"
+    fixed_provenance: str | None = (
+        None  # when "fixed" was obtained differently from "now"
+    )
 
     @property
     def saved_ms(self) -> float:
@@ -118,7 +126,9 @@ class Finding:
     fix_safety: str = ""  # "exact" or "changes numerics"
     work: Work = field(default_factory=Work)
     cost: Cost | None = None
-    details: dict[str, Any] = field(default_factory=dict)  # rule-specific facts, for --json
+    details: dict[str, Any] = field(
+        default_factory=dict
+    )  # rule-specific facts, for --json
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -136,7 +146,11 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["cost"] = None if self.cost is None else {**asdict(self.cost), "saved_ms": self.cost.saved_ms}
+        data["cost"] = (
+            None
+            if self.cost is None
+            else {**asdict(self.cost), "saved_ms": self.cost.saved_ms}
+        )
         return data
 
 

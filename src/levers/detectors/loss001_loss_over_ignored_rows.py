@@ -63,7 +63,9 @@ from levers.detectors.registry import rule
 CODE, NAME = "LOSS001", "loss-over-ignored-rows"
 MIN_IGNORED_FRACTION = 0.05
 PRODUCER_WINDOW = 32
-MAX_GAP = 4  # non-matching ops tolerated between producers (reshape copies of the head input)
+MAX_GAP = (
+    4  # non-matching ops tolerated between producers (reshape copies of the head input)
+)
 
 
 def input_producers(capture: Capture, call: CallRecord) -> list[OpRecord]:
@@ -71,10 +73,16 @@ def input_producers(capture: Capture, call: CallRecord) -> list[OpRecord]:
     classes = call.args["input"]["shape"][-1]
     found: list[OpRecord] = []
     gap = 0
-    for op in reversed(capture.ops[max(0, call.first_op - PRODUCER_WINDOW) : call.first_op]):
+    for op in reversed(
+        capture.ops[max(0, call.first_op - PRODUCER_WINDOW) : call.first_op]
+    ):
         if op.phase != "forward":
             break
-        matches = bool(op.outputs) and op.outputs[0].shape[-1:] == (classes,) and op.outputs[0].dtype.startswith(("float", "bfloat"))
+        matches = (
+            bool(op.outputs)
+            and op.outputs[0].shape[-1:] == (classes,)
+            and op.outputs[0].dtype.startswith(("float", "bfloat"))
+        )
         if matches:
             found.append(op)
             gap = 0
@@ -90,7 +98,11 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     backward = backward_index(capture)
     for call in capture.calls:
         # only losses with integer targets and an ignore_index record a fraction
-        if call.kind != "loss" or "ignored_fraction" not in call.args or call.first_op is None:
+        if (
+            call.kind != "loss"
+            or "ignored_fraction" not in call.args
+            or call.first_op is None
+        ):
             continue
         fraction = float(call.args["ignored_fraction"])
         # few or no ignored rows: nothing worth selecting away
@@ -118,7 +130,10 @@ def _finding(call: CallRecord, fraction: float, capture: Capture, backward) -> F
             shapes=f"input {meta_text(args['input'])}, target {meta_text(args.get('target'))}",
         )
     ]
-    nearest = next((op for op in reversed(producers) if not op.is_view and op.source is not None), None)
+    nearest = next(
+        (op for op in reversed(producers) if not op.is_view and op.source is not None),
+        None,
+    )
     if nearest is not None and nearest.source != call.source:
         receipts.append(
             receipt(

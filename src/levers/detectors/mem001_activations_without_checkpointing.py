@@ -50,7 +50,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from levers.capture.records import Capture
-from levers.detectors.activations import ActivationProfile, BlockFamily, activation_profile
+from levers.detectors.activations import (
+    ActivationProfile,
+    BlockFamily,
+    activation_profile,
+)
 from levers.detectors.block_calls import block_call_sites
 from levers.detectors.config import RuleConfig
 from levers.detectors.finding import Finding, Receipt, Work
@@ -84,18 +88,24 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     yield _finding(profile, capture)
 
 
-def _receipts(families: tuple[BlockFamily, ...], capture: Capture) -> tuple[Receipt, ...]:
-    files = {op.source.file for op in capture.ops if op.source is not None and not op.source.file.startswith("<")}
+def _receipts(
+    families: tuple[BlockFamily, ...], capture: Capture
+) -> tuple[Receipt, ...]:
+    files = {
+        op.source.file
+        for op in capture.ops
+        if op.source is not None and not op.source.file.startswith("<")
+    }
     receipts = []
     for fam in families:
         sites = block_call_sites(files, fam.attribute)
         first = capture.ops[fam.first_op]
-        common = dict(
-            module=fam.name,
-            op=f"{fam.num_blocks} blocks",
-            shapes=f"{fmt_bytes(fam.activation_bytes)} of activations, ~{fmt_bytes(fam.headroom_bytes)} freed",
-            count=fam.num_blocks,
-        )
+        common = {
+            "module": fam.name,
+            "op": f"{fam.num_blocks} blocks",
+            "shapes": f"{fmt_bytes(fam.activation_bytes)} of activations, ~{fmt_bytes(fam.headroom_bytes)} freed",
+            "count": fam.num_blocks,
+        }
         if sites:
             receipts.extend(receipt(site, **common) for site in sites)
         else:
@@ -107,9 +117,13 @@ def _finding(profile: ActivationProfile, capture: Capture) -> Finding:
     peak = profile.peak_bytes
     acts = profile.activation_bytes
     groups = ", ".join(
-        f"{name} {fmt_bytes(b)}" for name, b in list(profile.by_group.items())[:4] if b > 0
+        f"{name} {fmt_bytes(b)}"
+        for name, b in list(profile.by_group.items())[:4]
+        if b > 0
     )
-    families = [f for f in profile.families if f.headroom_bytes > 0] or list(profile.families)
+    families = [f for f in profile.families if f.headroom_bytes > 0] or list(
+        profile.families
+    )
     message = (
         f"No activation checkpointing: activations are {fmt_bytes(acts)} of the "
         f"{fmt_bytes(peak)} peak ({acts / peak:.0%}; {acts / max(peak - profile.start_bytes, 1):.0%} "

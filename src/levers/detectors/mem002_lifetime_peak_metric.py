@@ -63,18 +63,28 @@ def reset_for(call: CallRecord, capture: Capture, config: RuleConfig) -> str | N
     A GPU capture records every reset that ran, so it alone decides; a CPU capture runs no CUDA
     code, so the function around the read is also read for a reset reachable on a GPU.
     """
-    resets = [c for c in capture.calls if c.kind == "memory_metric" and c.name.split(".")[-1] in RESET_NAMES]
+    resets = [
+        c
+        for c in capture.calls
+        if c.kind == "memory_metric" and c.name.split(".")[-1] in RESET_NAMES
+    ]
     if resets:
         return "reset_peak_memory_stats ran in the step"
     if config.on_gpu or call.source is None:
         return None
     line = reset_in_source(call.source.file, call.source.line, config.scopes)
-    return None if line is None else f"reset_peak_memory_stats at {os.path.basename(call.source.file)}:{line}"
+    return (
+        None
+        if line is None
+        else f"reset_peak_memory_stats at {os.path.basename(call.source.file)}:{line}"
+    )
 
 
 @rule(CODE, NAME)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    reads = [c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS]
+    reads = [
+        c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS
+    ]
     # the step reads no peak metric
     if not reads:
         return
@@ -97,7 +107,13 @@ def _finding(group: list[CallRecord]) -> Finding:
         ),
         fix_title="Call torch.cuda.reset_peak_memory_stats() once per logging window; keep the lifetime max in Python",
         receipts=(
-            receipt(call.source, module=module_pattern([call.module]), op=call.name, shapes="", count=len(group)),
+            receipt(
+                call.source,
+                module=module_pattern([call.module]),
+                op=call.name,
+                shapes="",
+                count=len(group),
+            ),
         ),
         severity="low",
         effort="S",

@@ -66,7 +66,6 @@ from levers.detectors.patterns import (
 from levers.detectors.patterns_norm import NormChain, find_unfused_norms
 from levers.detectors.registry import rule
 
-
 CODE, NAME = "NORM001", "unfused-norm"
 
 
@@ -82,7 +81,9 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         yield _finding(group, capture, config, backward)
 
 
-def fused_norm_parts(meta_shape: tuple[int, ...], dtype: str, kind: str) -> tuple[Part, ...]:
+def fused_norm_parts(
+    meta_shape: tuple[int, ...], dtype: str, kind: str
+) -> tuple[Part, ...]:
     """One fused norm, forward and backward, at this shape."""
     size = dtype_size(dtype)
     numel = 1
@@ -95,7 +96,9 @@ def fused_norm_parts(meta_shape: tuple[int, ...], dtype: str, kind: str) -> tupl
     )
 
 
-def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backward) -> Finding:
+def _finding(
+    group: list[NormChain], capture: Capture, config: RuleConfig, backward
+) -> Finding:
     ops = capture.ops
     first = group[0]
     reduction = ops[first.reduction]
@@ -108,7 +111,9 @@ def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backw
     all_kernels = round(num_kernels(every_op) / count)
     bytes_per_call = sum_bytes(every_op) // count
     shapes = Counter(meta_text(c.input) for c in group)
-    start, end = line_span(per_call_fwd, reduction.source.file) if reduction.source else (0, 0)
+    start, end = (
+        line_span(per_call_fwd, reduction.source.file) if reduction.source else (0, 0)
+    )
     dtype = config.compute_dtype(first.input.dtype)
     message = (
         f"{first.kind} written as {fwd_kernels} forward kernels ({all_kernels} with backward) "
@@ -117,7 +122,9 @@ def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backw
         + "."
     )
     fused = "F.rms_norm" if first.kind == "RMSNorm" else "F.layer_norm"
-    fixed = tuple(p for c in group for p in fused_norm_parts(c.input.shape, dtype, c.kind))
+    fixed = tuple(
+        p for c in group for p in fused_norm_parts(c.input.shape, dtype, c.kind)
+    )
     src = reduction.source
     return Finding(
         code=CODE,
@@ -146,9 +153,14 @@ def _finding(group: list[NormChain], capture: Capture, config: RuleConfig, backw
             bench={
                 "kind": "norm",
                 "norm": first.kind,
-                "calls": [{"shape": list(c.input.shape), "count": n} for c, n in _first_by_shape(group)],
+                "calls": [
+                    {"shape": list(c.input.shape), "count": n}
+                    for c, n in _first_by_shape(group)
+                ],
                 # the dtype the norm is applied to (the chain may upcast before its reduction)
-                "dtype": next((t.dtype for t in ops[first.ops[0]].inputs), first.input.dtype),
+                "dtype": next(
+                    (t.dtype for t in ops[first.ops[0]].inputs), first.input.dtype
+                ),
             },
         ),
         details={

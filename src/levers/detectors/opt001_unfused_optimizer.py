@@ -56,7 +56,7 @@ FUSED_PASSES = {"Adam": 7, "AdamW": 7, "SGD": 5}
 
 
 def optimizer_mode(capture: Capture) -> str:
-    """"fused", "foreach" or "per-parameter", from the optimizer-phase ops."""
+    """ "fused", "foreach" or "per-parameter", from the optimizer-phase ops."""
     names = [op.name for op in capture.ops if op.phase == "optimizer"]
     if any(n.startswith("aten._fused_") for n in names):
         return "fused"
@@ -69,7 +69,11 @@ def grad_bytes(capture: Capture) -> int:
     """Bytes of the gradients accumulated in backward (= parameter bytes for fp32 params)."""
     total = 0
     for op in capture.ops:
-        if op.phase == "backward" and (op.autograd_node or "").endswith("AccumulateGrad") and op.outputs:
+        if (
+            op.phase == "backward"
+            and (op.autograd_node or "").endswith("AccumulateGrad")
+            and op.outputs
+        ):
             meta = op.outputs[0]
             total += meta.numel * (2 if meta.dtype in ("bfloat16", "float16") else 4)
     return total
@@ -123,7 +127,13 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         lever="fused-optimizer",
         fix_safety="changes numerics",
         work=Work(
-            fixed=(Part(f"fused {cls}", bytes=FUSED_PASSES[cls] * param_bytes, num_kernels=max(1, num_params // 64)),),
+            fixed=(
+                Part(
+                    f"fused {cls}",
+                    bytes=FUSED_PASSES[cls] * param_bytes,
+                    num_kernels=max(1, num_params // 64),
+                ),
+            ),
             now_ops=tuple(op.index for op in opt_ops),
         ),
         details={"class": cls, "mode": mode, "kernels": kernels, "moved_bytes": moved},

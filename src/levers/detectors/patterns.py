@@ -27,7 +27,11 @@ def call_op_indices(capture: Capture, kinds: Iterable[str]) -> set[int]:
     kinds = set(kinds)
     inside: set[int] = set()
     for call in capture.calls:
-        if call.kind in kinds and call.first_op is not None and call.last_op is not None:
+        if (
+            call.kind in kinds
+            and call.first_op is not None
+            and call.last_op is not None
+        ):
             inside.update(range(call.first_op, call.last_op + 1))
     return inside
 
@@ -41,7 +45,9 @@ def backward_index(capture: Capture) -> dict[int, list[int]]:
     return found
 
 
-def with_backward(indices: Iterable[int], backward: dict[int, list[int]]) -> tuple[int, ...]:
+def with_backward(
+    indices: Iterable[int], backward: dict[int, list[int]]
+) -> tuple[int, ...]:
     """``indices`` plus the backward ops of each, sorted."""
     out = set(indices)
     for i in list(out):
@@ -60,7 +66,9 @@ def collapse_module(path: str | None) -> str | None:
 
 def module_pattern(paths: Iterable[str | None]) -> str | None:
     """One label for the modules of a group of ops: collapsed, deduplicated, sorted."""
-    collapsed = sorted({c for c in (collapse_module(p) for p in paths) if c is not None})
+    collapsed = sorted(
+        {c for c in (collapse_module(p) for p in paths) if c is not None}
+    )
     if not collapsed:
         return None
     return ", ".join(collapsed)
@@ -84,7 +92,15 @@ def receipt(
     end_line: int | None = None,
 ) -> Receipt:
     if source is None:
-        return Receipt(file="<unknown>", line=0, code="", module=module, op=op, shapes=shapes, count=count)
+        return Receipt(
+            file="<unknown>",
+            line=0,
+            code="",
+            module=module,
+            op=op,
+            shapes=shapes,
+            count=count,
+        )
     return Receipt(
         file=source.file,
         line=source.line,
@@ -109,7 +125,9 @@ def group_by_source(items: Iterable, source_of) -> dict[tuple[str, int], list]:
 
 def line_span(ops: Sequence[OpRecord], file: str) -> tuple[int, int]:
     """The first and last source line of ``ops`` in ``file``."""
-    lines = [op.source.line for op in ops if op.source is not None and op.source.file == file]
+    lines = [
+        op.source.line for op in ops if op.source is not None and op.source.file == file
+    ]
     return min(lines), max(lines)
 
 
@@ -142,6 +160,12 @@ def fmt_bytes(num_bytes: float) -> str:
     for scale, suffix in _BINARY:
         if abs(num_bytes) >= scale:
             value = num_bytes / scale
-            text = f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
+            text = (
+                f"{value:.2f}"
+                if abs(value) < 10
+                else f"{value:.1f}"
+                if abs(value) < 100
+                else f"{value:.0f}"
+            )
             return f"{text} {suffix}"
     return f"{int(num_bytes)} B"

@@ -49,7 +49,12 @@ def find_eager_attention(capture: Capture) -> list[AttentionChain]:
     for s in ops:
         if s.phase != "forward" or s.recompute or base_name(s.name) not in SOFTMAX:
             continue
-        if s.index in excluded or s.index <= last_end or not s.inputs or len(s.inputs[0].shape) < 3:
+        if (
+            s.index in excluded
+            or s.index <= last_end
+            or not s.inputs
+            or len(s.inputs[0].shape) < 3
+        ):
             continue
         chain = _chain_around(ops, s, excluded, last_end)
         if chain is not None:
@@ -89,7 +94,11 @@ def _chain_around(
     members = ops[start : end + 1]
     value = next((t for t in m2.inputs if _numel(t) != n), m2.inputs[-1])
     middle = ops[m1.index + 1 : m2.index]
-    score_ops = [op for op in members if not op.is_view and op.outputs and _numel(op.outputs[0]) == n]
+    score_ops = [
+        op
+        for op in members
+        if not op.is_view and op.outputs and _numel(op.outputs[0]) == n
+    ]
     return AttentionChain(
         ops=tuple(op.index for op in members),
         first_matmul=m1.index,
@@ -101,11 +110,19 @@ def _chain_around(
         has_mask=any(_is_mask_op(op, n) for op in middle),
         has_dropout=any(base_name(op.name) in DROPOUT for op in middle),
         upcast=any(_is_upcast(op) for op in middle) or _softmax_upcasts(m1, s),
-        scores_written_bytes=sum(op.write_bytes for op in score_ops if op.index != m2.index),
+        scores_written_bytes=sum(
+            op.write_bytes for op in score_ops if op.index != m2.index
+        ),
     )
 
 
-def _extend(ops: tuple[OpRecord, ...], anchor: OpRecord, direction: int, excluded: set[int], last_end: int) -> int:
+def _extend(
+    ops: tuple[OpRecord, ...],
+    anchor: OpRecord,
+    direction: int,
+    excluded: set[int],
+    last_end: int,
+) -> int:
     """The farthest index reachable from ``anchor`` through ops on its source line."""
     index = anchor.index
     while True:
@@ -113,7 +130,11 @@ def _extend(ops: tuple[OpRecord, ...], anchor: OpRecord, direction: int, exclude
         if nxt <= last_end or nxt < 0 or nxt >= len(ops):
             return index
         op = ops[nxt]
-        if op.index in excluded or not _same_scope(op, anchor) or op.source != anchor.source:
+        if (
+            op.index in excluded
+            or not _same_scope(op, anchor)
+            or op.source != anchor.source
+        ):
             return index
         index = nxt
 
@@ -122,7 +143,9 @@ def _is_mask_op(op: OpRecord, n: int) -> bool:
     if base_name(op.name) not in MASKING or len(op.inputs) < 2:
         return False
     # a mask is a second tensor argument, broadcast against the scores
-    return any(_numel(t) != n and len(t.shape) >= 2 for t in op.inputs[1:]) or base_name(op.name).startswith("masked")
+    return any(
+        _numel(t) != n and len(t.shape) >= 2 for t in op.inputs[1:]
+    ) or base_name(op.name).startswith("masked")
 
 
 def _is_upcast(op: OpRecord) -> bool:

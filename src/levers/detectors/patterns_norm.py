@@ -17,10 +17,37 @@ from levers.detectors.patterns import base_name, call_op_indices
 REDUCTIONS = {"mean", "var", "var_mean", "std"}
 ROOTS = {"rsqrt", "sqrt"}
 ELEMENTWISE = {
-    "pow", "mean", "var", "var_mean", "std", "rsqrt", "sqrt", "add", "sub", "mul", "div",
-    "_to_copy", "reciprocal", "neg", "square", "addcmul", "add_", "mul_", "div_", "sub_",
+    "pow",
+    "mean",
+    "var",
+    "var_mean",
+    "std",
+    "rsqrt",
+    "sqrt",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "_to_copy",
+    "reciprocal",
+    "neg",
+    "square",
+    "addcmul",
+    "add_",
+    "mul_",
+    "div_",
+    "sub_",
 }
-VIEWS = {"detach", "view", "_unsafe_view", "expand", "unsqueeze", "squeeze", "alias", "reshape"}
+VIEWS = {
+    "detach",
+    "view",
+    "_unsafe_view",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "alias",
+    "reshape",
+}
 ROOT_WINDOW = 6  # ops between the reduction and the (r)sqrt
 BACK_LIMIT = 6  # elementwise ops taken in before the reduction
 
@@ -63,7 +90,9 @@ def find_unfused_norms(capture: Capture) -> list[NormChain]:
             (
                 op
                 for op in ops[r.index + 1 : r.index + 1 + ROOT_WINDOW]
-                if base_name(op.name) in ROOTS and op.index not in excluded and _same_scope(op, r)
+                if base_name(op.name) in ROOTS
+                and op.index not in excluded
+                and _same_scope(op, r)
             ),
             None,
         )
@@ -73,7 +102,11 @@ def find_unfused_norms(capture: Capture) -> list[NormChain]:
         taken = 0
         while start - 1 > last_end and taken < BACK_LIMIT:
             prev = ops[start - 1]
-            if prev.index in excluded or not _chain_op(prev) or not _same_scope(prev, r):
+            if (
+                prev.index in excluded
+                or not _chain_op(prev)
+                or not _same_scope(prev, r)
+            ):
                 break
             start -= 1
             taken += 1
@@ -85,8 +118,14 @@ def find_unfused_norms(capture: Capture) -> list[NormChain]:
             end += 1
         members = ops[start : end + 1]
         names = {base_name(op.name) for op in members}
-        kind = "LayerNorm" if ("sub" in names or "var" in names or "var_mean" in names) else "RMSNorm"
-        chains.append(NormChain(tuple(op.index for op in members), r.index, r.inputs[0], kind))
+        kind = (
+            "LayerNorm"
+            if ("sub" in names or "var" in names or "var_mean" in names)
+            else "RMSNorm"
+        )
+        chains.append(
+            NormChain(tuple(op.index for op in members), r.index, r.inputs[0], kind)
+        )
         last_end = end
     return chains
 

@@ -50,10 +50,11 @@ def _tree(path: str) -> ast.AST | None:
 def _innermost_function(tree: ast.AST, line: int) -> ast.AST | None:
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if node.lineno <= line <= (node.end_lineno or node.lineno):
-                if best is None or node.lineno >= best.lineno:
-                    best = node
+        inside = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            node.lineno <= line <= (node.end_lineno or node.lineno)
+        )
+        if inside and (best is None or node.lineno >= best.lineno):
+            best = node
     return best
 
 
@@ -78,7 +79,9 @@ def _lookup(dotted: str, scope: Scope | None) -> Any:
             value = inspect.getattr_static(value, attr)
         except AttributeError:
             return UNKNOWN
-    if isinstance(value, (bool, int, float, str, type(None), tuple, list, frozenset, set)):
+    if isinstance(
+        value, (bool, int, float, str, type(None), tuple, list, frozenset, set)
+    ):
         return bool(value)
     return UNKNOWN
 
@@ -104,9 +107,17 @@ def evaluate(node: ast.AST, scope: Scope | None) -> bool | None:
         if any(v is True for v in values):
             return True
         return False if all(v is False for v in values) else UNKNOWN
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and len(node.comparators) == 1:
+    if (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and len(node.comparators) == 1
+    ):
         left, right = _dotted(node.left) or "", node.comparators[0]
-        if left.endswith(".type") and isinstance(right, ast.Constant) and right.value == "cuda":
+        if (
+            left.endswith(".type")
+            and isinstance(right, ast.Constant)
+            and right.value == "cuda"
+        ):
             return isinstance(node.ops[0], ast.Eq)
     return UNKNOWN
 
@@ -138,7 +149,9 @@ def _called_name(call: ast.Call) -> str | None:
     return None
 
 
-def reset_in_source(path: str, line: int, scopes: Mapping[ScopeKey, Scope] | None = None) -> int | None:
+def reset_in_source(
+    path: str, line: int, scopes: Mapping[ScopeKey, Scope] | None = None
+) -> int | None:
     """The line of a peak reset reachable on a GPU in the function around ``path:line``."""
     tree = _tree(path)
     if tree is None:
@@ -151,9 +164,14 @@ def reset_in_source(path: str, line: int, scopes: Mapping[ScopeKey, Scope] | Non
     for node in ast.walk(scope_node):
         if not (isinstance(node, ast.Call) and _called_name(node) in RESET_NAMES):
             continue
-        verdicts = [evaluate(test, scope) for test, in_body in _guards(scope_node, node)]
+        verdicts = [
+            evaluate(test, scope) for test, in_body in _guards(scope_node, node)
+        ]
         in_body = [b for _, b in _guards(scope_node, node)]
-        taken = [v if b else (UNKNOWN if v is UNKNOWN else not v) for v, b in zip(verdicts, in_body)]
+        taken = [
+            v if b else (UNKNOWN if v is UNKNOWN else not v)
+            for v, b in zip(verdicts, in_body)
+        ]
         if all(v is not False for v in taken):
             return node.lineno
     return None

@@ -25,7 +25,9 @@ def payoff(finding: Finding, *, step_ms: float, peak_bytes: int) -> float:
     return time_share + MEMORY_WEIGHT * memory_share
 
 
-def rank(findings: Iterable[Finding], *, step_ms: float, peak_bytes: int) -> list[Finding]:
+def rank(
+    findings: Iterable[Finding], *, step_ms: float, peak_bytes: int
+) -> list[Finding]:
     """Findings, highest payoff first."""
     return sorted(
         findings,

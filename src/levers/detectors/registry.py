@@ -75,7 +75,9 @@ def rule(code: str, name: str, *, status: str = "stable") -> Callable[[Check], C
     def register(check: Check) -> Check:
         existing = _RULES.get(code)
         if existing is not None and existing.module != check.__module__:
-            raise AssertionError(f"rule code {code} registered twice ({existing.module})")
+            raise AssertionError(
+                f"rule code {code} registered twice ({existing.module})"
+            )
         _RULES[code] = Rule(code, name, status, check, check.__module__)
         return check
 
@@ -94,7 +96,9 @@ def _matches(code: str, selectors: Iterable[str]) -> bool:
     return any(code.startswith(s) for s in selectors)
 
 
-def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:
+def select_rules(
+    select: Iterable[str] | None = None, ignore: Iterable[str] | None = None
+) -> list[Rule]:
     """Active rules: ``select`` (codes or prefixes; all when empty) minus ``ignore``.
 
     Raises:
@@ -114,7 +118,9 @@ def select_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | No
     return [r for r in active if not _matches(r.code, ignore)]
 
 
-def run_rules(capture: Capture, config: RuleConfig, rules: Iterable[Rule] | None = None) -> Iterator[Finding]:
+def run_rules(
+    capture: Capture, config: RuleConfig, rules: Iterable[Rule] | None = None
+) -> Iterator[Finding]:
     """Every finding of ``rules`` (default: all active rules) on ``capture``, unpriced."""
     for r in rules if rules is not None else select_rules():
         yield from r.check(capture, config)

@@ -39,14 +39,14 @@ class Choice:
     backend: str  # the backend that runs
     order: tuple[str, ...]
     ruled_out: dict[str, str]  # backend -> reason it cannot run this call
-    pinned_out: tuple[str, ...]  # eligible backends excluded only by the sdpa_kernel pin
+    pinned_out: tuple[
+        str, ...
+    ]  # eligible backends excluded only by the sdpa_kernel pin
     outranked: tuple[str, ...]  # eligible, enabled backends that MATH ran ahead of
 
     def faster_eligible(self, than: str) -> list[str]:
         """Backends faster than ``than`` that could run the call if the pin or order allowed."""
-        return [
-            b for b in FUSED if SPEED[b] > SPEED[than] and b not in self.ruled_out
-        ]
+        return [b for b in FUSED if SPEED[b] > SPEED[than] and b not in self.ruled_out]
 
 
 def prefers_cudnn(sm: tuple[int, int], cudnn_version: int | None) -> bool:
@@ -78,7 +78,11 @@ def reasons(
     deterministic: bool = False,
 ) -> dict[str, str]:
     """Backend -> why it cannot run this call (absent when it can), pins aside."""
-    q, k, v = _shape(args.get("query")), _shape(args.get("key")), _shape(args.get("value"))
+    q, k, v = (
+        _shape(args.get("query")),
+        _shape(args.get("key")),
+        _shape(args.get("value")),
+    )
     mask = args.get("attn_mask")
     low_precision = dtype in ("bfloat16", "float16")
     head_dim, head_dim_v = (q[-1] if q else 0), (v[-1] if v else 0)
@@ -90,11 +94,15 @@ def reasons(
 
     flash = []
     if mask is not None:
-        flash.append(f"it takes no attn_mask, and the call passes a dense {_mask_text(mask)} mask")
+        flash.append(
+            f"it takes no attn_mask, and the call passes a dense {_mask_text(mask)} mask"
+        )
     if not low_precision:
         flash.append(f"it needs fp16/bf16 inputs, and they are {dtype}")
     if head_dim != head_dim_v or head_dim > 256:
-        flash.append(f"it needs equal q/k/v head_dim <= 256 (got {head_dim}, {head_dim_v})")
+        flash.append(
+            f"it needs equal q/k/v head_dim <= 256 (got {head_dim}, {head_dim_v})"
+        )
     if args.get("is_causal") and len_q != len_k:
         flash.append(f"it rejects is_causal with Lq != Lk ({len_q} vs {len_k})")
     if flash:
@@ -116,7 +124,9 @@ def reasons(
     if not low_precision:
         cudnn.append(f"it needs fp16/bf16 inputs, and they are {dtype}")
     if head_dim > CUDNN_MAX_HEAD_DIM or head_dim_v > CUDNN_MAX_HEAD_DIM or head_dim % 8:
-        cudnn.append(f"it needs head_dim <= {CUDNN_MAX_HEAD_DIM} and divisible by 8 (got {head_dim})")
+        cudnn.append(
+            f"it needs head_dim <= {CUDNN_MAX_HEAD_DIM} and divisible by 8 (got {head_dim})"
+        )
     if dropout * 16 != int(dropout * 16):
         cudnn.append(f"its dropout resolution is 1/16 (got dropout_p={dropout})")
     if deterministic:
@@ -145,7 +155,13 @@ def choose(
 ) -> Choice:
     """The backend a CUDA GPU of capability ``sm`` picks for a call with these arguments."""
     enabled = set(args.get("backends_enabled") or (FLASH, EFFICIENT, MATH, CUDNN))
-    ruled_out = reasons(args, sm=sm, torch_version=torch_version, dtype=dtype, deterministic=deterministic)
+    ruled_out = reasons(
+        args,
+        sm=sm,
+        torch_version=torch_version,
+        dtype=dtype,
+        deterministic=deterministic,
+    )
     order = priority_order(sm, cudnn_version)
     pinned_out = tuple(b for b in FUSED if b not in enabled and b not in ruled_out)
     backend = "ERROR"

@@ -60,7 +60,12 @@ from collections.abc import Iterator
 from levers.capture.records import CallRecord, Capture
 from levers.detectors.config import RuleConfig
 from levers.detectors.finding import Finding, Part, Work
-from levers.detectors.patterns import group_by_source, meta_text, module_pattern, receipt
+from levers.detectors.patterns import (
+    group_by_source,
+    meta_text,
+    module_pattern,
+    receipt,
+)
 from levers.detectors.registry import rule
 
 CODE, NAME = "SYNC001", "host-device-sync"
@@ -101,7 +106,9 @@ def is_real_sync(call: CallRecord, on_gpu: bool) -> bool:
 
 @rule(CODE, NAME)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    syncs = [c for c in capture.calls if c.kind == "sync" and is_real_sync(c, config.on_gpu)]
+    syncs = [
+        c for c in capture.calls if c.kind == "sync" and is_real_sync(c, config.on_gpu)
+    ]
     # no host-device syncs in the step
     if not syncs:
         return
@@ -119,7 +126,11 @@ def _finding(group: list[CallRecord], config: RuleConfig, skipped: int) -> Findi
     message = (
         f"{count} host-device sync{'s' if count > 1 else ''} per step here ({kinds}) on "
         f"{meta_text(first.args.get('tensor'))}"
-        + (f", {from_torch} inside torch code called from this line" if from_torch else "")
+        + (
+            f", {from_torch} inside torch code called from this line"
+            if from_torch
+            else ""
+        )
         + ": the host waits for the GPU to drain its queue each time."
     )
     main = names.most_common(1)[0][0]
@@ -146,7 +157,12 @@ def _finding(group: list[CallRecord], config: RuleConfig, skipped: int) -> Findi
         work=Work(
             now=(Part("GPU idle after sync", bytes=0, num_kernels=0),),
             fixed=(),
-            now_ops=tuple(i for c in group if c.first_op is not None for i in range(c.first_op, c.last_op + 1)),
+            now_ops=tuple(
+                i
+                for c in group
+                if c.first_op is not None
+                for i in range(c.first_op, c.last_op + 1)
+            ),
             calls_per_step=count,
             bench={"kind": "sync_stall", "stall_us": SYNC_STALL_US * count},
         ),

@@ -49,7 +49,9 @@ class StepHead:
     device: str  # what the capture ran on
     gpu_title: str  # the GPU costs and MFU refer to
     on_gpu: bool
-    step_s: float  # median wall time of the plain steps on the capture's device (measured)
+    step_s: (
+        float  # median wall time of the plain steps on the capture's device (measured)
+    )
     estimated_step_s: float | None  # the step on the target GPU (CPU captures)
     tokens_per_step: int | None
     tokens_per_s: float | None  # measured on the capture's device
@@ -59,7 +61,9 @@ class StepHead:
     mfu_provenance: str  # "measured" or "estimated"
     mfu_formula: str
     peak_bytes: int
-    peak_provenance: str  # "measured" (allocator) or "tracked" (tensor storages on a CPU)
+    peak_provenance: (
+        str  # "measured" (allocator) or "tracked" (tensor storages on a CPU)
+    )
     assumptions: tuple[str, ...]
 
 
@@ -105,20 +109,27 @@ def build_head(capture: Capture, result: AuditResult) -> StepHead:
         estimated_step_s=estimated_s,
         tokens_per_step=tokens,
         tokens_per_s=timing.tokens_per_s,
-        estimated_tokens_per_s=(tokens / estimated_s) if tokens and estimated_s else None,
+        estimated_tokens_per_s=(tokens / estimated_s)
+        if tokens and estimated_s
+        else None,
         model_flops=flops,
         mfu=step_mfu,
         mfu_provenance=how,
-        mfu_formula=MFU_FORMULA.format(gpu=config.gpu.title, peak=config.gpu.bf16_tflops),
+        mfu_formula=MFU_FORMULA.format(
+            gpu=config.gpu.title, peak=config.gpu.bf16_tflops
+        ),
         peak_bytes=capture.memory.peak_bytes,
-        peak_provenance="measured" if capture.memory.source == "cuda-allocator" else "tracked",
+        peak_provenance="measured"
+        if capture.memory.source == "cuda-allocator"
+        else "tracked",
         assumptions=tuple(assumptions),
     )
 
 
 def build_report(capture: Capture, result: AuditResult) -> FindingsReport:
     pays = tuple(
-        payoff(f, step_ms=result.step_ms, peak_bytes=capture.memory.peak_bytes) for f in result.findings
+        payoff(f, step_ms=result.step_ms, peak_bytes=capture.memory.peak_bytes)
+        for f in result.findings
     )
     return FindingsReport(
         head=build_head(capture, result),
@@ -183,7 +194,11 @@ def saves_text(finding: Finding) -> str:
         bits.append(format_bytes(cost.saved_bytes))
     if delta is not None and delta < 0:
         bits.append(f"for +{format_ms(-delta)}/step")
-    return " ".join(bits) if delta is not None and delta < 0 else (", ".join(bits) if bits else "-")
+    return (
+        " ".join(bits)
+        if delta is not None and delta < 0
+        else (", ".join(bits) if bits else "-")
+    )
 
 
 def lever_text(finding: Finding) -> str:
@@ -210,7 +225,9 @@ def _head_text(head: StepHead) -> Text:
     text.append(f" · findings for {head.gpu_title}\n")
     step = f"{format_seconds(head.step_s)} measured on {head.device}"
     if head.estimated_step_s is not None:
-        step += f" · {format_seconds(head.estimated_step_s)} estimated on {head.gpu_title}"
+        step += (
+            f" · {format_seconds(head.estimated_step_s)} estimated on {head.gpu_title}"
+        )
     text.append("time / step   ", style="bold")
     text.append(step + "\n")
     if head.tokens_per_step:
@@ -218,11 +235,17 @@ def _head_text(head: StepHead) -> Text:
         if head.tokens_per_s:
             tok += f" · {format_count(head.tokens_per_s, 'tokens/s')} measured"
         if head.estimated_tokens_per_s:
-            tok += f" · {format_count(head.estimated_tokens_per_s, 'tokens/s')} estimated"
+            tok += (
+                f" · {format_count(head.estimated_tokens_per_s, 'tokens/s')} estimated"
+            )
         text.append("tokens        ", style="bold")
         text.append(tok + "\n")
     text.append("MFU           ", style="bold")
-    mfu_text = "n/a" if head.mfu is None else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
+    mfu_text = (
+        "n/a"
+        if head.mfu is None
+        else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
+    )
     text.append(f"{mfu_text}; {format_flops(head.model_flops)} per step\n")
     text.append("              ")
     text.append(head.mfu_formula + "\n", style="dim")
@@ -238,12 +261,23 @@ def _finding_text(rank: int, finding: Finding, path_style: PathStyle) -> Text:
     r = finding.receipt
     text = Text()
     text.append(f"{rank:>2}. ", style="bold")
-    text.append(f"{finding.code} ", style="bold red" if finding.severity == "high" else "bold yellow")
+    text.append(
+        f"{finding.code} ",
+        style="bold red" if finding.severity == "high" else "bold yellow",
+    )
     text.append(f"{finding.name}", style="bold")
-    text.append(f"  [{finding.severity}] effort {finding.effort} · risk {finding.risk} · saves {saves_text(finding)}\n")
+    text.append(
+        f"  [{finding.severity}] effort {finding.effort} · risk {finding.risk} · saves {saves_text(finding)}\n"
+    )
     for i, receipt in enumerate(finding.receipts):
-        where = path_style(receipt.file) + f":{receipt.line}" + (
-            f"-{receipt.end_line}" if receipt.end_line and receipt.end_line != receipt.line else ""
+        where = (
+            path_style(receipt.file)
+            + f":{receipt.line}"
+            + (
+                f"-{receipt.end_line}"
+                if receipt.end_line and receipt.end_line != receipt.line
+                else ""
+            )
         )
         text.append("    at   " if i == 0 else "    and  ", style="dim")
         text.append(where, style="cyan")
@@ -261,17 +295,27 @@ def _finding_text(rank: int, finding: Finding, path_style: PathStyle) -> Text:
         text.append("         " + finding.cost.basis + "\n", style="dim")
     text.append("    fix  ", style="dim")
     text.append(finding.fix_title, style="green")
-    text.append(f"\n         {lever_text(finding)} · fix safety: {finding.fix_safety}", style="dim")
+    text.append(
+        f"\n         {lever_text(finding)} · fix safety: {finding.fix_safety}",
+        style="dim",
+    )
     del r
     return text
 
 
-def render_findings(report: FindingsReport, console: Console, *, path_style: PathStyle = relative_path) -> None:
+def render_findings(
+    report: FindingsReport, console: Console, *, path_style: PathStyle = relative_path
+) -> None:
     """Print the head, the ranked findings and the already-right list."""
     console.print(_head_text(report.head))
     console.print()
     n = len(report.findings)
-    console.print(Text(f"Findings ({n}, ranked by payoff: time saved per step and memory freed)", style="bold"))
+    console.print(
+        Text(
+            f"Findings ({n}, ranked by payoff: time saved per step and memory freed)",
+            style="bold",
+        )
+    )
     if not report.findings:
         console.print("  none")
     for rank, finding in enumerate(report.findings, start=1):

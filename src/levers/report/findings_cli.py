@@ -66,7 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="never",
         help="exit with 1 when a finding of this severity or higher is reported (default: never)",
     )
-    group.add_argument("--md", dest="md_path", type=Path, metavar="FILE", help="also write the findings as Markdown to FILE")
+    group.add_argument(
+        "--md",
+        dest="md_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the findings as Markdown to FILE",
+    )
     group.add_argument(
         "--no-benchmark",
         action="store_true",
@@ -112,7 +118,9 @@ def step_scopes(workload: Any) -> dict:
     return {key: scope}
 
 
-def run_findings(args: argparse.Namespace, capture: Any, workload: Any, console: Any) -> FindingsRun:
+def run_findings(
+    args: argparse.Namespace, capture: Any, workload: Any, console: Any
+) -> FindingsRun:
     """Run the rules, print the report, write ``--md``; the exit code follows ``--fail-on``."""
     from levers.detectors import audit
     from levers.detectors.finding import severity_rank

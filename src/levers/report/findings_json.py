@@ -48,7 +48,13 @@ def audit_to_dict(report: FindingsReport, *, config: Any = None) -> dict[str, An
     return _plain(out)
 
 
-def write_capture_with_audit(capture: Capture, report: FindingsReport, path: str | os.PathLike[str], *, config: Any = None) -> None:
+def write_capture_with_audit(
+    capture: Capture,
+    report: FindingsReport,
+    path: str | os.PathLike[str],
+    *,
+    config: Any = None,
+) -> None:
     """The capture file of ``--json`` with the audit under ``"audit"``; atomic like the capture."""
     check_writable(path)
     data = capture_to_dict(capture)
@@ -70,7 +76,9 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def write_findings(report: FindingsReport, path: str | os.PathLike[str], *, config: Any = None) -> None:
+def write_findings(
+    report: FindingsReport, path: str | os.PathLike[str], *, config: Any = None
+) -> None:
     """The audit alone (``levers audit --findings-json FILE``), atomically."""
     check_writable(path)
     with atomic_open(path) as f:

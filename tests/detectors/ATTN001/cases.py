@@ -4,6 +4,9 @@ The shapes are tiny; the rule reasons about the target GPU (h100 unless CONFIG s
 and torch 2.11's dispatch rules, with float32 CPU inputs assumed bf16 on the GPU.
 """
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -1,5 +1,8 @@
 """ATTN002 fixtures: attention written out by hand, and attention-like code that is not."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 import torch.nn.functional as F
 

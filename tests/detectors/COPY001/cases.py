@@ -1,5 +1,8 @@
 """COPY001 fixtures: a clone made only to scatter into, a large cat, and copies that are fine."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 
 from levers import Workload

@@ -1,5 +1,8 @@
 """COPY002 fixtures: a bf16 model on the CPU whose logits are upcast before the loss."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 import torch.nn.functional as F
 

@@ -1,11 +1,14 @@
 """DTYPE001 fixtures: a 2 GFLOP matmul in float32. On a CPU capture the rule fires only when
 the GPU run is declared fp32 (CONFIG: assume_dtype=fp32), or on a GPU capture (TRANSFORM)."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import dataclasses
 
 import torch
-
 from detector_helpers import relabel_as_gpu
+
 from levers import Workload
 
 

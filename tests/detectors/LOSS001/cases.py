@@ -1,5 +1,8 @@
 """LOSS001 fixtures: losses over padded targets, and over real targets only."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 import torch.nn.functional as F
 

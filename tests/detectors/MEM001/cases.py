@@ -1,6 +1,9 @@
 """MEM001 fixtures: blocks whose activations dominate the step's memory, with and without
 checkpointing, and a parameter-heavy step where they do not."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 from torch.utils.checkpoint import checkpoint
 

@@ -4,6 +4,9 @@ On a CPU no CUDA call runs, so a reset guarded by torch.cuda.is_available() only
 source; the rule evaluates such guards statically, with the step's closure.
 """
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 
 from levers import Workload

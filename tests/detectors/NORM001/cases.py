@@ -1,6 +1,9 @@
 """NORM001 fixtures: norms written as elementwise chains, fused norms, and reductions that are
 not norms."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 import torch.nn.functional as F
 

@@ -1,9 +1,12 @@
 """OPT001 fixtures. The rule only reads GPU captures, so the cases that should fire are CPU
 captures relabelled as H100 captures (TRANSFORM); the optimizer ops are the same aten ops."""
 
-import torch
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
 
+import torch
 from detector_helpers import relabel_as_gpu
+
 from levers import Workload
 
 

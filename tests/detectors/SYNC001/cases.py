@@ -1,5 +1,8 @@
 """SYNC001 fixtures: calls that wait for the device, and steps that do not."""
 
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
 import torch
 
 from levers import Workload

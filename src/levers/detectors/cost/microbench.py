@@ -20,7 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 # where benchmarks run; tests on a CPU switch it to "cpu" to exercise everything but the timing
 DEVICE = "cuda"
 
@@ -42,7 +46,9 @@ def unavailable(reason: str) -> Timing:
     return Timing(median_us=None, unavailable=reason)
 
 
-def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters: int = 5) -> Timing:
+def time_cuda(
+    fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters: int = 5
+) -> Timing:
     """Median and spread of one run of ``fn`` on the current CUDA stream, in microseconds."""
     if DEVICE != "cuda":
         return _time_host(fn, warmup=warmup, samples=samples, iters=iters)
@@ -54,7 +60,10 @@ def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters
         torch.cuda.synchronize()  # sync point: benchmark boundary
         per_run = []
         for _ in range(samples):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = (
+                torch.cuda.Event(enable_timing=True),
+                torch.cuda.Event(enable_timing=True),
+            )
             start.record()
             for _ in range(iters):
                 fn()
@@ -69,7 +78,9 @@ def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, samples: int = 7, iters
     return Timing(statistics.median(per_run), min(per_run), max(per_run), samples)
 
 
-def _time_host(fn: Callable[[], Any], *, warmup: int, samples: int, iters: int) -> Timing:
+def _time_host(
+    fn: Callable[[], Any], *, warmup: int, samples: int, iters: int
+) -> Timing:
     import time
 
     try:
@@ -103,11 +114,15 @@ def _backend(name: str | None):
         return None
     backend = getattr(SDPBackend, name, None)
     if backend is None:
-        raise LookupError(f"SDPBackend.{name} does not exist in torch {torch.__version__}")
+        raise LookupError(
+            f"SDPBackend.{name} does not exist in torch {torch.__version__}"
+        )
     return backend
 
 
-def forward_backward(fn: Callable[[], torch.Tensor], grad_out: bool) -> Callable[[], None]:
+def forward_backward(
+    fn: Callable[[], torch.Tensor], grad_out: bool
+) -> Callable[[], None]:
     """``fn`` then, when training, a backward of its output with a ones gradient."""
 
     def run() -> None:
@@ -133,8 +148,14 @@ def bench_sdpa(spec: dict[str, Any], backend: str | None, **timing: int) -> Timi
             if m["dtype"] == "bool":
                 mask = torch.ones(*m["shape"], device=DEVICE, dtype=torch.bool)
             else:
-                mask = torch.zeros(*m["shape"], device=DEVICE, dtype=_DTYPES.get(m["dtype"], q.dtype))
-        kwargs = dict(attn_mask=mask, dropout_p=spec.get("dropout_p", 0.0), is_causal=spec.get("is_causal", False))
+                mask = torch.zeros(
+                    *m["shape"], device=DEVICE, dtype=_DTYPES.get(m["dtype"], q.dtype)
+                )
+        kwargs: dict[str, Any] = {
+            "attn_mask": mask,
+            "dropout_p": spec.get("dropout_p", 0.0),
+            "is_causal": spec.get("is_causal", False),
+        }
         if spec.get("scale") is not None:
             kwargs["scale"] = spec["scale"]
         if spec.get("enable_gqa"):

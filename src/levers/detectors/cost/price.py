@@ -44,10 +44,14 @@ def estimate_now_us(work: Work, capture: Capture, config: RuleConfig) -> float:
     if work.now:
         return roofline.parts_us(work.now, config.gpu)
     ops = (capture.ops[i] for i in work.now_ops)
-    return roofline.ops_us(ops, config.gpu, assumed_dtype=config.assumed_dtype, tf32=_tf32(capture))
+    return roofline.ops_us(
+        ops, config.gpu, assumed_dtype=config.assumed_dtype, tf32=_tf32(capture)
+    )
 
 
-def estimate_fixed_us(work: Work, now_us: float, capture: Capture, config: RuleConfig) -> float:
+def estimate_fixed_us(
+    work: Work, now_us: float, capture: Capture, config: RuleConfig
+) -> float:
     if work.fixed_fraction_of_now is not None:
         return now_us * work.fixed_fraction_of_now
     extra = roofline.ops_us(
@@ -60,7 +64,14 @@ def estimate_fixed_us(work: Work, now_us: float, capture: Capture, config: RuleC
 
 
 def _has_work(work: Work) -> bool:
-    return bool(work.now or work.now_ops or work.fixed or work.fixed_extra_ops or work.bench or work.saved_bytes)
+    return bool(
+        work.now
+        or work.now_ops
+        or work.fixed
+        or work.fixed_extra_ops
+        or work.bench
+        or work.saved_bytes
+    )
 
 
 def estimated_cost(finding: Finding, capture: Capture, config: RuleConfig) -> Cost:
@@ -101,7 +112,10 @@ def _bench_fixed_us(bench: dict[str, Any], calls: int) -> tuple[float | None, st
         t = mb.bench_sdpa(bench, bench.get("backend"))
         if not t.ok:
             return None, f"{bench.get('backend')} unavailable ({t.unavailable})"
-        return t.median_us * calls, f"SDPA on {bench.get('backend')} at the same shapes, median of {t.samples}"
+        return (
+            t.median_us * calls,
+            f"SDPA on {bench.get('backend')} at the same shapes, median of {t.samples}",
+        )
     if kind == "eager_attention":
         q = bench["query"]
         b, h, lq, d = q["shape"]
@@ -109,17 +123,24 @@ def _bench_fixed_us(bench: dict[str, Any], calls: int) -> tuple[float | None, st
             "query": {"shape": [b, h, lq, d], "dtype": q["dtype"]},
             "key": {"shape": [b, h, q["len_k"], d], "dtype": q["dtype"]},
             "value": {"shape": [b, h, q["len_k"], d], "dtype": q["dtype"]},
-            "attn_mask": {"shape": [b, 1, 1, q["len_k"]], "dtype": "bool"} if bench.get("has_mask") else None,
+            "attn_mask": {"shape": [b, 1, 1, q["len_k"]], "dtype": "bool"}
+            if bench.get("has_mask")
+            else None,
             "requires_grad": bench.get("requires_grad", True),
         }
         t = mb.bench_sdpa(spec, None)
         if not t.ok:
             return None, f"SDPA unavailable ({t.unavailable})"
         masked = " with the mask" if bench.get("has_mask") else ""
-        return t.median_us * calls, f"F.scaled_dot_product_attention{masked} at the same shapes, median of {t.samples}"
+        return (
+            t.median_us * calls,
+            f"F.scaled_dot_product_attention{masked} at the same shapes, median of {t.samples}",
+        )
     if kind == "norm":
         total = 0.0
-        fn = mb.bench_rms_norm if bench.get("norm") == "RMSNorm" else mb.bench_layer_norm
+        fn = (
+            mb.bench_rms_norm if bench.get("norm") == "RMSNorm" else mb.bench_layer_norm
+        )
         samples = 0
         for entry in bench["calls"]:
             t = fn(entry["shape"], bench["dtype"])
@@ -132,11 +153,15 @@ def _bench_fixed_us(bench: dict[str, Any], calls: int) -> tuple[float | None, st
     return None, "no benchmark for this fix"
 
 
-def measured_cost(finding: Finding, capture: Capture, config: RuleConfig, *, benchmark: bool) -> Cost:
+def measured_cost(
+    finding: Finding, capture: Capture, config: RuleConfig, *, benchmark: bool
+) -> Cost:
     work = finding.work
     estimate = estimated_cost(finding, capture, config)
     # a sync's cost is idle time no kernel records; a metric has no time cost
-    if estimate.provenance == "none" or (work.bench and work.bench.get("kind") == "sync_stall"):
+    if estimate.provenance == "none" or (
+        work.bench and work.bench.get("kind") == "sync_stall"
+    ):
         return estimate
     calls = max(work.calls_per_step, 1)
     now_us = measured_now_us(work, capture)
@@ -146,17 +171,27 @@ def measured_cost(finding: Finding, capture: Capture, config: RuleConfig, *, ben
     if work.fixed_fraction_of_now is not None:
         fixed_us = now_us * work.fixed_fraction_of_now
         fixed_how = "estimated"
-        basis += f"; fixed = {work.fixed_fraction_of_now:.0%} of it (the rows that remain)"
+        basis += (
+            f"; fixed = {work.fixed_fraction_of_now:.0%} of it (the rows that remain)"
+        )
     elif work.fixed_extra_ops:
-        fixed_us = now_us + sum(capture.ops[i].device_us or 0.0 for i in work.fixed_extra_ops)
+        fixed_us = now_us + sum(
+            capture.ops[i].device_us or 0.0 for i in work.fixed_extra_ops
+        )
         basis = f"recomputation = device time of {len(work.fixed_extra_ops)} forward ops in the captured step"
     elif not work.fixed and not work.bench:
         fixed_us = 0.0  # the fix removes the work
         basis += "; the fix removes these ops"
     else:
-        bench_us, how = _bench_fixed_us(work.bench, calls) if (benchmark and work.bench) else (None, "benchmarks off")
+        bench_us, how = (
+            _bench_fixed_us(work.bench, calls)
+            if (benchmark and work.bench)
+            else (None, "benchmarks off")
+        )
         if bench_us is None:
-            fixed_us = estimate.fixed_ms * 1e3 if estimate.fixed_ms is not None else None
+            fixed_us = (
+                estimate.fixed_ms * 1e3 if estimate.fixed_ms is not None else None
+            )
             fixed_how = "estimated"
             basis += f"; fixed estimated ({how}): {estimate_basis(config)}"
         else:
@@ -176,7 +211,11 @@ def measured_cost(finding: Finding, capture: Capture, config: RuleConfig, *, ben
 
 
 def price(
-    findings: Iterable[Finding], capture: Capture, config: RuleConfig, *, benchmark: bool = True
+    findings: Iterable[Finding],
+    capture: Capture,
+    config: RuleConfig,
+    *,
+    benchmark: bool = True,
 ) -> list[Finding]:
     """``findings`` with ``cost`` set: measured on a GPU capture, estimated otherwise."""
     priced = []

@@ -26,7 +26,9 @@ KERNEL_OVERHEAD_US = 2.0
 def part_us(part: Part, gpu: GpuSpec) -> float:
     compute_s = 0.0
     if part.flops:
-        compute_s = part.flops / (gpu.peak_flops(part.dtype, tf32=part.tf32) * MATMUL_EFFICIENCY)
+        compute_s = part.flops / (
+            gpu.peak_flops(part.dtype, tf32=part.tf32) * MATMUL_EFFICIENCY
+        )
     memory_s = part.bytes / (gpu.bandwidth_bytes_per_s * BANDWIDTH_EFFICIENCY)
     return max(compute_s, memory_s) * 1e6 + part.num_kernels * KERNEL_OVERHEAD_US
 
@@ -44,7 +46,9 @@ def op_part(op: OpRecord, *, assumed_dtype: str | None, tf32: bool) -> Part:
     """
     if op.is_view:
         return Part(label=op.name, num_kernels=0)
-    dtype = op.inputs[0].dtype if op.inputs else (op.outputs[0].dtype if op.outputs else "")
+    dtype = (
+        op.inputs[0].dtype if op.inputs else (op.outputs[0].dtype if op.outputs else "")
+    )
     num_bytes = op.read_bytes + op.write_bytes
     if assumed_dtype is not None:
         num_bytes = _rescaled_bytes(op, assumed_dtype)
@@ -76,12 +80,18 @@ def _rescaled_bytes(op: OpRecord, assumed_dtype: str) -> int:
             elif size:
                 total += m.numel * size
             else:
-                total += m.numel * (1 if m.dtype == "bool" else 8 if m.dtype == "int64" else 4)
+                total += m.numel * (
+                    1 if m.dtype == "bool" else 8 if m.dtype == "int64" else 4
+                )
     return int(total)
 
 
-def ops_us(ops: Iterable[OpRecord], gpu: GpuSpec, *, assumed_dtype: str | None, tf32: bool) -> float:
-    return sum(part_us(op_part(op, assumed_dtype=assumed_dtype, tf32=tf32), gpu) for op in ops)
+def ops_us(
+    ops: Iterable[OpRecord], gpu: GpuSpec, *, assumed_dtype: str | None, tf32: bool
+) -> float:
+    return sum(
+        part_us(op_part(op, assumed_dtype=assumed_dtype, tf32=tf32), gpu) for op in ops
+    )
 
 
 def dtype_size(dtype: str) -> int:

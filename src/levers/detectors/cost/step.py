@@ -15,7 +15,11 @@ from levers.detectors.cost import roofline
 
 
 def model_flops(capture: Capture) -> int:
-    return sum(op.flops for op in capture.ops if op.phase in ("forward", "backward") and not op.recompute)
+    return sum(
+        op.flops
+        for op in capture.ops
+        if op.phase in ("forward", "backward") and not op.recompute
+    )
 
 
 def estimated_step_us(capture: Capture, config: RuleConfig) -> float:
