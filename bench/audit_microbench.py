@@ -12,12 +12,13 @@ code), forward and forward+backward, per call:
 
 Every backend that cannot run here is reported as unavailable (with the reason), never a crash.
 One JSON row per measurement (commit, torch, GPU, case, variant, shape, pass, median and spread).
-With ``--audit-json`` (the file of ``levers audit demo --set device=cuda size=1b --json FILE``)
+With ``--audit-json`` (the file of ``levers audit demo --set device=cuda size=1b
+--findings-json FILE``)
 it also prints the audit's per-call "now" and "fixed" figures next to these and whether they
 agree within 25%.
 
 Usage (GPU):
-    levers audit demo --set device=cuda size=1b --json /tmp/audit.json
+    levers audit demo --set device=cuda size=1b --findings-json /tmp/audit.json
     python bench/audit_microbench.py --audit-json /tmp/audit.json \
         --out bench/results/audit_microbench_h200.jsonl
 """
@@ -273,7 +274,10 @@ def _bench(rows: list[dict], case: str, variant: str) -> float | None:
 
 def agreement(rows: list[dict], audit_path: Path) -> list[dict]:
     """The audit's per-call now/fixed (ms) against these per-call fwd+bwd medians."""
-    audit = json.loads(audit_path.read_text())["audit"]
+    data = json.loads(audit_path.read_text())
+    audit = data.get(
+        "audit", data
+    )  # a --findings-json file, or a capture file carrying one
     by_code: dict[str, list[dict]] = {}
     for f in audit["findings"]:
         by_code.setdefault(f["code"], []).append(f)
@@ -371,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, required=True, help="JSON lines file to write"
     )
     parser.add_argument(
-        "--audit-json", type=Path, help="levers audit --json file to compare with"
+        "--audit-json",
+        type=Path,
+        help="levers audit --findings-json file to compare with",
     )
     parser.add_argument(
         "--device",
