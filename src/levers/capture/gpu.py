@@ -32,7 +32,8 @@ def kernel_profiler() -> profile:
 
 
 def _kernels_under(event: Any) -> list[Any]:
-    found = list(getattr(event, "kernels", ()))
+    # a range's own device-side mirror is attached to it as if it were a kernel: skip it
+    found = [k for k in getattr(event, "kernels", ()) if not k.name.startswith(_PREFIX)]
     for child in getattr(event, "cpu_children", ()):
         found.extend(_kernels_under(child))
     return found
