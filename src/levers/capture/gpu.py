@@ -33,7 +33,7 @@ def kernel_profiler() -> profile:
 
 def _kernels_under(event: Any) -> list[Any]:
     # a range's own device-side mirror is attached to it as if it were a kernel: skip it
-    found = [k for k in getattr(event, "kernels", ()) if not k.name.startswith(_PREFIX)]
+    found = [k for k in getattr(event, "kernels", ()) if _PREFIX not in k.name]
     for child in getattr(event, "cpu_children", ()):
         found.extend(_kernels_under(child))
     return found
@@ -92,6 +92,15 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
             per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
         kernels.append(KernelRecord(name=e.name(), device_us=dur_us, op_index=index))
     return per_op_us, kernels
+
+
+def summed_kernel_us(prof: profile) -> float:
+    """Total device time of every kernel (and copy) a profiled region ran, in microseconds."""
+    return sum(
+        (e.end_ns() - e.start_ns()) / 1000.0
+        for e in prof.profiler.kineto_results.events()
+        if e.device_type() != DeviceType.CPU and not _is_annotation(e)
+    )
 
 
 def _is_annotation(event: Any) -> bool:

@@ -1,9 +1,12 @@
 """GPU microbenchmarks of a fix at the exact shapes a finding saw.
 
 Each benchmark builds random inputs of the recorded shapes and dtypes on the current CUDA device
-and times the fixed computation, forward and backward, with CUDA events: ``warmup`` untimed
-runs, then ``samples`` timed samples of ``iters`` runs each; the result is the median per run
-and the spread (min and max of the samples). Anything that cannot run here (a backend this
+and times the fixed computation, forward and backward: ``warmup`` untimed runs, then ``samples``
+profiled samples of ``iters`` runs each; a sample is the summed duration of the kernels the runs
+launched (the profiler's device timeline), per run; the result is the median and the spread.
+Kernel time is what a capture measures for the "now" side of a finding, so "now" and "fixed" are
+the same quantity; a CUDA-event loop would also count the launch gaps between small kernels,
+which inside a training step overlap with other work. Anything that cannot run here (a backend this
 build or GPU lacks, an out-of-memory) returns an "unavailable" result with the reason instead of
 raising.
 
@@ -54,22 +57,21 @@ def time_cuda(
         return _time_host(fn, warmup=warmup, samples=samples, iters=iters)
     if not torch.cuda.is_available():
         return unavailable("no CUDA device")
+    from torch.profiler import ProfilerActivity, profile
+
+    from levers.capture.gpu import summed_kernel_us
+
     try:
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()  # sync point: benchmark boundary
         per_run = []
         for _ in range(samples):
-            start, end = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()  # sync point: read the sample
-            per_run.append(start.elapsed_time(end) * 1e3 / iters)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(iters):
+                    fn()
+                torch.cuda.synchronize()  # sync point: end of the profiled sample
+            per_run.append(summed_kernel_us(prof) / iters)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return unavailable("out of memory at these shapes")
@@ -123,14 +125,37 @@ def _backend(name: str | None):
 def forward_backward(
     fn: Callable[[], torch.Tensor], grad_out: bool
 ) -> Callable[[], None]:
-    """``fn`` then, when training, a backward of its output with a ones gradient."""
+    """``fn`` then, when training, the gradients of its inputs for a ones gradient.
+
+    The gradients are returned, not accumulated into ``.grad``: inside a step they flow on to
+    earlier ops, and an accumulation would add kernels the step does not run.
+    """
+    grads: dict[tuple, torch.Tensor] = {}
 
     def run() -> None:
         out = fn()
-        if grad_out:
-            out.backward(torch.ones_like(out))
+        leaves = _leaves(out) if grad_out else []
+        if leaves:
+            key = (tuple(out.shape), out.dtype)
+            if key not in grads:
+                grads[key] = torch.ones_like(out)
+            torch.autograd.grad(out, leaves, grads[key])
 
     return run
+
+
+def _leaves(out: torch.Tensor) -> list[torch.Tensor]:
+    """The leaf tensors ``out`` depends on, from the AccumulateGrad nodes of its graph."""
+    leaves, seen, stack = [], set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):
+            leaves.append(node.variable)
+        stack.extend(child for child, _ in node.next_functions)
+    return leaves
 
 
 def bench_sdpa(spec: dict[str, Any], backend: str | None, **timing: int) -> Timing:
