@@ -31,24 +31,14 @@ def kernel_profiler() -> profile:
     return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
 
 
-def _kernels_under(event: Any) -> list[Any]:
-    # a range's own device-side mirror is attached to it as if it were a kernel: skip it
-    found = [k for k in getattr(event, "kernels", ()) if _PREFIX not in k.name]
-    for child in getattr(event, "cpu_children", ()):
-        found.extend(_kernels_under(child))
-    return found
-
-
 def join_kernels(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
     """(device microseconds per op index, every kernel with the op it belongs to).
 
     Reads the profiler's raw events: building its ``FunctionEvent`` tree costs seconds for a
-    step of a few thousand ops, the join below a fraction of that.
+    step of a few thousand ops (and that tree attaches more to a range than its kernels); the
+    join below takes a fraction of that.
     """
-    results = getattr(prof.profiler, "kineto_results", None)
-    if results is None or not hasattr(results, "events"):
-        return join_kernels_via_event_tree(prof)
-    return _join_raw(results.events())
+    return _join_raw(prof.profiler.kineto_results.events())
 
 
 def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
@@ -108,32 +98,3 @@ def _is_annotation(event: Any) -> bool:
         return True
     is_annotation = getattr(event, "is_user_annotation", None)
     return bool(is_annotation()) if is_annotation is not None else False
-
-
-def join_kernels_via_event_tree(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
-    """The same join through the profiler's FunctionEvent tree (slow; the reference)."""
-    per_op_us: dict[int, float] = {}
-    kernels: list[KernelRecord] = []
-    joined: set[int] = set()
-    events = prof.events()
-    for event in events:
-        if not event.name.startswith(_PREFIX) or event.device_type != DeviceType.CPU:
-            continue
-        index = int(event.name[len(_PREFIX):])
-        for kernel in _kernels_under(event):
-            joined.add(id(kernel))
-            per_op_us[index] = per_op_us.get(index, 0.0) + float(kernel.duration)
-            kernels.append(KernelRecord(name=kernel.name, device_us=float(kernel.duration), op_index=index))
-    # kernels launched outside any recorded op (the autograd engine's own work, collectives)
-    for event in events:
-        if (
-            event.name.startswith(_PREFIX)
-            or event.cpu_parent is not None
-            or event.device_type != DeviceType.CPU
-        ):
-            continue
-        for kernel in _kernels_under(event):
-            if id(kernel) not in joined:
-                joined.add(id(kernel))
-                kernels.append(KernelRecord(name=kernel.name, device_us=float(kernel.duration), op_index=None))
-    return per_op_us, kernels
