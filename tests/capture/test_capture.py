@@ -312,3 +312,18 @@ def test_installed_libraries_are_user_code_and_the_stdlib_is_not():
     assert not is_user_file(stdlib_module.__file__)
     assert not is_user_file(torch.__file__)
     assert not is_user_file(os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py"))
+
+
+def test_autocast_state_recorded():
+    model = torch.nn.Linear(8, 8)
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.randn(2, 8)).float().sum().backward()
+
+    from levers import Workload
+
+    capture = capture_step(Workload(model=model, step=step), warmup=0, timed=0)
+    assert capture.settings["autocast"] == ["cpu:bfloat16"]
+    plain = capture_step(fixture_models.linear(), warmup=0, timed=0)
+    assert plain.settings["autocast"] == []

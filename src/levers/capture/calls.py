@@ -177,6 +177,8 @@ class CallRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.recorder.paused:
+            self.recorder.note_autocast()
         kind, name = self._classify(func, args, kwargs)
         if kind is None:
             return func(*args, **kwargs)

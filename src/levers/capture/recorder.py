@@ -152,7 +152,9 @@ class OpRecorder(TorchDispatchMode):
                 return path
         return None
 
-    def _note_autocast(self) -> None:
+    def note_autocast(self) -> None:
+        """Record the autocast state; called from the function mode, above the dispatcher (below
+        it the autocast keys are excluded and autocast always reads as off)."""
         for device_type in ("cuda", "cpu"):
             if torch.is_autocast_enabled(device_type):
                 dtype = torch.get_autocast_dtype(device_type)
@@ -201,7 +203,6 @@ class OpRecorder(TorchDispatchMode):
         self._tag_pending()
         index = len(self.ops)
         phase = self.current_phase()
-        self._note_autocast()
         t0 = time.perf_counter()
         if self.range_marker is not None:
             with self.range_marker(index):

@@ -33,6 +33,8 @@ Changes numerics slightly when the cast moves into the kernel (the log-softmax o
 in the input dtype); exact when only the rows that are selected change.
 
 ## Known problems
+Under autocast, a cast that feeds a loss over rows that all count is not reported: autocast
+casts a loss's input to fp32 itself, so the explicit cast costs nothing extra.
 On a CPU capture in float32 a `.float()` is a no-op and leaves no op behind, so the upcast is
 only visible on a GPU capture (under autocast) or a CPU capture run in bf16
 (`--set dtype=bfloat16`).
@@ -111,7 +113,13 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     if not casts:
         return
     backward = backward_index(capture)
+    autocast = bool(capture.settings.get("autocast"))
     for group in group_by_source(casts, lambda op: op.source).values():
+        loss = _consumer_loss(capture, group[0])
+        # under autocast a loss casts its input to fp32 itself: an explicit upcast of rows that
+        # all count adds nothing that autocast would not do
+        if loss is not None and autocast and not loss.args.get("ignored_fraction"):
+            continue
         yield _finding(group, capture, backward)
 
 

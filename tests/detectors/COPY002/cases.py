@@ -18,7 +18,7 @@ class Head(torch.nn.Module):
         self.lm_head = torch.nn.Linear(64, VOCAB, bias=False, dtype=dtype)
 
 
-def _workload(rows, dtype, upcast):
+def _workload(rows, dtype, upcast, autocast=False):
     torch.manual_seed(0)
     model = Head(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -26,7 +26,8 @@ def _workload(rows, dtype, upcast):
     targets = torch.randint(0, VOCAB, (rows,), generator=torch.Generator().manual_seed(0))
 
     def step():
-        logits = model.lm_head(hidden)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model.lm_head(hidden)
         if upcast:
             logits = logits.float()  # mark: fire_logits_upcast
         F.cross_entropy(logits, targets).backward()
@@ -42,6 +43,11 @@ def fire_logits_upcast():
 
 def ok_loss_upcasts_inside():
     return _workload(ROWS, torch.bfloat16, upcast=False)
+
+
+def ok_upcast_under_autocast_feeding_a_loss_over_valid_rows():
+    # autocast casts cross_entropy's input to fp32 anyway: the explicit cast adds nothing
+    return _workload(ROWS, torch.float32, upcast=True, autocast=True)
 
 
 def ok_small_upcast():
