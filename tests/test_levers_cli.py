@@ -69,9 +69,12 @@ def test_audit_json_round_trips(capsys, tmp_path):
     assert capture.workload == "my_workload"
     assert capture.tokens_per_step == 4
     assert f"{len(capture.ops)} aten ops in one step" in out
+    # the findings ride along under "audit"
+    assert data["audit"]["schema"] == "levers.audit/1"
+    assert isinstance(data["audit"]["findings"], list)
     # written again from what was read, the file is byte for byte the same
     again = tmp_path / "again.json"
-    write_capture(capture, again)
+    write_capture(capture, again, extra={"audit": data["audit"]})
     assert again.read_bytes() == path.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.json", "step.json"]
 

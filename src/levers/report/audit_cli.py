@@ -5,7 +5,7 @@
                  [--md FILE] [--findings-json FILE]
 
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
-go, by phase, module and source line; ``--json`` keeps the whole capture for later reading. The
+go, by phase, module and source line; ``--json`` keeps the whole capture and the findings. The
 findings (see ``docs/rules.md`` and :mod:`levers.report.findings_cli`) follow the summary.
 """
 
@@ -61,7 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         dest="json_path",
         type=Path,
         metavar="FILE",
-        help="also write the whole capture to FILE as JSON (schema levers.capture/1)",
+        help="also write the whole capture to FILE as JSON (schema levers.capture/1), with the "
+        "findings under the key \"audit\" (schema levers.audit/1)",
     )
     parser.add_argument(
         "--warmup",
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from levers import capture
     from levers.loader import load_workload, parse_set
     from levers.report.capture_json import check_writable, write_capture
-    from levers.report.findings_json import write_findings
+    from levers.report.findings_json import audit_to_dict, write_findings
     from levers.report.terminal import make_console, render_summary
 
     params = parse_set(args.set_items)
@@ -134,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     render_summary(result, console, top_n=args.top)
     findings = findings_cli.run_findings(args, result, workload, console)
     if args.json_path is not None:
-        write_capture(result, args.json_path)
+        audit = audit_to_dict(findings.report, config=findings.result.config)
+        write_capture(result, args.json_path, extra={"audit": audit})
         make_console(stderr=True).print(f"wrote the capture to {args.json_path}", markup=False)
     if args.findings_json_path is not None:
         write_findings(findings.report, args.findings_json_path, config=findings.result.config)

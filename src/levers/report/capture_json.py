@@ -26,10 +26,16 @@ def capture_to_dict(capture: Capture) -> dict[str, Any]:
     return {"schema": SCHEMA, **capture.to_dict()}
 
 
-def write_capture(capture: Capture, path: str | os.PathLike[str]) -> None:
-    """Write ``capture`` to ``path`` as JSON; on any failure the previous file stays as it was."""
+def write_capture(
+    capture: Capture, path: str | os.PathLike[str], *, extra: dict[str, Any] | None = None
+) -> None:
+    """Write ``capture`` to ``path`` as JSON; on any failure the previous file stays as it was.
+
+    ``extra`` adds top-level keys beside the capture's (``levers audit --json`` adds ``"audit"``,
+    the findings); :func:`read_capture` ignores them.
+    """
     check_writable(path)
-    data = capture_to_dict(capture)
+    data = {**capture_to_dict(capture), **(extra or {})}
     with atomic_open(path) as f:
         # compact: a large step has 10^5 ops; pretty-print with `python -m json.tool` or jq
         json.dump(_plain(data), f, separators=(",", ":"), allow_nan=False)

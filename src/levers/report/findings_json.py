@@ -1,5 +1,5 @@
 """The findings report as JSON (schema ``levers.audit/1``), as ``levers audit --findings-json``
-writes it, or under the key ``"audit"`` of a capture file (:func:`write_capture_with_audit`):
+writes it, and under the key ``"audit"`` of the capture file ``levers audit --json`` writes:
 
     {"schema": "levers.audit/1", "config": {...}, "step": {...},
      "findings": [{"rank": 1, "payoff": 0.12, "code": ..., "cost": {...}, ...}, ...],
@@ -46,22 +46,6 @@ def audit_to_dict(report: FindingsReport, *, config: Any = None) -> dict[str, An
             "cudnn_version": config.cudnn_version,
         }
     return _plain(out)
-
-
-def write_capture_with_audit(
-    capture: Capture,
-    report: FindingsReport,
-    path: str | os.PathLike[str],
-    *,
-    config: Any = None,
-) -> None:
-    """The capture file of ``--json`` with the audit under ``"audit"``; atomic like the capture."""
-    check_writable(path)
-    data = capture_to_dict(capture)
-    data["audit"] = audit_to_dict(report, config=config)
-    with atomic_open(path) as f:
-        json.dump(_plain(data), f, separators=(",", ":"), allow_nan=False)
-        f.write("\n")
 
 
 def _plain(value: Any) -> Any:
