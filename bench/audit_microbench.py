@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from levers.detectors.cost.microbench import input_leaves
 from levers.workloads.demo_config import SIZES
 from levers.workloads.demo_text import rms_norm_eager, suffix_attention
 from levers.workloads.demo_vision import eager_attention
@@ -116,20 +117,6 @@ def time_us(fn: Callable[[], None]) -> dict:
     }
 
 
-def _leaves(out: torch.Tensor) -> list[torch.Tensor]:
-    """The leaf tensors ``out`` depends on (the AccumulateGrad nodes of its graph)."""
-    leaves, seen, stack = [], set(), [out.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if hasattr(node, "variable"):
-            leaves.append(node.variable)
-        stack.extend(child for child, _ in node.next_functions)
-    return leaves
-
-
 def passes(make_out: Callable[[], torch.Tensor]) -> dict[str, Callable[[], None]]:
     grads: dict[tuple, torch.Tensor] = {}
 
@@ -145,7 +132,7 @@ def passes(make_out: Callable[[], torch.Tensor]) -> dict[str, Callable[[], None]
         key = (tuple(out.shape), out.dtype)
         if key not in grads:
             grads[key] = torch.ones_like(out)
-        torch.autograd.grad(out, _leaves(out), grads[key])
+        torch.autograd.grad(out, input_leaves(out), grads[key])
 
     return {"fwd": forward, "fwd+bwd": forward_backward}
 

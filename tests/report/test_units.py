@@ -1,10 +1,10 @@
-"""levers.report.units: the number formats the summary prints."""
+"""levers.units: the number formats the summary prints."""
 
 from __future__ import annotations
 
 import pytest
 
-from levers.report.units import (
+from levers.units import (
     format_bytes,
     format_count,
     format_flops,

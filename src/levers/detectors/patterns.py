@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from levers.capture.records import CallRecord, Capture, OpRecord, SourceLoc, TensorMeta
 from levers.detectors.finding import Receipt
+from levers.units import format_bytes
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
@@ -152,20 +153,5 @@ def step_device(capture: Capture) -> str:
     return str(capture.env.get("device", "cpu"))
 
 
-_BINARY = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-
-
-def fmt_bytes(num_bytes: float) -> str:
-    """``12.3 MiB`` (binary prefixes, three figures), exact below a KiB."""
-    for scale, suffix in _BINARY:
-        if abs(num_bytes) >= scale:
-            value = num_bytes / scale
-            text = (
-                f"{value:.2f}"
-                if abs(value) < 10
-                else f"{value:.1f}"
-                if abs(value) < 100
-                else f"{value:.0f}"
-            )
-            return f"{text} {suffix}"
-    return f"{int(num_bytes)} B"
+# bytes in messages read like the report's
+fmt_bytes = format_bytes

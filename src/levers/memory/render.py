@@ -7,28 +7,14 @@ from rich.table import Table
 from rich.text import Text
 
 from levers.memory.plan import FitResult, MemoryPlan
+from levers.units import format_bytes
 
-_BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 NUM_MODULES = 8
 NUM_TENSORS = 8
 NUM_AROUND = 8
 BAR_WIDTH = 24
 
 
-def format_bytes(num_bytes: float) -> str:
-    """``12.3 GiB``; exact bytes below a KiB; signed when negative."""
-    for scale, suffix in _BINARY:
-        if abs(num_bytes) >= scale:
-            value = num_bytes / scale
-            text = (
-                f"{value:.2f}"
-                if abs(value) < 10
-                else f"{value:.1f}"
-                if abs(value) < 100
-                else f"{value:.0f}"
-            )
-            return f"{text} {suffix}"
-    return f"{int(num_bytes)} B"
 
 
 def _signed(num_bytes: int) -> str:

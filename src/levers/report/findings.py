@@ -24,7 +24,7 @@ from levers.detectors.cost.step import MFU_FORMULA, estimated_step_us, mfu, mode
 from levers.detectors.finding import Finding
 from levers.detectors.rank import payoff
 from levers.report import summary
-from levers.report.units import format_bytes, format_count, format_flops, format_seconds
+from levers.units import format_bytes, format_count, format_flops, format_seconds
 
 PathStyle = Callable[[str], str]
 

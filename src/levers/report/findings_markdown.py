@@ -12,7 +12,7 @@ from levers.report.findings import (
     relative_path,
     saves_text,
 )
-from levers.report.units import format_bytes, format_count, format_flops, format_seconds
+from levers.units import format_bytes, format_count, format_flops, format_seconds
 
 
 def _cell(text: str) -> str:

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from levers.capture.records import Capture
 from levers.report import summary
-from levers.report.units import (
+from levers.units import (
     format_bytes,
     format_count,
     format_flops,

@@ -134,7 +134,7 @@ def forward_backward(
 
     def run() -> None:
         out = fn()
-        leaves = _leaves(out) if grad_out else []
+        leaves = input_leaves(out) if grad_out else []
         if leaves:
             key = (tuple(out.shape), out.dtype)
             if key not in grads:
@@ -144,7 +144,7 @@ def forward_backward(
     return run
 
 
-def _leaves(out: torch.Tensor) -> list[torch.Tensor]:
+def input_leaves(out: torch.Tensor) -> list[torch.Tensor]:
     """The leaf tensors ``out`` depends on, from the AccumulateGrad nodes of its graph."""
     leaves, seen, stack = [], set(), [out.grad_fn]
     while stack:

@@ -1,4 +1,4 @@
-"""Human-readable numbers: FLOPs, bytes, durations, rates and shares.
+"""Human-readable numbers: FLOPs, bytes, durations, rates and shares (reports, findings, plans).
 
 Bytes use binary prefixes (KiB, MiB, GiB) as PyTorch's memory tools do; FLOPs and rates use
 decimal prefixes (GFLOP, TFLOP), as hardware data sheets do.
