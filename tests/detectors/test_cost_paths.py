@@ -162,3 +162,25 @@ def test_measured_recompute_and_removed_copies(cpu_bench):
     (finding,) = all_rules()["COPY001"].check(capture, config)
     (priced,) = price([finding], capture, config)
     assert priced.cost.fixed_ms == 0.0 and "removes" in priced.cost.basis
+
+
+def test_measured_loss_fix_is_benchmarked_over_the_valid_rows(cpu_bench):
+    capture, scopes = _as_gpu_capture("LOSS001", "fire_half_ignored", device_us=4.0)
+    config = make_config(capture, scopes=scopes)
+    (finding,) = all_rules()["LOSS001"].check(capture, config)
+    assert finding.work.bench == {
+        "kind": "loss_rows",
+        "rows": 32,
+        "vocab": 128,
+        "loss_dtype": "float32",
+        "input_dtype": "float32",
+        "head": {"hidden": 32, "dtype": "float32"},
+    }
+    (priced,) = price([finding], capture, config)
+    assert priced.cost.provenance == "measured"
+    assert priced.cost.fixed_provenance == "measured"
+    assert "head matmul, cast and cross_entropy over the 32 rows" in priced.cost.basis
+    # without benchmarks the fix falls back to the share of rows that remain, labelled estimated
+    (unbenched,) = price([finding], capture, config, benchmark=False)
+    assert unbenched.cost.fixed_provenance == "estimated"
+    assert unbenched.cost.fixed_ms == pytest.approx(unbenched.cost.now_ms * 0.5)

@@ -49,6 +49,7 @@ from levers.capture.records import CallRecord, Capture, OpRecord
 from levers.detectors.config import RuleConfig
 from levers.detectors.finding import Finding, Work
 from levers.detectors.patterns import (
+    base_name,
     backward_index,
     fmt_bytes,
     meta_text,
@@ -91,6 +92,29 @@ def input_producers(capture: Capture, call: CallRecord) -> list[OpRecord]:
             if gap > MAX_GAP:
                 break
     return sorted(found, key=lambda op: op.index)
+
+
+_MATMULS = ("mm", "addmm", "matmul", "linear", "bmm")
+
+
+def _valid_rows_bench(call: CallRecord, producers: list[OpRecord]) -> dict:
+    """The fix to microbenchmark on a GPU: the head matmul (if one wrote the loss input), the cast
+    and the loss, over the rows with a real target only."""
+    args = call.args
+    head = next((op for op in producers if base_name(op.name) in _MATMULS), None)
+    spec = {
+        "kind": "loss_rows",
+        "rows": args["num_targets"] - args["num_ignored"],
+        "vocab": args["input"]["shape"][-1],
+        "loss_dtype": args["input"]["dtype"],
+        "input_dtype": args["input"]["dtype"],
+        "head": None,
+    }
+    if head is not None:
+        # the activation operand: the one whose last dimension is the hidden size
+        activation = head.inputs[-2]
+        spec["head"] = {"hidden": activation.shape[-1], "dtype": activation.dtype}
+    return spec
 
 
 @rule(CODE, NAME)
@@ -165,6 +189,7 @@ def _finding(call: CallRecord, fraction: float, capture: Capture, backward) -> F
             calls_per_step=1,
             saved_bytes=int(fraction * kept_bytes),
             fixed_fraction_of_now=1.0 - fraction,
+            bench=_valid_rows_bench(call, producers),
         ),
         details={
             "ignored_fraction": fraction,

@@ -234,3 +234,33 @@ def bench_layer_norm(shape, dtype: str, *, grad: bool = True, **timing: int) -> 
     except RuntimeError as exc:
         return unavailable(_short(exc))
     return time_cuda(run, **timing)
+
+
+def bench_loss_rows(spec: dict[str, Any], **timing: int) -> Timing:
+    """The loss over ``spec["rows"]`` rows only: the head matmul (when the loss input came from
+    one), the cast to the loss's dtype, and cross-entropy, forward and backward."""
+    try:
+        rows, vocab = int(spec["rows"]), int(spec["vocab"])
+        head = spec.get("head")
+        target = torch.randint(0, vocab, (rows,), device=DEVICE)
+        loss_dtype = _DTYPES.get(spec["loss_dtype"], torch.float32)
+        if head is not None:
+            h = _tensor([rows, head["hidden"]], head["dtype"], grad=True)
+            w = _tensor([vocab, head["hidden"]], head["dtype"], grad=True)
+
+            def logits() -> torch.Tensor:
+                return h @ w.t()
+        else:
+            x = _tensor([rows, vocab], spec["input_dtype"], grad=True)
+
+            def logits() -> torch.Tensor:
+                return x
+
+        run = forward_backward(lambda: F.cross_entropy(logits().to(loss_dtype), target), True)
+        run()
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return unavailable("out of memory at these shapes")
+    except (RuntimeError, KeyError) as exc:
+        return unavailable(_short(exc))
+    return time_cuda(run, **timing)

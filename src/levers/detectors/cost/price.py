@@ -150,6 +150,15 @@ def _bench_fixed_us(bench: dict[str, Any], calls: int) -> tuple[float | None, st
             samples = t.samples
         name = "F.rms_norm" if bench.get("norm") == "RMSNorm" else "F.layer_norm"
         return total, f"{name} at the same shapes, median of {samples}"
+    if kind == "loss_rows":
+        t = mb.bench_loss_rows(bench)
+        if not t.ok:
+            return None, f"loss benchmark unavailable ({t.unavailable})"
+        what = "head matmul, cast and cross_entropy" if bench.get("head") else "cast and cross_entropy"
+        return (
+            t.median_us * calls,
+            f"{what} over the {bench['rows']} rows with a real target, median of {t.samples}",
+        )
     return None, "no benchmark for this fix"
 
 
@@ -168,11 +177,19 @@ def measured_cost(
     basis = f"device time of {len(work.now_ops)} ops in the captured step"
     fixed_us: float | None
     fixed_how = "measured"
-    if work.fixed_fraction_of_now is not None:
+    bench_us, how = (
+        _bench_fixed_us(work.bench, calls)
+        if (benchmark and work.bench)
+        else (None, "benchmarks off" if work.bench else "no benchmark")
+    )
+    if work.fixed_fraction_of_now is not None and bench_us is not None:
+        fixed_us = bench_us
+        basis += f"; fixed: {how}"
+    elif work.fixed_fraction_of_now is not None:
         fixed_us = now_us * work.fixed_fraction_of_now
         fixed_how = "estimated"
         basis += (
-            f"; fixed = {work.fixed_fraction_of_now:.0%} of it (the rows that remain)"
+            f"; fixed = {work.fixed_fraction_of_now:.0%} of it (the rows that remain; {how})"
         )
     elif work.fixed_extra_ops:
         fixed_us = now_us + sum(
@@ -183,11 +200,6 @@ def measured_cost(
         fixed_us = 0.0  # the fix removes the work
         basis += "; the fix removes these ops"
     else:
-        bench_us, how = (
-            _bench_fixed_us(work.bench, calls)
-            if (benchmark and work.bench)
-            else (None, "benchmarks off")
-        )
         if bench_us is None:
             fixed_us = (
                 estimate.fixed_ms * 1e3 if estimate.fixed_ms is not None else None
