@@ -1,7 +1,40 @@
-"""levers: find, fix and prove the speed and memory levers of a PyTorch training step."""
+"""levers: find, fix and prove the speed and memory levers of a PyTorch training step.
+
+    import levers
+
+    plan = levers.predict_memory("llama", gpu="h100-80gb", params={"size": "8b"})
+
+``predict_memory`` and ``MemoryPlan`` are :mod:`levers.memory`'s, loaded on first use: the memory
+model imports torch's fake-tensor machinery, which ``import levers`` should not pay for, and
+:mod:`levers.memory` itself imports :mod:`levers.workload` through this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from levers.workload import Workload
 
+if TYPE_CHECKING:
+    from levers.memory import MemoryPlan, predict_memory
+
 __version__ = "0.1.0"
 
-__all__ = ["Workload", "__version__"]
+# name -> the module that defines it, imported when the name is first read
+_LAZY = {"predict_memory": "levers.memory", "MemoryPlan": "levers.memory"}
+
+__all__ = ["MemoryPlan", "Workload", "__version__", "predict_memory"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'levers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,10 +2,21 @@
 
 One rule per file, registered in :mod:`levers.detectors.registry`. :func:`audit` runs the active
 rules, prices each finding (:mod:`levers.detectors.cost`), ranks them (:mod:`rank`) and lists
-what is already right (:mod:`already_right`).
+what is already right (:mod:`already_right`). ``audit(capture, memory=...)`` takes the memory
+model's prediction of the step (:func:`predicted_memory_from_plan` of a
+``levers.predict_memory`` plan) for MEM001's headroom.
 """
 
 from levers.detectors.audit import AuditResult, audit
+from levers.detectors.config import PredictedMemory, predicted_memory_from_plan
 from levers.detectors.finding import Cost, Finding, Receipt
 
-__all__ = ["AuditResult", "Cost", "Finding", "Receipt", "audit"]
+__all__ = [
+    "AuditResult",
+    "Cost",
+    "Finding",
+    "PredictedMemory",
+    "Receipt",
+    "audit",
+    "predicted_memory_from_plan",
+]

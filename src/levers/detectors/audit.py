@@ -14,7 +14,7 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.detectors.already_right import AlreadyRight, already_right
-from levers.detectors.config import RuleConfig, make_config
+from levers.detectors.config import PredictedMemory, RuleConfig, make_config
 from levers.detectors.cost.price import price
 from levers.detectors.cost.step import estimated_step_us
 from levers.detectors.finding import Finding
@@ -53,8 +53,13 @@ def audit(
     ignore: Sequence[str] | None = None,
     benchmark: bool = True,
     scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    memory: PredictedMemory | None = None,
 ) -> AuditResult:
     """Findings of the selected rules on ``capture``, priced and ranked.
+
+    ``memory`` is the memory model's prediction of the step (see
+    :func:`levers.detectors.config.predicted_memory_from_plan`); MEM001 takes its headroom from
+    it, and from the capture's live-bytes timeline when it is None.
 
     Raises:
         ValueError: an unknown target, dtype, torch version or rule selector.
@@ -70,6 +75,7 @@ def audit(
         assume_dtype=assume_dtype,
         cudnn_version=_cudnn_version(probe.on_gpu),
         scopes=scopes,
+        memory=memory,
     )
     findings = list(run_rules(capture, config, rules))
     priced = price(findings, capture, config, benchmark=benchmark)

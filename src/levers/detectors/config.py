@@ -1,8 +1,11 @@
-"""What the rules reason about besides the capture: the target GPU and the precision assumed.
+"""What the rules reason about besides the capture: the target GPU, the precision assumed, and
+the memory model's prediction of the step.
 
 A rule is a pure function of a Capture and this config. On a GPU capture the config's target is
 the GPU that ran (when levers knows it); on a CPU capture it is ``--target`` and the rules decide
-what that GPU, running this torch version, would do with the recorded calls.
+what that GPU, running this torch version, would do with the recorded calls. The memory
+prediction (:class:`PredictedMemory`) is made by the caller (``levers audit`` runs
+``levers.memory.predict_memory``); rules only read its numbers.
 """
 
 from __future__ import annotations
@@ -26,6 +29,72 @@ DEFAULT_TARGET = "h100"
 DEFAULT_ASSUMED_DTYPE = "bfloat16"
 
 
+CHECKPOINTING_WHATIF = "activation-checkpointing"
+
+
+@dataclass(frozen=True)
+class PredictedMemory:
+    """The numbers MEM001 reads from a ``levers.memory`` prediction of the step on a GPU.
+
+    Byte counts are caching-allocator blocks on the predicted GPU (``max_memory_allocated`` and
+    ``max_memory_reserved``), over the build and ``num_steps`` steps.
+
+    Attributes:
+        gpu: the memory model's GPU name (``h100-80gb``, ``h200``, ``a100-80gb``, ...).
+        usable_bytes: what the allocator can reserve on that GPU.
+        peak_allocated_bytes / peak_reserved_bytes: the predicted peaks.
+        activation_bytes: activations kept for backward, live at the allocated peak.
+        checkpointing_applicable: the activation-checkpointing what-if was predicted.
+        checkpointing_delta_allocated_bytes / checkpointing_delta_reserved_bytes: its change to
+            the peaks (negative: checkpointing lowers them); 0 when not applicable.
+        checkpointing_note: why the what-if is not applicable (or how it was predicted).
+    """
+
+    gpu: str
+    usable_bytes: int
+    num_steps: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    activation_bytes: int
+    checkpointing_applicable: bool
+    checkpointing_delta_allocated_bytes: int = 0
+    checkpointing_delta_reserved_bytes: int = 0
+    checkpointing_note: str = ""
+
+
+def predicted_memory_from_plan(plan: Any) -> PredictedMemory:
+    """The numbers MEM001 needs from a ``levers.memory.MemoryPlan``.
+
+    Read by attribute so that detectors do not import the memory model (the two are siblings;
+    the caller that ran the prediction converts it). A plan predicted without what-ifs reads as
+    "checkpointing not predicted".
+    """
+    categories = {c.category: c.nbytes for c in plan.by_category}
+    whatif = next((w for w in plan.whatifs if w.name == CHECKPOINTING_WHATIF), None)
+    applicable = whatif is not None and whatif.applicable
+    delta_allocated = delta_reserved = 0
+    if whatif is None:
+        note = "the plan was predicted without what-ifs"
+    elif not applicable:
+        note = whatif.note
+    else:
+        note = whatif.method
+        delta_allocated = whatif.delta_allocated_bytes
+        delta_reserved = whatif.delta_reserved_bytes
+    return PredictedMemory(
+        gpu=plan.gpu.name,
+        usable_bytes=plan.usable_bytes,
+        num_steps=plan.num_steps,
+        peak_allocated_bytes=plan.peak_allocated_bytes,
+        peak_reserved_bytes=plan.peak_reserved_bytes,
+        activation_bytes=categories.get("activations", 0),
+        checkpointing_applicable=applicable,
+        checkpointing_delta_allocated_bytes=delta_allocated,
+        checkpointing_delta_reserved_bytes=delta_reserved,
+        checkpointing_note=note,
+    )
+
+
 @dataclass(frozen=True)
 class RuleConfig:
     """The audit's settings that rules and the cost model read.
@@ -40,6 +109,8 @@ class RuleConfig:
         cudnn_version: cuDNN's version number on a GPU capture (e.g. 91002), else None.
         scopes: (file, function) -> the function's globals and closure, for static checks that
             evaluate guards (MEM002); supplied by the caller that still holds the workload.
+        memory: the memory model's prediction of the step on the target GPU, for MEM001's
+            headroom; None when no prediction was made (MEM001 then estimates from the capture).
     """
 
     gpu: GpuSpec
@@ -48,6 +119,7 @@ class RuleConfig:
     assumed_dtype: str | None = None
     cudnn_version: int | None = None
     scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
+    memory: PredictedMemory | None = None
 
     def compute_dtype(self, recorded: str) -> str:
         """The dtype a recorded float32 tensor would have on the target GPU."""
@@ -92,6 +164,7 @@ def make_config(
     assume_dtype: str | None = None,
     cudnn_version: int | None = None,
     scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    memory: PredictedMemory | None = None,
 ) -> RuleConfig:
     """The config for auditing ``capture``.
 
@@ -128,4 +201,5 @@ def make_config(
         assumed_dtype=assumed,
         cudnn_version=cudnn_version,
         scopes=scopes,
+        memory=memory,
     )

@@ -6,6 +6,11 @@
 ``--select``/``--ignore`` take codes or prefixes, comma-separated or repeated (``ATTN``,
 ``SYNC001,MEM002``), like a linter. The exit code is 1 when a finding at or above ``--fail-on``
 is reported, so the audit can gate CI.
+
+Before the rules run, the workload's step is predicted by the memory model
+(``levers.memory.predict_memory`` on the GPU that ran, or the ``--target``'s largest-memory part,
+with the activation-checkpointing what-if) for MEM001's headroom. ``--no-memory-model`` skips it;
+a prediction that fails is reported in one line on stderr and never fails the audit.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from typing import Any
 from levers.errors import LeversError
 
 TARGETS = ("h100", "h200", "a100")
+# the memory model's GPU for each --target: the SXM part with the most memory
+MEMORY_GPUS = {"h100": "h100-80gb", "h200": "h200", "a100": "a100-80gb"}
+MEMORY_RULE = "MEM001"
+# a failed prediction's message is cut to one line of this length
+MAX_WARNING_CHARS = 200
 FAIL_ON = ("never", "low", "medium", "high")
 EXIT_FINDINGS = 1
 
@@ -78,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="on a GPU, do not microbenchmark fixes (their cost is then estimated)",
     )
+    group.add_argument(
+        "--no-memory-model",
+        action="store_true",
+        help="do not predict the step's GPU memory with levers memory (MEM001's headroom is then "
+        "estimated from the capture's live-bytes timeline)",
+    )
 
 
 def codes(values: Iterable[str]) -> list[str]:
@@ -118,17 +134,69 @@ def step_scopes(workload: Any) -> dict:
     return {key: scope}
 
 
+def memory_gpu(target: str | None, capture: Any) -> str:
+    """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``--target``'s."""
+    from levers.detectors.config import DEFAULT_TARGET, capture_on_gpu
+    from levers.memory.gpus import gpu_from_device_name
+
+    if capture_on_gpu(capture):
+        spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
+        if spec is not None:
+            return spec.name
+    return MEMORY_GPUS[target or DEFAULT_TARGET]
+
+
+def predicted_memory(
+    args: argparse.Namespace, capture: Any, rules: Iterable[str]
+) -> Any:
+    """The memory model's prediction of the step for MEM001 (a ``PredictedMemory``), or None.
+
+    None when ``--no-memory-model`` is given, MEM001 is not selected, or the prediction fails;
+    a failure is one line on stderr, since the prediction only refines one rule's figure.
+    """
+    from levers.detectors.config import predicted_memory_from_plan
+    from levers.loader import parse_set
+    from levers.report.terminal import make_console
+
+    if args.no_memory_model or MEMORY_RULE not in rules:
+        return None
+    # the prediction is of the GPU run: a device the audit ran on here (device=cpu) is dropped,
+    # so the factory gets the GPU the model stands in for
+    params = {k: v for k, v in parse_set(args.set_items).items() if k != "device"}
+    try:
+        from levers.memory import predict_memory
+
+        gpu = memory_gpu(args.target, capture)
+        plan = predict_memory(args.workload, gpu=gpu, params=params, whatifs=True)
+        return predicted_memory_from_plan(plan)
+    except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
+        reason = (str(exc).strip().splitlines() or [""])[0][:MAX_WARNING_CHARS]
+        make_console(stderr=True).print(
+            f"warning: levers memory could not predict the step ({type(exc).__name__}: "
+            f"{reason}); MEM001 estimates its headroom from the capture",
+            markup=False,
+            soft_wrap=True,
+        )
+        return None
+
+
 def run_findings(
     args: argparse.Namespace, capture: Any, workload: Any, console: Any
 ) -> FindingsRun:
     """Run the rules, print the report, write ``--md``; the exit code follows ``--fail-on``."""
     from levers.detectors import audit
     from levers.detectors.finding import severity_rank
+    from levers.detectors.registry import select_rules
     from levers.report.atomic import atomic_open
     from levers.report.findings import build_report, render_findings
     from levers.report.findings_markdown import findings_markdown
+    from levers.report.progress import progress_status
 
     try:
+        rules = [r.code for r in select_rules(codes(args.select), codes(args.ignore))]
+        with progress_status() as progress:
+            progress.say("predicting the step's GPU memory (levers memory)")
+            memory = predicted_memory(args, capture, rules)
         result = audit(
             capture,
             target=args.target,
@@ -138,6 +206,7 @@ def run_findings(
             ignore=codes(args.ignore),
             benchmark=not args.no_benchmark,
             scopes=step_scopes(workload),
+            memory=memory,
         )
     except ValueError as exc:
         raise LeversError(str(exc)) from None
