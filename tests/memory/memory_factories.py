@@ -137,3 +137,55 @@ def device_moves(device: str = "cpu") -> Workload:
     workload = Workload(model=model, step=step, optimizer=optimizer, name="device_moves")
     workload.params = {"seen": seen}
     return workload
+
+
+class AttentionBlock(nn.Module):
+    """Attention whose SDPA call sits in a plain method, not in a submodule's forward."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = (
+            t.view(batch, length, self.heads, -1).transpose(1, 2)
+            for t in self.qkv(x).chunk(3, dim=-1)
+        )
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(batch, length, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.out(self.attend(x))
+
+
+def attention_stack(
+    device: str = "cpu", batch_size: int = 4, length: int = 128, width: int = 256, depth: int = 3
+) -> Workload:
+    """``depth`` attention blocks in bfloat16; a gradient hook records what backward sees."""
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.blocks = nn.ModuleList(AttentionBlock(width, heads=4) for _ in range(depth))
+    model = model.to(device=device, dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    seen = {}
+
+    def record(grad: torch.Tensor) -> None:
+        seen["grad_is_cuda"] = grad.is_cuda
+
+    def step() -> torch.Tensor:
+        x = torch.randn(batch_size, length, width, device=device, dtype=torch.bfloat16)
+        for block in model.blocks:
+            x = block(x)
+        x.register_hook(record)
+        loss = x.float().square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    workload = Workload(model=model, step=step, optimizer=optimizer, name="attention_stack")
+    workload.params = {"seen": seen}
+    return workload

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import memory_factories as factories
+import json
 
+import memory_factories as factories
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from levers.memory.fake import trace_workload
 from levers.memory.gpus import resolve_gpu
 from levers.memory.predict import run_prediction, source_of
 from levers.memory.whatif import (
@@ -25,6 +30,70 @@ def test_checkpointing_every_block_drops_the_activations():
     assert whatif.applicable and "4 blocks" in whatif.method
     # each block keeps x, relu(up(x)) (4x wider) for backward: 4096*256*4*(1+4) bytes a block
     assert whatif.delta_allocated_bytes < -2 * 4096 * 256 * 4 * 5
+
+
+class CheckpointedCall(torch.nn.Module):
+    """Checkpoints a block through its module call, as model code does."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+def test_backward_runs_on_the_standin():
+    # Tensor.backward is a torch function, which a mode runs with itself off the stack
+    trace, workload = trace_workload(
+        lambda: factories.attention_stack(device="cuda"), H100, num_steps=1
+    )
+    assert workload.params["seen"] == {"grad_is_cuda": True}
+    assert [call.backend for call in trace.sdpa_calls] == ["cudnn"] * 3
+
+
+def test_checkpointing_recomputes_code_outside_submodules_like_the_forward():
+    # each block's SDPA runs in a plain method; recomputed without the stand-in it would pick
+    # the CPU kernel and save other tensors than the forward did
+    source = source_of(factories.attention_stack, {})
+    base = run_prediction(source, H100, num_steps=2)
+    whatif = checkpointing(source, H100, base, num_steps=2)
+    assert whatif.applicable and whatif.method == "re-prediction with 3 blocks wrapped"
+    assert whatif.delta_allocated_bytes < 0
+
+    def checkpoint_calls(workload) -> None:
+        blocks = workload.model.blocks
+        for index, block in enumerate(blocks):
+            blocks[index] = CheckpointedCall(block)
+
+    by_call = run_prediction(source, H100, num_steps=2, transform=checkpoint_calls)
+    assert whatif.peak_allocated_bytes == by_call.replay.peak_allocated_bytes
+    assert whatif.peak_reserved_bytes == by_call.replay.peak_reserved_bytes
+
+
+def test_checkpointing_the_demo_predicts_its_own_checkpointing_fix():
+    # batch 16: at the default batch of 2 the tiny demo is mostly cuBLAS workspace, and
+    # recomputation in backward costs more than the activations it drops
+    source = source_of("demo", {"size": "tiny", "batch_size": 16})
+    base = run_prediction(source, H100, num_steps=2)
+    whatif = checkpointing(source, H100, base, num_steps=2)
+    assert whatif.applicable, whatif.note
+    assert whatif.method == "re-prediction with 4 blocks wrapped"  # vision.blocks, text.layers
+    assert whatif.delta_allocated_bytes < 0
+    fixed = run_prediction(
+        source.with_params(fixed="checkpointing"), H100, num_steps=2
+    )  # the demo's own fix checkpoints the same blocks in the model code
+    assert whatif.peak_allocated_bytes == fixed.replay.peak_allocated_bytes
+    assert whatif.peak_reserved_bytes == fixed.replay.peak_reserved_bytes
+
+
+def test_checkpointing_llama_saves_activations():
+    source = source_of("llama", {"size": "tiny"})
+    base = run_prediction(source, H100, num_steps=2)
+    whatif = checkpointing(source, H100, base, num_steps=2)
+    assert whatif.applicable, whatif.note
+    assert whatif.method == "re-prediction with 2 blocks wrapped"
+    assert whatif.delta_allocated_bytes < 0
 
 
 def test_blocks_are_the_members_of_a_module_list_of_one_class():
@@ -50,3 +119,20 @@ def test_valid_rows_use_the_targets_the_step_made():
     llama = run_prediction(source_of("llama", {"size": "tiny"}), H100, num_steps=1)
     assert valid_row_fraction(llama.trace) == 1.0
     assert not valid_rows_loss(llama).applicable
+
+
+def test_the_audit_takes_mem001s_headroom_from_the_demos_whatif(capsys, tmp_path):
+    from levers.cli import main
+
+    findings = tmp_path / "findings.json"
+    argv = ["audit", "demo", "--warmup", "0", "--timed", "1", "--select", "MEM001"]
+    argv += ["--set", "batch_size=16", "--findings-json", str(findings)]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "predicted by levers memory for h100-80gb (re-prediction with 4 blocks wrapped;" in out
+    (finding,) = json.loads(findings.read_text())["findings"]
+    predicted = finding["details"]["predicted"]
+    assert finding["details"]["headroom_source"] == "levers memory"
+    assert predicted["checkpointing_applicable"] is True
+    assert finding["details"]["headroom_bytes"] == -predicted["checkpointing_delta_allocated_bytes"]
+    assert finding["details"]["headroom_bytes"] > 0

@@ -36,6 +36,7 @@ from levers.memory.shadow import ShadowValues
 from levers.memory.standin import (
     DeviceBook,
     StandInMode,
+    backward_in_mode,
     cuda_generators,
     fake_tensor_devices,
     swappable_fake_parameters,
@@ -100,6 +101,7 @@ def trace_workload(
         stack.enter_context(tracker)
         standin = StandInMode(book, interceptors, observer=tracker.annotate_result)
         stack.enter_context(standin)
+        stack.enter_context(backward_in_mode(standin))
         workload = build()
         names = {id(module): name for name, module in workload.model.named_modules()}
         _label_model(tracker, workload.model)
@@ -108,7 +110,7 @@ def trace_workload(
             transform(workload)
         _prefer_foreach(workload.optimizer)
         try:
-            removers.append(install_module_hooks(context, names, backward_mode=standin))
+            removers.append(install_module_hooks(context, names))
             removers.append(
                 install_optimizer_hooks(context, tracker, workload.optimizer, workload.model)
             )

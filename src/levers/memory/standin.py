@@ -292,6 +292,46 @@ def fake_tensor_devices(book: DeviceBook) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def backward_in_mode(mode: TorchFunctionMode) -> Iterator[None]:
+    """Run autograd's engine with ``mode`` on the torch-function mode stack; undone on exit.
+
+    ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad`` are torch
+    functions: the mode sees them and, like any mode, runs them with itself off the stack, so
+    the whole backward would run without the stand-in. Python that runs in backward would then
+    see plain CPU tensors: hooks, custom autograd functions, and above all the forward that
+    non-reentrant activation checkpointing recomputes, whose SDPA would run the CPU kernel
+    instead of the target GPU's and save other tensors than the forward did (checkpoint's "A
+    different number of tensors was saved"). Torch checks for torch functions before it calls
+    ``_engine_run_backward``, so the mode is put back there, for the engine run only.
+    """
+    import torch.autograd
+    import torch.autograd.graph
+
+    original = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if original is None:  # a torch without this seam: backward runs without the stand-in
+        yield
+        return
+
+    def engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+        if mode in _torch_function_modes():
+            return original(*args, **kwargs)
+        with mode:
+            return original(*args, **kwargs)
+
+    torch.autograd.graph._engine_run_backward = engine_run_backward
+    torch.autograd._engine_run_backward = engine_run_backward
+    try:
+        yield
+    finally:
+        torch.autograd.graph._engine_run_backward = original
+        torch.autograd._engine_run_backward = original
+
+
+def _torch_function_modes() -> list[Any]:
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+@contextlib.contextmanager
 def swappable_fake_parameters(fake_mode) -> Iterator[None]:
     """Let ``Module.to()`` swap the parameters of a model built under a fake mode.
 

@@ -391,33 +391,15 @@ def _user_source() -> str | None:
     return None
 
 
-def install_module_hooks(
-    context: SiteContext, names: dict[int, str], backward_mode: Any = None
-) -> Callable[[], None]:
-    """Track the module stack with global forward hooks; returns the function that removes them.
-
-    Autograd runs backward without the caller's torch function modes, so a forward that
-    activation checkpointing recomputes in backward would miss ``backward_mode`` (the stand-in
-    mode): the hooks enter it around each outermost module call made in backward.
-    """
-    entered: list[bool] = []
+def install_module_hooks(context: SiteContext, names: dict[int, str]) -> Callable[[], None]:
+    """Track the module stack with global forward hooks; returns the function that removes them."""
 
     def pre_hook(module: torch.nn.Module, args: Any) -> None:
         context.module_stack.append(names.get(id(module), f"<{type(module).__name__}>"))
-        enter = (
-            backward_mode is not None
-            and not any(entered)
-            and torch._C._current_graph_task_id() != -1
-        )
-        if enter:
-            backward_mode.__enter__()
-        entered.append(enter)
 
     def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
         if context.module_stack:
             context.module_stack.pop()
-        if entered and entered.pop():
-            backward_mode.__exit__(None, None, None)
 
     from torch.nn.modules import module as module_api
 
