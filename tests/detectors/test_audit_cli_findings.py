@@ -8,14 +8,14 @@ import levers.capture
 from levers.cli import main
 
 QUICK = ["--warmup", "0", "--timed", "1"]
-# The planted codes the CLI reports on the tiny demo. MEM001 is not among them: the audit takes
-# its headroom from levers memory, which predicts that per-block checkpointing would not lower
-# the tiny step's peak on the target GPU (cuBLAS workspaces fill it, and recomputation in
-# backward costs more than the activations it drops); test_demo_audit covers MEM001's site.
+# The planted codes the CLI reports on the tiny demo. MEM001 takes its headroom from levers
+# memory, which predicts that per-block checkpointing would not lower the tiny step's peak on
+# the target GPU (cuBLAS workspaces set it): reported, at low severity, with that note.
 DEMO_CODES = (
     "ATTN001",
     "ATTN002",
     "NORM001",
+    "MEM001",
     "LOSS001",
     "SYNC001",
     "COPY001",
@@ -33,10 +33,10 @@ def test_demo_report_lists_every_planted_code_and_keeps_the_summary(capsys):
     code, out, err = run(capsys, "audit", "demo", *QUICK)
     assert code == 0, err
     assert "Top source lines by FLOPs" in out  # the step summary is still there
-    assert "Findings (9, ranked by payoff" in out
+    assert "Findings (10, ranked by payoff" in out
     for rule in DEMO_CODES:
         assert f" {rule} " in out
-    assert " MEM001 " not in out
+    assert "checkpointing does not pay yet" in out
     assert "MFU = forward+backward FLOPs" in out
     assert "estimated on NVIDIA H100 SXM" in out
     assert "Already right (don't re-fix)" in out

@@ -12,7 +12,9 @@ when the what-if could not be predicted, it is a **timeline estimate** from the 
 live-bytes timeline, and says so. It fires when activations are at least half of what the step
 adds to memory above its start (parameters, gradients and optimizer state) and the headroom is
 at least 5% of the activations (the predicted activations at the predicted peak, when the
-headroom is predicted).
+headroom is predicted). When the prediction says checkpointing buys less than that at the
+audited size (a small step whose peak is set by kernel workspaces), it still reports the
+pattern, at low severity, with the predicted figure and that note.
 
 ## Why is this bad?
 Every block keeps its intermediate activations alive until backward. Checkpointing keeps only
@@ -111,10 +113,13 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     families = _families_to_report(profile)
     headroom = _headroom(profile, families, config.memory)
-    # too little to gain for the recomputation it costs
-    if headroom.freed_bytes < MIN_HEADROOM_SHARE * headroom.activation_bytes:
+    worth_it = headroom.freed_bytes >= MIN_HEADROOM_SHARE * headroom.activation_bytes
+    # a timeline estimate this small is noise: say nothing
+    if not worth_it and headroom.source == TIMELINE:
         return
-    yield _finding(profile, families, headroom, capture, config.memory)
+    # a prediction that checkpointing buys nothing at this size is still worth saying (the
+    # pattern is there and the answer changes with batch and sequence): reported at low severity
+    yield _finding(profile, families, headroom, capture, config.memory, worth_it=worth_it)
 
 
 def _families_to_report(profile: ActivationProfile) -> tuple[BlockFamily, ...]:
@@ -236,6 +241,8 @@ def _finding(
     headroom: Headroom,
     capture: Capture,
     memory: PredictedMemory | None,
+    *,
+    worth_it: bool = True,
 ) -> Finding:
     peak = profile.peak_bytes
     acts = profile.activation_bytes
@@ -250,6 +257,12 @@ def _finding(
         f"{acts / max(peak - profile.start_bytes, 1):.0%} of what the step adds to its starting "
         f"{fmt_bytes(profile.start_bytes)}); by module: {groups}. {headroom.statement}"
     )
+    if not worth_it:
+        message += (
+            " At this size that is under 5% of the activations: fixed costs (kernel workspaces, "
+            "parameters, optimizer state) set the peak, so checkpointing does not pay yet; the "
+            "activations grow with batch and sequence length, so audit again at the training size."
+        )
     high = headroom.freed_bytes >= HIGH_HEADROOM_SHARE * headroom.peak_bytes
     return Finding(
         code=CODE,
@@ -257,7 +270,7 @@ def _finding(
         message=message,
         fix_title="Checkpoint each block (torch.utils.checkpoint, use_reentrant=False), then raise the batch size",
         receipts=_receipts(families, capture, headroom.source),
-        severity="high" if high else "medium",
+        severity="low" if not worth_it else "high" if high else "medium",
         effort="S",
         risk="low",
         lever="activation-checkpointing",

@@ -190,8 +190,8 @@ def saves_text(finding: Finding) -> str:
         delta = cost.now_ms - cost.fixed_ms
     if delta is not None and delta >= 0:
         bits.append(f"{format_ms(delta)}/step")
-    if cost.saved_bytes:
-        bits.append(format_bytes(cost.saved_bytes))
+    if cost.saved_bytes or (delta is not None and delta < 0):
+        bits.append(format_bytes(cost.saved_bytes))  # "0 B for +x ms/step": a cost, no saving
     if delta is not None and delta < 0:
         bits.append(f"for +{format_ms(-delta)}/step")
     return (
