@@ -10,20 +10,21 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 git_commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "commit $git_commit"
 
-timeout 170 python -m pytest -q -p no:cacheprovider -rfE -m gpu tests > "$OUT/gpu_tests.txt" 2>&1
+timeout 150 python -m pytest -q -p no:cacheprovider -rfE -m gpu tests > "$OUT/gpu_tests.txt" 2>&1
 echo "gpu tests rc=$?"; tail -25 "$OUT/gpu_tests.txt"
 
-timeout 110 python -m levers.cli audit demo --set device=cuda size=1b \
+timeout 150 python -m levers.cli audit demo --set device=cuda size=1b \
     --findings-json "$OUT/audit_demo_1b.json" --md "$OUT/audit_demo_1b.md" > "$OUT/audit_demo_1b.txt" 2>&1
 echo "audit demo rc=$?"; sed -n '/findings for/,$p' "$OUT/audit_demo_1b.txt" | head -80
 
 timeout 70 python bench/audit_microbench.py --audit-json "$OUT/audit_demo_1b.json" \
     --out "$OUT/audit_microbench_h200.jsonl" 2>&1 | tail -15
 
-timeout 90 python -m levers.cli audit demo --set device=cuda size=1b fixed=all --no-benchmark \
+timeout 90 python -m levers.cli audit demo --set device=cuda size=1b fixed=all --no-benchmark --no-memory-model \
     > "$OUT/audit_demo_1b_fixed.txt" 2>&1
 echo "audit demo fixed=all rc=$?"; sed -n '/findings for/,$p' "$OUT/audit_demo_1b_fixed.txt" | head -40
 
-timeout 60 python -m levers.cli audit llama --set device=cuda size=1b --no-benchmark \
+timeout 100 python -m levers.cli audit llama --set device=cuda size=1b --no-benchmark \
     > "$OUT/audit_llama_1b.txt" 2>&1
 echo "audit llama rc=$?"; sed -n '/findings for/,$p' "$OUT/audit_llama_1b.txt" | head -30
+grep -h "warning" "$OUT"/audit_*.txt
