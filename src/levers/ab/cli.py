@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError, StepError
+from levers.loader import add_set_argument
 
 EXIT_KILLED = 4
 
@@ -70,23 +71,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="CANDIDATE",
         help="the candidate's workload (default: BASELINE)",
     )
-    parser.add_argument(
-        "--set",
-        dest="set_items",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a factory parameter for both sides",
-    )
-    parser.add_argument(
-        "--set-b",
-        dest="set_b_items",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a factory parameter for the candidate only (over --set)",
+    add_set_argument(parser, help="a factory parameter for both sides")
+    add_set_argument(
+        parser, "--set-b", dest="set_b_items", help="a factory parameter for the candidate only (over --set)"
     )
     parser.add_argument(
         "--lever",

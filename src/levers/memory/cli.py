@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
+from levers.loader import add_set_argument
 from levers.memory.fake import DEFAULT_NUM_STEPS
 from levers.memory.gpus import GPUS
 
@@ -41,15 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         ),
     )
     parser.add_argument("workload", metavar="WORKLOAD", help="built-in name or FILE.py:factory")
-    parser.add_argument(
-        "--set",
-        dest="set_items",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a factory parameter; values are Python literals (4, True) or plain strings (1b)",
-    )
+    add_set_argument(parser)
     parser.add_argument(
         "--gpu",
         default=DEFAULT_GPU,

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from levers.report import findings_cli
+from levers.loader import add_set_argument
 from levers.report.progress import progress_status
 
 DEFAULT_WORKLOAD = "demo"
@@ -47,15 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help=f"built-in name, path/to/file.py:factory or package.module:factory "
         f"(default: {DEFAULT_WORKLOAD})",
     )
-    parser.add_argument(
-        "--set",
-        dest="set_items",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a factory parameter; values are Python literals (4, 1e-3, True) or plain strings (1b)",
-    )
+    add_set_argument(parser)
     parser.add_argument(
         "--json",
         dest="json_path",

@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
+from levers.workloads._rope import apply_rope, rope_table
 from levers.workloads.demo_config import DemoConfig, DemoFixes
 
 # The suffix pin: it was meant as insurance against one cuDNN crash, but with a dense mask and
@@ -46,23 +47,6 @@ class RMSNorm(nn.Module):
             # The fused kernel wants one dtype; under autocast x may be bf16 with fp32 weights.
             return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), self.eps)
         return rms_norm_eager(x, self.weight, self.eps)
-
-
-def rope_table(
-    num_positions: int, head_dim: int, theta: float, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each [num_positions, E] in float32, for rotate-half RoPE."""
-    exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
-    positions = torch.arange(num_positions, device=device, dtype=torch.float32)
-    angles = torch.outer(positions, theta**-exponents)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x_bhte: torch.Tensor, cos_te: torch.Tensor, sin_te: torch.Tensor) -> torch.Tensor:
-    half = x_bhte.shape[-1] // 2
-    rotated = torch.cat([-x_bhte[..., half:], x_bhte[..., :half]], dim=-1)
-    return x_bhte * cos_te.to(x_bhte.dtype) + rotated * sin_te.to(x_bhte.dtype)
 
 
 def suffix_mask(prefix_len: int, suffix_len: int, device: torch.device) -> torch.Tensor:

@@ -31,6 +31,7 @@ from torch import nn
 
 from levers.workload import Workload
 from levers.workloads import _params, _runtime
+from levers.workloads._rope import apply_rope, rope_table
 
 LEARNING_RATE = 1e-4
 
@@ -81,23 +82,6 @@ SIZES = {
         batch_size=1,
     ),
 }
-
-
-def rope_table(
-    seq_len: int, head_dim: int, theta: float, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each [T, E] in float32, for rotate-half RoPE."""
-    exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
-    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
-    angles = torch.outer(positions, theta**-exponents)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x_bhte: torch.Tensor, cos_te: torch.Tensor, sin_te: torch.Tensor) -> torch.Tensor:
-    half = x_bhte.shape[-1] // 2
-    rotated = torch.cat([-x_bhte[..., half:], x_bhte[..., :half]], dim=-1)
-    return x_bhte * cos_te.to(x_bhte.dtype) + rotated * sin_te.to(x_bhte.dtype)
 
 
 class Attention(nn.Module):
