@@ -179,7 +179,7 @@ def test_internal_error(capsys, monkeypatch, argv, env, shows_traceback):
     else:
         monkeypatch.setenv("LEVERS_DEBUG", env)
     code, _, err = run(capsys, *argv)
-    assert code == 1
+    assert code == 70
     assert "levers: internal error: RuntimeError: join failed: kernel without op" in err
     assert "please report it" in err
     assert ("Traceback (most recent call last)" in err) is shows_traceback

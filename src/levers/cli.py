@@ -26,7 +26,8 @@ VERB_MODULES = (
     "levers.ab.cli",
 )
 
-EXIT_INTERNAL_ERROR = 1
+# 70 (EX_SOFTWARE): 1 is `levers audit --fail-on`'s "findings remain", which a CI gate reads
+EXIT_INTERNAL_ERROR = 70
 EXIT_INTERRUPTED = 130
 
 _DEBUG_HELP = "show the full traceback of an internal error (also LEVERS_DEBUG=1)"
