@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from levers.capture.env import git_commit
 from levers.detectors.cost.microbench import input_leaves
 from levers.workloads.demo_config import SIZES
 from levers.workloads.demo_text import rms_norm_eager, suffix_attention
@@ -60,20 +60,6 @@ def _sync() -> None:
 
 def _gpu_name() -> str:
     return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
-
-
-def commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def time_us(fn: Callable[[], None]) -> dict:
@@ -280,7 +266,7 @@ def norm_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]:
 def run(size: str) -> list[dict]:
     cfg = SIZES[size]
     base = {
-        "commit": commit(),
+        "commit": git_commit(),
         "torch": torch.__version__,
         "gpu": _gpu_name(),
         "cudnn": torch.backends.cudnn.version() if DEVICE == "cuda" else None,
@@ -451,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     **check,
                     "torch": torch.__version__,
                     "gpu": _gpu_name(),
-                    "commit": commit(),
+                    "commit": git_commit(),
                 }
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)

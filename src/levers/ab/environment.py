@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 import levers
+from levers.capture.env import cpu_name
 
 
 def _run(args: list[str], cwd: str | None = None) -> str | None:
@@ -32,16 +33,6 @@ def git_commit(cwd: str | Path) -> dict[str, Any] | None:
         return None
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(cwd))
     return {"commit": commit, "dirty": bool(status)}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _gpu(device: torch.device) -> dict[str, Any] | None:
@@ -81,7 +72,7 @@ def environment(device: str | torch.device, cwd: str | Path = ".") -> dict[str, 
         "levers": levers.__version__,
         "levers_commit": git_commit(Path(levers.__file__).parent) or _declared_commit(),
         "commit": git_commit(cwd),
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "num_threads": torch.get_num_threads(),
         "num_cpus": os.cpu_count(),
         "load_average_1_5_15m": _load_average(),  # read when the run ended

@@ -15,7 +15,7 @@ import levers
 
 
 @functools.lru_cache(maxsize=1)
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """The commit of the levers checkout, when levers runs from one."""
     here = os.path.dirname(os.path.abspath(levers.__file__))
     try:
@@ -28,7 +28,7 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -42,13 +42,13 @@ def _cpu_name() -> str:
 def environment(device: torch.device) -> dict[str, Any]:
     env: dict[str, Any] = {
         "levers": levers.__version__,
-        "levers_commit": _git_commit(),
+        "levers_commit": git_commit(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "device": str(device),
         "num_cpus": os.cpu_count(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

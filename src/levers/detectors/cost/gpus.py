@@ -20,7 +20,6 @@ class GpuSpec:
     tf32_tflops: float  # dense
     fp32_tflops: float  # non-tensor-core
     hbm_gbps: float  # GB/s, decimal
-    memory_bytes: int
 
     def peak_flops(self, dtype: str, *, tf32: bool = False) -> float:
         """FLOP/s of a matmul in ``dtype`` (float32 uses TF32 tensor cores when allowed)."""
@@ -47,7 +46,6 @@ GPUS = {
         tf32_tflops=494.7,
         fp32_tflops=66.9,
         hbm_gbps=3350.0,
-        memory_bytes=80 * 10**9,
     ),
     "h200": GpuSpec(
         name="h200",
@@ -58,7 +56,6 @@ GPUS = {
         tf32_tflops=494.7,
         fp32_tflops=66.9,
         hbm_gbps=4800.0,
-        memory_bytes=141 * 10**9,
     ),
     "a100": GpuSpec(
         name="a100",
@@ -69,7 +66,6 @@ GPUS = {
         tf32_tflops=156.0,
         fp32_tflops=19.5,
         hbm_gbps=2039.0,
-        memory_bytes=80 * 10**9,
     ),
 }
 
