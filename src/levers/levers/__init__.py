@@ -1,0 +1,29 @@
+"""The lever catalogue: one lever per file, registered here by id.
+
+``REGISTRY`` maps a lever id to its :class:`levers.levers.lever.Lever`. A lever module calls
+:func:`register` at import; the modules are listed in ``_MODULES`` and imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from levers.levers.lever import Lever
+
+# one module per lever, imported when the catalogue is first read
+_MODULES: tuple[str, ...] = ()
+
+REGISTRY: dict[str, Lever] = {}
+
+
+def register(lever: Lever) -> Lever:
+    if lever.id in REGISTRY and REGISTRY[lever.id] is not lever:
+        raise ValueError(f"lever id {lever.id!r} is registered twice")
+    REGISTRY[lever.id] = lever
+    return lever
+
+
+def load_all() -> dict[str, Lever]:
+    for name in _MODULES:
+        importlib.import_module(f"levers.levers.{name}")
+    return REGISTRY

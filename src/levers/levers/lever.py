@@ -1,0 +1,99 @@
+"""The lever contract: what every lever in the catalogue offers.
+
+A lever is one transformation of a training step that a finding recommends: swap a module's
+forward, wrap a region in checkpointing, set an optimizer flag, wrap the step in autocast. Each
+lever lives in its own file under :mod:`levers.levers` and registers one :class:`Lever` there.
+
+- ``applies(target)`` says why not (a sentence) when the lever has nothing to change on this
+  model, optimizer and step, and ``None`` when it applies.
+- ``patch(target)`` changes the target in place and returns the undo: a function with no
+  arguments that puts every changed attribute back. A lever never changes process-wide state
+  (a torch global, a backend flag) without putting it back in its undo, and acts only on the
+  model and optimizer it is given: the A/B runner alternates baseline and candidate in one process.
+- ``safety`` is :data:`levers.vocab.EXACT` (bitwise the same losses and gradients in fp32 on a
+  CPU) or :data:`levers.vocab.CHANGES_NUMERICS`, with ``tolerance`` the relative tolerance its
+  parity test checked.
+
+``apply(workload, lever)`` is the workload-level form used by ``levers ab --lever``: the same
+workload object, changed, and its undo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
+from levers.workload import Workload
+
+Undo = Callable[[], None]
+
+
+@dataclass
+class Target:
+    """What a lever may change: the model, its optimizer and the step that trains them.
+
+    ``step`` is the workload's step function; a lever that wraps the step (autocast, say) sets a
+    new one here, and :func:`apply` copies it back onto the workload.
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+    step: Callable[[], Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # the workload's factory parameters
+
+
+class NotApplicable(ValueError):
+    """A lever asked to apply where it has nothing to change; the message says why."""
+
+
+@dataclass(frozen=True)
+class Lever:
+    id: str  # kebab-case, stable: "rms-norm-fused"
+    title: str  # what it does, as a fix title: "Use F.rms_norm for the RMSNorm modules"
+    safety: str  # EXACT or CHANGES_NUMERICS
+    fixes: tuple[str, ...]  # finding codes it fixes ("NORM001",)
+    applies: Callable[[Target], str | None]  # None, or why it does not apply
+    patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
+    tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
+    needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+
+    def __post_init__(self) -> None:
+        if self.safety not in FIX_SAFETIES:
+            raise ValueError(f"lever {self.id}: safety must be one of {FIX_SAFETIES}")
+        if self.safety == CHANGES_NUMERICS and self.tolerance is None:
+            raise ValueError(f"lever {self.id}: a numerics-changing lever states its tolerance")
+        if self.safety == EXACT and self.tolerance is not None:
+            raise ValueError(f"lever {self.id}: an exact lever has no tolerance")
+
+
+def target_of(workload: Workload) -> Target:
+    return Target(
+        model=workload.model,
+        optimizer=workload.optimizer,
+        step=workload.step,
+        params=dict(workload.params),
+    )
+
+
+def apply(workload: Workload, lever: Lever) -> tuple[Workload, Undo]:
+    """Apply ``lever`` to ``workload`` in place; returns the workload and the undo.
+
+    Raises :class:`NotApplicable` with the lever's reason when it does not apply.
+    """
+    target = target_of(workload)
+    reason = lever.applies(target)
+    if reason is not None:
+        raise NotApplicable(f"lever {lever.id} does not apply: {reason}")
+    original_step = workload.step
+    undo_patch = lever.patch(target)
+    if target.step is not None and target.step is not original_step:
+        workload.step = target.step
+
+    def undo() -> None:
+        undo_patch()
+        workload.step = original_step
+
+    return workload, undo
