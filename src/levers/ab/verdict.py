@@ -93,3 +93,20 @@ def expectation_met(
     if direction == "higher":
         return ci.lo > 1.0 + size
     return ci.lo >= 1.0 - size and ci.hi <= 1.0 + size
+
+
+def difference_verdict(lo: float | None, hi: float | None, better: str) -> str:
+    """IMPROVED / PARITY / DAMAGED from where a CI of candidate - baseline lies relative to 0.
+
+    The same rule as :func:`ratio_verdict`, for differences: a CI that contains 0 (a point CI at
+    0 included) is PARITY.
+    """
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better must be 'lower' or 'higher', got {better!r}")
+    if lo is None or hi is None:
+        return NOT_MEASURED
+    if hi < 0.0:
+        return IMPROVED if better == "lower" else DAMAGED
+    if lo > 0.0:
+        return IMPROVED if better == "higher" else DAMAGED
+    return PARITY
