@@ -17,14 +17,35 @@ from typing import TYPE_CHECKING, Any
 from levers.workload import Workload
 
 if TYPE_CHECKING:
+    from levers.ab.guards import MetricBar, RunGuard, RunKilled
+    from levers.ab.resume import misplaced_step_tensors, rehome_step_tensors
     from levers.memory import MemoryPlan, predict_memory
 
 __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
-_LAZY = {"predict_memory": "levers.memory", "MemoryPlan": "levers.memory"}
+_LAZY = {
+    "predict_memory": "levers.memory",
+    "MemoryPlan": "levers.memory",
+    # run guards (docs/guards.md)
+    "RunGuard": "levers.ab.guards",
+    "RunKilled": "levers.ab.guards",
+    "MetricBar": "levers.ab.guards",
+    "rehome_step_tensors": "levers.ab.resume",
+    "misplaced_step_tensors": "levers.ab.resume",
+}
 
-__all__ = ["MemoryPlan", "Workload", "__version__", "predict_memory"]
+__all__ = [
+    "MemoryPlan",
+    "MetricBar",
+    "RunGuard",
+    "RunKilled",
+    "Workload",
+    "__version__",
+    "misplaced_step_tensors",
+    "predict_memory",
+    "rehome_step_tensors",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Callable
 
 from levers.ab.prereg import Prereg, PreregError, parse_prereg, parse_toml
 from levers.ab.record import append_event, read_record, record_path_for
@@ -87,15 +88,22 @@ def check_against_frozen(current: str, frozen: str, where: str) -> str:
     return AMENDED
 
 
-def freeze(path: str | os.PathLike) -> tuple[Prereg, FreezeState]:
-    """Validate the pre-registration, check it against its frozen text, freeze what is new."""
+def freeze(
+    path: str | os.PathLike,
+    *,
+    parse: Callable[[str, str], Any] = parse_prereg,
+    init_command: str = "levers ab --init-prereg",
+) -> tuple[Prereg, FreezeState]:
+    """Validate the pre-registration, check it against its frozen text, freeze what is new.
+
+    ``parse(text, where)`` validates the text (an ab pre-registration by default; a run
+    pre-registration passes its own) and returns an object with ``amendments``.
+    """
     path = Path(path)
     if not path.is_file():
-        raise PreregError(
-            f"no pre-registration at {path}; write one with: levers ab --init-prereg {path}"
-        )
+        raise PreregError(f"no pre-registration at {path}; write one with: {init_command} {path}")
     text = path.read_text(encoding="utf-8")
-    prereg = parse_prereg(text, where=str(path))
+    prereg = parse(text, str(path))
     record = record_path_for(path)
     frozen = [e for e in read_record(record) if e.get("event") == "freeze"]
     if not frozen:
