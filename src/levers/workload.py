@@ -25,6 +25,9 @@ class Workload:
         name: a short name shown in reports.
         params: the parameters the factory was called with (recorded in reports).
         device: the device the step runs on.
+        eval_losses: optional; returns a 1-D tensor of per-example losses on a fixed held-out
+            batch set (the same examples, in the same order, every call). ``levers ab`` pairs
+            them between the sides as its quality read of a numerics-changing candidate.
     """
 
     model: torch.nn.Module
@@ -34,6 +37,7 @@ class Workload:
     name: str = "workload"
     params: dict[str, Any] = field(default_factory=dict)
     device: torch.device | None = None
+    eval_losses: Callable[[], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, torch.nn.Module):
@@ -56,6 +60,11 @@ class Workload:
             raise TypeError(
                 "Workload.optimizer must be a torch.optim.Optimizer or None, got "
                 f"{type(self.optimizer).__name__}"
+            )
+        if self.eval_losses is not None and not callable(self.eval_losses):
+            raise TypeError(
+                "Workload.eval_losses must be callable or None: a function returning the "
+                "per-example losses of a fixed held-out batch set"
             )
         if self.device is None:
             first = next(self.model.parameters(), None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from levers.ab.reads import Read
 from levers.ab.runner import AbResult
 from levers.ab.stats import Summary
@@ -74,4 +76,15 @@ def design_line(result: AbResult) -> str:
         f"{c.num_parity_steps} parity + {c.num_warmup} warm-up + {c.num_steps} timed steps per "
         f"side, alternating; {c.exactness}; ratio = candidate/baseline of medians, paired "
         f"bootstrap CI95 ({c.num_resamples} resamples, seed {c.seed}); sides: median [p10, p90]"
+    )
+
+
+def quality_line(quality: Any) -> str:
+    """The quality read (held-out per-example loss, paired) in one line."""
+    if quality.ci is None:
+        return f"quality (held-out loss): {quality.verdict}: {quality.note}"
+    ci = quality.ci
+    return (
+        f"quality (held-out loss, candidate - baseline): {ci.difference:+.4g} "
+        f"CI95 [{ci.lo:+.4g}, {ci.hi:+.4g}] over {quality.num_examples} examples: {quality.verdict}"
     )

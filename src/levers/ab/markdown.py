@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from levers.ab.expectations import Outcome
-from levers.ab.format import HEADERS, design_line, rows, side_line
+from levers.ab.format import HEADERS, design_line, quality_line, rows, side_line
 from levers.ab.freeze import FreezeState
 from levers.ab.runner import AbResult
 
@@ -51,6 +51,8 @@ def to_markdown(
             f"amendment(s)), record `{freeze.record_path}`"
         )
     lines += [""] + _table(HEADERS, rows(result))
+    if result.quality is not None:
+        lines += ["", f"- {quality_line(result.quality)}"]
     if outcomes:
         lines += ["", "**Pre-registered expectations**", ""]
         met = {True: "met", False: "missed", None: "not measured"}

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from levers.ab.expectations import Outcome
-from levers.ab.format import HEADERS, design_line, rows, side_line
+from levers.ab.format import HEADERS, design_line, quality_line, rows, side_line
 from levers.ab.runner import AbResult
 from levers.ab.verdict import DAMAGED, IMPROVED, KILLED, PARITY
 
@@ -38,6 +38,8 @@ def print_result(
     console.print(table)
     for note in notes:
         console.print(note, style="dim", highlight=False, markup=False)
+    if result.quality is not None:
+        console.print(quality_line(result.quality), highlight=False, markup=False)
     if outcomes:
         expectations = Table(title="pre-registered expectations")
         for header in ("#", "read", "expected", "confidence", "met", "evidence"):

@@ -16,6 +16,7 @@ import torch
 
 from levers.ab.killlines import GIB, Kill, KillLines
 from levers.ab.parity import EXACTNESS, ParityResult, run_parity
+from levers.ab.quality import QualityRead, quality_read
 from levers.ab.reads import Read, compute_reads
 from levers.ab.timing import SideSamples, run_timed, warm_up
 from levers.ab.verdict import decision
@@ -85,6 +86,7 @@ class AbResult:
     warnings: tuple[str, ...]
     started_at: str  # ISO 8601, UTC
     wall_s: float
+    quality: QualityRead | None = None  # None: the run was killed before it
 
     def read(self, name: str) -> Read:
         for read in self.reads:
@@ -178,6 +180,14 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
         seed=config.seed,
         confidence=config.confidence,
     )
+    quality = None
+    if kill is None:
+        quality = quality_read(
+            a, b, config.exactness, num_resamples=config.num_resamples, seed=config.seed
+        )
+    verdicts = {r.name: r.verdict for r in reads}
+    if quality is not None:
+        verdicts["quality"] = quality.verdict
     return AbResult(
         config=config,
         baseline=_info(baseline, a),
@@ -185,9 +195,10 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
         parity=parity,
         samples=samples,
         reads=reads,
-        decision=decision({r.name: r.verdict for r in reads}, killed=kill is not None),
+        decision=decision(verdicts, killed=kill is not None),
         killed=kill,
         warnings=tuple(_warnings(config, a, b, samples)),
         started_at=started_at,
         wall_s=time.perf_counter() - lines.started_s,
+        quality=quality,
     )
