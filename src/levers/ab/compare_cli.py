@@ -151,7 +151,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from levers.ab.compare import compare, comparison_document, summary_lines, to_markdown
     from levers.ab.metric_files import read_metric
-    from levers.ab.record import append_event, to_json, write_atomic
+    from levers.ab.record import append_event, to_json
+    from levers.output.atomic import atomic_write_text
 
     if args.resamples < 100:
         raise LeversError(f"use at least 100 resamples for a CI, got --resamples {args.resamples}")
@@ -180,9 +181,9 @@ def run(args: argparse.Namespace) -> int:
         document["prereg"] = {"sha256": state.sha256, "num_amendments": state.num_amendments}
         append_event(state.record_path, document)
     if args.json_path is not None:
-        write_atomic(args.json_path, to_json(document) + "\n")
+        atomic_write_text(args.json_path, to_json(document) + "\n")
     if args.md_path is not None:
-        write_atomic(args.md_path, to_markdown(comparison))
+        atomic_write_text(args.md_path, to_markdown(comparison))
     if settings["read"] is not None:
         print(f"read {settings['read']['id']} ({settings['read']['name']}): {settings['read']['rule']}")
     for line in summary_lines(comparison):
