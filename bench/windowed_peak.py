@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     result = {
         "bench": "windowed_peak",
-        "command": "python bench/windowed_peak.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python bench/windowed_peak.py " + " ".join(
+            sys.argv[1:] if argv is None else argv,
+        ),
         "git_commit": git_commit(),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     for w in windows:
         print(
             f"steps {w['first_step']:>4}-{w['last_step']:<4} window peak "
-            f"{w['window_peak_bytes'] / GIB:7.3f} GiB   lifetime {w['lifetime_peak_bytes'] / GIB:7.3f} GiB"
+            f"{w['window_peak_bytes'] / GIB:7.3f} GiB   "
+            f"lifetime {w['lifetime_peak_bytes'] / GIB:7.3f} GiB"
         )
     print(json.dumps(checks), f"wall {wall_s:.1f} s")
     return 0 if result["passed"] else 1

@@ -48,7 +48,13 @@ def test_pairing_removes_the_examples_own_spread():
     base = [float(v) for v in range(0, 200, 10)]  # examples differ a lot in difficulty
     cand = [b + (0.5 if i % 2 else 0.25) for i, b in enumerate(base)]  # mean +0.375
     paired = compare(column(base), column(cand), better="lower", num_resamples=2000)
-    unpaired = compare(column(base), column(cand), better="lower", unpaired=True, num_resamples=2000)
+    unpaired = compare(
+        column(base),
+        column(cand),
+        better="lower",
+        unpaired=True,
+        num_resamples=2000,
+    )
     assert paired.ci.difference == 0.375 and unpaired.ci.difference == 0.375
     assert 0.25 <= paired.ci.lo < 0.375 < paired.ci.hi <= 0.5
     assert paired.verdict == DAMAGED  # lower is better and the candidate is higher
@@ -68,7 +74,12 @@ def test_pairing_removes_the_examples_own_spread():
 )
 def test_verdicts_follow_where_the_ci_lies_around_zero(shift, better, verdict):
     base = [1.0, 2.0, 3.0, 4.0]
-    result = compare(column(base), column([b + shift for b in base]), better=better, num_resamples=200)
+    result = compare(
+        column(base),
+        column([b + shift for b in base]),
+        better=better,
+        num_resamples=200,
+    )
     assert result.verdict == verdict
 
 
@@ -101,14 +112,23 @@ def test_integrity_rows_must_match_exactly_and_stay_out_of_the_read():
 
 def test_no_overlap_is_an_error_that_suggests_unpaired():
     with pytest.raises(MetricFileError, match="share 0 example id"):
-        compare(column([1.0, 2.0], ids=["a", "b"]), column([1.0, 2.0], ids=["c", "d"]), better="lower")
+        compare(
+            column([1.0, 2.0], ids=["a", "b"]),
+            column([1.0, 2.0], ids=["c", "d"]),
+            better="lower",
+        )
 
 
 # ---- the files ----------------------------------------------------------------------------
 
 
 def write_all_formats(tmp_path, name, ids, values):
-    np.savez(tmp_path / f"{name}.npz", id=np.array(ids), loss=np.array(values), other=np.zeros(len(ids)))
+    np.savez(
+        tmp_path / f"{name}.npz",
+        id=np.array(ids),
+        loss=np.array(values),
+        other=np.zeros(len(ids)),
+    )
     with open(tmp_path / f"{name}.jsonl", "w") as f:
         for i, v in zip(ids, values):
             f.write(json.dumps({"id": i, "loss": v}) + "\n")

@@ -205,3 +205,16 @@ def test_the_banner_gate_runs_before_step_one(tmp_path):
 def test_run_guard_is_exported_lazily():
     assert levers.RunGuard is RunGuard
     assert "RunGuard" in dir(levers)
+
+
+def test_a_failing_checkpoint_hook_is_recorded_and_the_run_still_stops(tmp_path):
+    def broken(step, kill):
+        raise OSError("disk full")
+
+    guard = RunGuard(window_steps=10, record=tmp_path / "r.jsonl", checkpoint=broken)
+    with pytest.warns(UserWarning, match="disk full"):
+        assert run_loop(guard, 10, loss=lambda s: math.inf if s == 2 else 1.0) == 1
+    events = read_record(tmp_path / "r.jsonl")
+    (checkpoint,) = [e for e in events if e["event"] == "checkpoint"]
+    assert checkpoint["ok"] is False and "disk full" in checkpoint["error"]
+    assert guard.killed.line == "nonfinite_loss"

@@ -15,7 +15,10 @@ from levers.cli import main
 
 FILLED = (
     template()
-    .replace("banner = { datasets = 0, episodes = 0, frames = 0 }", "banner = { datasets = 880, frames = 100 }")
+    .replace(
+        "banner = { datasets = 0, episodes = 0, frames = 0 }",
+        "banner = { datasets = 880, frames = 100 }",
+    )
     .replace('baseline = "evals/parent.npz"', 'baseline = "parent.npz"')
     .replace('candidate = "evals/this_run.npz"', 'candidate = "this.npz"')
 )
@@ -135,7 +138,16 @@ def test_compare_runs_a_frozen_read_and_appends_it_to_the_record(prereg, capsys,
     code, _, err = cli(capsys, "compare", "--prereg", str(prereg), "--read", "1")
     assert code == 2 and "not frozen" in err
     freeze(capsys, prereg)
-    code, out, err = cli(capsys, "compare", "--prereg", str(prereg), "--read", "1", "--resamples", "200")
+    code, out, err = cli(
+        capsys,
+        "compare",
+        "--prereg",
+        str(prereg),
+        "--read",
+        "1",
+        "--resamples",
+        "200",
+    )
     assert code == 0, err
     assert out.startswith("read 1 (primary): IMPROVED if CI95 entirely below 0")
     events = read_record(record_path_for(prereg))

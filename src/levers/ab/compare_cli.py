@@ -39,8 +39,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "levers compare --prereg run.toml --read 1"
         ),
     )
-    parser.add_argument("baseline", nargs="?", metavar="BASELINE", help="the baseline's metric file")
-    parser.add_argument("candidate", nargs="?", metavar="CANDIDATE", help="the candidate's metric file")
+    parser.add_argument(
+        "baseline",
+        nargs="?",
+        metavar="BASELINE",
+        help="the baseline's metric file",
+    )
+    parser.add_argument(
+        "candidate",
+        nargs="?",
+        metavar="CANDIDATE",
+        help="the candidate's metric file",
+    )
     parser.add_argument("--metric", metavar="NAME", help="the metric to compare")
     better = parser.add_mutually_exclusive_group()
     better.add_argument(
@@ -60,11 +70,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="comma-separated example ids whose values must be identical on both sides "
         "(integrity rows; kept out of the read)",
     )
-    parser.add_argument("--id-column", default=None, metavar="NAME", help="the id column or array (default: id)")
-    parser.add_argument("--resamples", type=int, default=10_000, metavar="R", help="bootstrap resamples (default 10000)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default 0)")
-    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE", help="write the read as JSON")
-    parser.add_argument("--md", dest="md_path", type=Path, metavar="FILE", help="write the read as Markdown")
+    parser.add_argument(
+        "--id-column",
+        default=None,
+        metavar="NAME",
+        help="the id column or array (default: id)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=10_000,
+        metavar="R",
+        help="bootstrap resamples (default 10000)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="bootstrap seed (default 0)",
+    )
+    parser.add_argument(
+        "--json",
+        dest="json_path",
+        type=Path,
+        metavar="FILE",
+        help="write the read as JSON",
+    )
+    parser.add_argument(
+        "--md",
+        dest="md_path",
+        type=Path,
+        metavar="FILE",
+        help="write the read as Markdown",
+    )
     parser.add_argument(
         "--prereg", type=Path, metavar="FILE",
         help="a frozen pre-registration: the read is appended to FILE.record.jsonl",
@@ -130,7 +169,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         if args.prereg is None:
             raise LeversError("--read ID names a read of a pre-registration: add --prereg FILE")
         return _from_prereg(args)
-    missing = [n for n, v in (("BASELINE", args.baseline), ("CANDIDATE", args.candidate), ("--metric", args.metric)) if not v]
+    needed = (("BASELINE", args.baseline), ("CANDIDATE", args.candidate), ("--metric", args.metric))
+    missing = [name for name, value in needed if not value]
     if missing:
         raise LeversError(
             f"give {', '.join(missing)}: levers compare BASELINE CANDIDATE --metric NAME "
@@ -163,8 +203,16 @@ def run(args: argparse.Namespace) -> int:
 
         # checked before any work: a record that cannot vouch for the file takes no result
         state = frozen_state(args.prereg, freeze_command="levers prereg freeze")
-    baseline = read_metric(settings["baseline"], settings["metric"], id_column=settings["id_column"])
-    candidate = read_metric(settings["candidate"], settings["metric"], id_column=settings["id_column"])
+    baseline = read_metric(
+        settings["baseline"],
+        settings["metric"],
+        id_column=settings["id_column"],
+    )
+    candidate = read_metric(
+        settings["candidate"],
+        settings["metric"],
+        id_column=settings["id_column"],
+    )
     comparison = compare(
         baseline,
         candidate,
@@ -174,7 +222,9 @@ def run(args: argparse.Namespace) -> int:
         num_resamples=args.resamples,
         seed=args.seed,
     )
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    options = {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"
+    }
     document = comparison_document(comparison, options)
     document["read"] = settings["read"]
     if state is not None:
@@ -185,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
     if args.md_path is not None:
         atomic_write_text(args.md_path, to_markdown(comparison))
     if settings["read"] is not None:
-        print(f"read {settings['read']['id']} ({settings['read']['name']}): {settings['read']['rule']}")
+        read = settings["read"]
+        print(f"read {read['id']} ({read['name']}): {read['rule']}")
     for line in summary_lines(comparison):
         print(line)
     written = [str(p) for p in (state and state.record_path, args.json_path, args.md_path) if p]

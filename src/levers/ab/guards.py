@@ -75,7 +75,9 @@ class MetricBar:
         if self.better not in ("lower", "higher"):
             raise ValueError(f"MetricBar.better must be 'lower' or 'higher', got {self.better!r}")
         if not isinstance(self.num_evals, int) or self.num_evals < 1:
-            raise ValueError(f"MetricBar.num_evals must be a positive integer, got {self.num_evals!r}")
+            raise ValueError(
+                f"MetricBar.num_evals must be a positive integer, got {self.num_evals!r}",
+            )
 
     def is_worse(self, value: float) -> bool:
         if not math.isfinite(value):
@@ -149,7 +151,8 @@ class RunGuard:
             raise ValueError(f"mem_gate_gib must be positive, got {mem_gate_gib!r}")
         if step_time_max_ratio is not None and not step_time_max_ratio > 1:
             raise ValueError(
-                f"step_time_max_ratio must be above 1 (1.5: 50% slower), got {step_time_max_ratio!r}"
+                "step_time_max_ratio must be above 1 (1.5: 50% slower), got "
+                f"{step_time_max_ratio!r}"
             )
         if not isinstance(window_steps, int) or window_steps < 2:
             raise ValueError(f"window_steps must be an integer >= 2, got {window_steps!r}")
@@ -165,6 +168,11 @@ class RunGuard:
         self.window_steps = window_steps
         self.banner = None if banner is None else dict(banner)
         self.record = None if record is None else Path(record)
+        if self.record is not None and not self.record.parent.is_dir():
+            raise LeversError(
+                f"the folder of the run record {self.record} does not exist; create it or pass "
+                "another record path"
+            )
         self.checkpoint = checkpoint
         self.log = log
         self.clock = clock
@@ -268,6 +276,11 @@ class RunGuard:
                 self.checkpoint(at, kill)
             except Exception as exc:  # the kill stands; the failed save is recorded with it
                 self._emit({"event": "checkpoint", "step": at, "ok": False, "error": repr(exc)})
+                warnings.warn(
+                    f"the checkpoint hook raised {type(exc).__name__}: {exc}; the run is killed "
+                    "without that checkpoint",
+                    stacklevel=3,
+                )
                 raise RunKilled(kill) from exc
             self._emit({"event": "checkpoint", "step": at, "ok": True})
         raise RunKilled(kill)
@@ -331,7 +344,9 @@ class RunGuard:
             results.append(resume.check_step(step, checkpoint_step))
         if scheduler is not None or checkpoint_scheduler_state is not None:
             if scheduler is None or checkpoint_scheduler_state is None:
-                raise ValueError("the scheduler check needs scheduler and checkpoint_scheduler_state")
+                raise ValueError(
+                    "the scheduler check needs scheduler and checkpoint_scheduler_state",
+                )
             results.append(resume.check_scheduler(scheduler, checkpoint_scheduler_state))
         if not results:
             raise ValueError("check_resume was given nothing to check")
@@ -350,7 +365,9 @@ class RunGuard:
             return
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
-                raise ValueError(f"loss must be a scalar, got a tensor of shape {tuple(loss.shape)}")
+                raise ValueError(
+                    f"loss must be a scalar, got a tensor of shape {tuple(loss.shape)}",
+                )
             loss = loss.detach().reshape(())
             if self.nonfinite_check_every == 1:
                 value = float(loss)  # sync point: one per step, as logging the loss costs
@@ -464,7 +481,8 @@ class RunGuard:
         self._refuse_after_kill()
         if not self.banner_checked:
             raise LeversError(
-                "a dataset banner is declared: call guard.check_banner(counts) before the first step"
+                "a dataset banner is declared: call guard.check_banner(counts) before the "
+                "first step"
             )
         if not self._started:
             self._start()
@@ -502,7 +520,7 @@ class RunGuard:
                     "metric_bar",
                     step,
                     f"{bar.name} is {worse} {bar.bar:g} for {len(streak)} evals in a row after "
-                    f"step {bar.after_step} (" + ", ".join(f"{v:.6g} @ {s}" for s, v in streak) + ")",
+                    f"step {bar.after_step} ({', '.join(f'{v:.6g} @ {s}' for s, v in streak)})",
                     {
                         "metric": bar.name,
                         "bar": bar.bar,
@@ -536,7 +554,9 @@ class RunGuard:
                 "event": "guard_end",
                 "last_step": self._last_step,
                 "killed": None if self.killed is None else asdict(self.killed),
-                "lifetime_peak_bytes": None if self.memory is None else self.memory.lifetime_peak_bytes,
+                "lifetime_peak_bytes": None
+                if self.memory is None
+                else self.memory.lifetime_peak_bytes,
             }
         )
         return self.killed

@@ -55,7 +55,9 @@ def _id_text(value: Any, where: str) -> str:
     item = getattr(value, "item", None)  # numpy scalars
     if item is not None:
         return _id_text(item(), where)
-    raise MetricFileError(f"{where}: id {value!r} is a {type(value).__name__}, not a name or integer")
+    raise MetricFileError(
+        f"{where}: id {value!r} is a {type(value).__name__}, not a name or integer",
+    )
 
 
 def _number(value: Any, where: str, metric: str, example: str) -> float:

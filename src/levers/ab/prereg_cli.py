@@ -58,7 +58,11 @@ def _freeze(args: argparse.Namespace) -> int:
     from levers.ab.run_prereg import freeze_run_prereg
 
     prereg, state = freeze_run_prereg(args.path)
-    words = {"new": "frozen", "amended": "amendment frozen", "unchanged": "already frozen, unchanged"}
+    words = {
+        "new": "frozen",
+        "amended": "amendment frozen",
+        "unchanged": "already frozen, unchanged",
+    }
     print(
         f"{args.path}: {words[state.status]} (sha256 {state.sha256[:12]}, "
         f"{state.num_amendments} amendment(s), {len(prereg.expectations)} expectation(s), "
@@ -73,10 +77,14 @@ def _check(args: argparse.Namespace) -> int:
     prereg, state = load_frozen_run_prereg(args.path)
     settings = guard_settings(prereg)
     bars = ", ".join(
-        f"{b.name} {'>' if b.better == 'lower' else '<'} {b.bar:g} x{b.num_evals} after {b.after_step}"
+        f"{b.name} {'>' if b.better == 'lower' else '<'} {b.bar:g} x{b.num_evals} "
+        f"after {b.after_step}"
         for b in settings["metric_bars"]
     )
-    print(f"{args.path}: frozen and unchanged (sha256 {state.sha256[:12]}, {state.num_amendments} amendment(s))")
+    print(
+        f"{args.path}: frozen and unchanged (sha256 {state.sha256[:12]}, "
+        f"{state.num_amendments} amendment(s))"
+    )
     print(f"  banner gate: {settings['banner']}")
     print(
         f"  kill lines: nonfinite loss; mem gate {settings['mem_gate_gib']} GiB; step time "

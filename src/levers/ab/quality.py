@@ -62,11 +62,14 @@ def quality_read(
     """The paired per-example held-out loss read, or why it was not measured."""
     if exactness == "exact":
         return _skipped("declared exact: the parity gate holds the candidate to the same math")
-    missing = [
-        side for side, w in (("baseline", baseline), ("candidate", candidate)) if w.eval_losses is None
-    ]
+    sides = (("baseline", baseline), ("candidate", candidate))
+    missing = [side for side, w in sides if w.eval_losses is None]
     if missing:
-        who = "the baseline and candidate workloads set" if len(missing) == 2 else f"the {missing[0]} workload sets"
+        who = (
+            "the baseline and candidate workloads set"
+            if len(missing) == 2
+            else f"the {missing[0]} workload sets"
+        )
         return _skipped(
             f"skipped: {who} no {HOOK} hook (per-example losses on a fixed held-out batch set; "
             "see docs/ab.md)"

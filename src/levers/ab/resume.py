@@ -49,7 +49,12 @@ def check_seed(seed: int, checkpoint_seed: int, *, reason: str | None = None) ->
     """The resumed run's seed differs from the checkpoint's, or ``reason`` says why it may not."""
     values = {"seed": seed, "checkpoint_seed": checkpoint_seed, "reason": reason}
     if seed != checkpoint_seed:
-        return CheckResult("seed", True, f"seed {seed} differs from the checkpoint's {checkpoint_seed}", values)
+        return CheckResult(
+            "seed",
+            True,
+            f"seed {seed} differs from the checkpoint's {checkpoint_seed}",
+            values,
+        )
     if reason:
         return CheckResult("seed", True, f"seed {seed} reused on purpose: {reason}", values)
     return CheckResult(
@@ -110,7 +115,10 @@ def check_optimizer_step_devices(optimizer: torch.optim.Optimizer) -> CheckResul
     found = misplaced_step_tensors(optimizer)
     if not found:
         return CheckResult(
-            "optimizer_step_devices", True, "every fused/capturable step tensor is on its parameter's device", {}
+            "optimizer_step_devices",
+            True,
+            "every fused/capturable step tensor is on its parameter's device",
+            {},
         )
     first = found[0]
     return CheckResult(
@@ -168,7 +176,9 @@ def check_learning_rates(
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
-            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a.cpu(), b.cpu())
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and torch.equal(a.cpu(), b.cpu())
         )
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
@@ -219,7 +229,8 @@ def check_banner(declared: Mapping[str, int], observed: Mapping[str, int]) -> Ch
     if not differ:
         return CheckResult("banner", True, "the dataset banner matches the declared counts", values)
     words = ", ".join(
-        f"{key} {d['observed'] if d['observed'] is not None else 'missing'} (declared {d['declared']})"
+        f"{key} {'missing' if d['observed'] is None else d['observed']} "
+        f"(declared {d['declared']})"
         for key, d in differ.items()
     )
     return CheckResult(

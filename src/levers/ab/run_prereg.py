@@ -143,9 +143,21 @@ def _check_kill(kill: Any, where: str) -> None:
     for m in metrics:
         _require(isinstance(m, dict), where, "each [[kill.metrics]] entry must be a table")
         unknown = sorted(set(m) - set(METRIC_KEYS))
-        _require(not unknown, where, f"unknown [[kill.metrics]] keys {unknown}; known: {METRIC_KEYS}")
-        _require(isinstance(m.get("name"), str) and m["name"], where, "a metric kill line needs a name")
-        _require(isinstance(m.get("bar"), (int, float)), where, f"metric {m.get('name')!r} needs a numeric bar")
+        _require(
+            not unknown,
+            where,
+            f"unknown [[kill.metrics]] keys {unknown}; known: {METRIC_KEYS}",
+        )
+        _require(
+            isinstance(m.get("name"), str) and m["name"],
+            where,
+            "a metric kill line needs a name",
+        )
+        _require(
+            isinstance(m.get("bar"), (int, float)),
+            where,
+            f"metric {m.get('name')!r} needs a numeric bar",
+        )
         _require(
             m.get("better", "lower") in ("lower", "higher"),
             where,
@@ -174,8 +186,16 @@ def _read(raw: Any, where: str) -> RunRead:
     missing = [k for k in ("id", "name", "metric", "better", "rule") if k not in raw]
     _require(not missing, where, f"a read lacks {', '.join(missing)}")
     tag = f"read {raw['id']!r}"
-    _require(isinstance(raw["id"], int) and raw["id"] > 0, where, f"{tag}: id must be a positive integer")
-    _require(raw["better"] in ("lower", "higher"), where, f'{tag}: better must be "lower" or "higher"')
+    _require(
+        isinstance(raw["id"], int) and raw["id"] > 0,
+        where,
+        f"{tag}: id must be a positive integer",
+    )
+    _require(
+        raw["better"] in ("lower", "higher"),
+        where,
+        f'{tag}: better must be "lower" or "higher"',
+    )
     must_match = raw.get("must_match", [])
     _require(isinstance(must_match, list), where, f"{tag}: must_match is a list of example ids")
     return RunRead(
@@ -197,7 +217,11 @@ def _expectation(raw: Any, where: str) -> RunExpectation:
     missing = [k for k in ("id", "text", "confidence") if k not in raw]
     _require(not missing, where, f"an expectation lacks {', '.join(missing)}")
     tag = f"expectation {raw['id']!r}"
-    _require(isinstance(raw["id"], int) and raw["id"] > 0, where, f"{tag}: id must be a positive integer")
+    _require(
+        isinstance(raw["id"], int) and raw["id"] > 0,
+        where,
+        f"{tag}: id must be a positive integer",
+    )
     _require(
         raw["confidence"] in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
     )
@@ -348,7 +372,9 @@ def load_frozen_run_prereg(path: str | os.PathLike) -> tuple[RunPrereg, FreezeSt
 def append_note(path: str | os.PathLike, text: str) -> dict[str, Any]:
     """Append a verification note to the record of a frozen pre-registration."""
     if not text.strip():
-        raise PreregError("a verification note needs text saying what was checked and what it showed")
+        raise PreregError(
+            "a verification note needs text saying what was checked and what it showed",
+        )
     state = frozen_state(path, freeze_command="levers prereg freeze")
     event = {
         "event": "note",
