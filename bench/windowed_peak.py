@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         print("windowed_peak needs a CUDA device: the windowed peak is the CUDA allocator's")
         return 2
     from levers.ab.guards import RunGuard
-    from levers.ab.record import write_atomic
     from levers.capture.env import git_commit
+    from levers.output.atomic import atomic_write_text
 
     args.out.mkdir(parents=True, exist_ok=True)
     record = args.out / "run.record.jsonl"
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "checks": checks,
         "passed": all(checks.values()),
     }
-    write_atomic(args.out / "windowed_peak.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(args.out / "windowed_peak.json", json.dumps(result, indent=2) + "\n")
     for w in windows:
         print(
             f"steps {w['first_step']:>4}-{w['last_step']:<4} window peak "

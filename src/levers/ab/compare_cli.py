@@ -193,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.ab.metric_files import read_metric
     from levers.ab.record import append_event, to_json
     from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
 
     if args.resamples < 100:
         raise LeversError(f"use at least 100 resamples for a CI, got --resamples {args.resamples}")
@@ -231,15 +232,15 @@ def run(args: argparse.Namespace) -> int:
         document["prereg"] = {"sha256": state.sha256, "num_amendments": state.num_amendments}
         append_event(state.record_path, document)
     if args.json_path is not None:
-        atomic_write_text(args.json_path, to_json(document) + "\n")
+        atomic_write_text(args.json_path, to_json(document) + "\n", make_parents=True)
     if args.md_path is not None:
-        atomic_write_text(args.md_path, to_markdown(comparison))
+        atomic_write_text(args.md_path, to_markdown(comparison), make_parents=True)
     if settings["read"] is not None:
         read = settings["read"]
         print(f"read {read['id']} ({read['name']}): {read['rule']}")
     for line in summary_lines(comparison):
         print(line)
-    written = [str(p) for p in (state and state.record_path, args.json_path, args.md_path) if p]
-    if written:
-        print(f"written: {', '.join(written)}")
+    for path in (state and state.record_path, args.json_path, args.md_path):
+        if path:
+            say_wrote(path)
     return EXIT_INTEGRITY_FAILED if comparison.integrity_passed is False else 0

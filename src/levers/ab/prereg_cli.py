@@ -43,10 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _init(args: argparse.Namespace) -> int:
-    from levers.ab.record import write_atomic
     from levers.ab.run_prereg import template
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
 
-    write_atomic(args.path, template(), exclusive=True)
+    atomic_write_text(args.path, template(), exclusive=True, make_parents=True)
+    say_wrote(args.path)
     print(
         f"wrote {args.path}: fill in the question, design, gates, kill lines, reads, expectations "
         f"and decision rule, then freeze it before the run: levers prereg freeze {args.path}"
