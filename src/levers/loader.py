@@ -140,6 +140,18 @@ def _split_spec(spec: str) -> tuple[str, str | None]:
     return target, attr
 
 
+def file_spec_relative_to(spec: str, directory: str | os.PathLike[str]) -> str:
+    """``spec`` with a relative workload file path read from ``directory``; others unchanged."""
+    target, attr = _split_spec(spec.strip())
+    if spec.strip() in BUILTINS or not _looks_like_path(target):
+        return spec
+    path = Path(target).expanduser()
+    if path.is_absolute():
+        return spec
+    joined = str(Path(directory) / path)
+    return f"{joined}:{attr}" if attr else joined
+
+
 def _looks_like_path(target: str) -> bool:
     return target.endswith(".py") or "/" in target or os.sep in target
 
