@@ -162,3 +162,22 @@ def test_workloads_in_a_prereg_resolve_against_its_directory(capsys, tmp_path, m
     monkeypatch.chdir(elsewhere)
     code, _, err = run(capsys, "--prereg", str(path))
     assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (b"\xff\xfe not text\n", "is not UTF-8 text"),
+        (b"[1, 2]\n", "is a JSON list, not an event object"),
+        (b'{"event": "freeze", "sha256": "00"}\n', "is a freeze event without the frozen text"),
+    ],
+)
+def test_a_damaged_record_line_is_an_input_fault_with_what_to_do(
+    capsys, tmp_path, no_steps, line, message
+):
+    path = _prereg(tmp_path, steps=10, resamples=200)
+    (tmp_path / "ab.toml.record.jsonl").write_bytes(line)
+    code, _, err = run(capsys, "--prereg", str(path))
+    assert code == 2, err
+    assert f"ab.toml.record.jsonl:1 {message}" in err
+    assert "Move the damaged line out of the record" in err
