@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         raise LeversError(str(exc)) from None
     if args.steps < 1:
         raise LeversError(f"--steps must be at least 1, got {args.steps}")
+    if args.json_path is not None:
+        from levers.report.capture_json import check_writable
+
+        check_writable(args.json_path, make_parents=True)  # before the prediction, not after
     params = parse_set(args.set_items)
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
@@ -125,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
             plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
     render_plan(plan, console)
     if args.json_path is not None:
-        _write_json(args.json_path, plan.to_dict())
+        try:
+            _write_json(args.json_path, plan.to_dict())
+        except OSError as exc:
+            raise LeversError(
+                f"cannot write {args.json_path}: {exc.strerror or exc}; choose another path "
+                "(the plan is printed above)"
+            ) from None
         console.print(f"wrote {args.json_path}", style="dim")
     return 0
 

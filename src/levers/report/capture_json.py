@@ -82,10 +82,14 @@ def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) 
         while not directory.exists() and directory != directory.parent:
             directory = directory.parent
     if not directory.is_dir():
-        what = "is not a directory" if directory.exists() else "does not exist"
+        if directory.exists():
+            raise LeversError(
+                f"cannot write {str(target)!r}: {str(directory)!r} is not a directory; "
+                "choose a path in an existing directory"
+            )
         raise LeversError(
-            f"cannot write {str(target)!r}: {str(directory)!r} {what}; "
-            "choose a path in an existing directory"
+            f"cannot write {str(target)!r}: directory {str(directory)!r} does not exist; "
+            "create it first"
         )
     if target.is_dir():
         raise LeversError(f"cannot write {str(target)!r}: it is a directory; give a file name")
