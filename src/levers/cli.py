@@ -126,7 +126,7 @@ def _workload_spec(args: argparse.Namespace) -> str | None:
 def _workload_left(message: str) -> int:
     """The workload left levers by a side door (sys.exit, a BaseException): one line, exit 3."""
     from levers.errors import StepError
-    from levers.report.errors import print_error
+    from levers.output.errors import print_error
 
     error = StepError(message)
     print_error(error)

@@ -197,7 +197,7 @@ def _given(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
 def _init_prereg(path: Path, given: dict[str, Any]) -> int:
     from levers.ab.prereg import template
     from levers.ab.record import write_atomic
-    from levers.report.capture_json import check_writable
+    from levers.capture.json_io import check_writable
 
     check_writable(path, make_parents=True)
     try:
@@ -214,7 +214,7 @@ def _init_prereg(path: Path, given: dict[str, Any]) -> int:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every file the run will write can be written: checked before the first step."""
     from levers.ab.record import check_record, record_path_for
-    from levers.report.capture_json import check_writable
+    from levers.capture.json_io import check_writable
 
     for path in (args.json_path, args.md_path):
         if path is not None:

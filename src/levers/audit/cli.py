@@ -106,7 +106,7 @@ def _count(*, minimum: int):
 def _warn_nonfinite_loss(capture) -> None:
     import math
 
-    from levers.report.terminal import make_console
+    from levers.output.console import make_console
 
     loss = capture.settings.get("loss")
     if loss is not None and not math.isfinite(loss):

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise LeversError(f"--steps must be at least 1, got {args.steps}")
     if args.json_path is not None:
-        from levers.report.capture_json import check_writable
+        from levers.capture.json_io import check_writable
 
         check_writable(args.json_path, make_parents=True)  # before the prediction, not after
     params = parse_set(args.set_items)
