@@ -196,16 +196,19 @@ def _given(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _init_prereg(path: Path, given: dict[str, Any]) -> int:
     from levers.ab.prereg import template
-    from levers.ab.record import write_atomic
     from levers.capture.json_io import check_writable
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
 
     check_writable(path, make_parents=True)
     try:
-        write_atomic(path, template(given), exclusive=True)
+        atomic_write_text(path, template(given), exclusive=True, make_parents=True)
     except OSError as exc:
         raise LeversError(f"cannot write {path}: {exc.strerror or exc}; choose another path") from None
+    say_wrote(path)
+    # the next step is this command's output proper, so it goes to stdout
     print(
-        f"wrote {path}: state the question, the numbered expectations and the decision rule, "
+        f"state the question, the numbered expectations and the decision rule in {path}, "
         f"then run: levers ab --prereg {path}"
     )
     return 0
@@ -275,8 +278,10 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
     from levers.ab.environment import environment
     from levers.ab.expectations import evaluate
     from levers.ab.markdown import to_markdown
-    from levers.ab.record import append_event, to_json, write_atomic
+    from levers.ab.record import append_event, to_json
     from levers.ab.render import print_result
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
 
     device = result.baseline.device if result.baseline else "cpu"
     env = environment(device)
@@ -290,10 +295,17 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
     if state is not None:
         writes.append((state.record_path, lambda p: append_event(p, document)))
     if args.json_path is not None:
-        writes.append((args.json_path, lambda p: write_atomic(p, to_json(document) + "\n")))
+        writes.append(
+            (args.json_path, lambda p: atomic_write_text(p, to_json(document) + "\n", make_parents=True))
+        )
     if args.md_path is not None:
         writes.append(
-            (args.md_path, lambda p: write_atomic(p, to_markdown(result, env, outcomes, state)))
+            (
+                args.md_path,
+                lambda p: atomic_write_text(
+                    p, to_markdown(result, env, outcomes, state), make_parents=True
+                ),
+            )
         )
     written, failed = [], []
     for path, write in writes:
@@ -303,8 +315,8 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
         except (OSError, LeversError) as exc:
             failed.append(f"{path} ({_short(exc)})")
     print_result(result, outcomes)
-    if written:
-        print(f"written: {', '.join(written)}")
+    for path in written:
+        say_wrote(path)
     if failed:
         fallback = _save_fallback(to_json(document) + "\n")
         raise LeversError(
