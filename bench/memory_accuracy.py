@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 GIB = 1 << 30
 NUM_STEPS = 3
+VISION = str(ROOT / "bench" / "vision_workloads.py")
 
 # name, spec, params, rough GiB on the GPU (for scheduling concurrent measurements)
 CONFIGS = [
@@ -71,6 +72,17 @@ CONFIGS = [
         24,
     ),
     ("llama-8b-bf16-b1", "llama", {"size": "8b", "dtype": "bfloat16", "batch_size": 1}, 86),
+    # vision and convolution (bench/vision_workloads.py): the patch-embedding and conv
+    # workspaces, and many mid-sized activation blocks, stress the allocator model otherwise
+    ("vit-b16-timm-b64", VISION + ":vit", {"batch_size": 64, "impl": "timm"}, 30),
+    ("vit-b16-standin-b64", VISION + ":vit", {"batch_size": 64, "impl": "standin"}, 30),
+    ("resnet50-timm-b64", VISION + ":convnet", {"batch_size": 64, "impl": "timm"}, 24),
+    ("resnet50-standin-b64", VISION + ":convnet", {"batch_size": 64, "impl": "standin"}, 24),
+]
+# the tiny shapes of the same workloads, for a CPU check that the configurations build
+SMOKE_CONFIGS = [
+    ("vit-tiny-standin-b2", VISION + ":vit", {"batch_size": 2, "size": "tiny", "impl": "standin"}),
+    ("convnet-tiny-standin-b2", VISION + ":convnet", {"batch_size": 2, "size": "tiny", "impl": "standin"}),
 ]
 
 

@@ -5,8 +5,10 @@ sub-parser and sets ``func`` (called with the parsed namespace, returning an exi
 module only wires them together and turns errors into messages and exit codes:
 
 - 0: success; 1: ``levers audit --fail-on`` found what it gates on; 2: a
-  :class:`levers.errors.LeversError` from the input (or a usage error); 3: the workload's step
-  raised (:class:`levers.errors.StepError`); 70: a defect in levers itself; 130: interrupted.
+  :class:`levers.errors.LeversError` from the input (or a usage error); 3: the workload's code
+  raised (:class:`levers.errors.StepError`), called ``sys.exit()`` or raised a
+  ``BaseException`` that is not an ``Exception``; 70: a defect in levers itself; 130:
+  interrupted.
 
 Errors are rendered by :mod:`levers.output.errors` for every verb.
 
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2
-        return int(args.func(args) or 0)
+        return _run_verb(args)
     except LeversError as exc:
         from levers.output.errors import print_error
 
@@ -97,6 +99,43 @@ def main(argv: list[str] | None = None) -> int:
 
         print_internal_error(exc, debug=debug)
         return EXIT_INTERNAL_ERROR
+    except BaseException as exc:  # noqa: BLE001 - not an Exception: only user code raises these
+        if isinstance(exc, (SystemExit, GeneratorExit)):
+            raise  # SystemExit here is argparse's own usage error, before the verb ran
+        return _workload_left(
+            f"the workload's code raised {type(exc).__name__}: {exc} (a BaseException that is "
+            "not an Exception); stop the step by returning or raising an Exception instead"
+        )
+
+
+def _run_verb(args: argparse.Namespace) -> int:
+    """The verb, with the workload's code seeing the argv of ``python its_file.py``."""
+    from levers.loader import workload_argv
+
+    try:
+        with workload_argv(_workload_spec(args)):
+            return int(args.func(args) or 0)
+    except SystemExit as exc:  # levers' own usage errors are raised by parse_args, not here
+        code = "" if exc.code is None else repr(exc.code)
+        return _workload_left(
+            f"the workload's code called sys.exit({code}); a factory or step must return, not "
+            "exit. If it parses command-line arguments, it gets none under levers: give its "
+            "options defaults or make them factory parameters (--set KEY=VALUE)"
+        )
+
+
+def _workload_spec(args: argparse.Namespace) -> str | None:
+    return getattr(args, "workload", None) or getattr(args, "baseline", None)
+
+
+def _workload_left(message: str) -> int:
+    """The workload left levers by a side door (sys.exit, a BaseException): one line, exit 3."""
+    from levers.errors import StepError
+    from levers.output.errors import print_error
+
+    error = StepError(message)
+    print_error(error)
+    return error.exit_code
 
 
 def _debug_requested(argv: list[str]) -> bool:

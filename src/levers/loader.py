@@ -145,6 +145,18 @@ def _split_spec(spec: str) -> tuple[str, str | None]:
     return target, attr
 
 
+def file_spec_relative_to(spec: str, directory: str | os.PathLike[str]) -> str:
+    """``spec`` with a relative workload file path read from ``directory``; others unchanged."""
+    target, attr = _split_spec(spec.strip())
+    if spec.strip() in BUILTINS or not _looks_like_path(target):
+        return spec
+    path = Path(target).expanduser()
+    if path.is_absolute():
+        return spec
+    joined = str(Path(directory) / path)
+    return f"{joined}:{attr}" if attr else joined
+
+
 def _looks_like_path(target: str) -> bool:
     return target.endswith(".py") or "/" in target or os.sep in target
 
@@ -164,6 +176,11 @@ def _unknown_builtin_message(spec: str) -> str:
 
 
 def _import_file(path: Path, spec: str) -> Any:
+    if path.is_dir():
+        raise WorkloadNotFound(
+            f"workload {str(path)!r} is a directory; name a Python file in it "
+            f"({str(path / 'train.py')}:factory) or a module (package.module:factory)"
+        )
     if not path.is_file():
         hint = "" if path.suffix == ".py" else " (a workload file must end in .py)"
         raise WorkloadNotFound(
@@ -321,6 +338,26 @@ def describe_parameters(signature: inspect.Signature) -> str:
         else:
             parts.append(f"{p.name}={p.default!r}")
     return ", ".join(parts) if parts else "no parameters"
+
+
+@contextmanager
+def workload_argv(spec: str | None) -> Iterator[None]:
+    """``sys.argv`` as ``python FILE`` would set it, while the workload's code runs.
+
+    A factory taken from a training script often parses the command line; under levers it would
+    read levers' own options and fail with a usage line that names levers. It sees only the
+    script's name (its argparse defaults), as when the script runs with no arguments.
+    """
+    if spec is None:
+        yield
+        return
+    target, _ = _split_spec(spec.strip())
+    saved = sys.argv
+    sys.argv = [target]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 @contextmanager

@@ -46,6 +46,17 @@ class ResidualMLP(torch.nn.Module):
         return self.head(h)
 
 
+def _returned(returns, loss, x):
+    """What step() hands back: the loss alone, or the shapes training code often returns."""
+    if returns == "tuple":
+        return x.detach(), loss  # the loss is the first scalar tensor, not the first item
+    if returns == "dict":
+        return {"logits": x.detach(), "loss": loss}
+    if returns == "logits_only":
+        return {"logits": x.detach()}
+    return loss
+
+
 def build(
     seed=0,
     fixed="none",
@@ -61,6 +72,8 @@ def build(
     tokens_per_step=None,
     transient_bytes=0,
     resident_bytes=0,
+    returns="loss",
+    interrupt_at=None,
 ):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
@@ -81,6 +94,8 @@ def build(
         num_steps[0] += 1
         if raise_at is not None and num_steps[0] >= raise_at:
             raise RuntimeError("boom in the user's step")
+        if interrupt_at is not None and num_steps[0] >= interrupt_at:
+            raise KeyboardInterrupt
         scratch = torch.ones(transient_bytes, dtype=torch.uint8, device=device)
         loss = F.mse_loss(model(x), y) + 0 * scratch[:1].sum()
         if fixed == "scaled_loss":
@@ -93,7 +108,7 @@ def build(
         del scratch
         if clock is not None:
             clock[0] += step_ms * (1.0 + noise * noise_rng.gauss(0.0, 1.0)) / 1e3
-        return loss
+        return _returned(returns, loss, x)
 
     return Workload(
         model=model,

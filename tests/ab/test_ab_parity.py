@@ -195,3 +195,22 @@ def test_autocast_inside_the_step_selects_low_precision_tolerances():
     assert (plain.tolerance.low_precision, plain.tolerance.autocast) == (False, None)
     assert (mixed.tolerance.low_precision, mixed.tolerance.autocast) == (True, "bfloat16")
     assert mixed.tolerance.rtol_first == RTOL[("numerics-changing", True)][0]
+
+
+def test_the_parity_note_names_the_first_failing_check_in_step_order():
+    # The later check differs by strictly more: a note naming the largest difference would name
+    # it, a note naming the first failure in step order names the loss after step 1. No tie.
+    from levers.ab.parity import ParityCheck, ParityResult, Tolerance
+    from levers.ab.reads import parity_read
+
+    tol = Tolerance("numerics-changing", False, 1e-4, 1e-3)
+    checks = (
+        ParityCheck(1, "loss", 1.0, 1.5, 1 / 3, 1e-4, False, True),
+        ParityCheck(1, "grad_norm", 2.0, 2.0, 0.0, 1e-4, True, True),
+        ParityCheck(3, "loss", 1.0, 1.5, 1 / 3, 1e-3, False, True),
+        ParityCheck(3, "grad_norm", 1.0, 4.0, 0.75, 1e-3, False, True),
+    )
+    parity = ParityResult(False, 3, tol, checks, (), (), (), ())
+    note = parity_read(parity).note
+    assert note.startswith("loss after step 1 differs by 0.333 (tolerance 0.0001")
+    assert "2 more checks failed" in note

@@ -29,7 +29,7 @@ def test_appending_twice_gives_two_lines_and_keeps_the_first(tmp_path):
 
 def test_a_line_that_is_not_json_is_reported_with_its_number(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text('{"event": "freeze"}\nnot json\n')
+    path.write_text('{"event": "result"}\nnot json\n')
     with pytest.raises(LeversError, match="r.jsonl:2 is not JSON"):
         read_record(path)
 

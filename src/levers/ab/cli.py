@@ -13,6 +13,7 @@ still written).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +196,15 @@ def _given(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _init_prereg(path: Path, given: dict[str, Any]) -> int:
     from levers.ab.prereg import template
+    from levers.capture.json_io import check_writable
     from levers.output.atomic import atomic_write_text
     from levers.output.console import say_wrote
 
-    atomic_write_text(path, template(given), exclusive=True, make_parents=True)
+    check_writable(path, make_parents=True)
+    try:
+        atomic_write_text(path, template(given), exclusive=True, make_parents=True)
+    except OSError as exc:
+        raise LeversError(f"cannot write {path}: {exc.strerror or exc}; choose another path") from None
     say_wrote(path)
     # the next step is this command's output proper, so it goes to stdout
     print(
@@ -208,18 +214,22 @@ def _init_prereg(path: Path, given: dict[str, Any]) -> int:
     return 0
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file the run will write can be written: checked before the first step."""
+    from levers.ab.record import check_record, record_path_for
+    from levers.capture.json_io import check_writable
+
+    for path in (args.json_path, args.md_path):
+        if path is not None:
+            check_writable(path, make_parents=True)
+    if args.prereg is not None:
+        check_record(record_path_for(args.prereg))
+
+
 def run(args: argparse.Namespace) -> int:
     from levers.ab import design as design_mod
-    from levers.ab.document import result_document
-    from levers.ab.environment import environment
-    from levers.ab.expectations import evaluate
     from levers.ab.freeze import freeze
-    from levers.ab.markdown import to_markdown
     from levers.ab.prereg import parse_prereg
-    from levers.ab.record import append_event, to_json
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
-    from levers.ab.render import print_result
     from levers.ab.runner import run_ab
 
     given, given_kill = _given(args)
@@ -232,10 +242,11 @@ def run(args: argparse.Namespace) -> int:
                 f"no pre-registration at {args.prereg}; write one with: "
                 f"levers ab --init-prereg {args.prereg} BASELINE ..."
             )
-        # options are checked against the file before it is frozen: a refused run freezes nothing
-        design_mod.resolve(
-            given, given_kill, parse_prereg(args.prereg.read_text("utf-8"), str(args.prereg))
-        )
+        parsed = parse_prereg(_read_text(args.prereg), str(args.prereg))
+        # everything is checked before the file is frozen: a refused run freezes nothing
+        design, kill = design_mod.resolve(given, given_kill, parsed)
+        design_mod.config(design, kill, design["exactness"] or "numerics-changing")
+        _check_outputs(args)
         prereg, state = freeze(args.prereg)
     elif "baseline" not in given:
         raise LeversError(
@@ -243,29 +254,111 @@ def run(args: argparse.Namespace) -> int:
             "or run a pre-registration with --prereg FILE"
         )
     design, kill = design_mod.resolve(given, given_kill, prereg)
+    if args.prereg is not None:
+        design = design_mod.relative_to(design, args.prereg.parent)
     baseline, candidate, exactness = design_mod.sides(design)
     config = design_mod.config(design, kill, exactness)
+    _check_outputs(args)
     result = run_ab(baseline, candidate, config)
+    return _finish(args, result, prereg, state)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LeversError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
+
+
+def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> int:
+    """Record, write and print a finished (or stopped) run; a failed write loses nothing."""
+    from levers.ab.document import result_document
+    from levers.ab.environment import environment
+    from levers.ab.expectations import evaluate
+    from levers.ab.markdown import to_markdown
+    from levers.ab.record import append_event, to_json
+    from levers.ab.render import print_result
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
+
     device = result.baseline.device if result.baseline else "cpu"
     env = environment(device)
     outcomes = evaluate(prereg.expectations, result) if prereg is not None else ()
     options = {k: v for k, v in vars(args).items() if k != "func"}
     document = result_document(result, env, freeze=state, outcomes=outcomes, options=options)
+    interrupted = result.killed is not None and result.killed.kind == "interrupted"
+    if interrupted:
+        document["partial"] = True  # what was measured before Ctrl-C, not a finished run
+    writes = []
     if state is not None:
-        append_event(state.record_path, document)
+        writes.append((state.record_path, lambda p: append_event(p, document)))
     if args.json_path is not None:
-        atomic_write_text(args.json_path, to_json(document) + "\n", make_parents=True)
+        writes.append(
+            (args.json_path, lambda p: atomic_write_text(p, to_json(document) + "\n", make_parents=True))
+        )
     if args.md_path is not None:
-        atomic_write_text(args.md_path, to_markdown(result, env, outcomes, state), make_parents=True)
+        writes.append(
+            (
+                args.md_path,
+                lambda p: atomic_write_text(
+                    p, to_markdown(result, env, outcomes, state), make_parents=True
+                ),
+            )
+        )
+    written, failed = [], []
+    for path, write in writes:
+        try:
+            write(path)
+            written.append(str(path))
+        except (OSError, LeversError) as exc:
+            failed.append(f"{path} ({_short(exc)})")
     print_result(result, outcomes)
-    written = [str(p) for p in (state and state.record_path, args.json_path, args.md_path) if p]
     for path in written:
         say_wrote(path)
+    if failed:
+        fallback = _save_fallback(to_json(document) + "\n")
+        raise LeversError(
+            f"could not write {'; '.join(failed)}. The result is saved in {fallback}"
+            + (": append that line to the record by hand once it is repaired" if state else "")
+        )
     if result.killed is None:
         return 0
+    if interrupted:
+        import sys
+
+        from levers.cli import EXIT_INTERRUPTED
+
+        where = f" in {', '.join(written)}" if written else " (give --json FILE to keep it)"
+        print(f"levers: interrupted: the partial result is kept{where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if result.killed.kind == "step_error":
         raise StepError(
             f"{result.killed.reason} (what was measured before it is written)",
             user_traceback=result.killed.user_traceback,
         )
     return EXIT_KILLED
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return str(exc).split(";")[0]
+
+
+def _save_fallback(text: str) -> Path:
+    """Somewhere the result can still go: the current directory, else the temp directory."""
+    import tempfile
+    from datetime import datetime, timezone
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for directory in (Path.cwd(), Path(tempfile.gettempdir())):
+        path = directory / f"levers-ab-result-{stamp}-{os.getpid()}.json"
+        try:
+            with open(path, "x", encoding="utf-8") as handle:
+                handle.write(text)
+            return path
+        except OSError:
+            continue
+    raise LeversError("the result could not be saved anywhere (current or temp directory)")

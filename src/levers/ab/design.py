@@ -65,6 +65,18 @@ def resolve(
     return frozen, {k: prereg.kill.get(k) for k in KILL_OPTIONS}
 
 
+def relative_to(design: dict[str, Any], directory: Any) -> dict[str, Any]:
+    """The design with relative workload file paths read from ``directory`` (the
+    pre-registration's own), so that a study runs the same from any working directory."""
+    from levers.loader import file_spec_relative_to
+
+    out = dict(design)
+    for key in ("baseline", "candidate"):
+        if isinstance(out.get(key), str):
+            out[key] = file_spec_relative_to(out[key], directory)
+    return out
+
+
 def _load(spec: str, params: dict[str, Any], levers: list[Any]) -> Workload:
     from levers.loader import load_workload
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 GIB = 1024**3
 
-KINDS = ("nonfinite_loss", "memory_gate", "time_budget", "step_error")
+KINDS = ("nonfinite_loss", "memory_gate", "time_budget", "step_error", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -107,5 +107,18 @@ def step_error(exc: BaseException, phase: str, side: str, step: int) -> KillSign
             side=side,
             step=step,
             user_traceback=user_traceback(exc),
+        )
+    )
+
+
+def interrupted(phase: str, side: str, step: int) -> KillSignal:
+    """Ctrl-C during a step: stop, and keep what was measured before it (a partial result)."""
+    return KillSignal(
+        Kill(
+            kind="interrupted",
+            reason=f"interrupted (Ctrl-C) during {side} {phase} step {step}",
+            phase=phase,
+            side=side,
+            step=step,
         )
     )

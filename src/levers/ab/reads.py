@@ -88,15 +88,20 @@ def _tolerance_words(parity: ParityResult) -> str:
     return f"{tol.exactness}, {precision}"
 
 
-def _parity_read(parity: ParityResult | None) -> Read:
+def parity_read(parity: ParityResult | None) -> Read:
     if parity is None:
         return Read("parity", "", None, None, None, None, NOT_MEASURED, "parity gate not run")
     failed = [c for c in parity.checks if c.gating and c.passed is False]
     if failed:
-        worst = max(failed, key=lambda c: c.rel_diff if c.rel_diff is not None else 0.0)
+        # The first failure in step order (checks are kept in that order), not the largest:
+        # the earliest divergence is where to look, and which difference is "largest" can hang
+        # on how float32 rounding breaks a tie between two checks that differ alike.
+        first = failed[0]
+        more = len(failed) - 1
         note = (
-            f"{worst.quantity} after step {worst.step} differs by {worst.rel_diff:.3g} "
-            f"(tolerance {worst.rtol:g}, {_tolerance_words(parity)})"
+            f"{first.quantity} after step {first.step} differs by {first.rel_diff:.3g} "
+            f"(tolerance {first.rtol:g}, {_tolerance_words(parity)})"
+            + (f"; {more} more check{'s' if more > 1 else ''} failed" if more else "")
         )
     elif parity.passed:
         compared = [c for c in parity.checks if c.gating and c.rel_diff is not None]
@@ -182,5 +187,5 @@ def compute_reads(
             else no_memory,
         )
     )
-    reads.append(_parity_read(parity))
+    reads.append(parity_read(parity))
     return tuple(reads)

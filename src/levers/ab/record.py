@@ -18,6 +18,9 @@ from levers.errors import LeversError
 SCHEMA_VERSION = 1
 
 
+_REPAIR = "Move the damaged line out of the record by hand (keep a copy) and run again"
+
+
 class RecordError(LeversError):
     """The record file is damaged or cannot be written."""
 
@@ -44,16 +47,39 @@ def read_record(path: str | os.PathLike) -> list[dict[str, Any]]:
             "move the damaged line elsewhere by hand, and run again"
         )
     events = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, raw in enumerate(data.splitlines(), start=1):
+        where = f"{path}:{number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordError(f"{where} is not UTF-8 text; the record is damaged. {_REPAIR}") from None
         if not line.strip():
             continue
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except json.JSONDecodeError as exc:
+            raise RecordError(f"{where} is not JSON ({exc}); the record is damaged. {_REPAIR}") from None
+        if not isinstance(event, dict):
             raise RecordError(
-                f"{path}:{number} is not JSON ({exc}); the record is damaged"
-            ) from None
+                f"{where} is a JSON {type(event).__name__}, not an event object; the record is "
+                f"damaged. {_REPAIR}"
+            )
+        if event.get("event") == "freeze" and not isinstance(event.get("text"), str):
+            raise RecordError(
+                f"{where} is a freeze event without the frozen text; the record is damaged. "
+                + _REPAIR
+            )
+        events.append(event)
     return events
+
+
+def check_record(path: str | os.PathLike) -> None:
+    """The record can be extended: undamaged, and its file (or directory) writable."""
+    path = Path(path)
+    read_record(path)
+    target = path if path.exists() else path.parent
+    if not os.access(target, os.W_OK):
+        raise RecordError(f"cannot write the record {path}: no permission; fix its permissions")
 
 
 def append_event(path: str | os.PathLike, event: dict[str, Any]) -> None:

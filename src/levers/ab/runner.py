@@ -18,17 +18,24 @@ from levers.ab.killlines import GIB, Kill, KillLines
 from levers.ab.parity import EXACTNESS, ParityResult, run_parity
 from levers.ab.quality import QualityRead, quality_read
 from levers.ab.reads import Read, compute_reads
+from levers.ab.steps import unreadable_loss
 from levers.ab.timing import SideSamples, run_timed, warm_up
+from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision
 from levers.errors import LeversError
 from levers.workload import Workload
+
+
+DEFAULT_STEPS = 50
+# below this many timed pairs a percentile-bootstrap CI95 rests on a handful of distinct means
+MIN_STEPS_FOR_CI = 10
 
 
 @dataclass(frozen=True)
 class AbConfig:
     """The design of one comparison; recorded with every result."""
 
-    num_steps: int = 50
+    num_steps: int = DEFAULT_STEPS
     num_warmup: int = 5
     num_parity_steps: int = 3
     num_resamples: int = 10_000
@@ -45,6 +52,11 @@ class AbConfig:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if self.num_steps < 2:
             raise ValueError(f"num_steps must be at least 2 for a CI, got {self.num_steps}")
+        if self.num_resamples < MIN_RESAMPLES:
+            raise ValueError(
+                f"num_resamples must be at least {MIN_RESAMPLES} for a CI, got "
+                f"{self.num_resamples}"
+            )
         if self.exactness not in EXACTNESS:
             raise ValueError(f"exactness must be one of {EXACTNESS}, got {self.exactness!r}")
         for name in ("mem_gate_gib", "time_budget_s"):
@@ -145,6 +157,18 @@ def _warnings(
             )
     if config.num_parity_steps == 0:
         notes.append("the parity gate was skipped (--parity-steps 0): numerics are unchecked")
+    for side, workload in (("baseline", a), ("candidate", b)):
+        why = unreadable_loss(workload)
+        if why:
+            notes.append(
+                f"{side}: {why}; its loss was not compared and the NaN/inf kill line was off"
+            )
+    if config.num_steps < MIN_STEPS_FOR_CI:
+        notes.append(
+            f"only {config.num_steps} timed steps per side: a bootstrap CI95 from fewer than "
+            f"{MIN_STEPS_FOR_CI} pairs is too wide to trust (and too narrow when it happens to "
+            f"look tight); use --steps {DEFAULT_STEPS} or more"
+        )
     return notes
 
 

@@ -18,6 +18,8 @@ import torch
 
 STATISTICS = ("median", "mean")
 
+MIN_RESAMPLES = 100
+
 # resamples are drawn in blocks so that memory stays bounded for long runs
 _BLOCK_ELEMENTS = 4_000_000
 
@@ -102,8 +104,8 @@ def paired_ratio_ci(
         )
     if len(baseline) < 2:
         raise ValueError(f"a bootstrap needs at least 2 pairs, got {len(baseline)}")
-    if num_resamples < 100:
-        raise ValueError(f"use at least 100 resamples for a CI, got {num_resamples}")
+    if num_resamples < MIN_RESAMPLES:
+        raise ValueError(f"use at least {MIN_RESAMPLES} resamples for a CI, got {num_resamples}")
     if not 0.5 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0.5, 1), got {confidence}")
     base_n = torch.tensor([float(v) for v in baseline], dtype=torch.float64)

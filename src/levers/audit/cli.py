@@ -103,6 +103,21 @@ def _count(*, minimum: int):
     return parse
 
 
+def _warn_nonfinite_loss(capture) -> None:
+    import math
+
+    from levers.output.console import make_console
+
+    loss = capture.settings.get("loss")
+    if loss is not None and not math.isfinite(loss):
+        make_console(stderr=True).print(
+            f"warning: the step's loss is {loss} in the captured step: the step trains on "
+            "nothing useful, and its figures are those of a broken run; fix the loss first",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     # imported here so that `levers --help` stays fast and works without a working torch
     from levers import capture
@@ -125,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         result = capture.capture_step(
             workload, warmup=args.warmup, timed=args.timed, progress=progress.on_ops
         )
+    _warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
     findings = findings_cli.run_findings(args, result, workload, console)

@@ -147,6 +147,21 @@ def memory_gpu(target: str | None, capture: Any) -> str:
     return resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target").name
 
 
+def _say_failed_whatifs(plan: Any) -> None:
+    """One line for each what-if that could not run: MEM001 then falls back to the capture."""
+    from levers.output.console import make_console
+
+    for whatif in plan.whatifs:
+        if not whatif.applicable and whatif.note.startswith("failed"):
+            reason = whatif.note.removeprefix("failed: ").splitlines()[0][:MAX_WARNING_CHARS]
+            make_console(stderr=True).print(
+                f"warning: levers memory could not predict the {whatif.name} what-if "
+                f"({reason}); MEM001 estimates its headroom from the capture",
+                markup=False,
+                soft_wrap=True,
+            )
+
+
 def predicted_memory(
     args: argparse.Namespace, capture: Any, rules: Iterable[str]
 ) -> Any:
@@ -169,6 +184,7 @@ def predicted_memory(
 
         gpu = memory_gpu(args.target, capture)
         plan = predict_memory(args.workload, gpu=gpu, params=params, whatifs=True)
+        _say_failed_whatifs(plan)
         return predicted_memory_from_plan(plan)
     except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
         reason = (str(exc).strip().splitlines() or [""])[0][:MAX_WARNING_CHARS]

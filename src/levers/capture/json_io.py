@@ -70,19 +70,33 @@ def read_capture(path: str | os.PathLike[str]) -> Capture:
         raise LeversError(f"capture file {str(path)!r} is malformed: {exc!r}") from None
 
 
-def check_writable(path: str | os.PathLike[str]) -> None:
-    """Fail early, before a long capture, if ``path`` cannot be written."""
+def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) -> None:
+    """Fail early, before a long capture, if ``path`` cannot be written.
+
+    With ``make_parents`` (for writers that create missing directories) the nearest existing
+    ancestor must be a writable directory instead of the parent itself.
+    """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
+    if make_parents:
+        while not directory.exists() and directory != directory.parent:
+            directory = directory.parent
     if not directory.is_dir():
+        if directory.exists():
+            raise LeversError(
+                f"cannot write {str(target)!r}: {str(directory)!r} is not a directory; "
+                "choose a path in an existing directory"
+            )
         raise LeversError(
             f"cannot write {str(target)!r}: directory {str(directory)!r} does not exist; "
             "create it first"
         )
     if target.is_dir():
         raise LeversError(f"cannot write {str(target)!r}: it is a directory; give a file name")
-    if not os.access(directory, os.W_OK):
-        raise LeversError(f"cannot write {str(target)!r}: directory is not writable")
+    if not os.access(directory, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise LeversError(
+            f"cannot write {str(target)!r}: no permission to write there; choose another path"
+        )
 
 
 def _plain(value: Any) -> Any:

@@ -22,6 +22,7 @@ from torch.optim.optimizer import (
 from levers.capture import gpu
 from levers.capture.calls import CallRecorder, memory_metric_calls
 from levers.capture.env import environment, settings
+from levers.capture.loss import find_loss
 from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
 from levers.capture.recorder import CaptureInternalError, LiveStorages, OpRecorder
 from levers.errors import StepError, user_traceback
@@ -150,7 +151,7 @@ def capture_step(
         stack.enter_context(recorder)
         _synchronize(device)
         t0 = time.perf_counter()
-        _run_step(workload)
+        returned = _run_step(workload)
         _synchronize(device)
         captured_s = time.perf_counter() - t0
         recorder.paused = True
@@ -193,8 +194,14 @@ def capture_step(
         calls=tuple(calls),
         kernels=tuple(kernels),
         modules={name: type(m).__name__ for name, m in workload.model.named_modules()},
-        settings=settings(workload, recorder),
+        settings={**settings(workload, recorder), "loss": _loss_value(returned)},
     )
+
+
+def _loss_value(returned: Any) -> float | None:
+    """The captured step's loss as a float (after the step: the sync is outside its timing)."""
+    loss = find_loss(returned).value
+    return None if loss is None else float(loss)  # sync point: after the captured step
 
 
 def _peak_op(ops: list) -> int | None:

@@ -99,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
         raise LeversError(str(exc)) from None
     if args.steps < 1:
         raise LeversError(f"--steps must be at least 1, got {args.steps}")
+    if args.json_path is not None:
+        from levers.capture.json_io import check_writable
+
+        check_writable(args.json_path, make_parents=True)  # before the prediction, not after
     params = parse_set(args.set_items)
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
@@ -114,9 +118,15 @@ def run(args: argparse.Namespace) -> int:
             plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
     render_plan(plan, console)
     if args.json_path is not None:
-        atomic_write_text(
-            args.json_path, json.dumps(plan.to_dict(), indent=1, default=str), make_parents=True
-        )
+        try:
+            atomic_write_text(
+                args.json_path, json.dumps(plan.to_dict(), indent=1, default=str), make_parents=True
+            )
+        except OSError as exc:
+            raise LeversError(
+                f"cannot write {args.json_path}: {exc.strerror or exc}; choose another path "
+                "(the plan is printed above)"
+            ) from None
         say_wrote(args.json_path)
     return 0
 

@@ -19,6 +19,7 @@ The factory is called with ``device="cuda"`` unless the caller set a device. Opt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -75,11 +76,18 @@ def trace_workload(
     num_steps: int = DEFAULT_NUM_STEPS,
     transform: Callable[[Workload], None] | None = None,
     kernel_model: KernelModel | None = None,
+    default_device: str | None = None,
 ) -> tuple[Trace, Workload]:
     """Build the workload with ``build()`` and run ``num_steps`` steps on stand-in fakes.
 
     ``transform`` (optional) changes the built workload before its first step (a what-if).
+    ``default_device`` ("cuda"), for a factory that takes no device: the build and the steps
+    run under ``torch.device(default_device)``, so the tensors they create count as GPU memory.
     Returns the trace and the (fake) workload, whose tensors hold no memory.
+
+    Raises:
+        LeversError: trained parameters stayed in host memory, so the prediction would leave
+            them (their gradients and optimizer state) out of the GPU's peak.
     """
     book = DeviceBook()
     context = SiteContext()
@@ -102,7 +110,11 @@ def trace_workload(
         standin = StandInMode(book, interceptors, observer=tracker.annotate_result)
         stack.enter_context(standin)
         stack.enter_context(backward_in_mode(standin))
+        if default_device is not None:
+            # entered after the stand-in, so it runs first and names the device to it
+            stack.enter_context(torch.device(default_device))
         workload = build()
+        _check_parameters_on_gpu(book, workload, default_device)
         names = {id(module): name for name, module in workload.model.named_modules()}
         _label_model(tracker, workload.model)
         tracker.label_inputs_after_build()
@@ -123,7 +135,46 @@ def trace_workload(
                 remove()
         num_parameters = sum(p.numel() for p in workload.model.parameters())
         trace = tracker.finish(num_steps, num_parameters)
+    if default_device is not None:
+        trace = dataclasses.replace(
+            trace, assumptions=trace.assumptions + (NO_DEVICE_ASSUMPTION,)
+        )
     return trace, workload
+
+
+NO_DEVICE_ASSUMPTION = (
+    "the factory takes no device parameter: it was built and its steps run under "
+    "torch.device('cuda'), as `with torch.device('cuda'): factory()` places them on a GPU; "
+    "give it a device parameter to control where its tensors go"
+)
+
+
+def _check_parameters_on_gpu(
+    book: DeviceBook, workload: Workload, default_device: str | None
+) -> None:
+    """Refuse a prediction that would leave trained parameters out of the GPU's memory."""
+    from levers.errors import LeversError
+    from levers.memory.standin import HOST
+
+    host_bytes = sum(
+        p.numel() * p.element_size()
+        for p in workload.model.parameters()
+        if p.requires_grad and book.device_of(p) == HOST
+    )
+    if host_bytes == 0:
+        return
+    how = (
+        "the factory takes no device parameter and still put them on the CPU (an explicit "
+        "device='cpu'?)"
+        if default_device is not None
+        else "the factory was given device=cuda but kept them on the CPU"
+    )
+    raise LeversError(
+        f"{host_bytes / 2**20:.1f} MiB of trained parameters stay in host memory in the "
+        f"prediction: {how}. levers memory predicts GPU memory only; add a `device` parameter "
+        "to the factory and move the model and batch to it (model.to(device)), then run again "
+        "(it is called with device='cuda')"
+    )
 
 
 def _label_model(tracker: StorageTracker, model: torch.nn.Module) -> None:

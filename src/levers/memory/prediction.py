@@ -28,9 +28,11 @@ class Source:
     build: Callable[[dict[str, Any]], Workload]  # params -> Workload
     params: dict[str, Any]
     label: str
+    # the factory takes no device: it is built and run under ``torch.device("cuda")``
+    default_device: str | None = None
 
     def with_params(self, **changes: Any) -> Source:
-        return Source(self.build, {**self.params, **changes}, self.label)
+        return Source(self.build, {**self.params, **changes}, self.label, self.default_device)
 
 
 def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) -> Source:
@@ -45,17 +47,28 @@ def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) ->
         spec = workload_or_factory
         factory = _factory_of(spec)
         if factory is not None:
-            params = with_gpu_device(factory, params)
+            with_device = with_gpu_device(factory, params)
         else:
-            params.setdefault("device", "cuda")
-        return Source(lambda p: load_workload(spec, p), params, spec)
+            with_device = {"device": "cuda", **params}
+        return Source(
+            lambda p: load_workload(spec, p), with_device, spec, _default_device(with_device)
+        )
     if callable(workload_or_factory):
         factory = workload_or_factory
         label = getattr(factory, "__name__", "workload")
-        return Source(lambda p: _call_factory(factory, p), with_gpu_device(factory, params), label)
+        with_device = with_gpu_device(factory, params)
+        return Source(
+            lambda p: _call_factory(factory, p), with_device, label, _default_device(with_device)
+        )
     raise TypeError(
         f"predict_memory takes a workload spec or factory, got {type(workload_or_factory).__name__}"
     )
+
+
+def _default_device(params: dict[str, Any]) -> str | None:
+    # a factory that cannot be told the device puts its tensors wherever torch's default device
+    # says; on a GPU run that is what `with torch.device("cuda"):` around the script does
+    return None if "device" in params else "cuda"
 
 
 def _factory_of(spec: str) -> Callable[..., Any] | None:
@@ -94,7 +107,11 @@ def run_prediction(
 ) -> Prediction:
     start = time.perf_counter()
     trace, workload = trace_workload(
-        lambda: source.build(source.params), gpu, num_steps=num_steps, transform=transform
+        lambda: source.build(source.params),
+        gpu,
+        num_steps=num_steps,
+        transform=transform,
+        default_device=source.default_device,
     )
     replayed = replay(trace)
     return Prediction(

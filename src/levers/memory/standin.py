@@ -151,6 +151,10 @@ class StandInMode(TorchFunctionMode):
             return self._observed(self._move(args[0], HOST, False))
         if func is torch.Tensor.to:
             return self._observed(self._to(func, args, kwargs))
+        if func is torch._C._nn._parse_to:
+            # Module.to(device=...) parses its arguments first: left as given, so that the
+            # Tensor.to calls that follow name the GPU (and book the moved tensors there)
+            return func(*args, **kwargs)
         target = _device_kind(kwargs.get("device"))
         if target is not None:
             kwargs["device"] = _CPU

@@ -86,13 +86,32 @@ def checkpoint_blocks(workload: Workload) -> int:
     return len(blocks)
 
 
+def disable_kv_cache(model: torch.nn.Module) -> int:
+    """Turn off the KV cache of every module whose config keeps one; returns how many configs.
+
+    Recomputing a block would append its keys and values to the cache a second time (and fail
+    on the doubled length), so Hugging Face turns ``use_cache`` off while checkpointing in
+    training; the what-if predicts that same run.
+    """
+    configs = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", False) is True:
+            configs[id(config)] = config
+    for config in configs.values():
+        config.use_cache = False
+    return len(configs)
+
+
 def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int) -> WhatIf:
     name = "activation-checkpointing"
     description = "every block under torch.utils.checkpoint (non-reentrant)"
-    counted = []
+    counted: list[int] = []
+    caches_off: list[int] = []
 
     def transform(workload: Workload) -> None:
         counted.append(checkpoint_blocks(workload))
+        caches_off.append(disable_kv_cache(workload.model))
 
     try:
         prediction = run_prediction(source, gpu, num_steps=num_steps, transform=transform)
@@ -109,7 +128,8 @@ def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: 
     return _delta(
         name,
         description,
-        f"re-prediction with {counted[0]} blocks wrapped",
+        f"re-prediction with {counted[0]} blocks wrapped"
+        + (" (use_cache off, as Hugging Face's gradient checkpointing does)" if caches_off[0] else ""),
         base,
         prediction.replay.peak_allocated_bytes,
         prediction.replay.peak_reserved_bytes,
