@@ -160,10 +160,11 @@ def checkpoint_within(model: Any, inputs: BudgetInputs, budget: Any) -> BudgetHa
     blocks, reason = blocks_or_reason(model)
     if reason is not None:
         raise ValueError(f"ac-budget cannot apply: {reason}")
+    blocks = [block for block in blocks if block.container == inputs.container]
     if len(blocks) != inputs.num_blocks:
         raise ValueError(
-            f"ac-budget: the inputs describe {inputs.num_blocks} blocks, the model has "
-            f"{len(blocks)}; predict the same workload the lever is applied to"
+            f"ac-budget: the inputs describe {inputs.num_blocks} blocks in {inputs.container!r}, "
+            f"the model has {len(blocks)} there; predict the workload the lever is applied to"
         )
     plan = choose(inputs, budget)
     make_policy = keyed_policy(plan.save)

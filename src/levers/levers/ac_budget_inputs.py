@@ -43,6 +43,7 @@ class BudgetInputs:
     """One block's ops and the step's memory, as ``ac-budget`` sees them."""
 
     ops: tuple[OpCost, ...]  # one block's forward, in order (its output op excluded)
+    container: str  # the module path of the blocks described ("model.layers")
     num_blocks: int
     block_activation_bytes: int  # what one block keeps for backward without checkpointing
     block_output_bytes: int  # what a checkpointed block still keeps: its output, the next input
@@ -68,14 +69,9 @@ def _estimate_us(flops: int, moved_bytes: int, dtype: str) -> float:
     return max(compute_s, memory_s) * 1e6 + _KERNEL_OVERHEAD_US
 
 
-def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -> BudgetInputs:
-    """Budget inputs from a :class:`levers.memory.predict.Prediction` of the step without
-    checkpointing, the model's repeated blocks (paths) and, optionally, a capture for times."""
-    if not blocks:
-        raise ValueError("ac-budget needs a model with repeated blocks; this one has none")
-    trace = prediction.trace
+def _block_calls(trace: Any, path: str) -> list[list[Any]]:
+    """The allocations of block ``path``'s forward in the last step, grouped by aten call."""
     step = trace.num_steps - 1
-    first = blocks[0].path
     calls: dict[int, list[Any]] = defaultdict(list)
     for allocation in trace.allocations:
         module = allocation.module or ""
@@ -83,12 +79,36 @@ def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -
             continue
         if allocation.category == "workspace":
             continue
-        if module == first or module.startswith(first + "."):
+        if module == path or module.startswith(path + "."):
             calls[allocation.call].append(allocation)
-    if not calls:
+    return [calls[c] for c in sorted(calls)]
+
+
+def _activation_bytes(calls: list[list[Any]]) -> int:
+    return sum(a.nbytes for group in calls for a in group if a.category == "activations")
+
+
+def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -> BudgetInputs:
+    """Budget inputs from a :class:`levers.memory.predict.Prediction` of the step without
+    checkpointing, the model's repeated blocks (paths) and, optionally, a capture for times.
+
+    Where a model has several block containers (a vision tower's and a decoder's), the one whose
+    blocks keep the most activations is described."""
+    if not blocks:
+        raise ValueError("ac-budget needs a model with repeated blocks; this one has none")
+    trace = prediction.trace
+    by_container: dict[str, list[Block]] = defaultdict(list)
+    for block in blocks:
+        by_container[block.container].append(block)
+    firsts = {c: _block_calls(trace, members[0].path) for c, members in by_container.items()}
+    container = max(
+        by_container, key=lambda c: _activation_bytes(firsts[c]) * len(by_container[c])
+    )
+    first = by_container[container][0].path
+    ordered = firsts[container]
+    if not ordered:
         raise ValueError(f"the prediction holds no forward allocations of block {first}")
-    ordered = [calls[c] for c in sorted(calls)]
-    activation_bytes = sum(a.nbytes for group in ordered for a in group if a.category == "activations")
+    activation_bytes = _activation_bytes(ordered)
     *body, output = ordered
     times = _capture_times(capture, first) if capture is not None else None
     counts: dict[str, int] = defaultdict(int)
@@ -107,7 +127,8 @@ def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -
         ops.append(OpCost(name, occurrence, nbytes, time_us, flops))
     return BudgetInputs(
         ops=tuple(ops),
-        num_blocks=len(blocks),
+        container=container,
+        num_blocks=len(by_container[container]),
         block_activation_bytes=activation_bytes,
         block_output_bytes=sum(a.nbytes for a in output),
         peak_bytes=prediction.replay.peak_allocated_bytes,
