@@ -225,3 +225,23 @@ def test_budget_needs_a_budget_and_inputs() -> None:
         apply(workload, lever, {"budget": "1GiB"})
     with pytest.raises(ValueError, match="accepts: budget"):
         apply(workload, lever, {"budjet": "1GiB"})
+
+
+def test_verified_choice_lowers_the_budget_by_the_overshoot() -> None:
+    from levers.levers.ac_budget import choose_verified
+
+    ops = (
+        OpCost("A", 0, 100, 10.0, 0),
+        OpCost("B", 0, 100, 1.0, 0),
+        OpCost("C", 0, 50, 20.0, 0),
+    )
+    inputs = BudgetInputs(ops, "blocks", 4, 400, 10, 2000, "estimated")
+    asked = []
+
+    def predict_peak(plan):  # a full prediction that finds 100 bytes more than the closed form
+        asked.append(plan.predicted_peak_bytes)
+        return plan.predicted_peak_bytes + 100
+
+    plan, peak = choose_verified(inputs, 1000, predict_peak)
+    assert asked == [980, 830]
+    assert (plan.save, peak) == (frozenset(), 930)

@@ -16,6 +16,12 @@ other beats on both peak and time form a frontier, and a budget takes the fastes
 whose predicted peak fits. On that frontier time falls strictly as the peak rises, so a smaller
 budget never gets a plan with a larger peak: the choice is monotone in the budget.
 
+The closed form misses the moment of a block's recompute, where the peak can move once blocks
+save outputs (up to about one block's activations on the 1b llama). When the workload can be
+predicted (the ``workload`` option), the chosen plan is checked by a full prediction of the step
+with the plan applied (levers memory, on fake tensors) and chosen again under a budget lowered
+by any overshoot (:func:`choose_verified`).
+
 The budget is bytes (``20GiB``, ``512MiB``, ``2e10``) or a fraction of the no-checkpointing
 block activations (``0.5``, ``50%``): ``fixed + fraction * L * block_activations``.
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +48,7 @@ from levers.vocab import EXACT
 
 logger = logging.getLogger(__name__)
 
+MAX_VERIFY_ROUNDS = 3
 _UNITS = {"gib": 2**30, "gb": 10**9, "mib": 2**20, "mb": 10**6, "kib": 2**10, "b": 1}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
@@ -155,8 +163,9 @@ class BudgetHandle:
         self.undo()
 
 
-def checkpoint_within(model: Any, inputs: BudgetInputs, budget: Any) -> BudgetHandle:
-    """Apply the fastest plan for ``budget`` to ``model``'s repeated blocks."""
+def apply_plan(model: Any, inputs: BudgetInputs, plan: BudgetPlan) -> Undo:
+    """Checkpoint the first ``plan.num_checkpointed`` blocks of ``inputs.container``, saving
+    ``plan.save`` in each; returns the undo."""
     blocks, reason = blocks_or_reason(model)
     if reason is not None:
         raise ValueError(f"ac-budget cannot apply: {reason}")
@@ -166,23 +175,99 @@ def checkpoint_within(model: Any, inputs: BudgetInputs, budget: Any) -> BudgetHa
             f"ac-budget: the inputs describe {inputs.num_blocks} blocks in {inputs.container!r}, "
             f"the model has {len(blocks)} there; predict the workload the lever is applied to"
         )
-    plan = choose(inputs, budget)
     make_policy = keyed_policy(plan.save)
-    undo = wrap_blocks(
+    return wrap_blocks(
         model, blocks[: plan.num_checkpointed], lambda position, block: lambda: contexts(make_policy)
     )
+
+
+def choose_verified(
+    inputs: BudgetInputs,
+    budget: Any,
+    predict_peak: Callable[[BudgetPlan], int],
+    *,
+    max_rounds: int = MAX_VERIFY_ROUNDS,
+) -> tuple[BudgetPlan, int]:
+    """The fastest plan whose peak, predicted by running the step with the plan applied
+    (``predict_peak``, levers memory on fake tensors), fits ``budget``; and that peak.
+
+    The closed-form peak misses what happens during a block's recompute (the peak can move
+    there once blocks save outputs), so each chosen plan is checked by a full prediction and,
+    when it overshoots, the plan is chosen again under a budget lowered by the overshoot.
+    """
+    limit = budget_bytes(budget, inputs)
+    target = limit
+    for _ in range(max_rounds):
+        plan = choose(inputs, target)
+        peak = predict_peak(plan)
+        if peak <= limit:
+            return plan, peak
+        target -= peak - limit
+    plan = choose(inputs, target)
+    return plan, predict_peak(plan)
+
+
+@dataclass
+class BudgetHandle:
+    """The undo of ``ac-budget``, with the plan it applied and what it was chosen from."""
+
+    undo: Undo
+    plan: BudgetPlan
+    inputs: BudgetInputs
+    budget_bytes: int
+    verified_peak_bytes: int | None = None  # the plan's peak by a full prediction, if run
+
+    def __call__(self) -> None:
+        self.undo()
+
+
+def checkpoint_within(
+    model: Any,
+    inputs: BudgetInputs,
+    budget: Any,
+    predict_peak: Callable[[BudgetPlan], int] | None = None,
+) -> BudgetHandle:
+    """Apply the fastest plan for ``budget`` to ``model``'s repeated blocks (checked by
+    ``predict_peak`` when given, see :func:`choose_verified`)."""
+    verified = None
+    if predict_peak is None:
+        plan = choose(inputs, budget)
+    else:
+        plan, verified = choose_verified(inputs, budget, predict_peak)
+    undo = apply_plan(model, inputs, plan)
     logger.info(
         "ac-budget: %d of %d blocks checkpointed, %d ops saved per block (%.0f MiB), predicted "
-        "peak %.2f GiB, recompute %.1f ms per step (%s times)",
+        "peak %.2f GiB%s, recompute %.1f ms per step (%s times)",
         plan.num_checkpointed,
         inputs.num_blocks,
         len(plan.save),
         plan.saved_bytes_per_block / 2**20,
         plan.predicted_peak_bytes / 2**30,
+        "" if verified is None else f" ({verified / 2**30:.2f} GiB by a full prediction)",
         plan.recompute_us / 1e3,
         inputs.time_source,
     )
-    return BudgetHandle(undo, plan, inputs, budget_bytes(budget, inputs))
+    return BudgetHandle(undo, plan, inputs, budget_bytes(budget, inputs), verified)
+
+
+def plan_peak_predictor(
+    spec: str, params: dict[str, Any], inputs: BudgetInputs, gpu: str = "h200"
+) -> Callable[[BudgetPlan], int]:
+    """``predict_peak(plan)``: the peak of workload ``spec`` with ``plan`` applied, predicted
+    by levers memory on fake tensors (no GPU needed)."""
+    from levers.memory.gpus import resolve_gpu
+    from levers.memory.predict import run_prediction, source_of
+
+    def predict_peak(plan: BudgetPlan) -> int:
+        prediction = run_prediction(
+            source_of(spec, params),
+            resolve_gpu(gpu),
+            num_steps=2,
+            transform=lambda workload: apply_plan(workload.model, inputs, plan),
+        )
+        return prediction.replay.peak_allocated_bytes
+
+    return predict_peak
 
 
 def _inputs_of(target: Target) -> BudgetInputs:
@@ -192,6 +277,13 @@ def _inputs_of(target: Target) -> BudgetInputs:
     return predict_inputs(
         target.options["workload"], target.params, str(target.options.get("gpu", "h200"))
     )
+
+
+def _predictor_of(target: Target, inputs: BudgetInputs) -> Callable[[BudgetPlan], int] | None:
+    if "workload" not in target.options:
+        return None
+    gpu = str(target.options.get("gpu", "h200"))
+    return plan_peak_predictor(target.options["workload"], target.params, inputs, gpu)
 
 
 def applies(target: Target) -> str | None:
@@ -209,7 +301,10 @@ def applies(target: Target) -> str | None:
 
 
 def patch(target: Target) -> Undo:
-    return checkpoint_within(target.model, _inputs_of(target), target.options["budget"])
+    inputs = _inputs_of(target)
+    return checkpoint_within(
+        target.model, inputs, target.options["budget"], _predictor_of(target, inputs)
+    )
 
 
 LEVER = register(

@@ -136,6 +136,15 @@ def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -
     )
 
 
+def with_capture_times(inputs: BudgetInputs, capture: Any, block: str) -> BudgetInputs:
+    """``inputs`` with each op's time taken from ``capture`` (block ``block``'s forward)."""
+    from dataclasses import replace
+
+    times = _capture_times(capture, block)
+    ops = tuple(replace(op, time_us=times.get(op.key, 0.0)) for op in inputs.ops)
+    return replace(inputs, ops=ops, time_source="measured")
+
+
 def _capture_times(capture: Any, block: str) -> dict[tuple[str, int], float]:
     """Device time per (name, occurrence) of the block's forward ops that write memory."""
     counts: dict[str, int] = defaultdict(int)
