@@ -255,7 +255,7 @@ def plan_peak_predictor(
 ) -> Callable[[BudgetPlan], int]:
     """``predict_peak(plan)``: the peak of workload ``spec`` with ``plan`` applied, predicted
     by levers memory on fake tensors (no GPU needed)."""
-    from levers.memory.gpus import resolve_gpu
+    from levers.hardware import resolve_gpu
     from levers.memory.predict import run_prediction, source_of
 
     def predict_peak(plan: BudgetPlan) -> int:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.blocks import Block, repeated_blocks
+from levers.hardware import resolve_gpu
 from levers.levers.sac import key_name
 
-# roofline of the estimate (the audit cost model's efficiencies; see detectors/cost/roofline.py)
+# roofline of the estimate: the audit cost model's efficiencies (levers/audit/cost/roofline.py)
 _MATMUL_EFFICIENCY = 0.7
 _BANDWIDTH_EFFICIENCY = 0.8
 _KERNEL_OVERHEAD_US = 2.0
@@ -60,10 +61,7 @@ class BudgetInputs:
         return self.num_blocks * self.block_activation_bytes
 
 
-def _estimate_us(flops: int, moved_bytes: int, dtype: str) -> float:
-    from levers.detectors.cost.gpus import GPUS
-
-    gpu = GPUS["h200"]
+def _estimate_us(flops: int, moved_bytes: int, dtype: str, gpu: Any) -> float:
     compute_s = flops / (gpu.peak_flops(dtype) * _MATMUL_EFFICIENCY) if flops else 0.0
     memory_s = moved_bytes / (gpu.bandwidth_bytes_per_s * _BANDWIDTH_EFFICIENCY)
     return max(compute_s, memory_s) * 1e6 + _KERNEL_OVERHEAD_US
@@ -88,7 +86,9 @@ def _activation_bytes(calls: list[list[Any]]) -> int:
     return sum(a.nbytes for group in calls for a in group if a.category == "activations")
 
 
-def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -> BudgetInputs:
+def from_prediction(
+    prediction: Any, blocks: list[Block], capture: Any = None, gpu: str = "h200"
+) -> BudgetInputs:
     """Budget inputs from a :class:`levers.memory.predict.Prediction` of the step without
     checkpointing, the model's repeated blocks (paths) and, optionally, a capture for times.
 
@@ -111,6 +111,7 @@ def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -
     activation_bytes = _activation_bytes(ordered)
     *body, output = ordered
     times = _capture_times(capture, first) if capture is not None else None
+    spec = resolve_gpu(gpu)
     counts: dict[str, int] = defaultdict(int)
     ops = []
     for group in body:
@@ -123,7 +124,7 @@ def from_prediction(prediction: Any, blocks: list[Block], capture: Any = None) -
             time_us = times.get((name, occurrence), 0.0)
         else:
             # an elementwise op reads about what it writes
-            time_us = _estimate_us(flops, 2 * nbytes, group[0].dtype)
+            time_us = _estimate_us(flops, 2 * nbytes, group[0].dtype, spec)
         ops.append(OpCost(name, occurrence, nbytes, time_us, flops))
     return BudgetInputs(
         ops=tuple(ops),
@@ -167,7 +168,6 @@ def predict_inputs(
 ) -> BudgetInputs:
     """Predict the step of workload ``spec`` with ``params`` (on fake tensors, no GPU needed)
     and read the budget inputs from it."""
-    from levers.memory.gpus import resolve_gpu
     from levers.memory.predict import run_prediction, source_of
 
     found: list[Block] = []
@@ -177,4 +177,4 @@ def predict_inputs(
         num_steps=2,
         transform=lambda workload: found.extend(repeated_blocks(workload.model)),
     )
-    return from_prediction(prediction, found, capture)
+    return from_prediction(prediction, found, capture, gpu)
