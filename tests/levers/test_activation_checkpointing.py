@@ -190,7 +190,7 @@ def test_budget_spellings() -> None:
     assert budget_bytes("25%", inputs) == 400 + 400
     with pytest.raises(ValueError, match="20GiB"):
         budget_bytes("twenty", inputs)
-    assert parse_lever_spec("ac-budget:budget=20GiB,workload=hf") == (
+    assert parse_lever_spec("ac-budget:budget=20GiB:workload=hf") == (
         "ac-budget",
         {"budget": "20GiB", "workload": "hf"},
     )

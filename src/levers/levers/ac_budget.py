@@ -28,7 +28,7 @@ block activations (``0.5``, ``50%``): ``fixed + fraction * L * block_activations
 Options: ``budget`` (required), and where the inputs come from: ``inputs`` (a
 :class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to predict, e.g. ``hf``;
 its factory parameters are the workload's own) with ``gpu`` (default ``h200``). From the command
-line: ``levers ab hf --set size=1b --lever ac-budget:budget=22GiB,workload=hf``.
+line: ``levers ab hf --set size=1b --lever ac-budget:budget=22GiB:workload=hf``.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def applies(target: Target) -> str | None:
     if "inputs" not in target.options and "workload" not in target.options:
         return (
             "it needs the workload's memory prediction: name the workload to predict, e.g. "
-            "ac-budget:budget=20GiB,workload=hf (its parameters are the workload's own)"
+            "ac-budget:budget=20GiB:workload=hf (its parameters are the workload's own)"
         )
     return None
 

@@ -20,7 +20,7 @@ workload object, changed, and its undo.
 A lever may take options (``ac-budget`` takes its memory budget). It names the ones it accepts
 in ``options``; they reach ``patch`` as ``target.options`` (strings from the command line, or any
 value from Python), passed as ``apply(workload, lever, {"budget": "20GiB"})`` or written
-``ac-budget:budget=20GiB`` on the command line (:func:`parse_lever_spec`). The undo ``patch``
+``ac-budget:budget=20GiB:workload=hf`` on the command line (:func:`parse_lever_spec`). The undo ``patch``
 returns may carry data about what it did (a handle); ``apply``'s undo keeps it as ``.handle``.
 """
 
@@ -88,15 +88,17 @@ def target_of(workload: Workload, options: dict[str, Any] | None = None) -> Targ
 
 
 def parse_lever_spec(text: str) -> tuple[str, dict[str, str]]:
-    """``"ac-budget:budget=20GiB,blocks=8"`` -> ``("ac-budget", {"budget": "20GiB", "blocks": "8"})``."""
-    lever_id, _, rest = text.partition(":")
+    """``"ac-budget:budget=20GiB:workload=hf"`` -> ``("ac-budget", {"budget": "20GiB",
+    "workload": "hf"})``. Options are separated by ``:``, so that ``,`` still separates levers in
+    ``--lever a,b``."""
+    lever_id, *items = text.split(":")
     options: dict[str, str] = {}
-    for item in filter(None, rest.split(",")):
+    for item in filter(None, items):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(
                 f"lever option {item!r} in {text!r} is not KEY=VALUE; write e.g. "
-                "ac-budget:budget=20GiB"
+                "ac-budget:budget=20GiB:workload=hf"
             )
         options[key.strip()] = value.strip()
     return lever_id.strip(), options
