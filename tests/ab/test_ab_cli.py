@@ -134,11 +134,11 @@ def test_options_that_contradict_the_prereg_are_refused_before_freezing(capsys, 
     assert run(capsys, "--prereg", str(path), "--steps", "4")[0] == 0
 
 
-def test_levers_are_not_available_yet(capsys):
+def test_an_unknown_lever_is_named_with_the_available_ones(capsys):
     code, _, err = run(capsys, SPEC, "--lever", "fused-rmsnorm", *QUICK)
     assert code == 2
-    assert "no levers are available yet" in err
-    assert "levers ab BASELINE CANDIDATE" in err
+    assert "unknown lever(s) fused-rmsnorm" in err
+    assert "ac-full" in err
 
 
 def test_a_nan_loss_exits_4_and_still_writes_the_measurements(capsys, tmp_path):

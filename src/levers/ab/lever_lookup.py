@@ -28,6 +28,7 @@ class LeverNotFound(LeversError):
 
 def _registry() -> Mapping[str, Any]:
     catalogue = importlib.import_module("levers.levers")
+    catalogue.load_all()  # the lever modules register themselves on import
     registry = getattr(catalogue, "REGISTRY", None)
     if not registry:
         raise LeverNotFound(_NO_LEVERS)

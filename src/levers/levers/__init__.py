@@ -11,7 +11,7 @@ import importlib
 from levers.levers.lever import Lever
 
 # one module per lever, imported when the catalogue is first read
-_MODULES: tuple[str, ...] = ()
+_MODULES: tuple[str, ...] = ("ac_full", "ac_selective", "ac_budget")
 
 REGISTRY: dict[str, Lever] = {}
 

@@ -35,8 +35,11 @@ for block in self.blocks:
 ```
 
 ## Fix
-Non-reentrant per-block checkpointing (lever `activation-checkpointing`, not implemented yet),
-then re-tune the batch size into the freed memory.
+Lever `ac-budget` with the budget that fits: the memory model's usable memory on the target GPU
+less its 5% margin (`--lever ac-budget:budget=<that>GiB:workload=SPEC`), the fastest
+checkpointing plan whose predicted peak fits there (docs/activation-checkpointing.md); then
+re-tune the batch size into the freed memory (`raise-batch`). Without a memory-model
+prediction, `ac-full` (every block, non-reentrant).
 
 ## Fix safety
 Exact: recomputation reproduces the forward bitwise for deterministic ops (dropout restores its
@@ -85,6 +88,8 @@ HIGH_HEADROOM_SHARE = 0.1
 PREDICTED, TIMELINE = "levers memory", "capture timeline"
 # a what-if's failure note can be a multi-line torch error: its first line, this long, is enough
 MAX_NOTE_CHARS = 120
+# the share of usable memory the budget keeps free (levers memory's default margin)
+BUDGET_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,31 @@ def _timeline_headroom(
     )
 
 
+def _budget_gib(memory: PredictedMemory) -> float:
+    """The largest budget that fits: usable memory less the margin, rounded down to 0.1 GiB."""
+    return int(memory.usable_bytes * (1 - BUDGET_MARGIN) / 2**30 * 10) / 10
+
+
+def _lever_spec(memory: PredictedMemory | None) -> str:
+    if memory is None or not memory.checkpointing_applicable:
+        return "ac-full"
+    return f"ac-budget:budget={_budget_gib(memory):g}GiB"
+
+
+def _recommendation(memory: PredictedMemory | None) -> tuple[str, str]:
+    """The lever id and the fix title: the fastest plan within the memory that fits, when
+    levers memory predicted the step; every block otherwise."""
+    if memory is None or not memory.checkpointing_applicable:
+        return "ac-full", (
+            "Checkpoint each block (lever ac-full: torch.utils.checkpoint, use_reentrant=False), "
+            "then raise the batch size"
+        )
+    return "ac-budget", (
+        f"Checkpoint within the {_budget_gib(memory):g} GiB that fit on {memory.gpu} (lever "
+        f"{_lever_spec(memory)}: the fastest plan under that peak), then raise the batch size"
+    )
+
+
 def _receipts(
     families: tuple[BlockFamily, ...], capture: Capture, source: str
 ) -> tuple[Receipt, ...]:
@@ -264,16 +294,17 @@ def _finding(
             "activations grow with batch and sequence length, so audit again at the training size."
         )
     high = headroom.freed_bytes >= HIGH_HEADROOM_SHARE * headroom.peak_bytes
+    lever, fix_title = _recommendation(memory)
     return Finding(
         code=CODE,
         name=NAME,
         message=message,
-        fix_title="Checkpoint each block (torch.utils.checkpoint, use_reentrant=False), then raise the batch size",
+        fix_title=fix_title,
         receipts=_receipts(families, capture, headroom.source),
         severity="low" if not worth_it else "high" if high else "medium",
         effort="S",
         risk="low",
-        lever="activation-checkpointing",
+        lever=lever,
         fix_safety="exact",
         work=Work(
             now=(),
@@ -290,6 +321,7 @@ def _finding(
             "headroom_bytes": headroom.freed_bytes,
             "timeline_headroom_bytes": profile.headroom_bytes,
             "predicted": asdict(memory) if memory is not None else None,
+            "recommended_lever": _lever_spec(memory),
             "families": {
                 f.name: {
                     "blocks": f.num_blocks,
