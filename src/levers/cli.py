@@ -70,11 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     debug = _debug_requested(argv)
     try:
         parser = build_parser()
+        argv, script_command = _split_script_command(argv)
         args = parser.parse_args(argv)
+        args.script_command = script_command
         debug = debug or bool(getattr(args, "debug", False))
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2
+        if script_command is not None and not getattr(args, "takes_script", False):
+            parser.error(f"levers {args.verb} does not take a script after --")
         return int(args.func(args) or 0)
     except LeversError as exc:
         from levers.report.errors import print_error
@@ -93,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
 
         print_internal_error(exc, debug=debug)
         return EXIT_INTERNAL_ERROR
+
+
+def _split_script_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """levers' own arguments, and the script command after the first ``--`` (or None)."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def _debug_requested(argv: list[str]) -> bool:

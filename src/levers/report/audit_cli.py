@@ -17,6 +17,9 @@ from pathlib import Path
 from levers.report import findings_cli
 from levers.loader import add_set_argument
 from levers.report.progress import progress_status
+from levers.integrations.script import DEFAULT_TIMED as SCRIPT_TIMED
+from levers.integrations.script import DEFAULT_WARMUP as SCRIPT_WARMUP
+from levers.integrations.script_cli import SCRIPT_HELP, add_script_arguments
 
 DEFAULT_WORKLOAD = "demo"
 DEFAULT_WARMUP = 1
@@ -37,13 +40,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         epilog=(
             "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
             "package.module:factory. Put WORKLOAD before --set, which takes every KEY=VALUE "
-            "after it: levers audit hf --set arch=llama attn=eager"
+            "after it: levers audit hf --set arch=llama attn=eager. " + SCRIPT_HELP
         ),
     )
     parser.add_argument(
         "workload",
         nargs="?",
-        default=DEFAULT_WORKLOAD,
+        default=None,
         metavar="WORKLOAD",
         help=f"built-in name, path/to/file.py:factory or package.module:factory "
         f"(default: {DEFAULT_WORKLOAD})",
@@ -60,16 +63,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--warmup",
         type=_count(minimum=0),
-        default=DEFAULT_WARMUP,
+        default=None,
         metavar="N",
-        help=f"plain steps run before anything is timed (default: {DEFAULT_WARMUP})",
+        help=f"plain steps run before anything is timed (default: {DEFAULT_WARMUP}; for a script "
+        f"after --: {SCRIPT_WARMUP} optimizer steps)",
     )
     parser.add_argument(
         "--timed",
         type=_count(minimum=0),
-        default=DEFAULT_TIMED,
+        default=None,
         metavar="N",
-        help=f"plain steps timed for the wall time per step (default: {DEFAULT_TIMED})",
+        help=f"plain steps timed for the wall time per step (default: {DEFAULT_TIMED}; for a "
+        f"script after --: {SCRIPT_TIMED})",
     )
     parser.add_argument(
         "--top",
@@ -86,6 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="also write the findings report (schema levers.audit/1) to FILE as JSON",
     )
     findings_cli.add_arguments(parser)
+    add_script_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -111,19 +117,42 @@ def run(args: argparse.Namespace) -> int:
     from levers.report.findings_json import audit_to_dict, write_findings
     from levers.report.terminal import make_console, render_summary
 
+    script = getattr(args, "script_command", None) is not None
+    if script:
+        from levers.integrations.script_cli import reject_workload
+
+        reject_workload(args, "audit")
+        args.no_memory_model = True  # the memory model builds a workload from a factory
+        args.set_items = []
+    args.workload = args.workload or DEFAULT_WORKLOAD
     params = parse_set(args.set_items)
     if args.json_path is not None:
         check_writable(args.json_path)  # before the capture, not after minutes of it
     if args.findings_json_path is not None:
         check_writable(args.findings_json_path)
     findings_cli.check_arguments(args)
-    with progress_status() as progress:
-        progress.say(f"loading workload {args.workload}")
-        workload = load_workload(args.workload, params)
-        progress.say(f"capturing {workload.name}")
-        result = capture.capture_step(
-            workload, warmup=args.warmup, timed=args.timed, progress=progress.on_ops
+    if script:
+        from levers.integrations.script_cli import capture_script
+
+        ran = capture_script(
+            args,
+            warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
+            timed=SCRIPT_TIMED if args.timed is None else args.timed,
         )
+        if isinstance(ran, int):
+            return ran
+        result, workload = ran.capture, ran.workload
+    else:
+        with progress_status() as progress:
+            progress.say(f"loading workload {args.workload}")
+            workload = load_workload(args.workload, params)
+            progress.say(f"capturing {workload.name}")
+            result = capture.capture_step(
+                workload,
+                warmup=DEFAULT_WARMUP if args.warmup is None else args.warmup,
+                timed=DEFAULT_TIMED if args.timed is None else args.timed,
+                progress=progress.on_ops,
+            )
     console = make_console()
     render_summary(result, console, top_n=args.top)
     findings = findings_cli.run_findings(args, result, workload, console)
@@ -136,4 +165,6 @@ def run(args: argparse.Namespace) -> int:
         make_console(stderr=True).print(f"wrote the findings to {args.findings_json_path}", markup=False)
     if args.md_path is not None:
         make_console(stderr=True).print(f"wrote the findings as Markdown to {args.md_path}", markup=False)
+    if script and ran.exit_code != 0:
+        return ran.exit_code
     return findings.exit_code
