@@ -90,6 +90,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="FILE",
         help="also write the findings report (schema levers.audit/1) to FILE as JSON",
     )
+    parser.add_argument(
+        "--trace",
+        dest="trace_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the captured step as a Chrome/Perfetto trace (JSON; open it in "
+        "ui.perfetto.dev or chrome://tracing)",
+    )
+    parser.add_argument(
+        "--html",
+        dest="html_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (no network needed)",
+    )
     findings_cli.add_arguments(parser)
     add_script_arguments(parser)
     parser.set_defaults(func=run)
@@ -128,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
     params = parse_set(args.set_items)
     if args.json_path is not None:
         check_writable(args.json_path)  # before the capture, not after minutes of it
-    if args.findings_json_path is not None:
-        check_writable(args.findings_json_path)
+    for path in (args.findings_json_path, args.trace_path, args.html_path):
+        if path is not None:
+            check_writable(path)
     findings_cli.check_arguments(args)
     if script:
         from levers.integrations.script_cli import capture_script
@@ -165,6 +181,19 @@ def run(args: argparse.Namespace) -> int:
         make_console(stderr=True).print(f"wrote the findings to {args.findings_json_path}", markup=False)
     if args.md_path is not None:
         make_console(stderr=True).print(f"wrote the findings as Markdown to {args.md_path}", markup=False)
+    if args.trace_path is not None:
+        from levers.audit.render_trace import write_trace
+
+        write_trace(result, args.trace_path)
+        make_console(stderr=True).print(f"wrote the trace to {args.trace_path}", markup=False)
+    if args.html_path is not None:
+        from levers.audit.render_html import write_html
+
+        write_html(
+            result, findings.report, args.html_path, config=findings.result.config,
+            memory=findings.memory,
+        )
+        make_console(stderr=True).print(f"wrote the HTML report to {args.html_path}", markup=False)
     if script and ran.exit_code != 0:
         return ran.exit_code
     return findings.exit_code

@@ -121,6 +121,7 @@ class FindingsRun:
     result: Any  # levers.detectors.AuditResult
     report: Any  # levers.report.findings.FindingsReport
     exit_code: int
+    memory: Any = None  # levers.detectors.config.PredictedMemory, when the model predicted it
 
 
 def step_scopes(workload: Any) -> dict:
@@ -221,4 +222,4 @@ def run_findings(
         threshold = severity_rank(args.fail_on)
         if any(severity_rank(f.severity) >= threshold for f in result.findings):
             exit_code = EXIT_FINDINGS
-    return FindingsRun(result, report, exit_code)
+    return FindingsRun(result, report, exit_code, memory)
