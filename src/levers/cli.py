@@ -21,7 +21,7 @@ import sys
 
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
 VERB_MODULES = (
-    "levers.report.audit_cli",
+    "levers.audit.cli",
     "levers.memory.cli",
     "levers.ab.cli",
 )
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"levers {args.verb} does not take a script after --")
         return int(args.func(args) or 0)
     except LeversError as exc:
-        from levers.report.errors import print_error
+        from levers.output.errors import print_error
 
         print_error(exc)
         return exc.exit_code
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except Exception as exc:  # noqa: BLE001 - a defect in levers: short note, traceback on request
-        from levers.report.errors import print_internal_error
+        from levers.output.errors import print_internal_error
 
         print_internal_error(exc, debug=debug)
         return EXIT_INTERNAL_ERROR
@@ -108,7 +108,7 @@ def _split_script_command(argv: list[str]) -> tuple[list[str], list[str] | None]
 
 
 def _debug_requested(argv: list[str]) -> bool:
-    from levers.report.errors import debug_from_env
+    from levers.output.errors import debug_from_env
 
     return debug_from_env() or "--debug" in argv
 

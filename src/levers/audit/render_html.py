@@ -157,7 +157,7 @@ def _summary_rows(capture: Capture, report: Any) -> list[tuple[str, str]]:
 
 
 def _findings_html(report: Any) -> str:
-    from levers.report.findings import cost_line, lever_text, relative_path
+    from levers.audit.report import cost_line, lever_text, relative_path
 
     if not report.findings:
         return "<p class='ok'>No findings.</p>"
@@ -207,7 +207,7 @@ def _sdpa_html(capture: Capture, config: Any) -> str:
         return "<p>No scaled_dot_product_attention calls in the step.</p>"
     choice_of = None
     if config is not None:
-        from levers.detectors.attn001_sdpa_math_fallback import backend_choice
+        from levers.audit.rules.attn001_sdpa_math_fallback import backend_choice
 
         choice_of = lambda call: backend_choice(call, capture, config)  # noqa: E731
     rows = []
@@ -362,6 +362,6 @@ def write_html(
     memory: Any = None,
 ) -> None:
     """Write the page to ``path`` atomically."""
-    from levers.report.atomic import atomic_write_text
+    from levers.output.atomic import atomic_write_text
 
     atomic_write_text(path, render_html(capture, report, config=config, memory=memory))

@@ -153,7 +153,7 @@ def _kernel_events(capture: Capture, starts: list[float]) -> list[dict[str, Any]
 
 def write_trace(capture: Capture, path: str | os.PathLike[str]) -> None:
     """Write the trace of ``capture`` to ``path`` atomically."""
-    from levers.report.atomic import atomic_open
+    from levers.output.atomic import atomic_open
 
     with atomic_open(path) as f:
         json.dump(trace_events(capture), f, separators=(",", ":"), allow_nan=False)

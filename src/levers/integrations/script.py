@@ -28,11 +28,12 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.errors import LeversError
+from levers.integrations.script_cli import SCRIPT_TIMED, SCRIPT_WARMUP
 from levers.integrations.steps import StepWatcher, StopTraining
 from levers.workload import Workload
 
-DEFAULT_WARMUP = 2
-DEFAULT_TIMED = 0
+DEFAULT_WARMUP = SCRIPT_WARMUP
+DEFAULT_TIMED = SCRIPT_TIMED
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 # interpreter options that change nothing levers needs to imitate
 _IGNORED_PYTHON_FLAGS = {"-u", "-B"}

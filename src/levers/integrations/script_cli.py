@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.errors import LeversError
-from levers.integrations.script import DEFAULT_WARMUP as SCRIPT_WARMUP
+
+# a script's first optimizer steps pay for compilation, allocator growth and data workers
+SCRIPT_WARMUP = 2
+SCRIPT_TIMED = 0
 
 SCRIPT_HELP = (
     "After --, the command that runs your training script unchanged: -- python train.py [args] "
@@ -55,7 +58,7 @@ def capture_script(args: argparse.Namespace, *, warmup: int, timed: int) -> Scri
     that is a usage problem (exit 2): it ran too few steps for the warm-up asked for.
     """
     from levers.integrations.script import parse_command, run_script
-    from levers.report.progress import progress_status
+    from levers.output.progress import progress_status
 
     if warmup < 1:
         raise LeversError(

@@ -18,7 +18,7 @@ from typing import Any
 from levers.errors import LeversError
 from levers.loader import add_set_argument
 from levers.memory.fake import DEFAULT_NUM_STEPS
-from levers.memory.gpus import GPUS
+from levers.hardware import GPUS
 
 DEFAULT_GPU = "h100-80gb"
 DEFAULT_FIT_START = 1
@@ -47,7 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--gpu",
         default=DEFAULT_GPU,
         metavar="GPU",
-        help=f"{' | '.join(GPUS)} | a budget such as 40GiB (default: {DEFAULT_GPU})",
+        help=f"{' | '.join(GPUS)} (or any name levers audit --target takes: h100, a100, ...) | a "
+        f"budget such as 40GiB (default: {DEFAULT_GPU})",
     )
     parser.add_argument(
         "--fit",
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from levers.loader import parse_set
-    from levers.memory.gpus import resolve_gpu
+    from levers.hardware import resolve_gpu
     from levers.memory.predict import (
         DEFAULT_MARGIN,
         check_margin,
