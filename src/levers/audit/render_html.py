@@ -254,7 +254,7 @@ th{font-weight:600;background:#f6f8fb}.summary td:first-child{width:140px;color:
 .where{font-family:ui-monospace,Menlo,monospace;color:#2b5fb3}.code{background:#f6f8fb;margin:2px 0;padding:4px 8px;border-radius:4px;white-space:pre-wrap}
 .meta{color:#5a6577;font-size:12px}.what,.cost,.fix{margin:4px 0}.cost{color:#5a6577}.lever{color:#5a6577}
 .plots{display:grid;grid-template-columns:1fr 1fr;gap:16px}.plot{border:1px solid #dde2ea;border-radius:6px;padding:8px}
-.plot h3{font-size:14px;margin:0 0 6px}svg text{font:11px system-ui,sans-serif;fill:#1d2430}.wide{grid-column:1/3}
+.plot h3{font-size:14px;margin:0 0 6px}.plot svg{max-height:300px;display:block}svg text{font:11px system-ui,sans-serif;fill:#1d2430}.wide{grid-column:1/3}
 .reasons{font-size:12px;color:#5a6577}.sdpa td{font-size:12px}#errors{color:#b00020;font-weight:600}.ok{color:#1d7a3a}
 .right{list-style:none;padding-left:8px}.legend span{display:inline-block;margin-right:12px;font-size:12px}
 """
