@@ -22,9 +22,13 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
-_LAZY = {"predict_memory": "levers.memory", "MemoryPlan": "levers.memory"}
+_LAZY = {
+    "predict_memory": "levers.memory",
+    "MemoryPlan": "levers.memory",
+    "capture_step": "levers.integrations.inline",
+}
 
-__all__ = ["MemoryPlan", "Workload", "__version__", "predict_memory"]
+__all__ = ["MemoryPlan", "Workload", "__version__", "capture_step", "predict_memory"]
 
 
 def __getattr__(name: str) -> Any:
