@@ -132,3 +132,18 @@ def test_module_form_runs_as_python_m_does(tmp_path):
     assert receipts_by_code(findings) == {
         "ATTN002": {("train_loop.py", line_of(LOOP, 'scores = torch.einsum("bqhd'))}
     }
+
+
+def test_memory_of_a_script_reports_the_captured_peak_and_what_it_cannot_predict(capsys):
+    code = main(["memory", "--", "python", str(LOOP), "--steps", "6"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "levers memory train_loop.py: optimizer step 3 of the script, tracked tensor storages" in out
+    assert "peak tracked     5.47 MiB" in out
+    assert f"at {LOOP}:{line_of(LOOP, 'loss = F.cross_entropy')}" in out
+    assert "levers memory cannot predict this script's peak on h100-80gb" in out
+
+
+def test_memory_without_a_workload_or_script_says_what_to_give(capsys):
+    assert main(["memory"]) == 2
+    assert "needs a WORKLOAD" in capsys.readouterr().err

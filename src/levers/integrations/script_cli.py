@@ -26,8 +26,19 @@ SCRIPT_HELP = (
 )
 
 
-def add_script_arguments(parser: argparse.ArgumentParser) -> None:
+def add_script_arguments(parser: argparse.ArgumentParser, *, warmup: bool = False) -> None:
+    """The options of the ``-- python train.py`` form; ``warmup`` adds ``--warmup`` (for a verb
+    that has none of its own)."""
     group = parser.add_argument_group("a script after --")
+    if warmup:
+        group.add_argument(
+            "--warmup",
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"optimizer steps of the script to let pass before the captured one "
+            f"(default: {SCRIPT_WARMUP})",
+        )
     group.add_argument(
         "--keep-running",
         action="store_true",
@@ -97,3 +108,56 @@ def reject_workload(args: argparse.Namespace, verb: str) -> None:
         raise LeversError(
             f"levers {verb} got both a workload ({args.workload}) and a script after --; give one"
         )
+
+
+def run_memory(args: argparse.Namespace, console: Any) -> int:
+    """``levers memory -- python train.py``: the captured step's own peak, and what cannot be said.
+
+    The memory model predicts a step by building its workload under fake tensors, which needs a
+    factory; a script builds its model as it runs. So for a script levers reports the peak it saw
+    in the captured step (the CUDA allocator's on a GPU, tracked tensor storages on a CPU) and
+    says that the prediction for another GPU, the what-ifs and ``--fit`` need a factory.
+    """
+    from levers.units import format_bytes
+
+    warmup = SCRIPT_WARMUP if args.warmup is None else args.warmup
+    ran = capture_script(args, warmup=warmup, timed=0)
+    if isinstance(ran, int):
+        return ran
+    capture = ran.capture
+    mem = capture.memory
+    on_gpu = mem.source == "cuda-allocator"
+    how = (
+        f"measured by the CUDA caching allocator on {capture.env.get('device_name')}"
+        if on_gpu
+        else f"tracked tensor storages on {capture.env.get('device_name')} (not a GPU prediction)"
+    )
+    console.print()
+    console.print(f"levers memory {capture.workload}: optimizer step {warmup + 1} of the script, {how}", markup=False, soft_wrap=True)
+    label = "peak allocated" if on_gpu else "peak tracked  "
+    console.print(f"  {label}   {format_bytes(mem.peak_bytes)}", markup=False, soft_wrap=True)
+    if mem.peak_reserved_bytes is not None:
+        console.print(f"  peak reserved    {format_bytes(mem.peak_reserved_bytes)}", markup=False, soft_wrap=True)
+    console.print(
+        f"  at step start    {format_bytes(mem.start_bytes)} (parameters, gradients, optimizer "
+        "state and whatever else the script keeps)",
+        markup=False,
+    )
+    if mem.peak_op is not None and mem.peak_op < len(capture.ops):
+        op = capture.ops[mem.peak_op]
+        where = f"{op.source}  {op.source.code}" if op.source is not None else "(no source line)"
+        console.print(
+            f"  peak reached     after op {op.index} ({op.name}, {op.phase}, module "
+            f"{op.module or '<outside model>'}) at {where}",
+            markup=False,
+            soft_wrap=True,
+        )
+    console.print(
+        f"levers memory cannot predict this script's peak on {args.gpu} without running it there: "
+        "the prediction (and the what-ifs and --fit) builds the workload under fake tensors, "
+        "which needs a factory; wrap the model, optimizer and step in one (levers memory "
+        "path/to/file.py:factory --gpu GPU, see README 'Workloads')",
+        markup=False,
+        soft_wrap=True,
+    )
+    return ran.exit_code
