@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.capture.json_io import check_writable, write_capture
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
-    from levers.output.console import make_console
+    from levers.output.console import make_console, say_wrote
 
     script = getattr(args, "script_command", None) is not None
     if script:
@@ -179,17 +179,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path is not None:
         audit = audit_to_dict(findings.report, config=findings.result.config)
         write_capture(result, args.json_path, extra={"audit": audit})
-        make_console(stderr=True).print(f"wrote the capture to {args.json_path}", markup=False)
+        say_wrote(args.json_path, "the capture")
     if args.findings_json_path is not None:
         write_findings(findings.report, args.findings_json_path, config=findings.result.config)
-        make_console(stderr=True).print(f"wrote the findings to {args.findings_json_path}", markup=False)
+        say_wrote(args.findings_json_path, "the findings")
     if args.md_path is not None:
-        make_console(stderr=True).print(f"wrote the findings as Markdown to {args.md_path}", markup=False)
+        say_wrote(args.md_path, "the findings as Markdown")
     if args.trace_path is not None:
         from levers.audit.render_trace import write_trace
 
         write_trace(result, args.trace_path)
-        make_console(stderr=True).print(f"wrote the trace to {args.trace_path}", markup=False)
+        say_wrote(args.trace_path, "the trace")
     if args.html_path is not None:
         from levers.audit.render_html import write_html
 
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             result, findings.report, args.html_path, config=findings.result.config,
             memory=findings.memory,
         )
-        make_console(stderr=True).print(f"wrote the HTML report to {args.html_path}", markup=False)
+        say_wrote(args.html_path, "the HTML report")
     if script and ran.exit_code != 0:
         return ran.exit_code
     return findings.exit_code

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
 from levers.loader import add_set_argument
+from levers.output.atomic import atomic_write_text
 from levers.memory.fake import DEFAULT_NUM_STEPS
 from levers.hardware import GPUS
 
@@ -95,20 +94,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from levers.loader import parse_set
+    from levers.output.console import make_console, say_wrote
     from levers.hardware import resolve_gpu
-    from levers.memory.predict import (
-        DEFAULT_MARGIN,
-        check_margin,
-        plan_from,
-        run_prediction,
-        source_of,
-    )
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin, predict_source
+    from levers.memory.prediction import source_of
     from levers.memory.render import render_plan
 
-    console = Console()
+    console = make_console()
     if getattr(args, "script_command", None) is not None:
         from levers.integrations.script_cli import reject_workload, run_memory
 
@@ -131,12 +124,7 @@ def run(args: argparse.Namespace) -> int:
         _check_fit_start(args.fit, params[args.fit])
     source = source_of(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
-        prediction = _predict(run_prediction, source, gpu, args.steps)
-        plan = plan_from(prediction, gpu, margin)
-        if args.whatifs:
-            from levers.memory.whatif import all_whatifs
-
-            plan = replace(plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=args.steps))
+        plan = _predict(predict_source, source, gpu, margin, args.steps, args.whatifs)
     if args.fit:
         plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
     if args.measure:
@@ -146,14 +134,16 @@ def run(args: argparse.Namespace) -> int:
             plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
     render_plan(plan, console)
     if args.json_path is not None:
-        _write_json(args.json_path, plan.to_dict())
-        console.print(f"wrote {args.json_path}", style="dim")
+        atomic_write_text(
+            args.json_path, json.dumps(plan.to_dict(), indent=1, default=str), make_parents=True
+        )
+        say_wrote(args.json_path)
     return 0
 
 
-def _predict(run_prediction, source, gpu, num_steps):
+def _predict(predict_source, source, gpu, margin, num_steps, whatifs):
     try:
-        return run_prediction(source, gpu, num_steps=num_steps)
+        return predict_source(source, gpu, margin, num_steps=num_steps, whatifs=whatifs)
     except LeversError:
         raise
     except Exception as exc:
@@ -194,17 +184,3 @@ def _check_fit_start(param: str, value: Any) -> None:
             f"--fit {param}: the workload's {param} is {value!r}, not a positive integer; "
             "fit an integer parameter such as batch_size"
         )
-
-
-def _write_json(path: Path, data: dict) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
