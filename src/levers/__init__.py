@@ -32,6 +32,8 @@ _LAZY = {
     "RunKilled": "levers.ab.guards",
     "MetricBar": "levers.ab.guards",
     "rehome_step_tensors": "levers.ab.resume",
+    # capture a step from inside a training loop (docs: README, zero-code and in-loop capture)
+    "capture_step": "levers.integrations.inline",
     "misplaced_step_tensors": "levers.ab.resume",
 }
 
@@ -41,6 +43,7 @@ __all__ = [
     "RunGuard",
     "RunKilled",
     "Workload",
+    "capture_step",
     "__version__",
     "misplaced_step_tensors",
     "predict_memory",

@@ -122,6 +122,7 @@ class FindingsRun:
     result: Any  # levers.audit.AuditResult
     report: Any  # levers.audit.report.FindingsReport
     exit_code: int
+    memory: Any = None  # levers.audit.config.PredictedMemory, when the model predicted it
 
 
 def step_scopes(workload: Any) -> dict:
@@ -238,4 +239,4 @@ def run_findings(
         threshold = severity_rank(args.fail_on)
         if any(severity_rank(f.severity) >= threshold for f in result.findings):
             exit_code = EXIT_FINDINGS
-    return FindingsRun(result, report, exit_code)
+    return FindingsRun(result, report, exit_code, memory)

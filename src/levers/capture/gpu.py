@@ -67,6 +67,7 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
 
     per_op_us: dict[int, float] = {}
     kernels: list[KernelRecord] = []
+    first_ns = min((e.start_ns() for e in device_events), default=0)
     for e in device_events:
         dur_us = (e.end_ns() - e.start_ns()) / 1000.0
         index = None
@@ -80,7 +81,14 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
                     index = candidate
         if index is not None:
             per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
-        kernels.append(KernelRecord(name=e.name(), device_us=dur_us, op_index=index))
+        kernels.append(
+            KernelRecord(
+                name=e.name(),
+                device_us=dur_us,
+                op_index=index,
+                start_us=(e.start_ns() - first_ns) / 1000.0,
+            )
+        )
     return per_op_us, kernels
 
 

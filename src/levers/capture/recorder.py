@@ -97,6 +97,7 @@ class OpRecorder(TorchDispatchMode):
         self.range_marker = range_marker
         self.progress = progress
         self._last_progress = time.perf_counter()
+        self.t_start = self._last_progress  # ops' start_us count from here
         self._seen_backward = False
         self.autocast_seen: set[str] = set()  # "cuda:bfloat16" for every autocast state seen
         self._in_optimizer = 0
@@ -256,6 +257,7 @@ class OpRecorder(TorchDispatchMode):
                 recompute=recompute,
                 is_view=is_view,
                 is_inplace=is_inplace,
+                start_us=(t0 - self.t_start) * 1e6,
             )
         )
         if phase != "backward" and torch.is_grad_enabled():
