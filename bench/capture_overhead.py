@@ -186,14 +186,15 @@ def _summary(xs: list[float]) -> dict[str, float] | None:
     }
 
 
-def _timed(workload: Workload, profiled: bool) -> float:
+def _timed(workload: Workload, profiled: bool) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one plain step."""
     device = workload.device
     with gpu.kernel_profiler() if profiled else contextlib.nullcontext():
         _sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         workload.step()
         _sync(device)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
 
 def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int, repeats: int,
@@ -207,14 +208,20 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
     profiled_s: list[float] = []  # a plain step under the capture's profiler: its share alone
     captured_s: list[float] = []  # capture_step end to end: the step plus assembling records
     step_only_s: list[float] = []  # the captured step alone, as the capture timed it
+    # process CPU time: unlike wall time, not inflated by waiting for a core on a shared machine
+    plain_cpu_s: list[float] = []
+    captured_cpu_s: list[float] = []  # capture_step end to end
     num_ops = num_kernels = 0
     for _ in range(repeats):
-        plain_s.append(_timed(workload, profiled=False))
+        wall_s, cpu_s = _timed(workload, profiled=False)
+        plain_s.append(wall_s)
+        plain_cpu_s.append(cpu_s)
         if on_cuda:
-            profiled_s.append(_timed(workload, profiled=True))
-        t0 = time.perf_counter()
+            profiled_s.append(_timed(workload, profiled=True)[0])
+        t0, c0 = time.perf_counter(), time.process_time()
         capture = capture_step(workload, warmup=0, timed=0)
         captured_s.append(time.perf_counter() - t0)
+        captured_cpu_s.append(time.process_time() - c0)
         step_only_s.append(capture.timing.captured_step_s)
         num_ops, num_kernels = len(capture.ops), len(capture.kernels)
         del capture
@@ -222,6 +229,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
         _write_cprofile(workload, cprofile_path)
     env = environment(device)
     plain, captured, step_only = _summary(plain_s), _summary(captured_s), _summary(step_only_s)
+    plain_cpu, captured_cpu = _summary(plain_cpu_s), _summary(captured_cpu_s)
     return {
         "bench": "capture_overhead",
         "shape": name,
@@ -240,6 +248,10 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
         "per_op_host_us": (step_only["median_s"] - plain["median_s"]) / max(num_ops, 1) * 1e6,
         # the same from the fastest of each: steadier where other work shares the machine
         "per_op_host_us_min": (step_only["min_s"] - plain["min_s"]) / max(num_ops, 1) * 1e6,
+        "plain_cpu_time": plain_cpu,
+        "captured_cpu_time": captured_cpu,
+        # process CPU time per op of capture_step end to end (recording and assembling records)
+        "per_op_cpu_us": (captured_cpu["median_s"] - plain_cpu["median_s"]) / max(num_ops, 1) * 1e6,
         "commit": env["levers_commit"],
         "torch": env["torch"],
         "device": env["device"],
@@ -297,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's; 1 keeps CPU timings steady "
                         "on a shared machine)")
+    parser.add_argument("--label", default=None,
+                        help="a note stored in every row (e.g. which levers the rows measure)")
     parser.add_argument("--cprofile", action="store_true",
                         help="also write a cProfile of one captured step per shape")
     args = parser.parse_args(argv)
@@ -325,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         row = measure(name, workload, shape, warmup=args.warmup, repeats=args.repeats,
                       cprofile_path=cprofile_path)
         row["smoke"] = args.smoke
+        row["label"] = args.label
         _append_row(out_path, row)
         profiled = row["profiled_plain"]
         print(
@@ -333,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             + f"captured step={row['captured_step_only']['median_s'] * 1e3:8.2f} ms "
             f"({row['step_only_overhead_ratio']:.2f}x, {row['per_op_host_us']:.1f} us/op) "
             f"end to end={row['captured']['median_s'] * 1e3:8.2f} ms "
-            f"({row['overhead_ratio']:.2f}x)  [{time.perf_counter() - t0:.0f} s]",
+            f"({row['overhead_ratio']:.2f}x) cpu time {row['per_op_cpu_us']:.1f} us/op "
+            f"[{time.perf_counter() - t0:.0f} s]",
             file=sys.stderr,
         )
         device_of = workload.device
