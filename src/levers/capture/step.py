@@ -8,7 +8,6 @@ parameters and optimizer state after it are bitwise equal to those after an unca
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Any, Callable, Iterator
 
@@ -156,11 +155,13 @@ def capture_step(
         recorder.paused = True
     calls = recorder.finish_calls()
 
-    ops = recorder.ops
-    kernels: list = []
     if on_cuda:
-        per_op_us, kernels = gpu.join_kernels(profiler)
-        ops = [dataclasses.replace(op, device_us=per_op_us.get(op.index, 0.0)) for op in ops]
+        joined = gpu.read_profile(profiler)
+        kernels = joined.kernels
+        live_bytes = gpu.allocated_after_ops(
+            profiler, _indexed(device), joined.end_ns, recorder.num_ops, start_bytes
+        )
+        ops = recorder.build_ops(device_us=joined.device_us, live_bytes=live_bytes)
         memory = MemoryStats(
             source="cuda-allocator",
             start_bytes=start_bytes,
@@ -171,13 +172,14 @@ def capture_step(
         )
     else:
         assert live is not None
-        peak_op = _peak_op(ops)
+        kernels = []
+        ops = recorder.build_ops()
         memory = MemoryStats(
             source="tracked-storages",
             start_bytes=start_bytes,
             peak_bytes=max([start_bytes] + [op.live_bytes or 0 for op in ops]),
             end_bytes=live.live_bytes,
-            peak_op=peak_op,
+            peak_op=_peak_op(ops),
         )
 
     return Capture(
@@ -195,6 +197,13 @@ def capture_step(
         modules={name: type(m).__name__ for name, m in workload.model.named_modules()},
         settings=settings(workload, recorder),
     )
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N``, the form the profiler's allocator events carry."""
+    if device.index is not None:
+        return device
+    return torch.device(device.type, torch.cuda.current_device())
 
 
 def _peak_op(ops: list) -> int | None:
