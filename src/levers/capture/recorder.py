@@ -3,7 +3,7 @@
 For each op it records shapes, dtypes, bytes, FLOPs, the phase, the module and the user source
 line. Attribution works like this:
 
-- forward: the module is the innermost module running (``ModTracker``'s forward hooks keep a
+- forward: the module is the innermost module running (global module forward hooks keep a
   stack); the source line is the innermost user frame.
 - backward: the autograd engine runs one node at a time (``torch._C._current_autograd_node``).
   Each forward op tags the ``grad_fn`` of its outputs with its own index (in the node's

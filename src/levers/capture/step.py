@@ -12,7 +12,10 @@ import time
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.distributed._tools.mod_tracker import ModTracker
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -91,12 +94,39 @@ def _optimizer_phase(recorder: OpRecorder, optimizer: torch.optim.Optimizer | No
             del optimizer.zero_grad
 
 
+try:  # inside a module that torch.compile optimizes, the hooks stay out (as ModTracker's do)
+    from torch._dynamo.eval_frame import _is_in_optimized_module as _in_compiled_module
+except ImportError:
+
+    def _in_compiled_module() -> bool:
+        return False
+
+
 @contextlib.contextmanager
 def _module_tracking(recorder: OpRecorder) -> Iterator[None]:
-    tracker = ModTracker()
-    tracker.register_user_hooks(pre_fw_hook=recorder.push_module, post_fw_hook=recorder.pop_module)
-    with tracker:
+    """Keep the recorder's stack of running modules with global forward hooks.
+
+    These are the hooks ModTracker's forward tracking is made of. ModTracker also registers
+    gradient hooks on every module's inputs and outputs to follow modules in backward, which
+    the recorder does not need (a backward op is attributed through its autograd node) and
+    which cost more than the rest of the module tracking together.
+    """
+
+    def entered(module: torch.nn.Module, args: Any) -> None:
+        if not _in_compiled_module():
+            recorder.push_module(module)
+
+    def left(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not _in_compiled_module():
+            recorder.pop_module(module)
+
+    pre = register_module_forward_pre_hook(entered)
+    post = register_module_forward_hook(left, always_call=True)  # also when forward raises
+    try:
         yield
+    finally:
+        pre.remove()
+        post.remove()
 
 
 def capture_step(
