@@ -43,6 +43,7 @@ from levers import Workload
 from levers.capture import capture_step, gpu
 from levers.capture.env import environment
 from levers.loader import load_workload, parse_set
+from levers.output.atomic import atomic_write_text
 
 SHAPES = ("llama-1b", "gpt2-medium8", "vit-b16")
 LEARNING_RATE = 1e-4
@@ -273,19 +274,12 @@ def _write_cprofile(workload: Workload, path: str) -> None:
     stats = pstats.Stats(profiler, stream=text)
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(40)
-    _write_atomic(path, text.getvalue())
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text.getvalue())
 
 
 def _append_row(path: str, row: dict[str, Any]) -> None:
     existing = open(path).read() if os.path.exists(path) else ""
-    _write_atomic(path, existing + json.dumps(row) + "\n")
+    atomic_write_text(path, existing + json.dumps(row) + "\n")
 
 
 def _free(device: torch.device) -> None:
