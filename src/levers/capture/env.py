@@ -28,6 +28,7 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
