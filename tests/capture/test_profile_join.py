@@ -57,6 +57,9 @@ def test_meta_cache_gives_what_meta_of_gives():
     for t in tensors:
         assert cache.of(t) == (meta_of(t), nbytes(t))
     assert cache.of(tensors[0])[0] is cache.of(tensors[3])[0]  # one record per signature
+    assert cache.of_all(tensors) == (
+        tuple(meta_of(t) for t in tensors), sum(nbytes(t) for t in tensors)
+    )
 
 
 def test_op_info_matches_the_schema():

@@ -13,6 +13,7 @@ total of the last allocator event before its range closed: the figure
 from __future__ import annotations
 
 import bisect
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -70,6 +71,12 @@ def allocated_after_ops(
     """Bytes allocated on ``device`` right after each op: the allocator's total at its last
     event before the op's range closed (``start_bytes`` before any event)."""
     times_ns, totals = _allocator_totals(prof, device)
+    if not times_ns and num_ops:
+        warnings.warn(
+            f"levers: the profiler recorded no allocations on {device} during the step; every "
+            "op's live_bytes is the allocated figure at the start of the step",
+            stacklevel=2,
+        )
     after: list[int] = []
     previous = start_bytes
     for index in range(num_ops):

@@ -104,6 +104,23 @@ class MetaCache:
             hit = self._known[key] = (meta_of(t), nbytes(t))
         return hit
 
+    def of_all(self, tensors: list[torch.Tensor]) -> tuple[tuple[TensorMeta, ...], int]:
+        """(the metas of ``tensors``, their summed bytes): ``of`` over a list, in one call."""
+        known = self._known
+        metas = []
+        total_bytes = 0
+        for t in tensors:
+            key = (t.shape, t.dtype, t.device)
+            try:
+                hit = known.get(key)
+            except TypeError:  # symbolic sizes do not hash
+                hit = (meta_of(t), nbytes(t))
+            if hit is None:
+                hit = known[key] = (meta_of(t), nbytes(t))
+            metas.append(hit[0])
+            total_bytes += hit[1]
+        return tuple(metas), total_bytes
+
 
 class OpInfo(NamedTuple):
     """What an op's schema says, read once per op overload."""

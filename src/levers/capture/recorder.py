@@ -238,17 +238,8 @@ class OpRecorder(TorchDispatchMode):
             module, source = self._optimizer_module(inputs), user_frame()
         else:
             module, source = self.current_module(), user_frame()
-        meta = self._metas.of
-        input_metas, read_bytes = [], 0
-        for t in inputs:
-            m, size = meta(t)
-            input_metas.append(m)
-            read_bytes += size
-        output_metas, write_bytes = [], 0
-        for t in outputs:
-            m, size = meta(t)
-            output_metas.append(m)
-            write_bytes += size
+        input_metas, read_bytes = self._metas.of_all(inputs)
+        output_metas, write_bytes = self._metas.of_all(outputs)
         # first-order traffic: views move nothing; an allocation writes nothing yet
         if info.is_view:
             read_bytes = write_bytes = 0
@@ -261,7 +252,7 @@ class OpRecorder(TorchDispatchMode):
             live_bytes = self.live.live_bytes
         flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
         self._rows.append((
-            index, info.name, phase, module, source, tuple(input_metas), tuple(output_metas),
+            index, info.name, phase, module, source, input_metas, output_metas,
             read_bytes, write_bytes, flops, wall_us, live_bytes, forward_op, node_name,
             recompute, info.is_view, info.is_inplace,
         ))
