@@ -212,6 +212,17 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
     # process CPU time: unlike wall time, not inflated by waiting for a core on a shared machine
     plain_cpu_s: list[float] = []
     captured_cpu_s: list[float] = []  # capture_step end to end
+    step_only_cpu_s: list[float] = []  # the captured step alone
+    step = workload.step
+    step_cpu_s = [0.0]
+
+    def cpu_timed_step() -> Any:  # the step as capture_step calls it, timed in CPU time
+        c0 = time.process_time()
+        try:
+            return step()
+        finally:
+            step_cpu_s[0] = time.process_time() - c0
+
     num_ops = num_kernels = 0
     for _ in range(repeats):
         wall_s, cpu_s = _timed(workload, profiled=False)
@@ -220,9 +231,14 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
         if on_cuda:
             profiled_s.append(_timed(workload, profiled=True)[0])
         t0, c0 = time.perf_counter(), time.process_time()
-        capture = capture_step(workload, warmup=0, timed=0)
+        workload.step = cpu_timed_step
+        try:
+            capture = capture_step(workload, warmup=0, timed=0)
+        finally:
+            workload.step = step
         captured_s.append(time.perf_counter() - t0)
         captured_cpu_s.append(time.process_time() - c0)
+        step_only_cpu_s.append(step_cpu_s[0])
         step_only_s.append(capture.timing.captured_step_s)
         num_ops, num_kernels = len(capture.ops), len(capture.kernels)
         del capture
@@ -231,6 +247,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
     env = environment(device)
     plain, captured, step_only = _summary(plain_s), _summary(captured_s), _summary(step_only_s)
     plain_cpu, captured_cpu = _summary(plain_cpu_s), _summary(captured_cpu_s)
+    step_only_cpu = _summary(step_only_cpu_s)
     return {
         "bench": "capture_overhead",
         "shape": name,
@@ -251,7 +268,11 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
         "per_op_host_us_min": (step_only["min_s"] - plain["min_s"]) / max(num_ops, 1) * 1e6,
         "plain_cpu_time": plain_cpu,
         "captured_cpu_time": captured_cpu,
-        # process CPU time per op of capture_step end to end (recording and assembling records)
+        "captured_step_only_cpu_time": step_only_cpu,
+        # process CPU time per op: of the captured step (recording), and of capture_step end to
+        # end (recording and assembling the records)
+        "per_op_step_cpu_us": (step_only_cpu["median_s"] - plain_cpu["median_s"])
+        / max(num_ops, 1) * 1e6,
         "per_op_cpu_us": (captured_cpu["median_s"] - plain_cpu["median_s"]) / max(num_ops, 1) * 1e6,
         "commit": env["levers_commit"],
         "torch": env["torch"],
@@ -342,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             + f"captured step={row['captured_step_only']['median_s'] * 1e3:8.2f} ms "
             f"({row['step_only_overhead_ratio']:.2f}x, {row['per_op_host_us']:.1f} us/op) "
             f"end to end={row['captured']['median_s'] * 1e3:8.2f} ms "
-            f"({row['overhead_ratio']:.2f}x) cpu time {row['per_op_cpu_us']:.1f} us/op "
+            f"({row['overhead_ratio']:.2f}x) cpu time/op: step {row['per_op_step_cpu_us']:.1f} us, "
+            f"end to end {row['per_op_cpu_us']:.1f} us "
             f"[{time.perf_counter() - t0:.0f} s]",
             file=sys.stderr,
         )
