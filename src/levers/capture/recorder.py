@@ -79,7 +79,6 @@ class OpRecorder(TorchDispatchMode):
         model: torch.nn.Module,
         *,
         optimizer: torch.optim.Optimizer | None = None,
-        cuda_memory: bool,
         live: LiveStorages | None,
         range_marker: Callable[[int], Any] | None = None,
         progress: Callable[[int, str], None] | None = None,
@@ -93,7 +92,6 @@ class OpRecorder(TorchDispatchMode):
         self.phase = "forward"
         self.module_stack: list[torch.nn.Module] = []
         self.paused = False
-        self.cuda_memory = cuda_memory
         self.live = live
         self.range_marker = range_marker
         self.progress = progress

@@ -164,7 +164,6 @@ def capture_step(
     recorder = OpRecorder(
         workload.model,
         optimizer=workload.optimizer,
-        cuda_memory=on_cuda,
         live=live,
         range_marker=gpu.range_marker() if on_cuda else None,
         progress=progress,
