@@ -8,12 +8,14 @@ parameters and optimizer state after it are bitwise equal to those after an unca
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.distributed._tools.mod_tracker import ModTracker
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -102,12 +104,39 @@ def _zero_grad_phase(recorder: OpRecorder, optimizer: torch.optim.Optimizer | No
             del optimizer.zero_grad
 
 
+try:  # inside a module that torch.compile optimizes, the hooks stay out (as ModTracker's do)
+    from torch._dynamo.eval_frame import _is_in_optimized_module as _in_compiled_module
+except ImportError:
+
+    def _in_compiled_module() -> bool:
+        return False
+
+
 @contextlib.contextmanager
 def _module_tracking(recorder: OpRecorder) -> Iterator[None]:
-    tracker = ModTracker()
-    tracker.register_user_hooks(pre_fw_hook=recorder.push_module, post_fw_hook=recorder.pop_module)
-    with tracker:
+    """Keep the recorder's stack of running modules with global forward hooks.
+
+    These are the hooks ModTracker's forward tracking is made of. ModTracker also registers
+    gradient hooks on every module's inputs and outputs to follow modules in backward, which
+    the recorder does not need (a backward op is attributed through its autograd node) and
+    which cost more than the rest of the module tracking together.
+    """
+
+    def entered(module: torch.nn.Module, args: Any) -> None:
+        if not _in_compiled_module():
+            recorder.push_module(module)
+
+    def left(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not _in_compiled_module():
+            recorder.pop_module(module)
+
+    pre = register_module_forward_pre_hook(entered)
+    post = register_module_forward_hook(left, always_call=True)  # also when forward raises
+    try:
         yield
+    finally:
+        pre.remove()
+        post.remove()
 
 
 def capture_step(
@@ -188,7 +217,6 @@ class StepCapture:
         recorder = OpRecorder(
             workload.model,
             optimizer=workload.optimizer,
-            cuda_memory=on_cuda,
             live=self._live,
             range_marker=gpu.range_marker() if on_cuda else None,
             progress=self.progress,
@@ -237,11 +265,13 @@ class StepCapture:
             self._stack = None
         calls = recorder.finish_calls()
 
-        ops = recorder.ops
-        kernels: list = []
         if on_cuda:
-            per_op_us, kernels = gpu.join_kernels(self._profiler)
-            ops = [dataclasses.replace(op, device_us=per_op_us.get(op.index, 0.0)) for op in ops]
+            joined = gpu.read_profile(self._profiler)
+            kernels = joined.kernels
+            live_bytes = gpu.allocated_after_ops(
+                self._profiler, _indexed(device), joined.end_ns, recorder.num_ops, self._start_bytes
+            )
+            ops = recorder.build_ops(device_us=joined.device_us, live_bytes=live_bytes)
             memory = MemoryStats(
                 source="cuda-allocator",
                 start_bytes=self._start_bytes,
@@ -252,6 +282,8 @@ class StepCapture:
             )
         else:
             assert self._live is not None
+            kernels = []
+            ops = recorder.build_ops()
             memory = MemoryStats(
                 source="tracked-storages",
                 start_bytes=self._start_bytes,
@@ -281,6 +313,13 @@ def _loss_value(returned: Any) -> float | None:
     """The captured step's loss as a float (after the step: the sync is outside its timing)."""
     loss = find_loss(returned).value
     return None if loss is None else float(loss)  # sync point: after the captured step
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N``, the form the profiler's allocator events carry."""
+    if device.index is not None:
+        return device
+    return torch.device(device.type, torch.cuda.current_device())
 
 
 def _peak_op(ops: list) -> int | None:
