@@ -34,6 +34,12 @@ RULE_MODULES = (
     "levers.detectors.mem002_lifetime_peak_metric",
     "levers.detectors.opt001_unfused_optimizer",
     "levers.detectors.dtype001_fp32_matmul",
+    "levers.detectors.elem001_memory_bound_elementwise",
+    "levers.detectors.fuse001_unfused_swiglu",
+    "levers.detectors.fuse002_unfused_rope",
+    "levers.detectors.loss002_full_vocab_logits",
+    "levers.detectors.mem003_unused_gpu_memory",
+    "levers.detectors.pad001_padding_tokens",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
