@@ -21,7 +21,7 @@ import sys
 
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
 VERB_MODULES = (
-    "levers.report.audit_cli",
+    "levers.audit.cli",
     "levers.memory.cli",
     "levers.ab.cli",
 )
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except LeversError as exc:
-        from levers.report.errors import print_error
+        from levers.output.errors import print_error
 
         print_error(exc)
         return exc.exit_code
@@ -89,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except Exception as exc:  # noqa: BLE001 - a defect in levers: short note, traceback on request
-        from levers.report.errors import print_internal_error
+        from levers.output.errors import print_internal_error
 
         print_internal_error(exc, debug=debug)
         return EXIT_INTERNAL_ERROR
 
 
 def _debug_requested(argv: list[str]) -> bool:
-    from levers.report.errors import debug_from_env
+    from levers.output.errors import debug_from_env
 
     return debug_from_env() or "--debug" in argv
 
