@@ -65,7 +65,8 @@ def find_gated_activations(capture: Capture) -> list[Chain]:
         # the up projection may run between the activation and the product, in the same MLP
         parent = op.module.rsplit(".", 1)[0] if op.module and "." in op.module else op.module
         for nxt in _next_ops(ops, op.index + 1, GATE_WINDOW, parent):
-            if base_name(nxt.name) == "mul" and any(m.shape == out.shape for m in nxt.inputs):
+            # gate times up: both factors have the activation's shape (not a scale or a mask)
+            if base_name(nxt.name) == "mul" and sum(m.shape == out.shape for m in nxt.inputs) >= 2:
                 chains.append(Chain(kind, (op.index, nxt.index), nxt.index, nxt.outputs[0]))
                 break
     return chains

@@ -32,6 +32,7 @@ Changes numerics: a different batch changes the optimisation (gradient noise, st
 keep the global batch fixed through gradient accumulation when results must not move.
 
 ## Known problems
+The receipt is the step's first op with a user source line, usually where the batch is made.
 The tokens/s model is first-order: everything but the optimizer and the launch gaps scales
 linearly with the batch, so it ignores the better matmul efficiency at larger shapes (it
 under-promises) and allocator fragmentation near the limit (the fit keeps a 5% margin). It needs
@@ -50,8 +51,8 @@ from collections.abc import Iterator
 from levers.capture.records import Capture
 from levers.audit.bottleneck import THROUGHPUT_BOUND, step_bottleneck, tokens_per_s_ratio
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Receipt, Work
-from levers.audit.patterns import fmt_bytes
+from levers.audit.finding import Finding, Work
+from levers.audit.patterns import fmt_bytes, receipt
 from levers.audit.rules.registry import rule
 
 CODE, NAME = "MEM003", "unused-gpu-memory"
@@ -85,6 +86,8 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         f"{fit} is predicted at {ratio:.2f}x the tokens/s."
     )
     params = capture.workload_params
+    # the step's first op with a user source line is usually where the batch is made
+    first = next((op for op in capture.ops if op.source is not None), None)
     yield Finding(
         code=CODE,
         name=NAME,
@@ -92,12 +95,10 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         fix_title=f"Raise {memory.batch_param} from {now} to {fit} (the predicted fit), then "
         "re-tune the learning rate or lower gradient accumulation",
         receipts=(
-            Receipt(
-                file=f"<workload {capture.workload}>",
-                line=0,
-                code=f"{memory.batch_param}={params.get(memory.batch_param, now)}",
+            receipt(
+                first.source if first is not None else None,
                 module=None,
-                op="--set",
+                op=f"{memory.batch_param}={params.get(memory.batch_param, now)}",
                 shapes=f"predicted reserved peak {fmt_bytes(memory.peak_reserved_bytes)}",
             ),
         ),
