@@ -4,9 +4,11 @@ Each verb lives in its own module and plugs in through ``add_parser(subparsers)`
 sub-parser and sets ``func`` (called with the parsed namespace, returning an exit code). This
 module only wires them together and turns errors into messages and exit codes:
 
-- 0: success; 2: a :class:`levers.errors.LeversError` from the input (or a usage error);
-  3: the workload's step raised (:class:`levers.errors.StepError`); 1: a defect in levers itself;
-  130: interrupted.
+- 0: success; 1: ``levers audit --fail-on`` found what it gates on; 2: a
+  :class:`levers.errors.LeversError` from the input (or a usage error); 3: the workload's step
+  raised (:class:`levers.errors.StepError`); 70: a defect in levers itself; 130: interrupted.
+
+Errors are rendered by :mod:`levers.output.errors` for every verb.
 
 A user never sees a traceback from inside levers unless they ask for it with ``--debug`` (before
 or after the verb) or ``LEVERS_DEBUG=1``.

@@ -16,7 +16,7 @@ from levers.audit.config import (
     predicted_memory_from_plan,
 )
 from levers.audit.rules.registry import all_rules
-from levers.memory.gpus import GPUS
+from levers.hardware import GPUS
 from levers.memory.plan import CategoryBytes, MemoryPlan, PeakMoment, WhatIf
 from levers.audit.cli_findings import memory_gpu
 

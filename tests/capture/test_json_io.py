@@ -1,4 +1,4 @@
-"""levers.capture.json_io and atomic: the --json file and how it is written."""
+"""levers.capture.json_io: the --json file and how it is written."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from levers.capture.records import SCHEMA_VERSION
 from levers.errors import LeversError
-from levers.output import atomic
 from levers.capture.json_io import SCHEMA, read_capture, write_capture
 
 from hand_capture import make_calls, make_capture
@@ -95,32 +94,3 @@ def test_failed_write_keeps_previous_file(tmp_path, capture):
         write_capture(bad, path)
     assert path.read_text() == "previous content\n"
     assert os.listdir(tmp_path) == ["step.json"]  # the temporary file is gone
-
-
-def test_atomic_open_failure_midway_keeps_previous_file(tmp_path):
-    path = tmp_path / "out.txt"
-    atomic.atomic_write_text(path, "old")
-    with pytest.raises(KeyboardInterrupt), atomic.atomic_open(path) as f:
-        f.write("new, half written")
-        f.flush()
-        raise KeyboardInterrupt
-    assert path.read_text() == "old"
-    assert sorted(os.listdir(tmp_path)) == ["out.txt"]
-
-
-def test_atomic_replace_keeps_mode(tmp_path):
-    path = tmp_path / "out.txt"
-    path.write_text("old")
-    os.chmod(path, 0o640)
-    atomic.atomic_write_text(path, "new")
-    assert path.read_text() == "new"
-    assert os.stat(path).st_mode & 0o777 == 0o640
-
-
-def test_atomic_new_file_follows_umask(tmp_path):
-    old = os.umask(0o022)
-    try:
-        atomic.atomic_write_text(tmp_path / "new.txt", "x")
-    finally:
-        os.umask(old)
-    assert os.stat(tmp_path / "new.txt").st_mode & 0o777 == 0o644

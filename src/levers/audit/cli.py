@@ -1,7 +1,7 @@
 """``levers audit``: capture one training step, print its summary and the ranked findings.
 
     levers audit [WORKLOAD] [--set KEY=VALUE ...] [--json FILE] [--warmup N] [--timed N] [--top N]
-                 [--target h100|h200|a100] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
+                 [--target GPU] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
                  [--md FILE] [--findings-json FILE]
 
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.capture.json_io import check_writable, write_capture
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
-    from levers.output.console import make_console
+    from levers.output.console import make_console, say_wrote
 
     params = parse_set(args.set_items)
     if args.json_path is not None:
@@ -131,10 +131,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path is not None:
         audit = audit_to_dict(findings.report, config=findings.result.config)
         write_capture(result, args.json_path, extra={"audit": audit})
-        make_console(stderr=True).print(f"wrote the capture to {args.json_path}", markup=False)
+        say_wrote(args.json_path, "the capture")
     if args.findings_json_path is not None:
         write_findings(findings.report, args.findings_json_path, config=findings.result.config)
-        make_console(stderr=True).print(f"wrote the findings to {args.findings_json_path}", markup=False)
+        say_wrote(args.findings_json_path, "the findings")
     if args.md_path is not None:
-        make_console(stderr=True).print(f"wrote the findings as Markdown to {args.md_path}", markup=False)
+        say_wrote(args.md_path, "the findings as Markdown")
     return findings.exit_code

@@ -1,6 +1,6 @@
 """The findings part of ``levers audit``: its options, and running the rules on a capture.
 
-    levers audit [WORKLOAD] [--target h100|h200|a100] [--select CODES] [--ignore CODES]
+    levers audit [WORKLOAD] [--target GPU] [--select CODES] [--ignore CODES]
                  [--fail-on low|medium|high|never] [--md FILE] [--json FILE] ...
 
 ``--select``/``--ignore`` take codes or prefixes, comma-separated or repeated (``ATTN``,
@@ -23,9 +23,6 @@ from typing import Any
 
 from levers.errors import LeversError
 
-TARGETS = ("h100", "h200", "a100")
-# the memory model's GPU for each --target: the SXM part with the most memory
-MEMORY_GPUS = {"h100": "h100-80gb", "h200": "h200", "a100": "a100-80gb"}
 MEMORY_RULE = "MEM001"
 # rules that read levers memory's fit of the batch parameter
 FIT_RULES = ("MEM001", "MEM003")
@@ -42,10 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("findings")
     group.add_argument(
         "--target",
-        choices=TARGETS,
+        metavar="GPU",
         default=None,
-        help="GPU that costs and MFU are estimated for on a CPU capture (default: h100; on a GPU "
-        "capture, the GPU that ran)",
+        help="GPU that costs and MFU are estimated for on a CPU capture: any name levers memory "
+        "--gpu takes (h100, h100-80gb, h200, a100, a100-40gb; default: h100; on a GPU capture, "
+        "the GPU that ran)",
     )
     group.add_argument(
         "--target-torch",
@@ -110,9 +108,12 @@ def check_arguments(args: argparse.Namespace) -> None:
     from levers.audit.config import parse_torch_version
     from levers.audit.rules.registry import select_rules
     from levers.capture.json_io import check_writable
+    from levers.hardware import resolve_gpu
 
     try:
         select_rules(codes(args.select), codes(args.ignore))
+        if args.target is not None:
+            resolve_gpu(args.target, allow_budget=False, option="--target")
         if args.target_torch is not None:
             parse_torch_version(args.target_torch)
     except ValueError as exc:
@@ -142,13 +143,13 @@ def step_scopes(workload: Any) -> dict:
 def memory_gpu(target: str | None, capture: Any) -> str:
     """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``--target``'s."""
     from levers.audit.config import DEFAULT_TARGET, capture_on_gpu
-    from levers.memory.gpus import gpu_from_device_name
+    from levers.hardware import gpu_from_device_name, resolve_gpu
 
     if capture_on_gpu(capture):
         spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
         if spec is not None:
             return spec.name
-    return MEMORY_GPUS[target or DEFAULT_TARGET]
+    return resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target").name
 
 
 def predicted_memory(

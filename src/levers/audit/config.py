@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.capture.records import Capture
-from levers.hardware import GPUS, GpuSpec, spec_for_device_name
+from levers.hardware import GpuSpec, gpu_from_device_name, resolve_gpu
 
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
@@ -180,16 +180,13 @@ def make_config(
     Raises:
         ValueError: an unknown target or dtype, or a malformed torch version.
     """
-    if target is not None and target not in GPUS:
-        raise ValueError(
-            f"--target {target!r} is not known; use one of: {', '.join(GPUS)}"
-        )
+    target_gpu = resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target")
     on_gpu = capture_on_gpu(capture)
     gpu = None
     if on_gpu:
-        gpu = spec_for_device_name(str(capture.env.get("device_name", "")))
+        gpu = gpu_from_device_name(str(capture.env.get("device_name", "")))
     if gpu is None:
-        gpu = GPUS[target or DEFAULT_TARGET]
+        gpu = target_gpu
     version = parse_torch_version(
         torch_version or str(capture.env.get("torch", "2.11"))
     )

@@ -52,7 +52,7 @@ def audit_to_dict(report: FindingsReport, *, config: Any = None) -> dict[str, An
         out["recommendation"] = dataclasses.asdict(report.recommendation)
     if config is not None:
         out["config"] = {
-            "gpu": config.gpu.name,
+            "gpu": config.gpu.family,
             "torch_version": ".".join(map(str, config.torch_version)),
             "on_gpu": config.on_gpu,
             "assumed_dtype": config.assumed_dtype,

@@ -3,6 +3,13 @@
 The text goes to a temporary file in the target's directory (same file system, so the rename
 is atomic), is flushed and fsynced, and then replaces the target with ``os.replace``. If anything
 fails before the rename, the temporary file is removed and the previous file is untouched.
+
+The written file keeps the mode of the file it replaces; a new file gets the usual mode under the
+umask (not ``mkstemp``'s 0600). A run killed between the two steps can leave a temporary file
+behind; it is hidden and named ``.NAME.XXXX.tmp``, so it never passes for the output, and it is
+not swept up later, since a concurrent writer of the same file may own it.
+
+Every verb writes its files through :func:`atomic_write_text` or :func:`atomic_open`.
 """
 
 from __future__ import annotations
@@ -14,12 +21,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from levers.errors import LeversError
+
 
 @contextmanager
-def atomic_open(path: str | os.PathLike[str], encoding: str = "utf-8") -> Iterator[IO[str]]:
-    """Open a text file for writing that appears at ``path`` only if the block succeeds."""
+def atomic_open(
+    path: str | os.PathLike[str],
+    encoding: str = "utf-8",
+    *,
+    exclusive: bool = False,
+    make_parents: bool = False,
+) -> Iterator[IO[str]]:
+    """Open a text file for writing that appears at ``path`` only if the block succeeds.
+
+    With ``exclusive`` an existing file is an error (:class:`LeversError`) instead of being
+    replaced; with ``make_parents`` missing directories are created.
+    """
     target = Path(path)
+    if exclusive and target.exists():
+        raise LeversError(f"{target} already exists; choose another name or remove it first")
     directory = target.parent if str(target.parent) else Path(".")
+    if make_parents:
+        directory.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
@@ -27,7 +50,14 @@ def atomic_open(path: str | os.PathLike[str], encoding: str = "utf-8") -> Iterat
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp_name, _final_mode(target))
-        os.replace(tmp_name, target)
+        if exclusive:
+            try:
+                os.link(tmp_name, target)  # unlike replace, fails if the file appeared meanwhile
+            except FileExistsError:
+                raise LeversError(f"{target} already exists; choose another name") from None
+            os.unlink(tmp_name)
+        else:
+            os.replace(tmp_name, target)
     except BaseException:
         try:
             os.unlink(tmp_name)
@@ -37,8 +67,16 @@ def atomic_open(path: str | os.PathLike[str], encoding: str = "utf-8") -> Iterat
     _fsync_directory(directory)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:
-    with atomic_open(path, encoding=encoding) as f:
+def atomic_write_text(
+    path: str | os.PathLike[str],
+    text: str,
+    encoding: str = "utf-8",
+    *,
+    exclusive: bool = False,
+    make_parents: bool = False,
+) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_open` for the options)."""
+    with atomic_open(path, encoding=encoding, exclusive=exclusive, make_parents=make_parents) as f:
         f.write(text)
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from levers.errors import LeversError
+from levers.output.console import make_console
 
 DEBUG_ENV = "LEVERS_DEBUG"
 
@@ -24,7 +25,7 @@ def debug_from_env() -> bool:
 
 
 def _stderr_console() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return make_console(stderr=True, soft_wrap=True)
 
 
 def print_error(exc: LeversError, console: Console | None = None) -> None:

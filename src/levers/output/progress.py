@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from rich.console import Console
+from levers.output.console import make_console
 
 
 @dataclass
@@ -34,7 +34,7 @@ def progress_status(enabled: bool | None = None) -> Iterator[Progress]:
     if not enabled:
         yield Progress(say=_ignore, on_ops=_ignore)
         return
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     with console.status("starting") as status:
         stage = ["capturing"]
 
