@@ -263,7 +263,7 @@ def test_a_failing_prediction_warns_in_one_line_and_the_audit_goes_on(
     assert warnings == [
         (
             "warning: levers memory could not predict the step (RuntimeError: the model broke); "
-            "MEM001 estimates its headroom from the capture"
+            "the bound is unknown and MEM001 estimates its headroom from the capture"
         )
     ]
     assert "MEM001 activations-without-checkpointing" in out
