@@ -48,6 +48,9 @@ class PredictedMemory:
         checkpointing_delta_allocated_bytes / checkpointing_delta_reserved_bytes: its change to
             the peaks (negative: checkpointing lowers them); 0 when not applicable.
         checkpointing_note: why the what-if is not applicable (or how it was predicted).
+        batch_param / batch_now / batch_fit: the workload's batch parameter, its value, and the
+            largest value levers memory's fit predicts to fit (None when not searched).
+        fit_budget_bytes: the reserved-peak budget of that fit (usable less the margin).
     """
 
     gpu: str
@@ -60,6 +63,12 @@ class PredictedMemory:
     checkpointing_delta_allocated_bytes: int = 0
     checkpointing_delta_reserved_bytes: int = 0
     checkpointing_note: str = ""
+    # the batch parameter of the workload, its value, and the largest value that fits the GPU
+    # with the margin (levers memory --fit), when the audit could search it
+    batch_param: str | None = None
+    batch_now: int | None = None
+    batch_fit: int | None = None
+    fit_budget_bytes: int = 0
 
 
 def predicted_memory_from_plan(plan: Any) -> PredictedMemory:
