@@ -16,6 +16,11 @@ lever lives in its own file under :mod:`levers.levers` and registers one :class:
 
 ``apply(workload, lever)`` is the workload-level form used by ``levers ab --lever``: the same
 workload object, changed, and its undo.
+
+A lever that acts on the workload's factory parameters rather than on a built model
+(``raise-batch``) sets ``choose_params``: given the factory spec and its parameters it returns the
+parameters to build the candidate with and a sentence saying what it chose. ``levers ab --lever``
+calls it before building the candidate; ``patch`` is then never called on a built model.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class Target:
     optimizer: torch.optim.Optimizer | None = None
     step: Callable[[], Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # the workload's factory parameters
+    options: dict[str, Any] = field(default_factory=dict)  # lever options (compile backend, ...)
 
 
 class NotApplicable(ValueError):
@@ -59,31 +65,38 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+    # for a lever on the factory parameters: (spec, params, options) -> (new params, what it chose)
+    choose_params: Callable[[Any, dict[str, Any], dict[str, Any]], tuple[dict[str, Any], str]] | None = None
+    known_problems: str = ""  # combinations that fail, shapes where it does not help
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
             raise ValueError(f"lever {self.id}: safety must be one of {FIX_SAFETIES}")
-        if self.safety == CHANGES_NUMERICS and self.tolerance is None:
+        # a lever on the factory parameters changes the step itself (another batch): no tolerance
+        if self.safety == CHANGES_NUMERICS and self.tolerance is None and self.choose_params is None:
             raise ValueError(f"lever {self.id}: a numerics-changing lever states its tolerance")
         if self.safety == EXACT and self.tolerance is not None:
             raise ValueError(f"lever {self.id}: an exact lever has no tolerance")
 
 
-def target_of(workload: Workload) -> Target:
+def target_of(workload: Workload, options: dict[str, Any] | None = None) -> Target:
     return Target(
         model=workload.model,
         optimizer=workload.optimizer,
         step=workload.step,
         params=dict(workload.params),
+        options=dict(options or {}),
     )
 
 
-def apply(workload: Workload, lever: Lever) -> tuple[Workload, Undo]:
+def apply(
+    workload: Workload, lever: Lever, options: dict[str, Any] | None = None
+) -> tuple[Workload, Undo]:
     """Apply ``lever`` to ``workload`` in place; returns the workload and the undo.
 
     Raises :class:`NotApplicable` with the lever's reason when it does not apply.
     """
-    target = target_of(workload)
+    target = target_of(workload, options)
     reason = lever.applies(target)
     if reason is not None:
         raise NotApplicable(f"lever {lever.id} does not apply: {reason}")
