@@ -57,8 +57,6 @@ def choose_params(
     gpu = _gpu(options)
     margin = float(options.get("margin", DEFAULT_MARGIN))
     source = source_of(spec, params)
-    probe = source.build(source.params) if PARAM not in params else None
-    start = int(params.get(PARAM) or probe.params.get(PARAM) or 1)
     lever_ids = [i for i in options.get("levers", ()) if i != "raise-batch"]
     budget = int(gpu.usable_bytes * (1.0 - margin))
 
@@ -80,6 +78,10 @@ def choose_params(
             fits=peak <= budget,
         )
 
+    if params.get(PARAM):
+        start = int(params[PARAM])
+    else:  # the factory's default, as the prediction records it
+        start = int(run_prediction(source, gpu, num_steps=1).params.get(PARAM) or 1)
     upper = options.get("max_batch_size")
     best, curve = search_largest(evaluate, start, upper=int(upper) if upper else None)
     if best is None:
