@@ -24,6 +24,7 @@ VERB_MODULES = (
     "levers.report.audit_cli",
     "levers.memory.cli",
     "levers.ab.cli",
+    "levers.levers.list_cli",
 )
 
 # 70 (EX_SOFTWARE): 1 is `levers audit --fail-on`'s "findings remain", which a CI gate reads

@@ -68,16 +68,20 @@ def probe_rms_norm(path: str, module: torch.nn.Module) -> RmsNormSite | None:
         return None
     if not weight.is_floating_point() or not _is_real(weight):
         return None
+    try:
+        return _probe(path, module, weight, eps)
+    except Exception:  # noqa: BLE001 - a module the probe cannot run (one tensor in, fake weights)
+        return None
+
+
+def _probe(path: str, module: torch.nn.Module, weight: torch.Tensor, eps: float) -> RmsNormSite | None:
     width = weight.shape[0]
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, width, generator=generator).to(weight.device, weight.dtype)
     calls = _Calls()
-    try:
-        with torch.no_grad(), calls:
-            out = module(x)
-            out_low = module(x.to(torch.bfloat16))
-    except Exception:  # noqa: BLE001 - a module that does not take one tensor is not a norm
-        return None
+    with torch.no_grad(), calls:
+        out = module(x)
+        out_low = module(x.to(torch.bfloat16))
     if F.rms_norm in calls.called or F.layer_norm in calls.called:
         return None
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:

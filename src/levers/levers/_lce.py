@@ -94,6 +94,10 @@ def linear_cross_entropy(
         summed = LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, reduction="sum")(
             weight_vd, hidden_nd, targets_n, bias
         )
+        # versions that can also return a z-loss or accuracies wrap the loss
+        summed = getattr(summed, "loss", summed)
+        if isinstance(summed, tuple):
+            summed = summed[0]
     elif chosen == "cce":
         from cut_cross_entropy import linear_cross_entropy as cce
 

@@ -73,15 +73,46 @@ def applies(target: Target) -> str | None:
     return None
 
 
-def _snapshot_module(module: types.ModuleType) -> dict[str, Any]:
-    return dict(vars(module))
+def snapshot_classes(module: types.ModuleType) -> dict[type, dict[str, Any]]:
+    """The attributes of every class defined in ``module`` (Liger may patch a class's forward)."""
+    return {
+        value: dict(vars(value))
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__
+    }
+
+
+def restore_classes(snapshot: dict[type, dict[str, Any]]) -> list[str]:
+    """Put the class attributes back as they were; returns the ones that had changed."""
+    changed = []
+    for cls, before in snapshot.items():
+        for name in [n for n in vars(cls) if n not in before]:
+            changed.append(f"{cls.__name__}.{name}")
+            delattr(cls, name)
+        for name, value in before.items():
+            if vars(cls).get(name, _MISSING) is not value and name not in ("__dict__", "__weakref__"):
+                changed.append(f"{cls.__name__}.{name}")
+                setattr(cls, name, value)
+    return changed
+
+
+def restore_globals(module: types.ModuleType, before: dict[str, Any]) -> dict[str, Any]:
+    """Put the module's globals back; returns the values that had been replaced or added."""
+    replaced = {n: v for n, v in vars(module).items() if before.get(n, _MISSING) is not v}
+    for name in replaced:
+        if name in before:
+            setattr(module, name, before[name])
+        else:
+            delattr(module, name)
+    return replaced
 
 
 def patch(target: Target) -> Callable[[], None]:
     model = target.model
     apply_fn = _apply_function(model.config.model_type)
     modeling = sys.modules[type(model).__module__]
-    globals_before = _snapshot_module(modeling)
+    globals_before = dict(vars(modeling))
+    classes_before = snapshot_classes(modeling)
     instance_before = {m: dict(vars(m)) for m in model.modules()}
     # some Liger versions rename the patched module's class (a process-wide change)
     class_names = {type(m): type(m).__name__ for m in model.modules()}
@@ -89,17 +120,9 @@ def patch(target: Target) -> Callable[[], None]:
     options = {**PATCHES, **{k: v for k, v in target.options.items() if k in PATCHES}}
     apply_fn(model=model, **options)
 
-    # what Liger replaced in the modeling module; put it back at once
-    replaced = {
-        name: value
-        for name, value in vars(modeling).items()
-        if globals_before.get(name, _MISSING) is not value
-    }
-    for name in replaced:
-        if name in globals_before:
-            setattr(modeling, name, globals_before[name])
-        else:
-            delattr(modeling, name)
+    # what Liger replaced in the modeling module (and its classes); put it back at once
+    replaced = restore_globals(modeling, globals_before)
+    restore_classes(classes_before)
     # functions are looked up at call time: swap them in for this model's forward only
     scoped = {n: v for n, v in replaced.items() if callable(v) and not isinstance(v, type)}
 

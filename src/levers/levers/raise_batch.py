@@ -3,7 +3,9 @@
 It acts on the workload's factory parameters, not on a built model: the batch size comes from
 levers memory's fit (the same bisection as ``levers memory --fit batch_size``: predicted on fake
 tensors, the reserved peak against the GPU's usable memory less the margin), with the other
-levers of the run applied to the predicted step, since they change its memory. ``levers ab
+levers of the run applied to the predicted step, since they change its memory (except
+compile-blocks and liger-kernels, which cannot run on fake tensors; the chunked loss stands in for
+a fused one). ``levers ab
 WORKLOAD --lever raise-batch`` builds the candidate with the chosen ``batch_size`` and says which.
 
 Options: ``gpu`` (a name or budget levers memory knows; default the current CUDA device),
@@ -25,6 +27,9 @@ from levers.vocab import CHANGES_NUMERICS
 
 DEFAULT_MARGIN = 0.05
 PARAM = "batch_size"
+# left out of the predicted step: compiling under fake tensors is slow and changes little of the
+# peak, and Triton kernels cannot run on fake tensors (the chunked loss stands in for Liger's)
+NOT_PREDICTED = ("compile-blocks", "liger-kernels", "raise-batch")
 
 
 def _gpu(options: dict[str, Any]):
@@ -57,13 +62,13 @@ def choose_params(
     gpu = _gpu(options)
     margin = float(options.get("margin", DEFAULT_MARGIN))
     source = source_of(spec, params)
-    lever_ids = [i for i in options.get("levers", ()) if i != "raise-batch"]
+    lever_ids = [i for i in options.get("levers", ()) if i not in NOT_PREDICTED]
     budget = int(gpu.usable_bytes * (1.0 - margin))
 
     def transform(workload) -> None:
         from levers.levers.handle import apply_to_workload
 
-        apply_to_workload(workload, lever_ids, quiet=True)
+        apply_to_workload(workload, lever_ids, quiet=True, kernel="chunked")
 
     def evaluate(value: int) -> FitPoint:
         prediction = run_prediction(

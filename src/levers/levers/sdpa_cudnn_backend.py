@@ -76,7 +76,9 @@ class AdmitFused(TorchFunctionMode):
         bound = dict(zip(names, args))
         bound.update(kwargs)
         mask = bound.get("attn_mask")
-        if isinstance(mask, torch.Tensor) and not bound.get("is_causal", False):
+        # under torch.compile the mask's values are not known while tracing: leave it
+        tracing = torch.compiler.is_compiling()
+        if isinstance(mask, torch.Tensor) and not bound.get("is_causal", False) and not tracing:
             len_q, len_k = bound["query"].shape[-2], bound["key"].shape[-2]
             if self._mask_is_causal(mask, len_q, len_k):
                 bound["attn_mask"], bound["is_causal"] = None, True
