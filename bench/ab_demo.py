@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from levers.ab.prereg import template
-from levers.ab.record import read_record, write_atomic
+from levers.ab.record import read_record
+from levers.output.atomic import atomic_write_text
 from levers.cli import main as levers_main
 
 FIXED_ALL_EXPECTATIONS = [
@@ -96,10 +97,11 @@ AA_EXPECTATIONS = [
 def _prereg(path: Path, design: dict, question: str, expectations: list, rule: str) -> None:
     if path.exists():  # frozen by an earlier run: reuse it as it is
         return
-    write_atomic(
+    atomic_write_text(
         path,
         template(design, question=question, expectations=expectations, decision_rule=rule),
         exclusive=True,
+        make_parents=True,
     )
 
 
@@ -166,7 +168,7 @@ def write_summary(out: Path, command: str) -> str:
             "",
         ]
     text = "\n".join(lines)
-    write_atomic(out / "summary.md", text)
+    atomic_write_text(out / "summary.md", text, make_parents=True)
     return text
 
 

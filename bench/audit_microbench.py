@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from levers.capture.env import git_commit
-from levers.detectors.cost.microbench import input_leaves
+from levers.audit.cost.microbench import input_leaves
 from levers.workloads.demo_config import SIZES
 from levers.workloads.demo_text import rms_norm_eager, suffix_attention
 from levers.workloads.demo_vision import eager_attention

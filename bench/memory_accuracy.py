@@ -112,7 +112,7 @@ def fit_worker() -> dict:
     import torch
 
     from levers.memory.fit import fit_param
-    from levers.memory.gpus import resolve_gpu
+    from levers.hardware import resolve_gpu
     from levers.memory.predict import source_of
 
     torch.set_num_threads(1)
@@ -662,7 +662,7 @@ def _gpu_name() -> str:
 
 
 def _gpu_key(name: str) -> str:
-    from levers.memory.gpus import gpu_from_device_name
+    from levers.hardware import gpu_from_device_name
 
     spec = gpu_from_device_name(name)
     return spec.name if spec is not None else "h100-80gb"

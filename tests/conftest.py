@@ -10,6 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+# the hand-built capture's fixtures, for the audit's summary and the capture's JSON tests
+from hand_capture import build_capture, capture  # noqa: F401
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():

@@ -15,7 +15,7 @@ import pytest
 
 import levers.capture
 from levers.cli import main
-from levers.report.capture_json import SCHEMA, read_capture, write_capture
+from levers.capture.json_io import SCHEMA, read_capture, write_capture
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MY_WORKLOAD = f"{FIXTURES / 'my_workload.py'}:factory"

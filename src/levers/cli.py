@@ -4,9 +4,11 @@ Each verb lives in its own module and plugs in through ``add_parser(subparsers)`
 sub-parser and sets ``func`` (called with the parsed namespace, returning an exit code). This
 module only wires them together and turns errors into messages and exit codes:
 
-- 0: success; 2: a :class:`levers.errors.LeversError` from the input (or a usage error);
-  3: the workload's step raised (:class:`levers.errors.StepError`); 1: a defect in levers itself;
-  130: interrupted.
+- 0: success; 1: ``levers audit --fail-on`` found what it gates on; 2: a
+  :class:`levers.errors.LeversError` from the input (or a usage error); 3: the workload's step
+  raised (:class:`levers.errors.StepError`); 70: a defect in levers itself; 130: interrupted.
+
+Errors are rendered by :mod:`levers.output.errors` for every verb.
 
 A user never sees a traceback from inside levers unless they ask for it with ``--debug`` (before
 or after the verb) or ``LEVERS_DEBUG=1``.
@@ -21,7 +23,7 @@ import sys
 
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
 VERB_MODULES = (
-    "levers.report.audit_cli",
+    "levers.audit.cli",
     "levers.memory.cli",
     "levers.ab.cli",
     "levers.levers.list_cli",
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except LeversError as exc:
-        from levers.report.errors import print_error
+        from levers.output.errors import print_error
 
         print_error(exc)
         return exc.exit_code
@@ -90,14 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except Exception as exc:  # noqa: BLE001 - a defect in levers: short note, traceback on request
-        from levers.report.errors import print_internal_error
+        from levers.output.errors import print_internal_error
 
         print_internal_error(exc, debug=debug)
         return EXIT_INTERNAL_ERROR
 
 
 def _debug_requested(argv: list[str]) -> bool:
-    from levers.report.errors import debug_from_env
+    from levers.output.errors import debug_from_env
 
     return debug_from_env() or "--debug" in argv
 

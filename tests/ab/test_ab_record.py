@@ -1,4 +1,4 @@
-"""The append-only record and the atomic writer."""
+"""The append-only record (its atomic writer is levers.output.atomic: tests/output/test_atomic.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from levers.ab.record import append_event, read_record, record_path_for, write_atomic
+from levers.ab.record import append_event, read_record, record_path_for
 from levers.errors import LeversError
 
 
@@ -36,20 +36,3 @@ def test_a_line_that_is_not_json_is_reported_with_its_number(tmp_path):
 
 def test_no_record_reads_as_empty(tmp_path):
     assert read_record(tmp_path / "none.jsonl") == []
-
-
-def test_write_atomic_replaces_and_leaves_no_temporary(tmp_path):
-    path = tmp_path / "out" / "a.json"
-    write_atomic(path, "one")
-    write_atomic(path, "two")
-    assert path.read_text() == "two"
-    assert sorted(p.name for p in path.parent.iterdir()) == ["a.json"]
-
-
-def test_write_atomic_exclusive_refuses_an_existing_file(tmp_path):
-    path = tmp_path / "a.toml"
-    write_atomic(path, "first", exclusive=True)
-    with pytest.raises(LeversError, match="already exists"):
-        write_atomic(path, "second", exclusive=True)
-    assert path.read_text() == "first"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.toml"]

@@ -10,7 +10,7 @@ import torch
 
 from levers.memory import predict_memory
 from levers.memory.fake import trace_workload
-from levers.memory.gpus import resolve_gpu
+from levers.hardware import resolve_gpu
 
 MIB = 1 << 20
 H100 = resolve_gpu("h100-80gb")

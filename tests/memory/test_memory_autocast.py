@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from levers.memory.fake import trace_workload
-from levers.memory.gpus import resolve_gpu
+from levers.hardware import resolve_gpu
 from levers.workload import Workload
 
 

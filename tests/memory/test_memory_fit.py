@@ -6,7 +6,7 @@ import memory_factories as factories
 import pytest
 
 from levers.memory.fit import fit_param, search_largest
-from levers.memory.gpus import GpuSpec
+from levers.hardware import GpuSpec
 from levers.memory.plan import FitPoint
 from levers.memory.predict import run_prediction, source_of
 
@@ -68,6 +68,6 @@ def test_fit_a_workload_to_a_budget():
 
 
 def _gpu(usable: int) -> GpuSpec:
-    from levers.memory.gpus import CONTEXT_BYTES
+    from levers.hardware import CONTEXT_BYTES
 
     return GpuSpec("test", usable + CONTEXT_BYTES, (9, 0), "a test budget")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from levers.memory import predict_memory
-from levers.memory.gpus import gpu_from_device_name, resolve_gpu
+from levers.hardware import gpu_from_device_name, resolve_gpu
 from levers.memory.measure import measure_peaks
 from levers.memory.predict import source_of
 

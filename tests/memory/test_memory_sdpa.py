@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from levers.memory import sdpa
 from levers.memory.fake import trace_workload
-from levers.memory.gpus import resolve_gpu
+from levers.hardware import resolve_gpu
 from levers.workload import Workload
 
 H100 = sdpa.target_for((9, 0))

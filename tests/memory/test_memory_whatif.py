@@ -9,7 +9,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from levers.memory.fake import trace_workload
-from levers.memory.gpus import resolve_gpu
+from levers.hardware import resolve_gpu
 from levers.memory.predict import run_prediction, source_of
 from levers.memory.whatif import (
     bf16_optimizer_sizes,

@@ -195,11 +195,14 @@ def _given(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _init_prereg(path: Path, given: dict[str, Any]) -> int:
     from levers.ab.prereg import template
-    from levers.ab.record import write_atomic
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
 
-    write_atomic(path, template(given), exclusive=True)
+    atomic_write_text(path, template(given), exclusive=True, make_parents=True)
+    say_wrote(path)
+    # the next step is this command's output proper, so it goes to stdout
     print(
-        f"wrote {path}: state the question, the numbered expectations and the decision rule, "
+        f"state the question, the numbered expectations and the decision rule in {path}, "
         f"then run: levers ab --prereg {path}"
     )
     return 0
@@ -213,7 +216,9 @@ def run(args: argparse.Namespace) -> int:
     from levers.ab.freeze import freeze
     from levers.ab.markdown import to_markdown
     from levers.ab.prereg import parse_prereg
-    from levers.ab.record import append_event, to_json, write_atomic
+    from levers.ab.record import append_event, to_json
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
     from levers.ab.render import print_result
     from levers.ab.runner import run_ab
 
@@ -249,13 +254,13 @@ def run(args: argparse.Namespace) -> int:
     if state is not None:
         append_event(state.record_path, document)
     if args.json_path is not None:
-        write_atomic(args.json_path, to_json(document) + "\n")
+        atomic_write_text(args.json_path, to_json(document) + "\n", make_parents=True)
     if args.md_path is not None:
-        write_atomic(args.md_path, to_markdown(result, env, outcomes, state))
+        atomic_write_text(args.md_path, to_markdown(result, env, outcomes, state), make_parents=True)
     print_result(result, outcomes)
     written = [str(p) for p in (state and state.record_path, args.json_path, args.md_path) if p]
-    if written:
-        print(f"written: {', '.join(written)}")
+    for path in written:
+        say_wrote(path)
     if result.killed is None:
         return 0
     if result.killed.kind == "step_error":

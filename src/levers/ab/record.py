@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -66,31 +65,3 @@ def append_event(path: str | os.PathLike, event: dict[str, Any]) -> None:
         handle.write(line)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def write_atomic(path: str | os.PathLike, text: str, *, exclusive: bool = False) -> None:
-    """Write a whole file so that readers see the old content or the new, never a mix.
-
-    With ``exclusive`` an existing file is an error instead of being replaced.
-    """
-    path = Path(path)
-    if exclusive and path.exists():
-        raise LeversError(f"{path} already exists; choose another name or remove it first")
-    parent = path.parent if str(path.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if exclusive:
-            try:
-                os.link(tmp, path)  # unlike replace, fails if path appeared meanwhile
-            except FileExistsError:
-                raise LeversError(f"{path} already exists; choose another name") from None
-        else:
-            os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -11,6 +11,7 @@ from levers.ab.expectations import Outcome
 from levers.ab.format import HEADERS, design_line, rows, side_line
 from levers.ab.runner import AbResult
 from levers.ab.verdict import DAMAGED, IMPROVED, KILLED, PARITY
+from levers.output.console import make_console
 
 STYLES = {IMPROVED: "bold green", PARITY: "yellow", DAMAGED: "bold red", KILLED: "bold red"}
 
@@ -23,7 +24,7 @@ def _styled(verdict: str) -> str:
 def print_result(
     result: AbResult, outcomes: Sequence[Outcome] = (), console: Console | None = None
 ) -> None:
-    console = console or Console()
+    console = console or make_console()
     console.print(side_line(result, "baseline"), highlight=False, markup=False)
     console.print(side_line(result, "candidate"), highlight=False, markup=False)
     console.print(design_line(result), style="dim", highlight=False, markup=False)

@@ -5,7 +5,7 @@ tensors that stand in for the GPU, replays the allocations through a model of Py
 caching allocator, and returns a :class:`MemoryPlan`. See ``docs/memory.md``.
 """
 
-from levers.memory.gpus import GPUS, GpuSpec, resolve_gpu
+from levers.hardware import GPUS, GpuSpec, resolve_gpu
 from levers.memory.plan import MemoryPlan
 from levers.memory.predict import DEFAULT_MARGIN, predict_memory
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
 from levers.loader import add_set_argument
+from levers.output.atomic import atomic_write_text
 from levers.memory.fake import DEFAULT_NUM_STEPS
-from levers.memory.gpus import GPUS
+from levers.hardware import GPUS
 
 DEFAULT_GPU = "h100-80gb"
 DEFAULT_FIT_START = 1
@@ -47,7 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--gpu",
         default=DEFAULT_GPU,
         metavar="GPU",
-        help=f"{' | '.join(GPUS)} | a budget such as 40GiB (default: {DEFAULT_GPU})",
+        help=f"{' | '.join(GPUS)} (or any name levers audit --target takes: h100, a100, ...) | a "
+        f"budget such as 40GiB (default: {DEFAULT_GPU})",
     )
     parser.add_argument(
         "--fit",
@@ -84,10 +84,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from levers.loader import parse_set
-    from levers.memory.gpus import resolve_gpu
+    from levers.output.console import make_console, say_wrote
+    from levers.hardware import resolve_gpu
     from levers.memory.predict import (
         DEFAULT_MARGIN,
         check_margin,
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from levers.memory.render import render_plan
 
-    console = Console()
+    console = make_console()
     try:
         gpu = resolve_gpu(args.gpu)
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
@@ -125,8 +124,10 @@ def run(args: argparse.Namespace) -> int:
             plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
     render_plan(plan, console)
     if args.json_path is not None:
-        _write_json(args.json_path, plan.to_dict())
-        console.print(f"wrote {args.json_path}", style="dim")
+        atomic_write_text(
+            args.json_path, json.dumps(plan.to_dict(), indent=1, default=str), make_parents=True
+        )
+        say_wrote(args.json_path)
     return 0
 
 
@@ -173,17 +174,3 @@ def _check_fit_start(param: str, value: Any) -> None:
             f"--fit {param}: the workload's {param} is {value!r}, not a positive integer; "
             "fit an integer parameter such as batch_size"
         )
-
-
-def _write_json(path: Path, data: dict) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -30,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from levers.memory import sdpa
 from levers.memory.autocast import cuda_autocast_policy
 from levers.memory.composites import cuda_composites
-from levers.memory.gpus import GpuSpec
+from levers.hardware import GpuSpec
 from levers.memory.kernels import KernelModel
 from levers.memory.shadow import ShadowValues
 from levers.memory.standin import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from levers.memory.gpus import GpuSpec
+from levers.hardware import GpuSpec
 from levers.memory.plan import FitPoint, FitResult
 from levers.memory.predict import Source, run_prediction
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from levers.memory.gpus import GpuSpec
+from levers.hardware import GpuSpec
 
 
 @dataclass(frozen=True)

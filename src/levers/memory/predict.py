@@ -12,7 +12,7 @@ from typing import Any
 
 from levers.memory import attribution
 from levers.memory.fake import DEFAULT_NUM_STEPS, trace_workload, with_gpu_device
-from levers.memory.gpus import GpuSpec, resolve_gpu
+from levers.hardware import GpuSpec, resolve_gpu
 from levers.memory.plan import MemoryPlan
 from levers.memory.replay import Replay, replay
 from levers.memory.trace import Trace

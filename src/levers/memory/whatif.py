@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from levers.memory.gpus import GpuSpec
+from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
 from levers.memory.predict import Prediction, Source, run_prediction
 from levers.memory.replay import replay

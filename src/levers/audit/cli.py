@@ -1,0 +1,140 @@
+"""``levers audit``: capture one training step, print its summary and the ranked findings.
+
+    levers audit [WORKLOAD] [--set KEY=VALUE ...] [--json FILE] [--warmup N] [--timed N] [--top N]
+                 [--target GPU] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
+                 [--md FILE] [--findings-json FILE]
+
+WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
+go, by phase, module and source line; ``--json`` keeps the whole capture and the findings. The
+findings (see ``docs/rules.md`` and :mod:`levers.audit.cli_findings`) follow the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from levers.audit import cli_findings as findings_cli
+from levers.loader import add_set_argument
+from levers.output.progress import progress_status
+
+DEFAULT_WORKLOAD = "demo"
+DEFAULT_WARMUP = 1
+DEFAULT_TIMED = 3
+DEFAULT_TOP = 5
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "audit",
+        help="capture one training step, show where its time, FLOPs and bytes go, and what to fix first",
+        description=(
+            "Run a workload's training step under capture (after warm-up) and print the step "
+            "summary: FLOPs, bytes, wall time, tokens/s and peak memory, by phase, module and "
+            "source line; then the findings of the detector rules (docs/rules.md), ranked by "
+            "payoff, and what is already right."
+        ),
+        epilog=(
+            "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
+            "package.module:factory. Put WORKLOAD before --set, which takes every KEY=VALUE "
+            "after it: levers audit hf --set arch=llama attn=eager"
+        ),
+    )
+    parser.add_argument(
+        "workload",
+        nargs="?",
+        default=DEFAULT_WORKLOAD,
+        metavar="WORKLOAD",
+        help=f"built-in name, path/to/file.py:factory or package.module:factory "
+        f"(default: {DEFAULT_WORKLOAD})",
+    )
+    add_set_argument(parser)
+    parser.add_argument(
+        "--json",
+        dest="json_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the whole capture to FILE as JSON (schema levers.capture/1), with the "
+        "findings under the key \"audit\" (schema levers.audit/1)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_count(minimum=0),
+        default=DEFAULT_WARMUP,
+        metavar="N",
+        help=f"plain steps run before anything is timed (default: {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--timed",
+        type=_count(minimum=0),
+        default=DEFAULT_TIMED,
+        metavar="N",
+        help=f"plain steps timed for the wall time per step (default: {DEFAULT_TIMED})",
+    )
+    parser.add_argument(
+        "--top",
+        type=_count(minimum=1),
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"rows in each top-N table (default: {DEFAULT_TOP})",
+    )
+    parser.add_argument(
+        "--findings-json",
+        dest="findings_json_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the findings report (schema levers.audit/1) to FILE as JSON",
+    )
+    findings_cli.add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _count(*, minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported here so that `levers --help` stays fast and works without a working torch
+    from levers import capture
+    from levers.loader import load_workload, parse_set
+    from levers.capture.json_io import check_writable, write_capture
+    from levers.audit.render_json import audit_to_dict, write_findings
+    from levers.audit.render_summary import render_summary
+    from levers.output.console import make_console, say_wrote
+
+    params = parse_set(args.set_items)
+    if args.json_path is not None:
+        check_writable(args.json_path)  # before the capture, not after minutes of it
+    if args.findings_json_path is not None:
+        check_writable(args.findings_json_path)
+    findings_cli.check_arguments(args)
+    with progress_status() as progress:
+        progress.say(f"loading workload {args.workload}")
+        workload = load_workload(args.workload, params)
+        progress.say(f"capturing {workload.name}")
+        result = capture.capture_step(
+            workload, warmup=args.warmup, timed=args.timed, progress=progress.on_ops
+        )
+    console = make_console()
+    render_summary(result, console, top_n=args.top)
+    findings = findings_cli.run_findings(args, result, workload, console)
+    if args.json_path is not None:
+        audit = audit_to_dict(findings.report, config=findings.result.config)
+        write_capture(result, args.json_path, extra={"audit": audit})
+        say_wrote(args.json_path, "the capture")
+    if args.findings_json_path is not None:
+        write_findings(findings.report, args.findings_json_path, config=findings.result.config)
+        say_wrote(args.findings_json_path, "the findings")
+    if args.md_path is not None:
+        say_wrote(args.md_path, "the findings as Markdown")
+    return findings.exit_code

@@ -1,0 +1,202 @@
+"""What the rules reason about besides the capture: the target GPU, the precision assumed, and
+the memory model's prediction of the step.
+
+A rule is a pure function of a Capture and this config. On a GPU capture the config's target is
+the GPU that ran (when levers knows it); on a CPU capture it is ``--target`` and the rules decide
+what that GPU, running this torch version, would do with the recorded calls. The memory
+prediction (:class:`PredictedMemory`) is made by the caller (``levers audit`` runs
+``levers.memory.predict_memory``); rules only read its numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from levers.capture.records import Capture
+from levers.hardware import GpuSpec, gpu_from_device_name, resolve_gpu
+
+DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "fp32": "float32",
+    "float32": "float32",
+}
+DEFAULT_TARGET = "h100"
+DEFAULT_ASSUMED_DTYPE = "bfloat16"
+
+
+CHECKPOINTING_WHATIF = "activation-checkpointing"
+
+
+@dataclass(frozen=True)
+class PredictedMemory:
+    """The numbers MEM001 reads from a ``levers.memory`` prediction of the step on a GPU.
+
+    Byte counts are caching-allocator blocks on the predicted GPU (``max_memory_allocated`` and
+    ``max_memory_reserved``), over the build and ``num_steps`` steps.
+
+    Attributes:
+        gpu: the memory model's GPU name (``h100-80gb``, ``h200``, ``a100-80gb``, ...).
+        usable_bytes: what the allocator can reserve on that GPU.
+        peak_allocated_bytes / peak_reserved_bytes: the predicted peaks.
+        activation_bytes: activations kept for backward, live at the allocated peak.
+        checkpointing_applicable: the activation-checkpointing what-if was predicted.
+        checkpointing_delta_allocated_bytes / checkpointing_delta_reserved_bytes: its change to
+            the peaks (negative: checkpointing lowers them); 0 when not applicable.
+        checkpointing_note: why the what-if is not applicable (or how it was predicted).
+    """
+
+    gpu: str
+    usable_bytes: int
+    num_steps: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    activation_bytes: int
+    checkpointing_applicable: bool
+    checkpointing_delta_allocated_bytes: int = 0
+    checkpointing_delta_reserved_bytes: int = 0
+    checkpointing_note: str = ""
+
+
+def predicted_memory_from_plan(plan: Any) -> PredictedMemory:
+    """The numbers MEM001 needs from a ``levers.memory.MemoryPlan``.
+
+    Read by attribute so that detectors do not import the memory model (the two are siblings;
+    the caller that ran the prediction converts it). A plan predicted without what-ifs reads as
+    "checkpointing not predicted".
+    """
+    categories = {c.category: c.nbytes for c in plan.by_category}
+    whatif = next((w for w in plan.whatifs if w.name == CHECKPOINTING_WHATIF), None)
+    applicable = whatif is not None and whatif.applicable
+    delta_allocated = delta_reserved = 0
+    if whatif is None:
+        note = "the plan was predicted without what-ifs"
+    elif not applicable:
+        note = whatif.note
+    else:
+        note = whatif.method
+        delta_allocated = whatif.delta_allocated_bytes
+        delta_reserved = whatif.delta_reserved_bytes
+    return PredictedMemory(
+        gpu=plan.gpu.name,
+        usable_bytes=plan.usable_bytes,
+        num_steps=plan.num_steps,
+        peak_allocated_bytes=plan.peak_allocated_bytes,
+        peak_reserved_bytes=plan.peak_reserved_bytes,
+        activation_bytes=categories.get("activations", 0),
+        checkpointing_applicable=applicable,
+        checkpointing_delta_allocated_bytes=delta_allocated,
+        checkpointing_delta_reserved_bytes=delta_reserved,
+        checkpointing_note=note,
+    )
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """The audit's settings that rules and the cost model read.
+
+    Attributes:
+        gpu: the GPU costs are for (the one that ran, on a GPU capture; the target otherwise).
+        torch_version: (major, minor) of the torch whose SDPA dispatch rules apply.
+        on_gpu: the capture ran on a CUDA device (costs can be measured, backends are known).
+        assumed_dtype: on a CPU capture that ran in float32 without autocast, the dtype the GPU
+            run is assumed to compute in (the built-in workloads use bf16 autocast on a GPU).
+            None on a GPU capture, or when the CPU capture already ran in low precision.
+        cudnn_version: cuDNN's version number on a GPU capture (e.g. 91002), else None.
+        scopes: (file, function) -> the function's globals and closure, for static checks that
+            evaluate guards (MEM002); supplied by the caller that still holds the workload.
+        memory: the memory model's prediction of the step on the target GPU, for MEM001's
+            headroom; None when no prediction was made (MEM001 then estimates from the capture).
+    """
+
+    gpu: GpuSpec
+    torch_version: tuple[int, int]
+    on_gpu: bool
+    assumed_dtype: str | None = None
+    cudnn_version: int | None = None
+    scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None
+    memory: PredictedMemory | None = None
+
+    def compute_dtype(self, recorded: str) -> str:
+        """The dtype a recorded float32 tensor would have on the target GPU."""
+        if self.assumed_dtype is not None and recorded == "float32":
+            return self.assumed_dtype
+        return recorded
+
+
+def parse_torch_version(text: str) -> tuple[int, int]:
+    """``"2.11.0+cu128"`` -> ``(2, 11)``."""
+    parts = text.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise ValueError(
+            f"torch version {text!r} is not of the form MAJOR.MINOR[.PATCH]; pass e.g. 2.11"
+        ) from None
+
+
+def capture_on_gpu(capture: Capture) -> bool:
+    return str(capture.env.get("device", "cpu")).startswith("cuda")
+
+
+def ran_in_low_precision(capture: Capture) -> bool:
+    """Whether the step computed in bf16/fp16 (autocast seen, or half-precision matmuls)."""
+    if any(
+        a.endswith(("bfloat16", "float16"))
+        for a in capture.settings.get("autocast", ())
+    ):
+        return True
+    for op in capture.ops:
+        if op.flops and op.inputs and op.inputs[0].dtype in ("bfloat16", "float16"):
+            return True
+    return False
+
+
+def make_config(
+    capture: Capture,
+    *,
+    target: str | None = None,
+    torch_version: str | None = None,
+    assume_dtype: str | None = None,
+    cudnn_version: int | None = None,
+    scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    memory: PredictedMemory | None = None,
+) -> RuleConfig:
+    """The config for auditing ``capture``.
+
+    Raises:
+        ValueError: an unknown target or dtype, or a malformed torch version.
+    """
+    target_gpu = resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target")
+    on_gpu = capture_on_gpu(capture)
+    gpu = None
+    if on_gpu:
+        gpu = gpu_from_device_name(str(capture.env.get("device_name", "")))
+    if gpu is None:
+        gpu = target_gpu
+    version = parse_torch_version(
+        torch_version or str(capture.env.get("torch", "2.11"))
+    )
+    assumed = None
+    if not on_gpu and not ran_in_low_precision(capture):
+        name = assume_dtype or DEFAULT_ASSUMED_DTYPE
+        if name not in DTYPE_ALIASES:
+            raise ValueError(
+                f"--assume-dtype {name!r} is not known; use one of: bf16, fp16, fp32"
+            )
+        assumed = DTYPE_ALIASES[name]
+        if assumed == "float32":
+            assumed = None  # the GPU run computes in fp32 as the CPU run did
+    return RuleConfig(
+        gpu=gpu,
+        torch_version=version,
+        on_gpu=on_gpu,
+        assumed_dtype=assumed,
+        cudnn_version=cudnn_version,
+        scopes=scopes,
+        memory=memory,
+    )

@@ -1,0 +1,89 @@
+"""Run the rules on a Capture: findings priced and ranked, and what is already right.
+
+    result = audit(capture, target="h100", select=["ATTN"], ignore=["MEM002"])
+
+On a GPU capture costs are measured (microbenchmarks of fixes run on the current device unless
+``benchmark=False``); on a CPU capture they are estimated for ``target``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from levers.capture.records import Capture
+from levers.audit.already_right import AlreadyRight, already_right
+from levers.audit.config import PredictedMemory, RuleConfig, make_config
+from levers.audit.cost.price import price
+from levers.audit.cost.step import estimated_step_us
+from levers.audit.finding import Finding
+from levers.audit.rank import rank
+from levers.audit.rules.registry import run_rules, select_rules
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    config: RuleConfig
+    findings: tuple[Finding, ...]  # priced, highest payoff first
+    already_right: tuple[AlreadyRight, ...]
+    active_codes: tuple[str, ...]
+    step_ms: float  # what payoffs are shares of: measured on a GPU, estimated for the target on a CPU
+    step_provenance: str  # "measured" or "estimated"
+
+
+def _cudnn_version(on_gpu: bool) -> int | None:
+    if not on_gpu:
+        return None
+    import torch
+
+    try:
+        return int(torch.backends.cudnn.version() or 0) or None
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
+def audit(
+    capture: Capture,
+    *,
+    target: str | None = None,
+    torch_version: str | None = None,
+    assume_dtype: str | None = None,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    benchmark: bool = True,
+    scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    memory: PredictedMemory | None = None,
+) -> AuditResult:
+    """Findings of the selected rules on ``capture``, priced and ranked.
+
+    ``memory`` is the memory model's prediction of the step (see
+    :func:`levers.audit.config.predicted_memory_from_plan`); MEM001 takes its headroom from
+    it, and from the capture's live-bytes timeline when it is None.
+
+    Raises:
+        ValueError: an unknown target, dtype, torch version or rule selector.
+    """
+    rules = select_rules(select, ignore)
+    probe = make_config(
+        capture, target=target, torch_version=torch_version, assume_dtype=assume_dtype
+    )
+    config = make_config(
+        capture,
+        target=target,
+        torch_version=torch_version,
+        assume_dtype=assume_dtype,
+        cudnn_version=_cudnn_version(probe.on_gpu),
+        scopes=scopes,
+        memory=memory,
+    )
+    findings = list(run_rules(capture, config, rules))
+    priced = price(findings, capture, config, benchmark=benchmark)
+    if config.on_gpu:
+        step_ms, how = capture.timing.median_s * 1e3, "measured"
+    else:
+        step_ms, how = estimated_step_us(capture, config) / 1e3, "estimated"
+    ranked = rank(priced, step_ms=step_ms, peak_bytes=capture.memory.peak_bytes)
+    codes = tuple(r.code for r in rules)
+    right = already_right(capture, config, {f.code for f in ranked}, codes)
+    return AuditResult(config, tuple(ranked), tuple(right), codes, step_ms, how)

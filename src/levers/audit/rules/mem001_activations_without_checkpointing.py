@@ -1,0 +1,302 @@
+"""MEM001 activations-without-checkpointing: the peak is dominated by activations kept for backward.
+
+## What it does
+When no activation checkpointing runs in the step, measures how much of the peak is activations
+(live bytes at the end of the forward pass minus the start of the step), by module, and states
+the headroom that per-block checkpointing of each family of repeated blocks (`text.layers.*`,
+`vision.blocks.*`) would buy. The headroom is **predicted by levers memory** when the audit
+has the memory model's prediction of the step on the target GPU (`levers audit` makes one
+unless `--no-memory-model`): the drop of the predicted allocated and reserved peaks when every
+block runs under checkpointing (its activation-checkpointing what-if). Without a prediction, or
+when the what-if could not be predicted, it is a **timeline estimate** from the capture's
+live-bytes timeline, and says so. It fires when activations are at least half of what the step
+adds to memory above its start (parameters, gradients and optimizer state) and the headroom is
+at least 5% of the activations (the predicted activations at the predicted peak, when the
+headroom is predicted). When the prediction says checkpointing buys less than that at the
+audited size (a small step whose peak is set by kernel workspaces), it still reports the
+pattern, at low severity, with the predicted figure and that note.
+
+## Why is this bad?
+Every block keeps its intermediate activations alive until backward. Checkpointing keeps only
+each block's input and recomputes the rest during backward, one block at a time: memory that
+buys batch size, which usually nets positive throughput despite the recomputation (about one
+extra forward of the checkpointed blocks).
+
+## Example
+```python
+for block in self.blocks:
+    x = block(x)
+```
+
+Use instead:
+```python
+for block in self.blocks:
+    x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+```
+
+## Fix
+Non-reentrant per-block checkpointing (lever `activation-checkpointing`, not implemented yet),
+then re-tune the batch size into the freed memory.
+
+## Fix safety
+Exact: recomputation reproduces the forward bitwise for deterministic ops (dropout restores its
+RNG state).
+
+## Known problems
+Whether it fires, and the activations by module, come from the capture's live-bytes timeline
+(tracked tensor storages on a CPU, the allocator on a GPU); on a CPU capture run in float32 they
+are float32 bytes, while the memory model predicts the GPU run (bf16 autocast where the
+workload uses it), so the two sets of figures differ. The predicted headroom is the allocated
+peak's drop; the reserved peak moves in allocator segments (2 or 20 MiB), so on a small step it
+may not move at all. The timeline estimate is first-order: it assumes each block's input is its
+predecessor's output. The block call line is found by reading the source for a loop over the
+blocks' ModuleList attribute.
+
+## References
+- https://pytorch.org/docs/stable/checkpoint.html
+- Chen et al., Training Deep Nets with Sublinear Memory Cost (2016), https://arxiv.org/abs/1604.06174
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from levers.capture.records import Capture
+from levers.audit.activations import (
+    ActivationProfile,
+    BlockFamily,
+    activation_profile,
+)
+from levers.audit.block_calls import block_call_sites
+from levers.audit.config import PredictedMemory, RuleConfig
+from levers.audit.finding import Finding, Receipt, Work
+from levers.audit.patterns import fmt_bytes, receipt
+from levers.audit.rules.registry import rule
+
+CODE, NAME = "MEM001", "activations-without-checkpointing"
+# activations must be at least this share of the peak above the step's starting memory
+# (parameters, gradients, optimizer state): the dynamic term checkpointing acts on
+MIN_ACTIVATION_SHARE = 0.5
+# and the headroom at least this share of the activations
+MIN_HEADROOM_SHARE = 0.05
+# a headroom of at least this share of the peak is a high-severity finding
+HIGH_HEADROOM_SHARE = 0.1
+PREDICTED, TIMELINE = "levers memory", "capture timeline"
+# a what-if's failure note can be a multi-line torch error: its first line, this long, is enough
+MAX_NOTE_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What checkpointing would free, and where the figure comes from."""
+
+    source: str  # PREDICTED or TIMELINE
+    freed_bytes: int  # the peak's drop (allocated, for a prediction)
+    activation_bytes: int  # the activations the headroom is a share of
+    peak_bytes: int  # the peak the headroom is a share of
+    statement: str  # the sentence of the message that states it
+
+
+@rule(CODE, NAME)
+def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
+    # checkpointing already runs: the headroom is taken
+    if capture.settings.get("activation_checkpointing"):
+        return
+    profile = activation_profile(capture)
+    # no live-bytes timeline, or no repeated blocks to checkpoint
+    if profile is None or not profile.families:
+        return
+    dynamic = profile.peak_bytes - profile.start_bytes
+    # activations do not dominate what the step adds to memory
+    if dynamic <= 0 or profile.activation_bytes < MIN_ACTIVATION_SHARE * dynamic:
+        return
+    families = _families_to_report(profile)
+    headroom = _headroom(profile, families, config.memory)
+    worth_it = headroom.freed_bytes >= MIN_HEADROOM_SHARE * headroom.activation_bytes
+    # a timeline estimate this small is noise: say nothing
+    if not worth_it and headroom.source == TIMELINE:
+        return
+    # a prediction that checkpointing buys nothing at this size is still worth saying (the
+    # pattern is there and the answer changes with batch and sequence): reported at low severity
+    yield _finding(profile, families, headroom, capture, config.memory, worth_it=worth_it)
+
+
+def _families_to_report(profile: ActivationProfile) -> tuple[BlockFamily, ...]:
+    freeing = tuple(f for f in profile.families if f.headroom_bytes > 0)
+    return freeing or profile.families
+
+
+def _headroom(
+    profile: ActivationProfile,
+    families: tuple[BlockFamily, ...],
+    memory: PredictedMemory | None,
+) -> Headroom:
+    # a prediction with no activations at its peak says nothing about checkpointing (e.g. a
+    # factory without a device parameter builds on the CPU, outside the stand-in GPU)
+    if (
+        memory is not None
+        and memory.checkpointing_applicable
+        and memory.activation_bytes > 0
+    ):
+        return _predicted_headroom(memory, families)
+    return _timeline_headroom(profile, families, memory)
+
+
+def _blocks(families: tuple[BlockFamily, ...]) -> str:
+    return ", ".join(f"{f.name} ({f.num_blocks} blocks)" for f in families)
+
+
+def _predicted_headroom(
+    memory: PredictedMemory, families: tuple[BlockFamily, ...]
+) -> Headroom:
+    freed_allocated = max(-memory.checkpointing_delta_allocated_bytes, 0)
+    freed_reserved = max(-memory.checkpointing_delta_reserved_bytes, 0)
+    reserved_after = memory.peak_reserved_bytes - freed_reserved
+    statement = (
+        f"Per-block checkpointing of {_blocks(families)} would lower the allocated peak by "
+        f"{fmt_bytes(freed_allocated)} ({freed_allocated / max(memory.peak_allocated_bytes, 1):.0%}, "
+        f"from {fmt_bytes(memory.peak_allocated_bytes)}) and the "
+        f"reserved peak by {fmt_bytes(freed_reserved)} (to {fmt_bytes(reserved_after)} of "
+        f"{fmt_bytes(memory.usable_bytes)} usable), predicted by levers memory for {memory.gpu} "
+        f"({memory.checkpointing_note}; activations at the predicted peak: "
+        f"{fmt_bytes(memory.activation_bytes)}), for one extra forward of those blocks."
+    )
+    return Headroom(
+        source=PREDICTED,
+        freed_bytes=freed_allocated,
+        activation_bytes=memory.activation_bytes,
+        peak_bytes=memory.peak_allocated_bytes,
+        statement=statement,
+    )
+
+
+def _timeline_headroom(
+    profile: ActivationProfile,
+    families: tuple[BlockFamily, ...],
+    memory: PredictedMemory | None,
+) -> Headroom:
+    freed = profile.headroom_bytes
+    if memory is None:
+        why = "no memory-model prediction"
+    elif memory.checkpointing_applicable:
+        why = (
+            f"levers memory predicts no activations live at its "
+            f"{fmt_bytes(memory.peak_allocated_bytes)} allocated peak on {memory.gpu}"
+        )
+    else:
+        lines = memory.checkpointing_note.strip().splitlines()
+        reason = lines[0].removeprefix("failed: ") if lines else "no reason given"
+        why = (
+            f"levers memory predicted the step, a {fmt_bytes(memory.peak_reserved_bytes)} "
+            f"reserved peak on {memory.gpu}, but not its checkpointing what-if: "
+            f"{reason[:MAX_NOTE_CHARS]}"
+        )
+    statement = (
+        f"Per-block checkpointing of {_blocks(families)} would free about {fmt_bytes(freed)} "
+        f"({freed / profile.peak_bytes:.0%} of the captured peak), a timeline estimate from the "
+        f"capture ({why}), for one extra forward of those blocks."
+    )
+    return Headroom(
+        source=TIMELINE,
+        freed_bytes=freed,
+        activation_bytes=profile.activation_bytes,
+        peak_bytes=profile.peak_bytes,
+        statement=statement,
+    )
+
+
+def _receipts(
+    families: tuple[BlockFamily, ...], capture: Capture, source: str
+) -> tuple[Receipt, ...]:
+    files = {
+        op.source.file
+        for op in capture.ops
+        if op.source is not None and not op.source.file.startswith("<")
+    }
+    receipts = []
+    for fam in families:
+        sites = block_call_sites(files, fam.attribute)
+        first = capture.ops[fam.first_op]
+        shapes = f"{fmt_bytes(fam.activation_bytes)} of activations"
+        if source == TIMELINE:
+            # the prediction wraps every family at once: no per-family figure to show
+            shapes += f", ~{fmt_bytes(fam.headroom_bytes)} freed"
+        common = {
+            "module": fam.name,
+            "op": f"{fam.num_blocks} blocks",
+            "shapes": shapes,
+            "count": fam.num_blocks,
+        }
+        if sites:
+            receipts.extend(receipt(site, **common) for site in sites)
+        else:
+            receipts.append(receipt(first.source, **common))
+    return tuple(receipts)
+
+
+def _finding(
+    profile: ActivationProfile,
+    families: tuple[BlockFamily, ...],
+    headroom: Headroom,
+    capture: Capture,
+    memory: PredictedMemory | None,
+    *,
+    worth_it: bool = True,
+) -> Finding:
+    peak = profile.peak_bytes
+    acts = profile.activation_bytes
+    groups = ", ".join(
+        f"{name} {fmt_bytes(b)}"
+        for name, b in list(profile.by_group.items())[:4]
+        if b > 0
+    )
+    message = (
+        f"No activation checkpointing: activations are {fmt_bytes(acts)} of the "
+        f"{fmt_bytes(peak)} captured peak ({acts / peak:.0%}; "
+        f"{acts / max(peak - profile.start_bytes, 1):.0%} of what the step adds to its starting "
+        f"{fmt_bytes(profile.start_bytes)}); by module: {groups}. {headroom.statement}"
+    )
+    if not worth_it:
+        message += (
+            " At this size that is under 5% of the activations: fixed costs (kernel workspaces, "
+            "parameters, optimizer state) set the peak, so checkpointing does not pay yet; the "
+            "activations grow with batch and sequence length, so audit again at the training size."
+        )
+    high = headroom.freed_bytes >= HIGH_HEADROOM_SHARE * headroom.peak_bytes
+    return Finding(
+        code=CODE,
+        name=NAME,
+        message=message,
+        fix_title="Checkpoint each block (torch.utils.checkpoint, use_reentrant=False), then raise the batch size",
+        receipts=_receipts(families, capture, headroom.source),
+        severity="low" if not worth_it else "high" if high else "medium",
+        effort="S",
+        risk="low",
+        lever="activation-checkpointing",
+        fix_safety="exact",
+        work=Work(
+            now=(),
+            fixed=(),
+            now_ops=(),
+            fixed_extra_ops=tuple(i for f in families for i in f.forward_ops),
+            saved_bytes=headroom.freed_bytes,
+        ),
+        details={
+            "activation_bytes": acts,
+            "peak_bytes": peak,
+            "by_module": profile.by_group,
+            "headroom_source": headroom.source,
+            "headroom_bytes": headroom.freed_bytes,
+            "timeline_headroom_bytes": profile.headroom_bytes,
+            "predicted": asdict(memory) if memory is not None else None,
+            "families": {
+                f.name: {
+                    "blocks": f.num_blocks,
+                    "activation_bytes": f.activation_bytes,
+                    "headroom_bytes": f.headroom_bytes,
+                }
+                for f in profile.families
+            },
+        },
+    )

@@ -1,0 +1,126 @@
+"""The rule registry: each rule registers itself once, by a decorator on its check function.
+
+    @rule("NORM001", "unfused-norm", status="stable", severity="medium")
+    def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]: ...
+
+Codes are stable and never reused; a removed rule keeps its code with status "removed".
+:func:`all_rules` imports every rule module listed in :data:`RULE_MODULES`, so a rule exists
+exactly when its module is listed there and decorated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from levers.capture.records import Capture
+from levers.audit.config import RuleConfig
+from levers.audit.finding import Finding
+
+STATUSES = ("preview", "stable", "deprecated", "removed")
+
+RULE_MODULES = (
+    "levers.audit.rules.attn001_sdpa_math_fallback",
+    "levers.audit.rules.attn002_eager_attention",
+    "levers.audit.rules.norm001_unfused_norm",
+    "levers.audit.rules.sync001_host_device_sync",
+    "levers.audit.rules.copy001_large_copy",
+    "levers.audit.rules.copy002_large_upcast",
+    "levers.audit.rules.loss001_loss_over_ignored_rows",
+    "levers.audit.rules.mem001_activations_without_checkpointing",
+    "levers.audit.rules.mem002_lifetime_peak_metric",
+    "levers.audit.rules.opt001_unfused_optimizer",
+    "levers.audit.rules.dtype001_fp32_matmul",
+)
+
+_CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+Check = Callable[[Capture, RuleConfig], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    status: str
+    check: Check
+    module: str  # the module that defines it, whose docstring documents it
+
+    @property
+    def doc(self) -> str:
+        return sys.modules[self.module].__doc__ or ""
+
+    @property
+    def summary(self) -> str:
+        """The first line of the rule's docstring."""
+        return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
+
+
+_RULES: dict[str, Rule] = {}
+
+
+def rule(code: str, name: str, *, status: str = "stable") -> Callable[[Check], Check]:
+    """Register ``check`` as rule ``code`` (``name`` in kebab case)."""
+    if not _CODE.match(code):
+        raise AssertionError(f"rule code {code!r} must look like ABC123")
+    if not _NAME.match(name):
+        raise AssertionError(f"rule name {name!r} must be kebab-case")
+    if status not in STATUSES:
+        raise AssertionError(f"rule status {status!r} not in {STATUSES}")
+
+    def register(check: Check) -> Check:
+        existing = _RULES.get(code)
+        if existing is not None and existing.module != check.__module__:
+            raise AssertionError(
+                f"rule code {code} registered twice ({existing.module})"
+            )
+        _RULES[code] = Rule(code, name, status, check, check.__module__)
+        return check
+
+    return register
+
+
+def all_rules() -> dict[str, Rule]:
+    """Every registered rule by code, in code order."""
+    for module in RULE_MODULES:
+        importlib.import_module(module)
+    return dict(sorted(_RULES.items()))
+
+
+def _matches(code: str, selectors: Iterable[str]) -> bool:
+    # "ATTN" selects ATTN001 and ATTN002, like a linter's prefix selection
+    return any(code.startswith(s) for s in selectors)
+
+
+def select_rules(
+    select: Iterable[str] | None = None, ignore: Iterable[str] | None = None
+) -> list[Rule]:
+    """Active rules: ``select`` (codes or prefixes; all when empty) minus ``ignore``.
+
+    Raises:
+        ValueError: a selector that matches no rule code.
+    """
+    rules = all_rules()
+    select = [s.strip().upper() for s in (select or []) if s.strip()]
+    ignore = [s.strip().upper() for s in (ignore or []) if s.strip()]
+    for selector in select + ignore:
+        if not any(code.startswith(selector) for code in rules):
+            raise ValueError(
+                f"{selector!r} matches no rule code; known codes: {', '.join(rules)}"
+            )
+    active = [r for r in rules.values() if r.status != "removed"]
+    if select:
+        active = [r for r in active if _matches(r.code, select)]
+    return [r for r in active if not _matches(r.code, ignore)]
+
+
+def run_rules(
+    capture: Capture, config: RuleConfig, rules: Iterable[Rule] | None = None
+) -> Iterator[Finding]:
+    """Every finding of ``rules`` (default: all active rules) on ``capture``, unpriced."""
+    for r in rules if rules is not None else select_rules():
+        yield from r.check(capture, config)

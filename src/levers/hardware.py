@@ -1,0 +1,173 @@
+"""The GPUs levers knows: one table, read by every verb, and every name each verb accepts.
+
+Each part carries what the audit prices with (dense tensor-core peaks and HBM bandwidth) and what
+the memory model needs (the memory the driver reports, and the compute capability, which decides
+the SDPA kernels and workspace sizes).
+
+Compute figures are NVIDIA's datasheet figures for the SXM parts: H100 SXM5 80GB, H200 SXM
+141GB, A100 SXM4 80GB and 40GB. Peaks are dense (no structured sparsity); FP32 is the
+non-tensor-core rate; TF32 is the dense tensor-core rate for fp32 matmuls when TF32 is allowed.
+
+``total_bytes`` is the device memory that the driver reports (``nvidia-smi``'s total, which is
+``torch.cuda.get_device_properties().total_memory``). Not all of it is available to PyTorch: the
+CUDA context, cuBLAS/cuDNN handles and the driver keep some for themselves. ``usable_bytes``
+subtracts :data:`CONTEXT_BYTES`, an estimate of that share measured on an H200 with torch 2.11
+(see ``bench/results/memory_calibration*``); it is what the allocator can reserve before it
+raises an out-of-memory error.
+
+Names: a part's ``name`` (``h100-80gb``) is what ``levers memory`` reports; its ``family``
+(``h100``) is what ``levers audit`` reports; both, and the ``aliases``, are accepted by
+``--target`` and ``--gpu`` alike (:func:`resolve_gpu`). ``levers memory --gpu`` also takes a plain
+memory budget (``40GiB``), which has no compute figures.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# What the CUDA context and library handles take outside PyTorch's allocator, per process.
+CONTEXT_BYTES = 600 * MIB
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU part, or (for a memory prediction only) a plain memory budget."""
+
+    name: str  # "h100-80gb", or "40GiB" for a plain budget
+    total_bytes: int
+    sm: tuple[int, int]  # compute capability
+    description: str  # the device name the driver reports, "NVIDIA H100 80GB HBM3"
+    family: str = ""  # "h100": the audit's name for the part
+    title: str = ""  # "NVIDIA H100 SXM": how the audit names the part in prose
+    aliases: tuple[str, ...] = ()
+    bf16_tflops: float = 0.0  # dense
+    fp16_tflops: float = 0.0  # dense
+    tf32_tflops: float = 0.0  # dense
+    fp32_tflops: float = 0.0  # non-tensor-core
+    hbm_gbps: float = 0.0  # GB/s, decimal
+
+    @property
+    def usable_bytes(self) -> int:
+        """What the caching allocator can reserve: the total less the CUDA context."""
+        return max(self.total_bytes - CONTEXT_BYTES, 0)
+
+    @property
+    def has_compute_figures(self) -> bool:
+        """False for a plain memory budget, which cannot price work."""
+        return self.hbm_gbps > 0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name that resolves to this part."""
+        return tuple(dict.fromkeys((self.name, self.family, *self.aliases)))
+
+    def peak_flops(self, dtype: str, *, tf32: bool = False) -> float:
+        """FLOP/s of a matmul in ``dtype`` (float32 uses TF32 tensor cores when allowed)."""
+        if dtype == "bfloat16":
+            return self.bf16_tflops * 1e12
+        if dtype == "float16":
+            return self.fp16_tflops * 1e12
+        if dtype == "float32" and tf32:
+            return self.tf32_tflops * 1e12
+        return self.fp32_tflops * 1e12
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.hbm_gbps * 1e9
+
+
+_HOPPER = dict(bf16_tflops=989.4, fp16_tflops=989.4, tf32_tflops=494.7, fp32_tflops=66.9)
+_AMPERE = dict(bf16_tflops=312.0, fp16_tflops=312.0, tf32_tflops=156.0, fp32_tflops=19.5)
+
+# nvidia-smi totals of the SXM parts. A family name (h100, a100) stands for its part with the most
+# memory.
+GPUS = {
+    "h100-80gb": GpuSpec(
+        "h100-80gb", 81559 * MIB, (9, 0), "NVIDIA H100 80GB HBM3",
+        family="h100", title="NVIDIA H100 SXM", aliases=("h100-sxm",),
+        hbm_gbps=3350.0, **_HOPPER,
+    ),
+    "h200": GpuSpec(
+        "h200", 143771 * MIB, (9, 0), "NVIDIA H200 141GB HBM3e",
+        family="h200", title="NVIDIA H200 SXM", aliases=("h200-141gb", "h200-sxm"),
+        hbm_gbps=4800.0, **_HOPPER,
+    ),
+    "a100-80gb": GpuSpec(
+        "a100-80gb", 81920 * MIB, (8, 0), "NVIDIA A100-SXM4-80GB",
+        family="a100", title="NVIDIA A100 SXM", aliases=("a100-sxm",),
+        hbm_gbps=2039.0, **_AMPERE,
+    ),
+    "a100-40gb": GpuSpec(
+        "a100-40gb", 40960 * MIB, (8, 0), "NVIDIA A100-SXM4-40GB",
+        family="a100-40gb", title="NVIDIA A100 SXM 40GB",
+        hbm_gbps=1555.0, **_AMPERE,
+    ),
+}
+
+_BY_NAME = {n: spec for spec in GPUS.values() for n in spec.names}
+assert len(_BY_NAME) == sum(len(s.names) for s in GPUS.values()), "a GPU name is used twice"
+
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GiB|GB|MiB)\s*$", re.IGNORECASE)
+
+
+def gpu_names() -> tuple[str, ...]:
+    """Every GPU name accepted, parts first (``h100-80gb``), then families and aliases."""
+    return tuple(dict.fromkeys([*GPUS, *_BY_NAME]))
+
+
+def lookup_gpu(text: str) -> GpuSpec | None:
+    """The part that ``text`` names (any of its names, any case), or None."""
+    return _BY_NAME.get(str(text).strip().lower())
+
+
+def resolve_gpu(text: str | GpuSpec, *, allow_budget: bool = True, option: str = "--gpu") -> GpuSpec:
+    """A GPU by any of its names (``h100-80gb``, ``h100``, ``h200``, ``a100``, ``a100-40gb``, ...)
+    or, when ``allow_budget``, a plain memory budget (``40GiB``), which is taken as an sm90 device
+    whose allocator may reserve exactly that much (no context is subtracted from a budget).
+
+    Raises:
+        ValueError: neither a known GPU nor (when allowed) a memory budget; the message names
+            ``option``.
+    """
+    if isinstance(text, GpuSpec):
+        return text
+    spec = lookup_gpu(text)
+    if spec is not None:
+        return spec
+    match = _BUDGET.match(str(text)) if allow_budget else None
+    if match is None:
+        if not allow_budget:
+            raise ValueError(
+                f"{option} {text!r} is not known; use one of: {', '.join(gpu_names())}"
+            )
+        raise ValueError(
+            f"{option} {text!r} is not a known GPU or a memory budget; use one of "
+            f"{', '.join(GPUS)} or a size like 40GiB"
+        )
+    amount, unit = float(match.group(1)), match.group(2).lower()
+    scale = {"gib": GIB, "gb": 10**9, "mib": MIB}[unit]
+    budget = int(amount * scale)
+    if budget <= 0:
+        raise ValueError(f"{option} {text!r} must be a positive memory budget")
+    return GpuSpec(
+        name=f"{match.group(1)}{match.group(2)}",
+        total_bytes=budget + CONTEXT_BYTES,
+        sm=(9, 0),
+        description=f"a {match.group(1)} {match.group(2)} budget (sm90 kernels assumed)",
+    )
+
+
+def gpu_from_device_name(device_name: str) -> GpuSpec | None:
+    """The part that ``torch.cuda.get_device_name()`` names ("NVIDIA H200" -> h200), or None."""
+    name = device_name.lower()
+    if "h200" in name:
+        return GPUS["h200"]
+    if "h100" in name:
+        return GPUS["h100-80gb"]
+    if "a100" in name:
+        return GPUS["a100-40gb"] if "40gb" in name else GPUS["a100-80gb"]
+    return None
