@@ -34,7 +34,6 @@ import contextlib
 import datetime
 import gc
 import json
-import os
 import random
 import statistics
 import sys
@@ -52,6 +51,7 @@ import levers  # noqa: E402
 from levers.capture.env import git_commit  # noqa: E402
 from levers.levers import REGISTRY, load_all  # noqa: E402
 from levers.loader import load_workload  # noqa: E402
+from levers.output.atomic import atomic_write_text  # noqa: E402
 
 PEAK_BF16_FLOPS = 989.4e12  # H200 SXM dense bf16
 NUM_RESAMPLES = 2000
@@ -308,9 +308,7 @@ def catalogue_rows(rows: list[dict[str, Any]], rng) -> list[dict[str, Any]]:
 
 def _write_json(path: Path, doc: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
 
 
 def _merge(path: Path, rows: list[dict[str, Any]], key) -> list[dict[str, Any]]:

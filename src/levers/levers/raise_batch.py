@@ -33,7 +33,7 @@ NOT_PREDICTED = ("compile-blocks", "liger-kernels", "raise-batch")
 
 
 def _gpu(options: dict[str, Any]):
-    from levers.memory.gpus import gpu_from_device_name, resolve_gpu
+    from levers.hardware import gpu_from_device_name, resolve_gpu
 
     if options.get("gpu"):
         return resolve_gpu(options["gpu"])
