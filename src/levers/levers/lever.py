@@ -34,6 +34,8 @@ from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
 from levers.workload import Workload
 
 Undo = Callable[[], None]
+# (factory spec, its parameters, lever options) -> (the parameters to build with, what it chose)
+ChooseParams = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[dict[str, Any], str]]
 
 
 @dataclass
@@ -65,15 +67,15 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
-    # for a lever on the factory parameters: (spec, params, options) -> (new params, what it chose)
-    choose_params: Callable[[Any, dict[str, Any], dict[str, Any]], tuple[dict[str, Any], str]] | None = None
+    choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
     known_problems: str = ""  # combinations that fail, shapes where it does not help
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
             raise ValueError(f"lever {self.id}: safety must be one of {FIX_SAFETIES}")
         # a lever on the factory parameters changes the step itself (another batch): no tolerance
-        if self.safety == CHANGES_NUMERICS and self.tolerance is None and self.choose_params is None:
+        numerics = self.safety == CHANGES_NUMERICS
+        if numerics and self.tolerance is None and self.choose_params is None:
             raise ValueError(f"lever {self.id}: a numerics-changing lever states its tolerance")
         if self.safety == EXACT and self.tolerance is not None:
             raise ValueError(f"lever {self.id}: an exact lever has no tolerance")

@@ -9,8 +9,9 @@ a fused one). ``levers ab
 WORKLOAD --lever raise-batch`` builds the candidate with the chosen ``batch_size`` and says which.
 
 Options: ``gpu`` (a name or budget levers memory knows; default the current CUDA device),
-``margin`` (0.05), ``max_batch_size`` (cap of the search), ``levers`` (ids applied while
-predicting).
+``margin`` (0.05), ``max_batch_size`` (cap of the search), ``max_evaluations`` (predictions
+the search may make, 16; the best fit so far stands when they run out), ``levers`` (ids applied
+while predicting).
 
 Fix safety: changes numerics, and more: another batch size is another training step (the
 optimizer sees other gradients per step; tune the learning rate if it matters). No parity
@@ -55,7 +56,7 @@ def choose_params(
     spec: Any, params: dict[str, Any], options: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
     """The parameters with the largest fitting batch size, and a sentence saying what it chose."""
-    from levers.memory.fit import search_largest
+    from levers.memory.fit import MAX_EVALUATIONS, search_largest
     from levers.memory.plan import FitPoint
     from levers.memory.predict import run_prediction, source_of
 
@@ -88,7 +89,12 @@ def choose_params(
     else:  # the factory's default, as the prediction records it
         start = int(run_prediction(source, gpu, num_steps=1).params.get(PARAM) or 1)
     upper = options.get("max_batch_size")
-    best, curve = search_largest(evaluate, start, upper=int(upper) if upper else None)
+    best, curve = search_largest(
+        evaluate,
+        start,
+        upper=int(upper) if upper else None,
+        max_evaluations=int(options.get("max_evaluations", MAX_EVALUATIONS)),
+    )
     if best is None:
         return dict(params), f"raise-batch: even {PARAM}=1 is predicted not to fit {gpu.name}"
     peak = next(p.peak_reserved_bytes for p in curve if p.value == best)
