@@ -113,7 +113,7 @@ def fit_worker() -> dict:
 
     from levers.memory.fit import fit_param
     from levers.hardware import resolve_gpu
-    from levers.memory.predict import source_of
+    from levers.memory.prediction import source_of
 
     torch.set_num_threads(1)
     spec, params, param, budget, margin = FIT_CHECK

@@ -7,6 +7,10 @@ frames from the user's code so the CLI can show them.
 
 from __future__ import annotations
 
+import traceback
+
+from levers.user_code import is_user_file
+
 
 class LeversError(Exception):
     """An error caused by the input, with a message that says what to do."""
@@ -38,10 +42,6 @@ class MissingDependency(LeversError):
 
 def user_traceback(exc: BaseException) -> str:
     """The traceback of ``exc`` restricted to the user's frames (not levers', not torch's)."""
-    import traceback
-
-    from levers.capture.source import is_user_file
-
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     lines = ["Traceback (most recent call last, your code only):\n"]
     lines += traceback.format_list(frames)

@@ -105,6 +105,11 @@ def load_workload(spec: str, params: dict[str, Any] | None = None) -> Workload:
     return workload
 
 
+def resolve_factory(spec: str) -> Callable[..., Any]:
+    """The factory that ``spec`` names, without calling it (a bad spec raises here, early)."""
+    return _resolve(spec)[0]
+
+
 def _resolve(spec: str) -> tuple[Callable[..., Any], str, bool, str | None]:
     """Return (factory, label for messages, is_builtin, directory to keep on sys.path)."""
     spec = spec.strip()

@@ -8,7 +8,7 @@ import pytest
 from levers.memory.fit import fit_param, search_largest
 from levers.hardware import GpuSpec
 from levers.memory.plan import FitPoint
-from levers.memory.predict import run_prediction, source_of
+from levers.memory.prediction import run_prediction, source_of
 
 
 def _limit(largest: int):

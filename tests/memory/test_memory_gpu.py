@@ -9,7 +9,7 @@ import torch
 from levers.memory import predict_memory
 from levers.hardware import gpu_from_device_name, resolve_gpu
 from levers.memory.measure import measure_peaks
-from levers.memory.predict import source_of
+from levers.memory.prediction import source_of
 
 pytestmark = [
     pytest.mark.gpu,

@@ -10,7 +10,7 @@ from torch.utils.checkpoint import checkpoint
 
 from levers.memory.fake import trace_workload
 from levers.hardware import resolve_gpu
-from levers.memory.predict import run_prediction, source_of
+from levers.memory.prediction import run_prediction, source_of
 from levers.memory.whatif import (
     bf16_optimizer_sizes,
     bf16_optimizer_states,

@@ -1,7 +1,6 @@
 """Source locations: the innermost frame of the user's code on the current stack.
 
-"User code" is every frame outside torch, levers' own machinery and the standard library. The
-built-in workloads under ``levers/workloads`` are user code: they are models a reader audits.
+"User code" is defined once, in :mod:`levers.user_code`.
 """
 
 from __future__ import annotations
@@ -9,46 +8,18 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-import sysconfig
 from types import CodeType, FrameType
 
 import torch
 
 from levers.capture.records import SourceLoc
+from levers.user_code import is_user_file
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_LEVERS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_WORKLOADS_DIR = os.path.join(_LEVERS_DIR, "workloads") + os.sep
-_STDLIB_DIRS = tuple(
-    {os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")}
-)
-# installed libraries (transformers, timm, ...) are user code, though in a virtual environment
-# their site-packages folder lies inside a standard-library folder
-_SITE_DIRS = tuple(
-    {os.path.join(sysconfig.get_paths()[key], "") for key in ("purelib", "platlib")}
-    | {os.path.join(p, "") for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
-)
 _CHECKPOINT_FILE = os.path.join(_TORCH_DIR, "utils", "checkpoint.py")
 
 # (code object, line) -> SourceLoc; code objects live as long as their functions
 _cache: dict[tuple[CodeType, int], SourceLoc] = {}
-# filename -> whether frames in it are user code
-_is_user_file: dict[str, bool] = {}
-
-
-def is_user_file(filename: str) -> bool:
-    known = _is_user_file.get(filename)
-    if known is not None:
-        return known
-    path = os.path.abspath(filename) if not filename.startswith("<") else filename
-    user = not (
-        filename.startswith("<frozen")  # the import machinery
-        or path.startswith(_TORCH_DIR)
-        or (path.startswith(_LEVERS_DIR) and not path.startswith(_WORKLOADS_DIR))
-        or (path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS))
-    )
-    _is_user_file[filename] = user
-    return user
 
 
 def _loc(frame: FrameType) -> SourceLoc:

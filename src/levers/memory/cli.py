@@ -87,13 +87,8 @@ def run(args: argparse.Namespace) -> int:
     from levers.loader import parse_set
     from levers.output.console import make_console, say_wrote
     from levers.hardware import resolve_gpu
-    from levers.memory.predict import (
-        DEFAULT_MARGIN,
-        check_margin,
-        plan_from,
-        run_prediction,
-        source_of,
-    )
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin, predict_source
+    from levers.memory.prediction import source_of
     from levers.memory.render import render_plan
 
     console = make_console()
@@ -109,12 +104,7 @@ def run(args: argparse.Namespace) -> int:
         _check_fit_start(args.fit, params[args.fit])
     source = source_of(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
-        prediction = _predict(run_prediction, source, gpu, args.steps)
-        plan = plan_from(prediction, gpu, margin)
-        if args.whatifs:
-            from levers.memory.whatif import all_whatifs
-
-            plan = replace(plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=args.steps))
+        plan = _predict(predict_source, source, gpu, margin, args.steps, args.whatifs)
     if args.fit:
         plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
     if args.measure:
@@ -131,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(run_prediction, source, gpu, num_steps):
+def _predict(predict_source, source, gpu, margin, num_steps, whatifs):
     try:
-        return run_prediction(source, gpu, num_steps=num_steps)
+        return predict_source(source, gpu, margin, num_steps=num_steps, whatifs=whatifs)
     except LeversError:
         raise
     except Exception as exc:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from levers.hardware import GpuSpec
 from levers.memory.plan import FitPoint, FitResult
-from levers.memory.predict import Source, run_prediction
+from levers.memory.prediction import Source, run_prediction
 
 MAX_EVALUATIONS = 16
 

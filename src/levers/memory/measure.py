@@ -14,7 +14,7 @@ import torch
 
 from levers.errors import LeversError
 from levers.memory.plan import Measured
-from levers.memory.predict import Source
+from levers.memory.prediction import Source
 
 
 def measure_peaks(source: Source, *, num_steps: int) -> Measured:

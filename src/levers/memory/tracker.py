@@ -29,10 +29,10 @@ from levers.memory import kernels
 from levers.memory.shadow import ShadowValues
 from levers.memory.standin import GPU, HOST, DeviceBook
 from levers.memory.trace import Allocation, LossCall, Trace
+from levers.user_code import is_user_file
 
 _NODE_KEY = "levers.module"
 _NODE_SOURCE_KEY = "levers.source"
-_SKIP_SOURCE_PREFIXES = ("torch", "levers.memory", "contextlib", "functools")
 
 
 class SiteContext:
@@ -382,10 +382,10 @@ def _live_handles(events: list[int]) -> list[int]:
 
 
 def _user_source() -> str | None:
+    """``file:line`` of the innermost frame of the user's code (:mod:`levers.user_code`)."""
     frame = sys._getframe(2)
     while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if not module.startswith(_SKIP_SOURCE_PREFIXES):
+        if is_user_file(frame.f_code.co_filename):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
-from levers.memory.predict import Prediction, Source, run_prediction
+from levers.memory.prediction import Prediction, Source, run_prediction
 from levers.memory.replay import replay
 from levers.memory.trace import Trace
 from levers.workload import Workload

@@ -1,6 +1,6 @@
 """The rule registry: each rule registers itself once, by a decorator on its check function.
 
-    @rule("NORM001", "unfused-norm", status="stable", severity="medium")
+    @rule("NORM001", "unfused-norm", status="stable")
     def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]: ...
 
 Codes are stable and never reused; a removed rule keeps its code with status "removed".

@@ -1,0 +1,117 @@
+"""The raw material of a memory prediction: how to build the workload again (:class:`Source`)
+and one traced and replayed run of it under fake tensors (:class:`Prediction`).
+
+:mod:`levers.memory.predict` turns a prediction into a plan; :mod:`whatif` and :mod:`fit`
+re-predict a source with changes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from levers.hardware import GpuSpec
+from levers.loader import load_workload, resolve_factory
+from levers.memory.fake import DEFAULT_NUM_STEPS, trace_workload, with_gpu_device
+from levers.memory.replay import Replay, replay
+from levers.memory.trace import Trace
+from levers.workload import Workload
+
+
+@dataclass(frozen=True)
+class Source:
+    """How to build a workload again (under fake tensors, with other parameters)."""
+
+    build: Callable[[dict[str, Any]], Workload]  # params -> Workload
+    params: dict[str, Any]
+    label: str
+
+    def with_params(self, **changes: Any) -> Source:
+        return Source(self.build, {**self.params, **changes}, self.label)
+
+
+def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) -> Source:
+    """A :class:`Source` for a spec (``"llama"``, ``"file.py:factory"``) or a factory."""
+    params = dict(params or {})
+    if isinstance(workload_or_factory, Workload):
+        raise TypeError(
+            "predict_memory needs to build the workload itself, under fake tensors: pass its "
+            "factory (or a spec such as 'llama') and the parameters, not a built Workload"
+        )
+    if isinstance(workload_or_factory, str):
+        spec = workload_or_factory
+        factory = _factory_of(spec)
+        if factory is not None:
+            params = with_gpu_device(factory, params)
+        else:
+            params.setdefault("device", "cuda")
+        return Source(lambda p: load_workload(spec, p), params, spec)
+    if callable(workload_or_factory):
+        factory = workload_or_factory
+        label = getattr(factory, "__name__", "workload")
+        return Source(lambda p: _call_factory(factory, p), with_gpu_device(factory, params), label)
+    raise TypeError(
+        f"predict_memory takes a workload spec or factory, got {type(workload_or_factory).__name__}"
+    )
+
+
+def _factory_of(spec: str) -> Callable[..., Any] | None:
+    """The factory a spec names (resolving it also reports a bad spec early); its signature
+    tells whether it takes a device."""
+    return resolve_factory(spec)
+
+
+def _call_factory(factory: Callable[..., Any], params: dict[str, Any]) -> Workload:
+    workload = factory(**params)
+    if not isinstance(workload, Workload):
+        raise TypeError(
+            f"the factory returned {type(workload).__name__}, not a levers.Workload; return "
+            "Workload(model=..., step=...)"
+        )
+    return workload
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A trace and its replay: the raw material of a plan, what-ifs and fits."""
+
+    trace: Trace
+    replay: Replay
+    workload_name: str
+    params: dict[str, Any]
+    seconds: float
+
+
+def run_prediction(
+    source: Source,
+    gpu: GpuSpec,
+    *,
+    num_steps: int = DEFAULT_NUM_STEPS,
+    transform: Callable[[Workload], None] | None = None,
+) -> Prediction:
+    start = time.perf_counter()
+    trace, workload = trace_workload(
+        lambda: source.build(source.params), gpu, num_steps=num_steps, transform=transform
+    )
+    replayed = replay(trace)
+    return Prediction(
+        trace=trace,
+        replay=replayed,
+        workload_name=workload.name,
+        params=dict(workload.params or source.params),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def assumptions_of(prediction: Prediction) -> tuple[str, ...]:
+    notes = list(prediction.trace.assumptions)
+    config = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if config:
+        notes.append(
+            f"PYTORCH_CUDA_ALLOC_CONF={config!r} is set here; the allocator model assumes the "
+            "default settings"
+        )
+    return tuple(notes)

@@ -1,0 +1,55 @@
+"""User code: one definition, for source lines, error tracebacks and the memory model's sites.
+
+"User code" is every frame outside torch, levers' own machinery and the standard library. The
+built-in workloads under ``levers/workloads`` are user code: they are models a reader audits.
+Installed libraries (transformers, timm, ...) are user code too.
+
+Imports nothing heavy (torch's folder is found without importing it), so that the base errors
+module can use it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import sysconfig
+
+
+def _torch_dir() -> str:
+    spec = importlib.util.find_spec("torch")
+    origin = spec.origin if spec is not None and spec.origin else ""
+    return os.path.dirname(os.path.abspath(origin)) + os.sep if origin else "<no torch>"
+
+
+TORCH_DIR = _torch_dir()
+_LEVERS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_WORKLOADS_DIR = os.path.join(_LEVERS_DIR, "workloads") + os.sep
+_STDLIB_DIRS = tuple(
+    {os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")}
+)
+# installed libraries (transformers, timm, ...) are user code, though in a virtual environment
+# their site-packages folder lies inside a standard-library folder
+_SITE_DIRS = tuple(
+    {os.path.join(sysconfig.get_paths()[key], "") for key in ("purelib", "platlib")}
+    | {os.path.join(p, "") for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
+)
+
+# filename -> whether frames in it are user code
+_is_user_file: dict[str, bool] = {}
+
+
+def is_user_file(filename: str) -> bool:
+    """Whether frames in ``filename`` are the user's code."""
+    known = _is_user_file.get(filename)
+    if known is not None:
+        return known
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    user = not (
+        filename.startswith("<frozen")  # the import machinery
+        or path.startswith(TORCH_DIR)
+        or (path.startswith(_LEVERS_DIR) and not path.startswith(_WORKLOADS_DIR))
+        or (path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS))
+    )
+    _is_user_file[filename] = user
+    return user
