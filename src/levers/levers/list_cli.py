@@ -60,6 +60,16 @@ def _provenance(row: Any) -> str:
     return f"{row.gpu}, torch {row.torch}, commit {row.commit[:10]}, {row.date}"
 
 
+class _Lines:
+    """Plain lines through the shared console (no markup: ids and errors hold brackets)."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+
+    def write(self, text: str) -> None:
+        self.console.print(text.rstrip("\n"), markup=False, soft_wrap=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from levers.levers import load_all
     from levers.levers.catalogue import measurements_by_lever, read_catalogue
@@ -88,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump({"levers": doc, "stacks": stacks}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    out = sys.stdout
+    from levers.output.console import make_console
+
+    console = make_console()
+    out = _Lines(console)
     for lever in registry.values():
         safety = lever.safety if lever.tolerance is None else f"{lever.safety} (rtol {lever.tolerance:g})"
         out.write(f"{lever.id}  [{safety}]  fixes {', '.join(lever.fixes)}\n")
