@@ -42,8 +42,9 @@ def _gpu(options: dict[str, Any]):
 
     if not torch.cuda.is_available():
         raise ValueError(
-            "raise-batch fits the batch to a GPU: run it on one, or name the target "
-            "(option gpu=h200, or a budget such as gpu=40GiB)"
+            "raise-batch fits the batch to the GPU it runs on, and there is none here: run on a "
+            "GPU, or predict the fit without one with levers memory WORKLOAD --gpu h200 --fit "
+            "batch_size (from Python: the lever option gpu='h200' or a budget such as '40GiB')"
         )
     spec = gpu_from_device_name(torch.cuda.get_device_name())
     if spec is None:
