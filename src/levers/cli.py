@@ -30,6 +30,7 @@ VERB_MODULES = (
     "levers.ab.cli",
     "levers.ab.compare_cli",
     "levers.ab.prereg_cli",
+    "levers.levers.list_cli",
 )
 
 # 70 (EX_SOFTWARE): 1 is `levers audit --fail-on`'s "findings remain", which a CI gate reads

@@ -22,6 +22,11 @@ in ``options``; they reach ``patch`` as ``target.options`` (strings from the com
 value from Python), passed as ``apply(workload, lever, {"budget": "20GiB"})`` or written
 ``ac-budget:budget=20GiB:workload=hf`` on the command line (:func:`parse_lever_spec`). The undo ``patch``
 returns may carry data about what it did (a handle); ``apply``'s undo keeps it as ``.handle``.
+
+A lever that acts on the workload's factory parameters rather than on a built model
+(``raise-batch``) sets ``choose_params``: given the factory spec and its parameters it returns the
+parameters to build the candidate with and a sentence saying what it chose. ``levers ab --lever``
+calls it before building the candidate; ``patch`` is then never called on a built model.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
 from levers.workload import Workload
 
 Undo = Callable[[], None]
+# (factory spec, its parameters, lever options) -> (the parameters to build with, what it chose)
+ChooseParams = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[dict[str, Any], str]]
 
 
 @dataclass
@@ -67,11 +74,15 @@ class Lever:
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
     options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
+    choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
+    known_problems: str = ""  # combinations that fail, shapes where it does not help
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
             raise ValueError(f"lever {self.id}: safety must be one of {FIX_SAFETIES}")
-        if self.safety == CHANGES_NUMERICS and self.tolerance is None:
+        # a lever on the factory parameters changes the step itself (another batch): no tolerance
+        numerics = self.safety == CHANGES_NUMERICS
+        if numerics and self.tolerance is None and self.choose_params is None:
             raise ValueError(f"lever {self.id}: a numerics-changing lever states its tolerance")
         if self.safety == EXACT and self.tolerance is not None:
             raise ValueError(f"lever {self.id}: an exact lever has no tolerance")
