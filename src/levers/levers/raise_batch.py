@@ -63,7 +63,9 @@ def choose_params(
 
     gpu = _gpu(options)
     margin = float(options.get("margin", DEFAULT_MARGIN))
-    source = source_of(spec, params)
+    # the prediction is of the GPU run: a device given for this machine (device=cpu) is dropped,
+    # so the factory gets the GPU the memory model stands in for
+    source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
     lever_ids = [i for i in options.get("levers", ()) if i not in NOT_PREDICTED]
     budget = int(gpu.usable_bytes * (1.0 - margin))
 
