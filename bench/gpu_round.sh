@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One call of the GPU machine that runs several benchmark jobs in order and packs what they
+# wrote into one file (the device returns at most 8 files). Each job has its own time limit.
+# Usage (repository root): OUT=dir bash bench/gpu_round.sh JOB [JOB ...]
+# Jobs: gputests capture windowed memvision peers_llama peers_more ranking trainer ac
+# Liger Kernel is installed from the wheels in .whl/ when that folder is there.
+set -u
+export PYTHONUNBUFFERED=1 COLUMNS=160
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site"
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+R="$OUT/round"
+mkdir -p "$R"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/gpu.txt"
+python -c 'import torch; print("torch", torch.__version__)' | tee -a "$R/gpu.txt"
+echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" | tee -a "$R/gpu.txt"
+
+run() {  # run NAME LIMIT_S COMMAND...: the job's output in $R/NAME.log, its exit code echoed
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$R/$name.log" 2>&1
+    local rc=$?
+    echo "== $name rc=$rc in $((SECONDS - t0)) s"; tail -n 12 "$R/$name.log"
+}
+
+for job in "$@"; do
+    case $job in
+        gputests) run gputests 150 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
+        capture) run capture 200 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
+        windowed) run windowed 60 python bench/windowed_peak.py --out "$R/windowed_peak_h200" ;;
+        memvision) run memvision 170 python bench/memory_accuracy.py --out "$R/memory_vision_h200" \
+            --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64 \
+            --jobs 2 --deadline-s 150 ;;
+        peers_llama) run peers_llama 420 python bench/levers_vs_peers.py --only llama \
+            --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
+        peers_more) mkdir -p "$R/levers_vs_peers_h200"
+            cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+            run peers_more 420 python bench/levers_vs_peers.py --only qwen2,demo \
+            --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
+        ranking) run ranking 240 python bench/audit_ranking.py --out "$R/audit_ranking_h200" ;;
+        trainer) mkdir -p "$R/trainer_1b"
+            run trainer 240 python -m levers.cli audit --json "$R/trainer_1b/capture.json" \
+            --findings-json "$R/trainer_1b/findings.json" --html "$R/trainer_1b/audit.html" \
+            --trace "$R/trainer_1b/trace.json" -- python tests/fixtures/scripts/train_trainer.py \
+            --size 1b --max-steps 6 --output-dir /tmp/levers_trainer_run ;;
+        ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
+        *) echo "unknown job $job" ;;
+    esac
+done
+tar -czf "$OUT/round.tgz" -C "$OUT" round && ls -la "$OUT/round.tgz"
