@@ -41,9 +41,9 @@ for job in "$@"; do
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         ranking) run ranking 240 python bench/audit_ranking.py --out "$R/audit_ranking_h200" ;;
         trainer) mkdir -p "$R/trainer_1b"
-            run trainer 240 python -m levers.cli audit --json "$R/trainer_1b/capture.json" \
+            run trainer 240 python -m levers.cli audit --json /tmp/levers_trainer_capture.json \
             --findings-json "$R/trainer_1b/findings.json" --html "$R/trainer_1b/audit.html" \
-            --trace "$R/trainer_1b/trace.json" -- python tests/fixtures/scripts/train_trainer.py \
+            --trace /tmp/levers_trainer_trace.json -- python tests/fixtures/scripts/train_trainer.py \
             --size 1b --max-steps 6 --output-dir /tmp/levers_trainer_run ;;
         ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
         *) echo "unknown job $job" ;;
