@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call of the GPU machine that runs several benchmark jobs in order and packs what they
 # wrote into one file (the device returns at most 8 files). Each job has its own time limit.
-# Usage (repository root): OUT=dir bash bench/gpu_round.sh JOB [JOB ...]
+# Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision peers_llama peers_more ranking trainer ac
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
@@ -15,7 +15,8 @@ R="$OUT/round"
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/gpu.txt"
 python -c 'import torch; print("torch", torch.__version__)' | tee -a "$R/gpu.txt"
-echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" | tee -a "$R/gpu.txt"
+# the copy's .git may not be the measured commit: the caller names it in LEVERS_COMMIT
+echo "commit ${LEVERS_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}" | tee -a "$R/gpu.txt"
 
 run() {  # run NAME LIMIT_S COMMAND...: the job's output in $R/NAME.log, its exit code echoed
     local name=$1 limit=$2; shift 2

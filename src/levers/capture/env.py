@@ -16,7 +16,14 @@ import levers
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The commit of the levers checkout, when levers runs from one."""
+    """The commit of the levers checkout, when levers runs from one.
+
+    ``LEVERS_COMMIT`` names it instead, for a copy of a tree whose ``.git`` is not that commit
+    (a benchmark machine that receives the working tree without its history).
+    """
+    declared = os.environ.get("LEVERS_COMMIT", "").strip()
+    if declared:
+        return declared[:12]
     here = os.path.dirname(os.path.abspath(levers.__file__))
     try:
         out = subprocess.run(

@@ -145,8 +145,8 @@ def _join_raw(events: Any) -> ProfiledOps:
             thread, t_ns = launcher
             pos = bisect.bisect_right(starts[thread], t_ns) - 1
             if pos >= 0:
-                start_ns, end_ns, candidate = ranges[thread][pos]
-                if start_ns <= t_ns <= end_ns:
+                range_start_ns, range_end_ns, candidate = ranges[thread][pos]
+                if range_start_ns <= t_ns <= range_end_ns:
                     index = candidate
         if index is not None:
             per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
