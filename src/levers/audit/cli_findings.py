@@ -187,14 +187,32 @@ def predicted_memory(
         _say_failed_whatifs(plan)
         return predicted_memory_from_plan(plan)
     except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
-        reason = (str(exc).strip().splitlines() or [""])[0][:MAX_WARNING_CHARS]
-        make_console(stderr=True).print(
-            f"warning: levers memory could not predict the step ({type(exc).__name__}: "
-            f"{reason}); MEM001 estimates its headroom from the capture",
-            markup=False,
-            soft_wrap=True,
-        )
+        _say_prediction_failed(exc, debug=_debug(args))
         return None
+
+
+def _debug(args: argparse.Namespace) -> bool:
+    from levers.output.errors import debug_from_env
+
+    return bool(getattr(args, "debug", False)) or debug_from_env()
+
+
+def _say_prediction_failed(exc: BaseException, *, debug: bool) -> None:
+    """One line (and what the workload can change, when the fix is its own); torch's log lines
+    and the traceback only under ``--debug``."""
+    from levers.memory.fake_failures import failure_detail, first_line, user_fix
+    from levers.output.console import make_console
+
+    console = make_console(stderr=True)
+    fix = user_fix(exc)
+    line = (
+        f"warning: levers memory could not predict the step ({first_line(exc)[:MAX_WARNING_CHARS]}); "
+        f"MEM001 estimates its headroom from the capture"
+        + (f". To predict it, {fix}" if fix else "")
+    )
+    if debug:
+        console.print(failure_detail(exc).rstrip("\n"), markup=False, soft_wrap=True)
+    console.print(line, markup=False, soft_wrap=True)
 
 
 def run_findings(
