@@ -220,7 +220,7 @@ def test_audit_takes_mem001s_headroom_from_the_memory_model(capsys, calls):
     assert "warning" not in err
 
 
-def test_no_memory_model_and_unselected_mem001_skip_the_prediction(capsys, calls):
+def test_no_memory_model_and_unselected_memory_rules_skip_the_prediction(capsys, calls):
     code, out, _ = audit(capsys, "--no-memory-model")
     assert code == 0
     assert calls == []
@@ -228,9 +228,13 @@ def test_no_memory_model_and_unselected_mem001_skip_the_prediction(capsys, calls
         "a timeline estimate from the capture (no memory-model prediction)"
         in " ".join(out.split())
     )
-    code = main(["audit", "llama", *QUICK, "--ignore", "MEM001"])
+    code = main(["audit", "llama", *QUICK, "--ignore", "MEM001,ATTN002"])
     capsys.readouterr()
     assert code == 0 and calls == []
+    # ATTN002 alone still asks for it (the memory its fix frees)
+    code = main(["audit", "llama", *QUICK, "--select", "ATTN002"])
+    capsys.readouterr()
+    assert code == 0 and len(calls) == 1
 
 
 def test_a_failing_prediction_warns_in_one_line_and_the_audit_goes_on(

@@ -9,7 +9,8 @@ is reported, so the audit can gate CI.
 
 Before the rules run, the workload's step is predicted by the memory model
 (``levers.memory.predict_memory`` on the GPU that ran, or the ``--target``'s largest-memory part,
-with the activation-checkpointing what-if) for MEM001's headroom. ``--no-memory-model`` skips it;
+with its what-ifs) for MEM001's headroom and the memory ATTN002's fix frees (the eager-to-SDPA
+what-if). ``--no-memory-model`` skips it;
 a prediction that fails is reported in one line on stderr and never fails the audit.
 """
 
@@ -23,7 +24,8 @@ from typing import Any
 
 from levers.errors import LeversError
 
-MEMORY_RULE = "MEM001"
+# the rules that read the memory model's prediction (MEM001's headroom, ATTN002's freed memory)
+MEMORY_RULES = ("MEM001", "ATTN002")
 # a failed prediction's message is cut to one line of this length
 MAX_WARNING_CHARS = 200
 FAIL_ON = ("never", "low", "medium", "high")
@@ -165,16 +167,18 @@ def _say_failed_whatifs(plan: Any) -> None:
 def predicted_memory(
     args: argparse.Namespace, capture: Any, rules: Iterable[str]
 ) -> Any:
-    """The memory model's prediction of the step for MEM001 (a ``PredictedMemory``), or None.
+    """The memory model's prediction of the step for MEM001 and ATTN002 (a ``PredictedMemory``),
+    or None.
 
-    None when ``--no-memory-model`` is given, MEM001 is not selected, or the prediction fails;
+    None when ``--no-memory-model`` is given, neither MEM001 nor ATTN002 is selected, or the
+    prediction fails;
     a failure is one line on stderr, since the prediction only refines one rule's figure.
     """
     from levers.audit.config import predicted_memory_from_plan
     from levers.loader import parse_set
     from levers.output.console import make_console
 
-    if args.no_memory_model or MEMORY_RULE not in rules:
+    if args.no_memory_model or not set(MEMORY_RULES) & set(rules):
         return None
     # the prediction is of the GPU run: a device the audit ran on here (device=cpu) is dropped,
     # so the factory gets the GPU the model stands in for
