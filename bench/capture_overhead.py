@@ -1,36 +1,171 @@
 """Capture overhead: wall time of a captured step over a plain step.
 
-For each workload: build it, run warm-up steps, then alternate plain and captured steps
-(``capture_step(..., warmup=0, timed=0)`` records exactly one step) so drift hits both alike.
-Writes one JSON row per workload with the commit, torch version, device, shape, the median and
-spread (p10/p90) of each kind of step, and the overhead ratio of the medians.
+On a GPU the captured step is host-bound: its extra time is about (number of aten ops) x (levers'
+host cost per op), plus the profiler. For each shape this script builds the workload, runs
+warm-up steps, then alternates plain, profiled-plain and captured steps
+(``capture_step(..., warmup=0, timed=0)`` records exactly one step) so drift hits all alike. One
+JSON row per shape goes to ``OUT_DIR/capture_overhead.jsonl``: commit, torch version, device and
+GPU name, shapes, the median and p10/p90 of each kind of step, the number of ops, the overhead
+ratios and the host cost per op. ``--cprofile`` also writes one cProfile of a captured step per
+shape (``OUT_DIR/capture_profile_<shape>.txt``), to see where the host time goes.
+
+Shapes (``--shape``, default all three):
+    llama-1b      the built-in ``hf`` llama at size=1b: batch 4, seq 2048, bf16 autocast, fused AdamW
+    gpt2-medium8  transformers GPT-2 with n_layer=8, n_embd=1024, n_head=16: batch 8, seq 1024
+    vit-b16       timm vit_base_patch16_224 (transformers ViT-B/16 when timm does not import):
+                  batch 64, 224x224 images, 1000 classes
+GPT-2 and ViT train under bf16 autocast with a fused AdamW, as the ``hf`` workload does.
 
 Usage:
-    python bench/capture_overhead.py --out bench/results/capture_overhead_cpu.jsonl \
-        --case demo --case llama
-    python bench/capture_overhead.py --out $OUT/capture_overhead_gpu.jsonl \
-        --case "llama device=cuda size=1b"
+    python bench/capture_overhead.py --out OUT_DIR --cprofile            # GPU, all three shapes
+    python bench/capture_overhead.py --out OUT_DIR --smoke               # CPU, tiny shapes
+    python bench/capture_overhead.py --out OUT_DIR --case "llama size=tiny"  # any workload spec
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import gc
+import io
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
 import torch
 
-from levers.capture import capture_step
+from levers import Workload
+from levers.capture import capture_step, gpu
 from levers.capture.env import environment
 from levers.loader import load_workload, parse_set
+from levers.output.atomic import atomic_write_text
+
+SHAPES = ("llama-1b", "gpt2-medium8", "vit-b16")
+LEARNING_RATE = 1e-4
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # sync point: timing boundary
+
+
+def _autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _adamw(model: torch.nn.Module) -> torch.optim.AdamW:
+    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
+
+
+# --- the three shapes --------------------------------------------------------------------------
+
+
+def llama_1b(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
+    params = {"arch": "llama", "attn": "sdpa", "device": str(device)}
+    params.update({"size": "tiny"} if smoke else {"size": "1b", "batch_size": 4, "seq_len": 2048})
+    workload = load_workload("hf", params)
+    return workload, dict(workload.params)
+
+
+def gpt2_medium8(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
+    import transformers
+
+    shape = (
+        {"n_layer": 2, "n_embd": 64, "n_head": 4, "batch": 2, "seq": 32, "vocab": 512}
+        if smoke
+        else {"n_layer": 8, "n_embd": 1024, "n_head": 16, "batch": 8, "seq": 1024, "vocab": 50257}
+    )
+    config = transformers.GPT2Config(
+        n_layer=shape["n_layer"], n_embd=shape["n_embd"], n_head=shape["n_head"],
+        n_positions=shape["seq"], vocab_size=shape["vocab"], use_cache=False,
+        bos_token_id=shape["vocab"] - 1, eos_token_id=shape["vocab"] - 1,
+    )
+    torch.manual_seed(0)
+    with device:
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model.train()
+    optimizer = _adamw(model)
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def step() -> torch.Tensor:
+        ids_bt = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq"]),
+                               generator=generator, device=device)
+        with _autocast(device):
+            loss = model(input_ids=ids_bt, labels=ids_bt).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    workload = Workload(model=model, step=step, optimizer=optimizer, name="gpt2-medium8",
+                        tokens_per_step=shape["batch"] * shape["seq"], device=device)
+    return workload, {"model": type(model).__name__, "attn": "sdpa", **shape}
+
+
+def vit_b16(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
+    batch, image, classes = (2, 32, 10) if smoke else (64, 224, 1000)
+    torch.manual_seed(0)
+    try:
+        import timm
+
+        if smoke:
+            make = lambda: timm.create_model(  # noqa: E731
+                "vit_base_patch16_224", pretrained=False, img_size=image, depth=2,
+                embed_dim=64, num_heads=4, num_classes=classes,
+            )
+        else:
+            make = lambda: timm.create_model("vit_base_patch16_224", pretrained=False)  # noqa: E731
+        source = "timm vit_base_patch16_224"
+    except Exception:  # timm needs torchvision, which not every machine has
+        import transformers
+
+        config = transformers.ViTConfig(
+            hidden_size=64 if smoke else 768, num_hidden_layers=2 if smoke else 12,
+            num_attention_heads=4 if smoke else 12, intermediate_size=128 if smoke else 3072,
+            image_size=image, patch_size=16, num_labels=classes,
+        )
+        make = lambda: transformers.ViTForImageClassification(config)  # noqa: E731
+        source = "transformers ViTForImageClassification"
+    with device:
+        model = make()
+    model.train()
+    optimizer = _adamw(model)
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def logits_of(images: torch.Tensor) -> torch.Tensor:
+        out = model(images)
+        return out if isinstance(out, torch.Tensor) else out.logits
+
+    def step() -> torch.Tensor:
+        images = torch.randn(batch, 3, image, image, generator=generator, device=device)
+        labels = torch.randint(0, classes, (batch,), generator=generator, device=device)
+        with _autocast(device):
+            loss = torch.nn.functional.cross_entropy(logits_of(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    workload = Workload(model=model, step=step, optimizer=optimizer, name="vit-b16",
+                        tokens_per_step=batch, device=device)
+    return workload, {"model": source, "batch": batch, "image": image, "classes": classes}
+
+
+_BUILDERS: dict[str, Callable[[torch.device, bool], tuple[Workload, dict[str, Any]]]] = {
+    "llama-1b": llama_1b,
+    "gpt2-medium8": gpt2_medium8,
+    "vit-b16": vit_b16,
+}
+
+
+# --- measuring ---------------------------------------------------------------------------------
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -40,81 +175,213 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _summary(xs: list[float]) -> dict[str, float]:
+def _summary(xs: list[float]) -> dict[str, float] | None:
+    if not xs:
+        return None
     return {
         "median_s": statistics.median(xs),
         "p10_s": _quantile(xs, 0.1),
         "p90_s": _quantile(xs, 0.9),
+        "min_s": min(xs),
         "n": len(xs),
     }
 
 
-def measure(case: str, *, warmup: int, repeats: int) -> dict:
-    spec, *sets = case.split()
-    params = parse_set(sets)
-    workload = load_workload(spec, params)
+def _timed(workload: Workload, profiled: bool) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one plain step."""
     device = workload.device
+    with gpu.kernel_profiler() if profiled else contextlib.nullcontext():
+        _sync(device)
+        t0, c0 = time.perf_counter(), time.process_time()
+        workload.step()
+        _sync(device)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+
+def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int, repeats: int,
+            cprofile_path: str | None) -> dict[str, Any]:
+    device = workload.device
+    on_cuda = device.type == "cuda"
     for _ in range(warmup):
         workload.step()
+    capture_step(workload, warmup=0, timed=0)  # first capture fills levers' caches
     plain_s: list[float] = []
+    profiled_s: list[float] = []  # a plain step under the capture's profiler: its share alone
     captured_s: list[float] = []  # capture_step end to end: the step plus assembling records
     step_only_s: list[float] = []  # the captured step alone, as the capture timed it
-    num_ops = 0
+    # process CPU time: unlike wall time, not inflated by waiting for a core on a shared machine
+    plain_cpu_s: list[float] = []
+    captured_cpu_s: list[float] = []  # capture_step end to end
+    step_only_cpu_s: list[float] = []  # the captured step alone
+    step = workload.step
+    step_cpu_s = [0.0]
+
+    def cpu_timed_step() -> Any:  # the step as capture_step calls it, timed in CPU time
+        c0 = time.process_time()
+        try:
+            return step()
+        finally:
+            step_cpu_s[0] = time.process_time() - c0
+
+    num_ops = num_kernels = 0
     for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        workload.step()
-        _sync(device)
-        plain_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        capture = capture_step(workload, warmup=0, timed=0)
-        captured_s.append(time.perf_counter() - t0)  # includes the kernel join on a GPU
+        wall_s, cpu_s = _timed(workload, profiled=False)
+        plain_s.append(wall_s)
+        plain_cpu_s.append(cpu_s)
+        if on_cuda:
+            profiled_s.append(_timed(workload, profiled=True)[0])
+        t0, c0 = time.perf_counter(), time.process_time()
+        workload.step = cpu_timed_step
+        try:
+            capture = capture_step(workload, warmup=0, timed=0)
+        finally:
+            workload.step = step
+        captured_s.append(time.perf_counter() - t0)
+        captured_cpu_s.append(time.process_time() - c0)
+        step_only_cpu_s.append(step_cpu_s[0])
         step_only_s.append(capture.timing.captured_step_s)
-        num_ops = len(capture.ops)
+        num_ops, num_kernels = len(capture.ops), len(capture.kernels)
+        del capture
+    if cprofile_path is not None:
+        _write_cprofile(workload, cprofile_path)
     env = environment(device)
     plain, captured, step_only = _summary(plain_s), _summary(captured_s), _summary(step_only_s)
+    plain_cpu, captured_cpu = _summary(plain_cpu_s), _summary(captured_cpu_s)
+    step_only_cpu = _summary(step_only_cpu_s)
     return {
         "bench": "capture_overhead",
-        "case": case,
+        "shape": name,
         "workload": workload.name,
-        "params": workload.params,
+        "params": shape,
         "num_ops": num_ops,
+        "num_kernels": num_kernels,
         "tokens_per_step": workload.tokens_per_step,
         "plain": plain,
+        "profiled_plain": _summary(profiled_s),
         "captured": captured,
         "captured_step_only": step_only,
         "overhead_ratio": captured["median_s"] / plain["median_s"],
         "step_only_overhead_ratio": step_only["median_s"] / plain["median_s"],
+        # levers' host cost per op: the captured step's extra time spread over its ops
+        "per_op_host_us": (step_only["median_s"] - plain["median_s"]) / max(num_ops, 1) * 1e6,
+        # the same from the fastest of each: steadier where other work shares the machine
+        "per_op_host_us_min": (step_only["min_s"] - plain["min_s"]) / max(num_ops, 1) * 1e6,
+        "plain_cpu_time": plain_cpu,
+        "captured_cpu_time": captured_cpu,
+        "captured_step_only_cpu_time": step_only_cpu,
+        # process CPU time per op: of the captured step (recording), and of capture_step end to
+        # end (recording and assembling the records)
+        "per_op_step_cpu_us": (step_only_cpu["median_s"] - plain_cpu["median_s"])
+        / max(num_ops, 1) * 1e6,
+        "per_op_cpu_us": (captured_cpu["median_s"] - plain_cpu["median_s"]) / max(num_ops, 1) * 1e6,
         "commit": env["levers_commit"],
         "torch": env["torch"],
         "device": env["device"],
         "device_name": env["device_name"],
+        "cpu": env["cpu"],
         "num_cpus": env["num_cpus"],
-        "load_average_1m": os.getloadavg()[0],  # other work on the machine skews CPU timings
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1m": os.getloadavg()[0],  # other work on the machine skews host timings
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
+def _write_cprofile(workload: Workload, path: str) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    capture_step(workload, warmup=0, timed=0)
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    atomic_write_text(path, text.getvalue())
+
+
+def _append_row(path: str, row: dict[str, Any]) -> None:
+    existing = open(path).read() if os.path.exists(path) else ""
+    atomic_write_text(path, existing + json.dumps(row) + "\n")
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", required=True,
-                        help='workload spec and --set items, e.g. "llama device=cuda size=1b"')
-    parser.add_argument("--out", required=True, help="JSON-lines file to append rows to")
+    parser.add_argument("--out", required=True, help="directory for capture_overhead.jsonl")
+    parser.add_argument("--shape", action="append", choices=SHAPES,
+                        help="a shape to measure (repeatable; default: all three)")
+    parser.add_argument("--case", action="append", default=[],
+                        help='a workload spec and --set items instead, e.g. "llama size=tiny"')
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes on the CPU (checks the script, not the figures)")
+    parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's; 1 keeps CPU timings steady "
+                        "on a shared machine)")
+    parser.add_argument("--label", default=None,
+                        help="a note stored in every row (e.g. which levers the rows measure)")
+    parser.add_argument("--cprofile", action="store_true",
+                        help="also write a cProfile of one captured step per shape")
     args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cpu" if args.smoke or not torch.cuda.is_available()
+                                          else "cuda"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA GPU; use --smoke or --device cpu here")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    out_path = os.path.join(args.out, "capture_overhead.jsonl")
+
+    jobs: list[tuple[str, Callable[[], tuple[Workload, dict[str, Any]]]]] = []
     for case in args.case:
-        row = measure(case, warmup=args.warmup, repeats=args.repeats)
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        spec, *sets = case.split()
+        jobs.append((case, lambda spec=spec, sets=sets: _case(spec, sets)))
+    if not args.case or args.shape:
+        for name in args.shape or SHAPES:
+            jobs.append((name, lambda name=name: _BUILDERS[name](device, args.smoke)))
+
+    for name, build in jobs:
+        t0 = time.perf_counter()
+        workload, shape = build()
+        cprofile_path = (os.path.join(args.out, f"capture_profile_{_slug(name)}.txt")
+                         if args.cprofile else None)
+        row = measure(name, workload, shape, warmup=args.warmup, repeats=args.repeats,
+                      cprofile_path=cprofile_path)
+        row["smoke"] = args.smoke
+        row["label"] = args.label
+        _append_row(out_path, row)
+        profiled = row["profiled_plain"]
         print(
-            f"{case:40s} ops={row['num_ops']:6d} plain={row['plain']['median_s'] * 1e3:9.2f} ms "
-            f"captured={row['captured']['median_s'] * 1e3:9.2f} ms "
-            f"overhead={row['overhead_ratio']:.2f}x "
-            f"(captured step alone {row['step_only_overhead_ratio']:.2f}x)",
+            f"{name:28s} ops={row['num_ops']:6d} plain={row['plain']['median_s'] * 1e3:8.2f} ms "
+            + (f"profiled={profiled['median_s'] * 1e3:8.2f} ms " if profiled else "")
+            + f"captured step={row['captured_step_only']['median_s'] * 1e3:8.2f} ms "
+            f"({row['step_only_overhead_ratio']:.2f}x, {row['per_op_host_us']:.1f} us/op) "
+            f"end to end={row['captured']['median_s'] * 1e3:8.2f} ms "
+            f"({row['overhead_ratio']:.2f}x) cpu time/op: step {row['per_op_step_cpu_us']:.1f} us, "
+            f"end to end {row['per_op_cpu_us']:.1f} us "
+            f"[{time.perf_counter() - t0:.0f} s]",
             file=sys.stderr,
         )
+        device_of = workload.device
+        del workload
+        _free(device_of)
+    print(f"rows appended to {out_path}", file=sys.stderr)
     return 0
+
+
+def _case(spec: str, sets: list[str]) -> tuple[Workload, dict[str, Any]]:
+    workload = load_workload(spec, parse_set(sets))
+    return workload, dict(workload.params)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 
     plan = levers.predict_memory("llama", gpu="h100-80gb", params={"size": "8b"})
 
-``predict_memory`` and ``MemoryPlan`` are :mod:`levers.memory`'s, loaded on first use: the memory
+    with levers.apply(model, "rms-norm-fused,fused-optimizer", optimizer=opt):
+        ...  # the levers are undone when the block ends
+
+``apply`` is :func:`levers.levers.handle.apply`. ``predict_memory`` and ``MemoryPlan`` are :mod:`levers.memory`'s, loaded on first use: the memory
 model imports torch's fake-tensor machinery, which ``import levers`` should not pay for, and
 :mod:`levers.memory` itself imports :mod:`levers.workload` through this package.
 """
@@ -19,6 +22,7 @@ from levers.workload import Workload
 if TYPE_CHECKING:
     from levers.ab.guards import MetricBar, RunGuard, RunKilled
     from levers.ab.resume import misplaced_step_tensors, rehome_step_tensors
+    from levers.levers.handle import apply
     from levers.memory import MemoryPlan, predict_memory
 
 __version__ = "0.1.0"
@@ -32,7 +36,11 @@ _LAZY = {
     "RunKilled": "levers.ab.guards",
     "MetricBar": "levers.ab.guards",
     "rehome_step_tensors": "levers.ab.resume",
+    # capture a step from inside a training loop (docs: README, zero-code and in-loop capture)
+    "capture_step": "levers.integrations.inline",
     "misplaced_step_tensors": "levers.ab.resume",
+    # apply levers to a model or workload, with undo (docs/levers.md)
+    "apply": "levers.levers.handle",
 }
 
 __all__ = [
@@ -41,6 +49,8 @@ __all__ = [
     "RunGuard",
     "RunKilled",
     "Workload",
+    "apply",
+    "capture_step",
     "__version__",
     "misplaced_step_tensors",
     "predict_memory",

@@ -30,6 +30,7 @@ VERB_MODULES = (
     "levers.ab.cli",
     "levers.ab.compare_cli",
     "levers.ab.prereg_cli",
+    "levers.levers.list_cli",
 )
 
 # 70 (EX_SOFTWARE): 1 is `levers audit --fail-on`'s "findings remain", which a CI gate reads
@@ -76,11 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     debug = _debug_requested(argv)
     try:
         parser = build_parser()
+        argv, script_command = _split_script_command(argv)
         args = parser.parse_args(argv)
+        args.script_command = script_command
         debug = debug or bool(getattr(args, "debug", False))
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2
+        if script_command is not None and not getattr(args, "takes_script", False):
+            parser.error(f"levers {args.verb} does not take a script after --")
+        if script_command is not None:
+            # a script keeps its own argv and exit code: the script runner handles both
+            return int(args.func(args) or 0)
         return _run_verb(args)
     except LeversError as exc:
         from levers.output.errors import print_error
@@ -136,6 +144,14 @@ def _workload_left(message: str) -> int:
     error = StepError(message)
     print_error(error)
     return error.exit_code
+
+
+def _split_script_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """levers' own arguments, and the script command after the first ``--`` (or None)."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def _debug_requested(argv: list[str]) -> bool:

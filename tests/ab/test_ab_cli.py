@@ -134,11 +134,29 @@ def test_options_that_contradict_the_prereg_are_refused_before_freezing(capsys, 
     assert run(capsys, "--prereg", str(path), "--steps", "4")[0] == 0
 
 
-def test_levers_are_not_available_yet(capsys):
+def test_an_unknown_lever_names_the_available_ones(capsys):
     code, _, err = run(capsys, SPEC, "--lever", "fused-rmsnorm", *QUICK)
     assert code == 2
-    assert "no levers are available yet" in err
-    assert "levers ab BASELINE CANDIDATE" in err
+    assert "unknown lever(s) fused-rmsnorm" in err
+    assert "rms-norm-fused" in err and "ac-full" in err and "levers list" in err
+
+
+def test_a_lever_that_does_not_apply_to_the_candidate_says_why(capsys):
+    code, _, err = run(capsys, SPEC, "--lever", "liger-kernels", *QUICK)
+    assert code == 2
+    assert "lever liger-kernels does not apply" in err
+
+
+def test_levers_apply_to_the_candidate_and_set_the_exactness(capsys, tmp_path):
+    out_json = tmp_path / "r.json"
+    code, _, err = run(
+        capsys, "demo", "--lever", "inplace-scatter,windowed-peak-metric", *QUICK,
+        "--json", str(out_json),
+    )
+    assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    assert doc["config"]["exactness"] == "exact"
+    assert {r["name"]: r["verdict"] for r in doc["reads"]}["parity"] == "PARITY"
 
 
 def test_a_nan_loss_exits_4_and_still_writes_the_measurements(capsys, tmp_path):

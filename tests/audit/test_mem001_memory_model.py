@@ -112,8 +112,14 @@ def mem001(memory: PredictedMemory | None):
     return list(all_rules()["MEM001"].check(capture, config))
 
 
+def memory_bound(memory: PredictedMemory) -> PredictedMemory:
+    """The prediction on a GPU only 1 MiB larger than its reserved peak: memory binds."""
+    return dataclasses.replace(memory, usable_bytes=memory.peak_reserved_bytes + MIB)
+
+
 def test_the_plan_converted_from_a_memory_plan_drives_the_headroom():
-    (finding,) = mem001(predicted_memory_from_plan(hand_made_plan((CHECKPOINTING,))))
+    (finding,) = mem001(memory_bound(predicted_memory_from_plan(hand_made_plan((CHECKPOINTING,)))))
+    assert finding.details["recommended"] is True and finding.details["bound"] == "memory-bound"
     assert finding.details["headroom_source"] == "levers memory"
     assert finding.work.saved_bytes == MIB
     # 1 MiB is at least a tenth of the 8 MiB predicted allocated peak
@@ -121,14 +127,24 @@ def test_the_plan_converted_from_a_memory_plan_drives_the_headroom():
     assert (
         "lower the allocated peak by 1.00 MiB (12%, from 8.00 MiB)" in finding.message
     )
-    assert "reserved peak by 2.00 MiB (to 20.0 MiB of" in finding.message
+    assert "reserved peak by 2.00 MiB (to 20.0 MiB of 23.0 MiB usable" in finding.message
     assert "predicted by levers memory for h200" in finding.message
     assert finding.details["predicted"]["gpu"] == "h200"
     larger = dataclasses.replace(
         hand_made_plan((CHECKPOINTING,)), peak_allocated_bytes=16 * MIB
     )
-    (finding,) = mem001(predicted_memory_from_plan(larger))
+    (finding,) = mem001(memory_bound(predicted_memory_from_plan(larger)))
     assert finding.severity == "medium"  # 1 MiB of 16 MiB
+
+
+def test_throughput_bound_checkpointing_is_not_recommended_with_the_numbers():
+    # the same prediction on the whole H200: 20 MiB reserved of 140 GiB
+    (finding,) = mem001(predicted_memory_from_plan(hand_made_plan((CHECKPOINTING,))))
+    assert finding.details["bound"] == "throughput-bound"
+    assert finding.details["recommended"] is False and finding.severity == "low"
+    assert finding.details["recompute_ms"] > 0
+    assert "Not recommended: the step is throughput-bound" in finding.message
+    assert "Keep the activations: the memory is free anyway." in finding.message
 
 
 def test_without_a_plan_the_timeline_estimate_is_labelled():
@@ -228,13 +244,14 @@ def test_no_memory_model_and_unselected_memory_rules_skip_the_prediction(capsys,
         "a timeline estimate from the capture (no memory-model prediction)"
         in " ".join(out.split())
     )
+    # without MEM001 and ATTN002 the step is still predicted, for the bound, but without the
+    # what-ifs; ATTN002 alone asks for them (the memory its fix frees)
     code = main(["audit", "llama", *QUICK, "--ignore", "MEM001,ATTN002"])
     capsys.readouterr()
-    assert code == 0 and calls == []
-    # ATTN002 alone still asks for it (the memory its fix frees)
+    assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False]
     code = main(["audit", "llama", *QUICK, "--select", "ATTN002"])
     capsys.readouterr()
-    assert code == 0 and len(calls) == 1
+    assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False, True]
 
 
 def test_a_failing_prediction_warns_in_one_line_and_the_audit_goes_on(
@@ -250,7 +267,7 @@ def test_a_failing_prediction_warns_in_one_line_and_the_audit_goes_on(
     assert warnings == [
         (
             "warning: levers memory could not predict the step (RuntimeError: the model broke); "
-            "MEM001 estimates its headroom from the capture"
+            "the bound is unknown and MEM001 estimates its headroom from the capture"
         )
     ]
     assert "MEM001 activations-without-checkpointing" in out

@@ -76,3 +76,26 @@ def test_kernel_join_attributes_every_kernel_once():
     for index in range(4):  # a matmul and a relu, at least two kernels, in each range
         assert sum(1 for k in kernels if k.op_index == index) >= 2
     assert any(k.op_index is None for k in kernels)
+
+
+def test_live_bytes_per_op_are_the_allocators_figure_after_the_op():
+    from levers import Workload
+
+    reads = []
+
+    def step():
+        a = torch.empty(2**20, device="cuda")
+        reads.append(torch.cuda.memory_allocated())
+        b = torch.empty(2**19, device="cuda")
+        reads.append(torch.cuda.memory_allocated())
+        del a
+        c = torch.empty(2**18, device="cuda")
+        reads.append(torch.cuda.memory_allocated())
+        del b, c
+
+    workload = Workload(model=torch.nn.Linear(2, 2, device="cuda"), step=step)
+    capture = capture_step(workload, warmup=0, timed=0)
+    assert [op.name for op in capture.ops] == ["aten.empty.memory_format"] * 3
+    assert [op.live_bytes for op in capture.ops] == reads
+    assert reads[1] - reads[0] == 2**19 * 4 and reads[2] - reads[1] == 2**18 * 4 - 2**20 * 4
+    assert capture.memory.peak_op == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from levers.ab.lever_lookup import apply_levers, declared_exactness, find_levers
+from levers.ab.lever_lookup import apply_levers, choose_params, declared_exactness, find_levers
 from levers.ab.prereg import DESIGN_DEFAULTS, Prereg, PreregError
 from levers.ab.runner import AbConfig, Side
 from levers.workload import Workload
@@ -98,6 +98,8 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
     params_b = _with_seed(
         design["candidate"], {**design["params"], **design["params_b"]}, design["seed"]
     )
+    # a lever on the factory parameters (raise-batch) picks them before the candidate is built
+    params_b = choose_params(design["candidate"], params_b, levers)
     baseline = Side(partial(_load, design["baseline"], params_a, []), design["baseline"], params_a)
     candidate = Side(
         partial(_load, design["candidate"], params_b, levers),

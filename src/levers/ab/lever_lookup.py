@@ -1,57 +1,77 @@
 """The seam to the lever catalogue: find levers by name and apply them to the candidate.
 
-A lever is expected to offer ``apply(workload) -> Workload`` and a ``safety`` of ``"exact"`` or
-``"changes-numerics"``; the catalogue (``levers.levers``) is expected to expose ``REGISTRY``, a
-mapping from lever name to lever. Levers must act on the workload they are given (swap modules,
-wrap its step), not on process-wide state: the baseline runs in the same process, step by step
-alternating with the candidate.
+Levers come from :data:`levers.levers.REGISTRY` (:func:`levers.levers.load_all`). A lever acts
+on the workload it is given (swaps modules, wraps its step), never on process-wide state: the
+baseline runs in the same process, step by step alternating with the candidate. A lever on the
+factory parameters (``raise-batch``) chooses the candidate's parameters before it is built.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Mapping, Sequence
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 from levers.errors import LeversError
 from levers.workload import Workload
 
-_NO_LEVERS = (
-    "no levers are available yet (the lever catalogue levers.levers is empty). Compare two "
-    "workloads instead: `levers ab BASELINE CANDIDATE` (two factories), or `levers ab BASELINE "
-    "--set-b key=value` (the same factory with other parameters for the candidate)"
-)
-
 
 class LeverNotFound(LeversError):
-    """A --lever name that the catalogue does not hold."""
+    """A --lever name that the catalogue does not hold, or one that does not apply."""
 
 
-def _registry() -> Mapping[str, Any]:
-    catalogue = importlib.import_module("levers.levers")
-    registry = getattr(catalogue, "REGISTRY", None)
-    if not registry:
-        raise LeverNotFound(_NO_LEVERS)
-    return registry
+@dataclass(frozen=True)
+class ChosenLever:
+    """A lever named on the command line, with the options written after its id
+    (``ac-budget:budget=22GiB``); reads as the lever itself otherwise."""
+
+    lever: Any
+    options: dict[str, str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lever, name)
 
 
-def find_levers(names: Sequence[str]) -> list[Any]:
+def find_levers(names: Sequence[str]) -> list[ChosenLever]:
+    """The levers ``names`` ask for (ids, comma lists, ``id:key=value`` specs), in order."""
+    from levers.levers.handle import find_specs
+
     if not names:
         return []
-    registry = _registry()
-    unknown = [name for name in names if name not in registry]
-    if unknown:
-        raise LeverNotFound(
-            f"unknown lever(s) {', '.join(unknown)}; available: {', '.join(sorted(registry))} "
-            "(levers list shows them all)"
-        )
-    return [registry[name] for name in names]
+    split = [part.strip() for name in names for part in str(name).split(",") if part.strip()]
+    try:
+        return [ChosenLever(lever, options) for lever, options in find_specs(split)]
+    except ValueError as exc:
+        raise LeverNotFound(str(exc)) from None
 
 
-def apply_levers(workload: Workload, levers: Sequence[Any]) -> Workload:
+def choose_params(spec: Any, params: dict[str, Any], levers: Sequence[Any]) -> dict[str, Any]:
+    """The candidate's parameters after the levers that choose them; says what each chose."""
+    others = [lever.id for lever in levers if lever.choose_params is None]
     for lever in levers:
-        workload = lever.apply(workload)
-        if not isinstance(workload, Workload):
-            raise TypeError(f"lever {lever!r} returned {type(workload).__name__}, not a Workload")
+        if lever.choose_params is None:
+            continue
+        try:
+            params, said = lever.choose_params(
+                spec, dict(params), {**lever.options, "levers": others}
+            )
+        except ValueError as exc:
+            raise LeverNotFound(f"lever {lever.id}: {exc}") from None
+        print(said, file=sys.stderr)
+    return params
+
+
+def apply_levers(workload: Workload, levers: Sequence[ChosenLever]) -> Workload:
+    from levers.levers.handle import apply_chosen
+    from levers.levers.lever import NotApplicable
+
+    model_levers = [(c.lever, c.options) for c in levers if c.choose_params is None]
+    if not model_levers:
+        return workload
+    try:
+        apply_chosen(workload, model_levers)
+    except NotApplicable as exc:
+        raise LeverNotFound(f"{exc} (to the candidate {workload.name})") from None
     return workload
 
 

@@ -17,6 +17,12 @@ from pathlib import Path
 from levers.audit import cli_findings as findings_cli
 from levers.loader import add_set_argument
 from levers.output.progress import progress_status
+from levers.integrations.script_cli import (
+    SCRIPT_HELP,
+    SCRIPT_TIMED,
+    SCRIPT_WARMUP,
+    add_script_arguments,
+)
 
 DEFAULT_WORKLOAD = "demo"
 DEFAULT_WARMUP = 1
@@ -37,13 +43,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         epilog=(
             "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
             "package.module:factory. Put WORKLOAD before --set, which takes every KEY=VALUE "
-            "after it: levers audit hf --set arch=llama attn=eager"
+            "after it: levers audit hf --set arch=llama attn=eager. " + SCRIPT_HELP
         ),
     )
     parser.add_argument(
         "workload",
         nargs="?",
-        default=DEFAULT_WORKLOAD,
+        default=None,
         metavar="WORKLOAD",
         help=f"built-in name, path/to/file.py:factory or package.module:factory "
         f"(default: {DEFAULT_WORKLOAD})",
@@ -60,16 +66,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--warmup",
         type=_count(minimum=0),
-        default=DEFAULT_WARMUP,
+        default=None,
         metavar="N",
-        help=f"plain steps run before anything is timed (default: {DEFAULT_WARMUP})",
+        help=f"plain steps run before anything is timed (default: {DEFAULT_WARMUP}; for a script "
+        f"after --: {SCRIPT_WARMUP} optimizer steps)",
     )
     parser.add_argument(
         "--timed",
         type=_count(minimum=0),
-        default=DEFAULT_TIMED,
+        default=None,
         metavar="N",
-        help=f"plain steps timed for the wall time per step (default: {DEFAULT_TIMED})",
+        help=f"plain steps timed for the wall time per step (default: {DEFAULT_TIMED}; for a "
+        f"script after --: {SCRIPT_TIMED})",
     )
     parser.add_argument(
         "--top",
@@ -85,7 +93,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="FILE",
         help="also write the findings report (schema levers.audit/1) to FILE as JSON",
     )
+    parser.add_argument(
+        "--trace",
+        dest="trace_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the captured step as a Chrome/Perfetto trace (JSON; open it in "
+        "ui.perfetto.dev or chrome://tracing)",
+    )
+    parser.add_argument(
+        "--html",
+        dest="html_path",
+        type=Path,
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (no network needed)",
+    )
     findings_cli.add_arguments(parser)
+    add_script_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -127,19 +151,43 @@ def run(args: argparse.Namespace) -> int:
     from levers.audit.render_summary import render_summary
     from levers.output.console import make_console, say_wrote
 
+    script = getattr(args, "script_command", None) is not None
+    if script:
+        from levers.integrations.script_cli import reject_workload
+
+        reject_workload(args, "audit")
+        args.no_memory_model = True  # the memory model builds a workload from a factory
+        args.set_items = []
+    args.workload = args.workload or DEFAULT_WORKLOAD
     params = parse_set(args.set_items)
     if args.json_path is not None:
         check_writable(args.json_path)  # before the capture, not after minutes of it
-    if args.findings_json_path is not None:
-        check_writable(args.findings_json_path)
+    for path in (args.findings_json_path, args.trace_path, args.html_path):
+        if path is not None:
+            check_writable(path)
     findings_cli.check_arguments(args)
-    with progress_status() as progress:
-        progress.say(f"loading workload {args.workload}")
-        workload = load_workload(args.workload, params)
-        progress.say(f"capturing {workload.name}")
-        result = capture.capture_step(
-            workload, warmup=args.warmup, timed=args.timed, progress=progress.on_ops
+    if script:
+        from levers.integrations.script_cli import capture_script
+
+        ran = capture_script(
+            args,
+            warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
+            timed=SCRIPT_TIMED if args.timed is None else args.timed,
         )
+        if isinstance(ran, int):
+            return ran
+        result, workload = ran.capture, ran.workload
+    else:
+        with progress_status() as progress:
+            progress.say(f"loading workload {args.workload}")
+            workload = load_workload(args.workload, params)
+            progress.say(f"capturing {workload.name}")
+            result = capture.capture_step(
+                workload,
+                warmup=DEFAULT_WARMUP if args.warmup is None else args.warmup,
+                timed=DEFAULT_TIMED if args.timed is None else args.timed,
+                progress=progress.on_ops,
+            )
     _warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
@@ -153,4 +201,19 @@ def run(args: argparse.Namespace) -> int:
         say_wrote(args.findings_json_path, "the findings")
     if args.md_path is not None:
         say_wrote(args.md_path, "the findings as Markdown")
+    if args.trace_path is not None:
+        from levers.audit.render_trace import write_trace
+
+        write_trace(result, args.trace_path)
+        say_wrote(args.trace_path, "the trace")
+    if args.html_path is not None:
+        from levers.audit.render_html import write_html
+
+        write_html(
+            result, findings.report, args.html_path, config=findings.result.config,
+            memory=findings.memory,
+        )
+        say_wrote(args.html_path, "the HTML report")
+    if script and ran.exit_code != 0:
+        return ran.exit_code
     return findings.exit_code

@@ -24,8 +24,13 @@ from typing import Any
 
 from levers.errors import LeversError
 
-# the rules that read the memory model's prediction (MEM001's headroom, ATTN002's freed memory)
+# the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's freed memory)
 MEMORY_RULES = ("MEM001", "ATTN002")
+# rules that read levers memory's fit of the batch parameter
+FIT_RULES = ("MEM001", "MEM003")
+BATCH_PARAM = "batch_size"
+# the fit searches up to this multiple of the batch now: enough to say "raise it", and bounded
+MAX_FIT_FACTOR = 16
 # a failed prediction's message is cut to one line of this length
 MAX_WARNING_CHARS = 200
 FAIL_ON = ("never", "low", "medium", "high")
@@ -124,6 +129,7 @@ class FindingsRun:
     result: Any  # levers.audit.AuditResult
     report: Any  # levers.audit.report.FindingsReport
     exit_code: int
+    memory: Any = None  # levers.audit.config.PredictedMemory, when the model predicted it
 
 
 def step_scopes(workload: Any) -> dict:
@@ -167,18 +173,21 @@ def _say_failed_whatifs(plan: Any) -> None:
 def predicted_memory(
     args: argparse.Namespace, capture: Any, rules: Iterable[str]
 ) -> Any:
-    """The memory model's prediction of the step for MEM001 and ATTN002 (a ``PredictedMemory``),
-    or None.
+    """The memory model's prediction of the step (a ``PredictedMemory``), or None.
 
-    None when ``--no-memory-model`` is given, neither MEM001 nor ATTN002 is selected, or the
-    prediction fails;
-    a failure is one line on stderr, since the prediction only refines one rule's figure.
+    The bottleneck's bound and MEM001's headroom read it, and ATTN002 the memory its fix frees
+    (the what-ifs are predicted when MEM001 or ATTN002 is selected); when MEM001 or MEM003 is
+    selected and the workload has a ``batch_size`` parameter, levers memory's fit of that
+    parameter is added (the largest batch that fits with the margin). None when
+    ``--no-memory-model`` is given or the prediction fails; a failure is one line on stderr
+    (torch's log lines and the traceback under ``--debug``) and never fails the audit.
     """
     from levers.audit.config import predicted_memory_from_plan
     from levers.loader import parse_set
     from levers.output.console import make_console
 
-    if args.no_memory_model or not set(MEMORY_RULES) & set(rules):
+    rules = list(rules)
+    if args.no_memory_model:
         return None
     # the prediction is of the GPU run: a device the audit ran on here (device=cpu) is dropped,
     # so the factory gets the GPU the model stands in for
@@ -187,12 +196,51 @@ def predicted_memory(
         from levers.memory import predict_memory
 
         gpu = memory_gpu(args.target, capture)
-        plan = predict_memory(args.workload, gpu=gpu, params=params, whatifs=True)
+        plan = predict_memory(
+            args.workload,
+            gpu=gpu,
+            params=params,
+            whatifs=any(code in rules for code in MEMORY_RULES),
+        )
         _say_failed_whatifs(plan)
-        return predicted_memory_from_plan(plan)
+        predicted = predicted_memory_from_plan(plan)
     except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
         _say_prediction_failed(exc, debug=_debug(args))
         return None
+    batch = capture.workload_params.get(BATCH_PARAM)
+    if not any(code in rules for code in FIT_RULES) or not isinstance(batch, int) or batch < 1:
+        return predicted
+    try:
+        return with_batch_fit(args.workload, params, plan, predicted, batch)
+    except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
+        reason = (str(exc).strip().splitlines() or [""])[0][:MAX_WARNING_CHARS]
+        make_console(stderr=True).print(
+            f"warning: levers memory could not fit {BATCH_PARAM} ({type(exc).__name__}: "
+            f"{reason}); MEM003 has no fit to report",
+            markup=False,
+            soft_wrap=True,
+        )
+        return predicted
+
+
+def with_batch_fit(spec: str, params: dict, plan: Any, predicted: Any, batch: int) -> Any:
+    """``predicted`` with levers memory's fit of the batch parameter on the plan's GPU."""
+    import dataclasses
+
+    from levers.memory.fit import fit_param
+    from levers.memory.predict import source_of
+
+    fit = fit_param(
+        source_of(spec, params), plan.gpu, BATCH_PARAM, margin=plan.margin, start=batch,
+        num_steps=plan.num_steps, upper=batch * MAX_FIT_FACTOR,
+    )
+    return dataclasses.replace(
+        predicted,
+        batch_param=BATCH_PARAM,
+        batch_now=batch,
+        batch_fit=fit.best,
+        fit_budget_bytes=fit.budget_bytes,
+    )
 
 
 def _debug(args: argparse.Namespace) -> bool:
@@ -211,7 +259,7 @@ def _say_prediction_failed(exc: BaseException, *, debug: bool) -> None:
     fix = user_fix(exc)
     line = (
         f"warning: levers memory could not predict the step ({first_line(exc)[:MAX_WARNING_CHARS]}); "
-        f"MEM001 estimates its headroom from the capture"
+        f"the bound is unknown and MEM001 estimates its headroom from the capture"
         + (f". To predict it, {fix}" if fix else "")
     )
     if debug:
@@ -246,6 +294,8 @@ def run_findings(
             benchmark=not args.no_benchmark,
             scopes=step_scopes(workload),
             memory=memory,
+            workload_spec=args.workload,
+            set_items=list(args.set_items or ()),
         )
     except ValueError as exc:
         raise LeversError(str(exc)) from None
@@ -260,4 +310,4 @@ def run_findings(
         threshold = severity_rank(args.fail_on)
         if any(severity_rank(f.severity) >= threshold for f in result.findings):
             exit_code = EXIT_FINDINGS
-    return FindingsRun(result, report, exit_code)
+    return FindingsRun(result, report, exit_code, memory)

@@ -51,6 +51,9 @@ class PredictedMemory:
         checkpointing_note: why the what-if is not applicable (or how it was predicted).
         sdpa_applicable / sdpa_delta_allocated_bytes / sdpa_delta_reserved_bytes / sdpa_note:
             the same for the eager-attention-to-SDPA what-if (ATTN002's freed memory).
+        batch_param / batch_now / batch_fit: the workload's batch parameter, its value, and the
+            largest value levers memory's fit predicts to fit (None when not searched).
+        fit_budget_bytes: the reserved-peak budget of that fit (usable less the margin).
     """
 
     gpu: str
@@ -67,6 +70,12 @@ class PredictedMemory:
     sdpa_delta_allocated_bytes: int = 0
     sdpa_delta_reserved_bytes: int = 0
     sdpa_note: str = "the plan was predicted without what-ifs"
+    # the batch parameter of the workload, its value, and the largest value that fits the GPU
+    # with the margin (levers memory --fit), when the audit could search it
+    batch_param: str | None = None
+    batch_now: int | None = None
+    batch_fit: int | None = None
+    fit_budget_bytes: int = 0
 
 
 def _whatif_numbers(plan: Any, name: str) -> tuple[bool, int, int, str]:

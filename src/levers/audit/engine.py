@@ -14,11 +14,13 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.audit.already_right import AlreadyRight, already_right
+from levers.audit.bottleneck import Bottleneck, step_bottleneck
 from levers.audit.config import PredictedMemory, RuleConfig, make_config
 from levers.audit.cost.price import price
 from levers.audit.cost.step import estimated_step_us
 from levers.audit.finding import Finding
-from levers.audit.rank import rank
+from levers.audit.rank import memory_weight, rank
+from levers.audit.recommend import Recommendation, recommend
 from levers.audit.rules.registry import run_rules, select_rules
 
 
@@ -30,6 +32,8 @@ class AuditResult:
     active_codes: tuple[str, ...]
     step_ms: float  # what payoffs are shares of: measured on a GPU, estimated for the target on a CPU
     step_provenance: str  # "measured" or "estimated"
+    bottleneck: Bottleneck | None = None  # memory- or throughput-bound; the step by op class
+    recommendation: Recommendation | None = None  # the lever stack and the `levers ab` that proves it
 
 
 def _cudnn_version(on_gpu: bool) -> int | None:
@@ -54,12 +58,16 @@ def audit(
     benchmark: bool = True,
     scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     memory: PredictedMemory | None = None,
+    workload_spec: str | None = None,
+    set_items: Sequence[str] = (),
 ) -> AuditResult:
     """Findings of the selected rules on ``capture``, priced and ranked.
 
     ``memory`` is the memory model's prediction of the step (see
     :func:`levers.audit.config.predicted_memory_from_plan`); MEM001 takes its headroom from
-    it, and from the capture's live-bytes timeline when it is None.
+    it, and from the capture's live-bytes timeline when it is None; the bottleneck takes the
+    bound from it. ``workload_spec`` and ``set_items`` are the workload and ``--set`` items as the
+    user gave them, for the ``levers ab`` command that proves the recommended stack.
 
     Raises:
         ValueError: an unknown target, dtype, torch version or rule selector.
@@ -83,7 +91,23 @@ def audit(
         step_ms, how = capture.timing.median_s * 1e3, "measured"
     else:
         step_ms, how = estimated_step_us(capture, config) / 1e3, "estimated"
-    ranked = rank(priced, step_ms=step_ms, peak_bytes=capture.memory.peak_bytes)
+    bottleneck = step_bottleneck(capture, config)
+    ranked = rank(
+        priced,
+        step_ms=step_ms,
+        peak_bytes=capture.memory.peak_bytes,
+        weight=memory_weight(bottleneck.bound),
+    )
     codes = tuple(r.code for r in rules)
     right = already_right(capture, config, {f.code for f in ranked}, codes)
-    return AuditResult(config, tuple(ranked), tuple(right), codes, step_ms, how)
+    stack = recommend(
+        ranked,
+        capture,
+        step_ms=step_ms,
+        weight=memory_weight(bottleneck.bound),
+        workload_spec=workload_spec,
+        set_items=set_items,
+    )
+    return AuditResult(
+        config, tuple(ranked), tuple(right), codes, step_ms, how, bottleneck, stack
+    )

@@ -1,9 +1,12 @@
 """Rank findings by expected payoff: time saved per step and memory freed at the peak.
 
-    payoff = saved_ms / step_ms + MEMORY_WEIGHT * saved_bytes / peak_bytes
+    payoff = saved_ms / step_ms + weight * saved_bytes / peak_bytes
 
 Both terms are shares of the step (its time, its peak memory), so a finding that frees a tenth
-of the peak ranks with one that saves a twentieth of the step time. Ties go to the higher
+of the peak ranks with one that saves a twentieth of the step time. The weight of memory follows
+the bottleneck: :data:`MEMORY_WEIGHT` when memory binds (or nothing says it does not), 0 when the
+step is throughput-bound, since freed memory then buys nothing until it is spent on a larger
+batch (which MEM003 prices in time). Ties go to the higher
 severity, then to the code and the receipt, so the order is stable.
 """
 
@@ -16,23 +19,35 @@ from levers.audit.finding import Finding, severity_rank
 MEMORY_WEIGHT = 0.5
 
 
-def payoff(finding: Finding, *, step_ms: float, peak_bytes: int) -> float:
+def memory_weight(bound: str) -> float:
+    """The weight of freed memory in the payoff, from the bottleneck's bound."""
+    return 0.0 if bound == "throughput-bound" else MEMORY_WEIGHT
+
+
+def payoff(
+    finding: Finding, *, step_ms: float, peak_bytes: int, weight: float = MEMORY_WEIGHT
+) -> float:
     cost = finding.cost
     if cost is None:
         return 0.0
     time_share = cost.saved_ms / step_ms if step_ms > 0 else 0.0
     memory_share = cost.saved_bytes / peak_bytes if peak_bytes > 0 else 0.0
-    return time_share + MEMORY_WEIGHT * memory_share
+    return time_share + weight * memory_share
 
 
 def rank(
-    findings: Iterable[Finding], *, step_ms: float, peak_bytes: int
+    findings: Iterable[Finding],
+    *,
+    step_ms: float,
+    peak_bytes: int,
+    weight: float = MEMORY_WEIGHT,
 ) -> list[Finding]:
-    """Findings, highest payoff first."""
+    """Findings, highest payoff first; a finding its rule does not recommend goes after the rest."""
     return sorted(
         findings,
         key=lambda f: (
-            -round(payoff(f, step_ms=step_ms, peak_bytes=peak_bytes), 12),
+            f.details.get("recommended") is False,
+            -round(payoff(f, step_ms=step_ms, peak_bytes=peak_bytes, weight=weight), 12),
             -severity_rank(f.severity),
             f.code,
             f.receipt.file,

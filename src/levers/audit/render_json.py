@@ -37,6 +37,19 @@ def audit_to_dict(report: FindingsReport, *, config: Any = None) -> dict[str, An
         "findings": findings,
         "already_right": [dataclasses.asdict(a) for a in report.already_right],
     }
+    if report.bottleneck is not None:
+        b = report.bottleneck
+        out["bottleneck"] = {
+            **dataclasses.asdict(b),
+            "fixed_ms": b.fixed_ms,
+            "classes": [
+                {**dataclasses.asdict(c), "efficiency": c.efficiency,
+                 "above_ceiling_ms": c.above_ceiling_ms}
+                for c in b.classes
+            ],
+        }
+    if report.recommendation is not None:
+        out["recommendation"] = dataclasses.asdict(report.recommendation)
     if config is not None:
         out["config"] = {
             "gpu": config.gpu.family,

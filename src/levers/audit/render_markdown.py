@@ -52,6 +52,10 @@ def findings_markdown(
     )
     for note in head.assumptions:
         lines.append(f"- _note_: {note}")
+    if report.bottleneck is not None:
+        from levers.audit.render_bottleneck import bottleneck_markdown
+
+        lines += [""] + bottleneck_markdown(report.bottleneck)
     lines += ["", f"### Findings ({len(report.findings)})", ""]
     if report.findings:
         lines.append("| # | rule | where | saves | effort | risk |")
@@ -83,6 +87,14 @@ def findings_markdown(
             lines.append("")
     else:
         lines += ["None.", ""]
+    if report.recommendation is not None:
+        from levers.audit.render_bottleneck import stack_lines
+
+        lines += ["### Recommended stack", ""]
+        lines += [f"- {line}" for line in stack_lines(report.recommendation)[:-1]]
+        if report.recommendation.command:
+            lines += ["", "```sh", report.recommendation.command, "```"]
+        lines.append("")
     lines += ["### Already right (don't re-fix)", ""]
     for item in report.already_right:
         code = f" [{item.code}]" if item.code else ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -22,7 +23,7 @@ from levers.capture.records import Capture
 from levers.audit.engine import AuditResult
 from levers.audit.cost.step import MFU_FORMULA, estimated_step_us, mfu, model_flops
 from levers.audit.finding import Finding
-from levers.audit.rank import payoff
+from levers.audit.rank import MEMORY_WEIGHT, memory_weight, payoff
 from levers.audit import summary
 from levers.units import format_bytes, format_count, format_flops, format_seconds
 
@@ -74,6 +75,8 @@ class FindingsReport:
     payoffs: tuple[float, ...]
     already_right: tuple  # AlreadyRight items
     active_codes: tuple[str, ...]
+    bottleneck: Any = None  # levers.audit.bottleneck.Bottleneck
+    recommendation: Any = None  # levers.audit.recommend.Recommendation
 
 
 def build_head(capture: Capture, result: AuditResult) -> StepHead:
@@ -127,8 +130,9 @@ def build_head(capture: Capture, result: AuditResult) -> StepHead:
 
 
 def build_report(capture: Capture, result: AuditResult) -> FindingsReport:
+    weight = memory_weight(result.bottleneck.bound) if result.bottleneck else MEMORY_WEIGHT
     pays = tuple(
-        payoff(f, step_ms=result.step_ms, peak_bytes=capture.memory.peak_bytes)
+        payoff(f, step_ms=result.step_ms, peak_bytes=capture.memory.peak_bytes, weight=weight)
         for f in result.findings
     )
     return FindingsReport(
@@ -137,6 +141,8 @@ def build_report(capture: Capture, result: AuditResult) -> FindingsReport:
         payoffs=pays,
         already_right=result.already_right,
         active_codes=result.active_codes,
+        bottleneck=result.bottleneck,
+        recommendation=result.recommendation,
     )
 
 
@@ -202,9 +208,14 @@ def saves_text(finding: Finding) -> str:
 
 
 def lever_text(finding: Finding) -> str:
-    if finding.lever is None:
+    from levers.audit.recommend import implemented_levers, lever_ids
+
+    ids = lever_ids(finding)
+    if not ids:
         return "no lever (a code change)"
-    return f"lever {finding.lever} (not implemented yet)"
+    have = implemented_levers()
+    named = [lever if lever in have else f"{lever} (not implemented yet)" for lever in ids]
+    return ("lever " if len(ids) == 1 else "levers ") + " or ".join(named)
 
 
 def receipt_where(finding: Finding, path_style: PathStyle) -> str:
@@ -307,8 +318,13 @@ def render_findings(
     report: FindingsReport, console: Console, *, path_style: PathStyle = relative_path
 ) -> None:
     """Print the head, the ranked findings and the already-right list."""
+    from levers.audit.render_bottleneck import render_bottleneck, render_recommendation
+
     console.print(_head_text(report.head))
     console.print()
+    if report.bottleneck is not None:
+        render_bottleneck(report.bottleneck, console)
+        console.print()
     n = len(report.findings)
     console.print(
         Text(
@@ -321,6 +337,9 @@ def render_findings(
     for rank, finding in enumerate(report.findings, start=1):
         console.print(_finding_text(rank, finding, path_style))
     console.print()
+    if report.recommendation is not None:
+        render_recommendation(report.recommendation, console)
+        console.print()
     console.print(Text("Already right (don't re-fix)", style="bold"))
     if not report.already_right:
         console.print("  nothing to list")

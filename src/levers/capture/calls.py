@@ -65,6 +65,13 @@ _NORM_CALLS: dict[Callable, str] = {
 if hasattr(F, "rms_norm"):
     _NORM_CALLS[F.rms_norm] = "rms_norm"
 _SDPA = F.scaled_dot_product_attention
+# function -> (kind, call name) for the calls recorded whatever their arguments
+_CALL_KINDS: dict[Callable, tuple[str, str]] = {
+    **{f: ("sync", name) for f, name in _SYNC_CALLS.items()},
+    **{f: ("norm", name) for f, name in _NORM_CALLS.items()},
+    **{f: ("loss", name) for f, name in _LOSS_CALLS.items()},
+    _SDPA: ("sdpa", "scaled_dot_product_attention"),
+}
 
 # the CUDA memory-metric functions wrapped during a capture
 MEMORY_METRIC_FUNCTIONS = (
@@ -207,17 +214,9 @@ class CallRecorder(TorchFunctionMode):
 
     @staticmethod
     def _classify(func: Callable, args: tuple, kwargs: dict) -> tuple[str | None, str]:
-        if func is _SDPA:
-            return "sdpa", "scaled_dot_product_attention"
-        name = _LOSS_CALLS.get(func)
-        if name is not None:
-            return "loss", name
-        name = _NORM_CALLS.get(func)
-        if name is not None:
-            return "norm", name
-        name = _SYNC_CALLS.get(func)
-        if name is not None:
-            return "sync", name
+        known = _CALL_KINDS.get(func)  # one lookup: this runs for every torch call of the step
+        if known is not None:
+            return known
         name = _MAYBE_SYNC_CALLS.get(func)
         if name is not None and _conditional_sync(func, args, kwargs):
             return "sync", name

@@ -28,6 +28,7 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -84,6 +85,6 @@ def settings(workload: Any, recorder: Any) -> dict[str, Any]:
             "PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF")
         ),
         "autocast": sorted(recorder.autocast_seen),
-        "activation_checkpointing": any(op.recompute for op in recorder.ops),
+        "activation_checkpointing": recorder.num_recomputed > 0,
         "optimizer": _optimizer_info(workload.optimizer),
     }

@@ -1,22 +1,31 @@
-"""GPU kernels joined to the ops that launched them, through PyTorch's profiler.
+"""GPU kernels and allocator bytes joined to the ops, through PyTorch's profiler.
 
 Each recorded op runs inside a profiler range named ``levers#<index>``; the profiler attaches
 every kernel to the CPU op that launched it, so the kernels under a range are that op's kernels
 and their summed duration is the op's device time.
+
+The profiler also records every allocation and free of the caching allocator with the
+allocator's total after it (``profile_memory``), so the bytes allocated right after an op are the
+total of the last allocator event before its range closed: the figure
+``torch.cuda.memory_allocated()`` would give there, without a host call per op during the step.
 """
 
 from __future__ import annotations
 
 import bisect
+import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch._C._profiler import _EventType
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from levers.capture.records import KernelRecord
 
 _PREFIX = "levers#"
+_MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")  # allocator events, not kernels or ops
 
 
 def range_marker() -> Callable[[int], Any]:
@@ -28,11 +37,26 @@ def range_marker() -> Callable[[int], Any]:
 
 
 def kernel_profiler() -> profile:
-    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True)
+
+
+@dataclass(frozen=True)
+class ProfiledOps:
+    """What the profiler saw of the recorded ops."""
+
+    device_us: dict[int, float]  # op index -> summed duration of its kernels
+    kernels: list[KernelRecord]  # every kernel, with the op it belongs to
+    end_ns: dict[int, int]  # op index -> when its range closed (profiler clock)
 
 
 def join_kernels(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
-    """(device microseconds per op index, every kernel with the op it belongs to).
+    """(device microseconds per op index, every kernel with the op it belongs to)."""
+    joined = read_profile(prof)
+    return joined.device_us, joined.kernels
+
+
+def read_profile(prof: profile) -> ProfiledOps:
+    """Join the profiler's kernels to the ``levers#`` ranges of the ops.
 
     Reads the profiler's raw events: building its ``FunctionEvent`` tree costs seconds for a
     step of a few thousand ops (and that tree attaches more to a range than its kernels); the
@@ -41,13 +65,57 @@ def join_kernels(prof: profile) -> tuple[dict[int, float], list[KernelRecord]]:
     return _join_raw(prof.profiler.kineto_results.events())
 
 
-def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
+def allocated_after_ops(
+    prof: profile, device: torch.device, end_ns: dict[int, int], num_ops: int, start_bytes: int
+) -> list[int]:
+    """Bytes allocated on ``device`` right after each op: the allocator's total at its last
+    event before the op's range closed (``start_bytes`` before any event)."""
+    times_ns, totals = _allocator_totals(prof, device)
+    if not times_ns and num_ops:
+        warnings.warn(
+            f"levers: the profiler recorded no allocations on {device} during the step; every "
+            "op's live_bytes is the allocated figure at the start of the step",
+            stacklevel=2,
+        )
+    after: list[int] = []
+    previous = start_bytes
+    for index in range(num_ops):
+        t_ns = end_ns.get(index)
+        if t_ns is not None:  # every recorded op has a range; else it moved nothing we saw
+            pos = bisect.bisect_right(times_ns, t_ns) - 1
+            previous = totals[pos] if pos >= 0 else start_bytes
+        after.append(previous)
+    return after
+
+
+def _allocator_totals(prof: profile, device: torch.device) -> tuple[list[int], list[int]]:
+    """(time_ns, total allocated bytes after the event) of every allocator event on ``device``,
+    in time order. The raw event list carries sizes but not totals; the event tree has both."""
+    events = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation:
+            fields = node.extra_fields
+            if fields.device == device:
+                events.append((node.start_time_ns, fields.total_allocated))
+        else:
+            stack.extend(node.children)
+    events.sort()
+    return [t for t, _ in events], [total for _, total in events]
+
+
+def _join_raw(events: Any) -> ProfiledOps:
     """Each device event names (linked correlation id) the CPU op that launched it; that op
     runs on some thread at some time, inside at most one ``levers#`` range of that thread."""
     ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> [(start_ns, end_ns, index)]
     launchers: dict[int, tuple[int, int]] = {}  # correlation id -> (thread, start_ns)
+    end_ns: dict[int, int] = {}
     device_events = []
     for e in events:
+        name = e.name()
+        if name in _MEMORY_EVENTS:
+            continue
         if e.device_type() != DeviceType.CPU:
             # the profiler mirrors each CPU range on the device timeline ("gpu_user_annotation"):
             # a span, not a kernel
@@ -56,10 +124,11 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
             continue
         if e.linked_correlation_id() != 0:
             continue  # a runtime call (cudaLaunchKernel): its op is found through the kernel
-        name = e.name()
         thread = e.start_thread_id()
         if name.startswith(_PREFIX):
-            ranges.setdefault(thread, []).append((e.start_ns(), e.end_ns(), int(name[len(_PREFIX):])))
+            index = int(name[len(_PREFIX):])
+            ranges.setdefault(thread, []).append((e.start_ns(), e.end_ns(), index))
+            end_ns[index] = e.end_ns()
         launchers[e.correlation_id()] = (thread, e.start_ns())
     for spans in ranges.values():
         spans.sort()
@@ -67,6 +136,7 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
 
     per_op_us: dict[int, float] = {}
     kernels: list[KernelRecord] = []
+    first_ns = min((e.start_ns() for e in device_events), default=0)
     for e in device_events:
         dur_us = (e.end_ns() - e.start_ns()) / 1000.0
         index = None
@@ -80,8 +150,15 @@ def _join_raw(events: Any) -> tuple[dict[int, float], list[KernelRecord]]:
                     index = candidate
         if index is not None:
             per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
-        kernels.append(KernelRecord(name=e.name(), device_us=dur_us, op_index=index))
-    return per_op_us, kernels
+        kernels.append(
+            KernelRecord(
+                name=e.name(),
+                device_us=dur_us,
+                op_index=index,
+                start_us=(e.start_ns() - first_ns) / 1000.0,
+            )
+        )
+    return ProfiledOps(device_us=per_op_us, kernels=kernels, end_ns=end_ns)
 
 
 def summed_kernel_us(prof: profile) -> float:
@@ -89,7 +166,9 @@ def summed_kernel_us(prof: profile) -> float:
     return sum(
         (e.end_ns() - e.start_ns()) / 1000.0
         for e in prof.profiler.kineto_results.events()
-        if e.device_type() != DeviceType.CPU and not _is_annotation(e)
+        if e.device_type() != DeviceType.CPU
+        and e.name() not in _MEMORY_EVENTS
+        and not _is_annotation(e)
     )
 
 

@@ -13,12 +13,14 @@ mutates.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.flop_counter import flop_registry
 
 from levers.capture.records import TensorMeta
+
+_Tensor = torch.Tensor
 
 _aten = torch.ops.aten
 
@@ -38,16 +40,36 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
     A hand-written walk rather than pytree's: it runs for every op of the step.
     """
     found: list[torch.Tensor] = []
-    stack = [tree]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, torch.Tensor):
-            found.append(x)
-        elif isinstance(x, (tuple, list)):
-            stack.extend(reversed(x))
-        elif isinstance(x, dict):
-            stack.extend(reversed(list(x.values())))
+    _collect(tree, found)
     return found
+
+
+def tensors_in_call(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """``tensors_in((args, kwargs))``, with the flat argument lists of most aten ops walked
+    without recursion."""
+    found: list[torch.Tensor] = []
+    for x in args:
+        if isinstance(x, _Tensor):
+            found.append(x)
+        elif isinstance(x, (tuple, list, dict)):
+            _collect(x, found)
+    if kwargs:
+        _collect(kwargs, found)
+    return found
+
+
+def _collect(x: Any, found: list[torch.Tensor]) -> None:
+    if isinstance(x, _Tensor):
+        found.append(x)
+    elif isinstance(x, (tuple, list)):
+        for item in x:
+            if isinstance(item, _Tensor):
+                found.append(item)
+            elif isinstance(item, (tuple, list, dict)):
+                _collect(item, found)
+    elif isinstance(x, dict):
+        for item in x.values():
+            _collect(item, found)
 
 
 def meta_of(t: torch.Tensor) -> TensorMeta:
@@ -60,6 +82,74 @@ def meta_of(t: torch.Tensor) -> TensorMeta:
 
 def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
+
+
+class MetaCache:
+    """``(meta_of(t), nbytes(t))`` of tensors, one entry per (shape, dtype, device).
+
+    A step has few distinct tensor signatures and thousands of tensors, so each TensorMeta is
+    built once (and shared: it is frozen).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, tuple[TensorMeta, int]] = {}
+
+    def of(self, t: torch.Tensor) -> tuple[TensorMeta, int]:
+        key = (t.shape, t.dtype, t.device)
+        try:
+            hit = self._known.get(key)
+        except TypeError:  # symbolic sizes do not hash
+            return meta_of(t), nbytes(t)
+        if hit is None:
+            hit = self._known[key] = (meta_of(t), nbytes(t))
+        return hit
+
+    def of_all(self, tensors: list[torch.Tensor]) -> tuple[tuple[TensorMeta, ...], int]:
+        """(the metas of ``tensors``, their summed bytes): ``of`` over a list, in one call."""
+        known = self._known
+        metas = []
+        total_bytes = 0
+        for t in tensors:
+            key = (t.shape, t.dtype, t.device)
+            try:
+                hit = known.get(key)
+            except TypeError:  # symbolic sizes do not hash
+                hit = (meta_of(t), nbytes(t))
+            if hit is None:
+                hit = known[key] = (meta_of(t), nbytes(t))
+            metas.append(hit[0])
+            total_bytes += hit[1]
+        return tuple(metas), total_bytes
+
+
+class OpInfo(NamedTuple):
+    """What an op's schema says, read once per op overload."""
+
+    name: str  # "aten.mm.default"
+    is_view: bool
+    is_inplace: bool
+    allocates_only: bool  # its output is garbage until written: no bytes written
+    has_flops: bool  # op_flops can count it
+    is_profiler: bool  # the profiler's own record_function ops: not part of the step
+
+
+_op_infos: dict[Any, OpInfo] = {}
+
+
+def op_info(func: torch._ops.OpOverload) -> OpInfo:
+    info = _op_infos.get(func)
+    if info is None:
+        packet = func._overloadpacket
+        is_view, is_inplace = schema_kind(func)
+        info = _op_infos[func] = OpInfo(
+            name=str(func),
+            is_view=is_view,
+            is_inplace=is_inplace,
+            allocates_only=func in _ALLOCATING,
+            has_flops=packet in _SDPA_FORWARD or packet in _SDPA_BACKWARD or packet in flop_registry,
+            is_profiler=func.namespace == "profiler",
+        )
+    return info
 
 
 def schema_kind(func: torch._ops.OpOverload) -> tuple[bool, bool]:
@@ -119,11 +209,43 @@ def op_flops(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -
     formula = flop_registry.get(packet)
     if formula is None:
         return 0
+    # Formulas registered without get_raw see only shapes (torch wraps them to map tensors to
+    # their shapes, keeping the original as __wrapped__), so their count is cached per shape
+    # signature. The raw ones (varlen attention) read tensor values and are always called.
+    key = None
+    if hasattr(formula, "__wrapped__"):
+        try:
+            key = (func, _signature(args), _signature(kwargs), _signature(out))
+            hit = _flops_by_signature.get(key)
+        except TypeError:  # an argument that does not hash
+            key = hit = None
+        if hit is not None:
+            return hit
     try:
-        return int(formula(*args, **kwargs, out_val=out))
+        flops = int(formula(*args, **kwargs, out_val=out))
     except Exception as exc:  # a formula that rejects shapes must not fail the user's step
         _warn_once(packet, exc)
         return 0
+    if key is not None:
+        if len(_flops_by_signature) > _MAX_CACHED_SIGNATURES:
+            _flops_by_signature.clear()
+        _flops_by_signature[key] = flops
+    return flops
+
+
+_flops_by_signature: dict[tuple, int] = {}
+_MAX_CACHED_SIGNATURES = 100_000
+
+
+def _signature(x: Any) -> Any:
+    """A hashable stand-in for a FLOP formula's argument: tensors become their shapes."""
+    if isinstance(x, _Tensor):
+        return (_Tensor, tuple(x.shape))
+    if isinstance(x, (tuple, list)):
+        return (type(x), tuple(_signature(i) for i in x))
+    if isinstance(x, dict):
+        return (dict, tuple((k, _signature(v)) for k, v in x.items()))
+    return x
 
 
 _warned: set[Any] = set()

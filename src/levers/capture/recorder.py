@@ -3,7 +3,7 @@
 For each op it records shapes, dtypes, bytes, FLOPs, the phase, the module and the user source
 line. Attribution works like this:
 
-- forward: the module is the innermost module running (``ModTracker``'s forward hooks keep a
+- forward: the module is the innermost module running (global module forward hooks keep a
   stack); the source line is the innermost user frame.
 - backward: the autograd engine runs one node at a time (``torch._C._current_autograd_node``).
   Each forward op tags the ``grad_fn`` of its outputs with its own index (in the node's
@@ -23,26 +23,23 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from levers.capture.ops import meta_of, op_flops, schema_kind, tensors_in, traffic_bytes
+from levers.capture.ops import MetaCache, op_flops, op_info, tensors_in, tensors_in_call
 from levers.capture.records import CallRecord, OpRecord, SourceLoc
 from levers.capture.source import in_checkpoint_recompute, user_frame
 
 _TAG = "levers_op"  # key in autograd Node.metadata: the index of the forward op that made it
 _PROGRESS_EVERY_S = 0.2
-
-
-def cuda_allocated_bytes() -> int:
-    """``torch.cuda.memory_allocated()`` without flattening every allocator statistic in Python
-    (that costs ~100 us, paid once per op)."""
-    stats = getattr(torch._C, "_cuda_memoryStats", None)
-    if stats is None:
-        return torch.cuda.memory_allocated()
-    return stats(torch.cuda.current_device())["allocated_bytes"]["all"]["current"]
+_Tensor = torch.Tensor
+_perf_counter = time.perf_counter
+_current_graph_task_id = torch._C._current_graph_task_id
+_is_grad_enabled = torch.is_grad_enabled
+# one C call that says whether any autocast is on (absent on some versions: then always ask)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 class CaptureInternalError(RuntimeError):
@@ -57,11 +54,12 @@ class LiveStorages:
         self._refs: dict[int, weakref.ref] = {}
 
     def track(self, t: torch.Tensor) -> None:
-        if t.device.type == "meta" or t.is_sparse:
+        if t.is_meta or t.is_sparse:
             return
         storage = t.untyped_storage()
         key = id(storage)
-        if key in self._refs and self._refs[key]() is storage:
+        known = self._refs.get(key)
+        if known is not None and known() is storage:
             return
         size = storage.nbytes()
         self.live_bytes += size
@@ -81,24 +79,27 @@ class OpRecorder(TorchDispatchMode):
         model: torch.nn.Module,
         *,
         optimizer: torch.optim.Optimizer | None = None,
-        cuda_memory: bool,
         live: LiveStorages | None,
         range_marker: Callable[[int], Any] | None = None,
         progress: Callable[[int, str], None] | None = None,
     ) -> None:
         super().__init__()
-        self.ops: list[OpRecord] = []
+        # one tuple per op, in OpRecord's field order (less device_us); see build_ops
+        self._rows: list[tuple] = []
+        self._metas = MetaCache()
+        self.num_recomputed = 0
         self.calls: list[CallRecord] = []
         self.phase = "forward"
         self.module_stack: list[torch.nn.Module] = []
         self.paused = False
-        self.cuda_memory = cuda_memory
         self.live = live
         self.range_marker = range_marker
         self.progress = progress
         self._last_progress = time.perf_counter()
+        self.t_start = self._last_progress  # ops' start_us count from here
         self._seen_backward = False
         self.autocast_seen: set[str] = set()  # "cuda:bfloat16" for every autocast state seen
+        self._autocast_states: set[tuple[str, torch.dtype]] = set()
         self._in_optimizer = 0
         self._pending: list[tuple[weakref.ref, int]] = []
         self._loss_targets: list[tuple[int, torch.Tensor, int]] = []
@@ -119,7 +120,7 @@ class OpRecorder(TorchDispatchMode):
 
     @property
     def num_ops(self) -> int:
-        return len(self.ops)
+        return len(self._rows)
 
     def push_module(self, module: torch.nn.Module, *_: Any) -> None:
         self.module_stack.append(module)
@@ -138,7 +139,7 @@ class OpRecorder(TorchDispatchMode):
         self._in_optimizer -= 1
 
     def current_phase(self) -> str:
-        if torch._C._current_graph_task_id() != -1:
+        if _current_graph_task_id() != -1:
             self._seen_backward = True
             return "backward"
         if self._in_optimizer:
@@ -155,10 +156,14 @@ class OpRecorder(TorchDispatchMode):
     def note_autocast(self) -> None:
         """Record the autocast state; called from the function mode, above the dispatcher (below
         it the autocast keys are excluded and autocast always reads as off)."""
+        if not _any_autocast():
+            return
         for device_type in ("cuda", "cpu"):
             if torch.is_autocast_enabled(device_type):
-                dtype = torch.get_autocast_dtype(device_type)
-                self.autocast_seen.add(f"{device_type}:{str(dtype).removeprefix('torch.')}")
+                state = (device_type, torch.get_autocast_dtype(device_type))
+                if state not in self._autocast_states:
+                    self._autocast_states.add(state)
+                    self.autocast_seen.add(f"{device_type}:{str(state[1]).removeprefix('torch.')}")
 
     # --- recording ---------------------------------------------------------------------------
 
@@ -177,7 +182,7 @@ class OpRecorder(TorchDispatchMode):
         self, inputs: list[torch.Tensor]
     ) -> tuple[str | None, SourceLoc | None, int | None, str | None, bool]:
         """(module, source, forward_op, node name, recompute) of an op run in backward."""
-        if in_checkpoint_recompute() and self.module_stack:
+        if self.module_stack and in_checkpoint_recompute():  # the stack walk only when it can be
             return self.current_module(), user_frame(), None, None, True
         node = torch._C._current_autograd_node()
         if node is None:
@@ -185,8 +190,8 @@ class OpRecorder(TorchDispatchMode):
         node_name = node.name()
         forward_index = node.metadata.get(_TAG)
         if forward_index is not None:
-            fwd = self.ops[forward_index]
-            return fwd.module, fwd.source, forward_index, node_name, False
+            fwd = self._rows[forward_index]
+            return fwd[3], fwd[4], forward_index, node_name, False
         variable = getattr(node, "variable", None)  # AccumulateGrad nodes hold their parameter
         if variable is not None:
             return self._param_owner.get(id(variable)), None, None, node_name, False
@@ -198,27 +203,32 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.paused or func.namespace == "profiler":
+        info = op_info(func)
+        if self.paused or info.is_profiler:
             return func(*args, **kwargs)
-        self._tag_pending()
-        index = len(self.ops)
+        if self._pending:
+            self._tag_pending()
+        index = len(self._rows)
         phase = self.current_phase()
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         if self.range_marker is not None:
             with self.range_marker(index):
                 out = func(*args, **kwargs)
         else:
             out = func(*args, **kwargs)
-        wall_us = (time.perf_counter() - t0) * 1e6
+        wall_us = (_perf_counter() - t0) * 1e6
         try:
-            self._record(func, args, kwargs, out, index, phase, t0, wall_us)
+            self._record(func, info, args, kwargs, out, index, phase, t0, wall_us)
         except Exception as exc:  # levers' own bookkeeping failed: not the user's step
             raise CaptureInternalError(f"levers could not record {func}: {exc!r}") from exc
         return out
 
-    def _record(self, func, args, kwargs, out, index: int, phase: str, t0: float, wall_us: float):
-        inputs = tensors_in((args, kwargs))
-        outputs = tensors_in(out)
+    def _record(self, func, info, args, kwargs, out, index: int, phase: str, t0: float,
+                wall_us: float) -> None:
+        """Append the op's row. Rows are plain tuples (building a frozen OpRecord costs
+        microseconds, paid once per op after the step instead, in ``build_ops``)."""
+        inputs = tensors_in_call(args, kwargs)
+        outputs = [out] if isinstance(out, _Tensor) else tensors_in(out)
         forward_op = node_name = None
         recompute = False
         if phase == "backward":
@@ -227,42 +237,65 @@ class OpRecorder(TorchDispatchMode):
             module, source = self._optimizer_module(inputs), user_frame()
         else:
             module, source = self.current_module(), user_frame()
-        is_view, is_inplace = schema_kind(func)
-        read_bytes, write_bytes = traffic_bytes(func, inputs, outputs, is_view)
+        input_metas, read_bytes = self._metas.of_all(inputs)
+        output_metas, write_bytes = self._metas.of_all(outputs)
+        # first-order traffic: views move nothing; an allocation writes nothing yet
+        if info.is_view:
+            read_bytes = write_bytes = 0
+        elif info.allocates_only:
+            write_bytes = 0
+        live_bytes = None  # on a GPU: the allocator's figure, read from the profiler afterwards
         if self.live is not None:
             for t in outputs:
                 self.live.track(t)
-        live_bytes = (
-            cuda_allocated_bytes()
-            if self.cuda_memory
-            else (self.live.live_bytes if self.live is not None else None)
-        )
-        self.ops.append(
-            OpRecord(
+            live_bytes = self.live.live_bytes
+        flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
+        self._rows.append((
+            index, info.name, phase, module, source, input_metas, output_metas,
+            read_bytes, write_bytes, flops, wall_us, live_bytes, forward_op, node_name,
+            recompute, info.is_view, info.is_inplace, t0,
+        ))
+        if recompute:
+            self.num_recomputed += 1
+        if phase != "backward" and _is_grad_enabled():
+            self._pending.extend((weakref.ref(t), index) for t in outputs)
+        if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
+            self._last_progress = t0
+            self.progress(len(self._rows), phase)
+
+    def build_ops(
+        self,
+        device_us: dict[int, float] | None = None,
+        live_bytes: list[int | None] | None = None,
+    ) -> list[OpRecord]:
+        """The OpRecords of the step, with the device time and allocator bytes (per op index)
+        that a GPU capture reads from the profiler after the step."""
+        ops = []
+        for (index, name, phase, module, source, inputs, outputs, read_bytes, write_bytes, flops,
+             wall_us, live, forward_op, node_name, recompute, is_view, is_inplace,
+             t0) in self._rows:
+            ops.append(OpRecord(
                 index=index,
-                name=str(func),
+                name=name,
                 phase=phase,
                 module=module,
                 source=source,
-                inputs=tuple(meta_of(t) for t in inputs),
-                outputs=tuple(meta_of(t) for t in outputs),
+                inputs=inputs,
+                outputs=outputs,
                 read_bytes=read_bytes,
                 write_bytes=write_bytes,
-                flops=op_flops(func, args, kwargs, out),
+                flops=flops,
                 wall_us=wall_us,
-                live_bytes=live_bytes,
+                device_us=None if device_us is None else device_us.get(index, 0.0),
+                live_bytes=live if live_bytes is None else live_bytes[index],
                 forward_op=forward_op,
                 autograd_node=node_name,
                 recompute=recompute,
                 is_view=is_view,
                 is_inplace=is_inplace,
-            )
-        )
-        if phase != "backward" and torch.is_grad_enabled():
-            self._pending.extend((weakref.ref(t), index) for t in outputs)
-        if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
-            self._last_progress = t0
-            self.progress(len(self.ops), phase)
+                start_us=(t0 - self.t_start) * 1e6,
+            ))
+        return ops
 
     def add_call(
         self,
@@ -280,7 +313,7 @@ class OpRecorder(TorchDispatchMode):
         self._tag_pending()
         index = len(self.calls)
         if kind == "sdpa" and first_op is not None:
-            args["backend_ran"] = sdpa_backend_of(self.ops[first_op : last_op + 1])
+            args["backend_ran"] = sdpa_backend_of(row[1] for row in self._rows[first_op : last_op + 1])
         if loss_target is not None:
             self._loss_targets.append((index, loss_target, args.get("ignore_index", -100)))
         self.calls.append(
@@ -323,10 +356,10 @@ _SDPA_BACKENDS = {
 }
 
 
-def sdpa_backend_of(ops: list[OpRecord]) -> str:
-    """The SDPA backend an attention call dispatched to, from the aten ops it ran."""
-    for op in ops:
-        base = op.name.split(".")[1] if op.name.startswith("aten.") else op.name
+def sdpa_backend_of(op_names: Iterable[str]) -> str:
+    """The SDPA backend an attention call dispatched to, from the names of the aten ops it ran."""
+    for name in op_names:
+        base = name.split(".")[1] if name.startswith("aten.") else name
         backend = _SDPA_BACKENDS.get(base)
         if backend is not None:
             return backend

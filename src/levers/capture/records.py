@@ -74,6 +74,7 @@ class OpRecord:
     recompute: bool = False  # ran inside activation-checkpoint recomputation
     is_view: bool = False  # aliases its input; moves no data
     is_inplace: bool = False  # mutates an input
+    start_us: float | None = None  # host time from the capture's start to the op's start
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class KernelRecord:
     name: str
     device_us: float
     op_index: int | None  # the OpRecord that launched it; None if it could not be joined
+    start_us: float | None = None  # device time from the step's first kernel to this one's start
 
 
 @dataclass(frozen=True)

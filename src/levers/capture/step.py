@@ -8,12 +8,14 @@ parameters and optimizer state after it are bitwise equal to those after an unca
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.distributed._tools.mod_tracker import ModTracker
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -72,6 +74,17 @@ def _optimizer_phase(recorder: OpRecorder, optimizer: torch.optim.Optimizer | No
     """Label ops inside any optimizer's step (and the workload optimizer's zero_grad)."""
     pre = register_optimizer_step_pre_hook(recorder.enter_optimizer)
     post = register_optimizer_step_post_hook(recorder.exit_optimizer)
+    try:
+        with _zero_grad_phase(recorder, optimizer):
+            yield
+    finally:
+        pre.remove()
+        post.remove()
+
+
+@contextlib.contextmanager
+def _zero_grad_phase(recorder: OpRecorder, optimizer: torch.optim.Optimizer | None) -> Iterator[None]:
+    """Label ops inside the workload optimizer's zero_grad as the optimizer phase."""
     patched = optimizer is not None and "zero_grad" not in vars(optimizer)
     if patched:
         original = optimizer.zero_grad
@@ -87,18 +100,43 @@ def _optimizer_phase(recorder: OpRecorder, optimizer: torch.optim.Optimizer | No
     try:
         yield
     finally:
-        pre.remove()
-        post.remove()
         if patched:
             del optimizer.zero_grad
 
 
+try:  # inside a module that torch.compile optimizes, the hooks stay out (as ModTracker's do)
+    from torch._dynamo.eval_frame import _is_in_optimized_module as _in_compiled_module
+except ImportError:
+
+    def _in_compiled_module() -> bool:
+        return False
+
+
 @contextlib.contextmanager
 def _module_tracking(recorder: OpRecorder) -> Iterator[None]:
-    tracker = ModTracker()
-    tracker.register_user_hooks(pre_fw_hook=recorder.push_module, post_fw_hook=recorder.pop_module)
-    with tracker:
+    """Keep the recorder's stack of running modules with global forward hooks.
+
+    These are the hooks ModTracker's forward tracking is made of. ModTracker also registers
+    gradient hooks on every module's inputs and outputs to follow modules in backward, which
+    the recorder does not need (a backward op is attributed through its autograd node) and
+    which cost more than the rest of the module tracking together.
+    """
+
+    def entered(module: torch.nn.Module, args: Any) -> None:
+        if not _in_compiled_module():
+            recorder.push_module(module)
+
+    def left(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not _in_compiled_module():
+            recorder.pop_module(module)
+
+    pre = register_module_forward_pre_hook(entered)
+    post = register_module_forward_hook(left, always_call=True)  # also when forward raises
+    try:
         yield
+    finally:
+        pre.remove()
+        post.remove()
 
 
 def capture_step(
@@ -116,92 +154,172 @@ def capture_step(
     """
     if warmup < 0 or timed < 0:
         raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
-    device = workload.device
-    on_cuda = device.type == "cuda"
     for _ in range(warmup):
         _run_step(workload)
     step_s = tuple(_timed_step(workload) for _ in range(timed))
-
-    live = None
-    if on_cuda:
-        _synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        start_bytes = torch.cuda.memory_allocated(device)
-    else:
-        live = LiveStorages()
-        for t in _state_tensors(workload):
-            live.track(t)
-        start_bytes = live.live_bytes
-
-    recorder = OpRecorder(
-        workload.model,
-        optimizer=workload.optimizer,
-        cuda_memory=on_cuda,
-        live=live,
-        range_marker=gpu.range_marker() if on_cuda else None,
-        progress=progress,
-    )
-    profiler = gpu.kernel_profiler() if on_cuda else contextlib.nullcontext()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(profiler)
-        stack.enter_context(_module_tracking(recorder))
-        stack.enter_context(_optimizer_phase(recorder, workload.optimizer))
-        stack.enter_context(memory_metric_calls(recorder))
-        stack.enter_context(CallRecorder(recorder))
-        stack.enter_context(recorder)
-        _synchronize(device)
-        t0 = time.perf_counter()
+    capture = StepCapture(workload, progress=progress)
+    capture.start()
+    try:
         returned = _run_step(workload)
+    except BaseException:
+        capture.abort()
+        raise
+    return capture.stop(step_s=step_s, returned=returned)
+
+
+class StepCapture:
+    """The capture of one step, started and stopped where the caller decides.
+
+    :func:`capture_step` starts it before ``workload.step()`` and stops it after. A script run
+    starts it in one ``optimizer.step()``'s post hook and stops it in the next one's: there a
+    new optimizer hook cannot be registered (torch is iterating over the hooks), so with
+    ``optimizer_hooks=False`` the caller drives :meth:`enter_optimizer` / :meth:`exit_optimizer`
+    from hooks of its own. ``workload.step`` is not called here.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        progress: Callable[[int, str], None] | None = None,
+        optimizer_hooks: bool = True,
+    ) -> None:
+        self.workload = workload
+        self.progress = progress
+        self.optimizer_hooks = optimizer_hooks
+        self.recorder: OpRecorder | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._live: LiveStorages | None = None
+        self._start_bytes = 0
+        self._t0 = 0.0
+
+    def enter_optimizer(self, *_: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.enter_optimizer()
+
+    def exit_optimizer(self, *_: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.exit_optimizer()
+
+    def start(self) -> None:
+        workload = self.workload
+        device = workload.device
+        on_cuda = device.type == "cuda"
+        if on_cuda:
+            _synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            self._start_bytes = torch.cuda.memory_allocated(device)
+        else:
+            self._live = LiveStorages()
+            for t in _state_tensors(workload):
+                self._live.track(t)
+            self._start_bytes = self._live.live_bytes
+        recorder = OpRecorder(
+            workload.model,
+            optimizer=workload.optimizer,
+            live=self._live,
+            range_marker=gpu.range_marker() if on_cuda else None,
+            progress=self.progress,
+        )
+        self.recorder = recorder
+        self._profiler = gpu.kernel_profiler() if on_cuda else contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(self._profiler)
+            stack.enter_context(_module_tracking(recorder))
+            if self.optimizer_hooks:
+                stack.enter_context(_optimizer_phase(recorder, workload.optimizer))
+            else:
+                stack.enter_context(_zero_grad_phase(recorder, workload.optimizer))
+            stack.enter_context(memory_metric_calls(recorder))
+            stack.enter_context(CallRecorder(recorder))
+            stack.enter_context(recorder)
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
         _synchronize(device)
-        captured_s = time.perf_counter() - t0
-        recorder.paused = True
-    calls = recorder.finish_calls()
+        self._t0 = time.perf_counter()
 
-    ops = recorder.ops
-    kernels: list = []
-    if on_cuda:
-        per_op_us, kernels = gpu.join_kernels(profiler)
-        ops = [dataclasses.replace(op, device_us=per_op_us.get(op.index, 0.0)) for op in ops]
-        memory = MemoryStats(
-            source="cuda-allocator",
-            start_bytes=start_bytes,
-            peak_bytes=torch.cuda.max_memory_allocated(device),
-            end_bytes=torch.cuda.memory_allocated(device),
-            peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
-            peak_op=_peak_op(ops),
-        )
-    else:
-        assert live is not None
-        peak_op = _peak_op(ops)
-        memory = MemoryStats(
-            source="tracked-storages",
-            start_bytes=start_bytes,
-            peak_bytes=max([start_bytes] + [op.live_bytes or 0 for op in ops]),
-            end_bytes=live.live_bytes,
-            peak_op=peak_op,
-        )
+    def abort(self) -> None:
+        """End the capture without assembling it (the step raised)."""
+        if self._stack is not None:
+            if self.recorder is not None:
+                self.recorder.paused = True
+            self._stack.close()
+            self._stack = None
 
-    return Capture(
-        schema_version=SCHEMA_VERSION,
-        workload=workload.name,
-        workload_params=dict(workload.params),
-        tokens_per_step=workload.tokens_per_step,
-        env=environment(device),
-        provenance=_provenance(on_cuda),
-        timing=StepTiming(step_s=step_s, captured_step_s=captured_s),
-        memory=memory,
-        ops=tuple(ops),
-        calls=tuple(calls),
-        kernels=tuple(kernels),
-        modules={name: type(m).__name__ for name, m in workload.model.named_modules()},
-        settings={**settings(workload, recorder), "loss": _loss_value(returned)},
-    )
+    def stop(self, *, step_s: tuple[float, ...] = (), returned: Any = None) -> Capture:
+        """End the capture and assemble it; ``step_s`` are the plain steps timed before it and
+        ``returned`` what the captured step returned (its loss is read from it)."""
+        assert self._stack is not None and self.recorder is not None, "stop() before start()"
+        workload, recorder = self.workload, self.recorder
+        device = workload.device
+        on_cuda = device.type == "cuda"
+        try:
+            _synchronize(device)
+            captured_s = time.perf_counter() - self._t0
+            recorder.paused = True
+        finally:
+            self._stack.close()
+            self._stack = None
+        calls = recorder.finish_calls()
+
+        if on_cuda:
+            joined = gpu.read_profile(self._profiler)
+            kernels = joined.kernels
+            live_bytes = gpu.allocated_after_ops(
+                self._profiler, _indexed(device), joined.end_ns, recorder.num_ops, self._start_bytes
+            )
+            ops = recorder.build_ops(device_us=joined.device_us, live_bytes=live_bytes)
+            memory = MemoryStats(
+                source="cuda-allocator",
+                start_bytes=self._start_bytes,
+                peak_bytes=torch.cuda.max_memory_allocated(device),
+                end_bytes=torch.cuda.memory_allocated(device),
+                peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+                peak_op=_peak_op(ops),
+            )
+        else:
+            assert self._live is not None
+            kernels = []
+            ops = recorder.build_ops()
+            memory = MemoryStats(
+                source="tracked-storages",
+                start_bytes=self._start_bytes,
+                peak_bytes=max([self._start_bytes] + [op.live_bytes or 0 for op in ops]),
+                end_bytes=self._live.live_bytes,
+                peak_op=_peak_op(ops),
+            )
+
+        return Capture(
+            schema_version=SCHEMA_VERSION,
+            workload=workload.name,
+            workload_params=dict(workload.params),
+            tokens_per_step=workload.tokens_per_step,
+            env=environment(device),
+            provenance=_provenance(on_cuda),
+            timing=StepTiming(step_s=step_s, captured_step_s=captured_s),
+            memory=memory,
+            ops=tuple(ops),
+            calls=tuple(calls),
+            kernels=tuple(kernels),
+            modules={name: type(m).__name__ for name, m in workload.model.named_modules()},
+            settings={**settings(workload, recorder), "loss": _loss_value(returned)},
+        )
 
 
 def _loss_value(returned: Any) -> float | None:
     """The captured step's loss as a float (after the step: the sync is outside its timing)."""
     loss = find_loss(returned).value
     return None if loss is None else float(loss)  # sync point: after the captured step
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N``, the form the profiler's allocator events carry."""
+    if device.index is not None:
+        return device
+    return torch.device(device.type, torch.cuda.current_device())
 
 
 def _peak_op(ops: list) -> int | None:

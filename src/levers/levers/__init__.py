@@ -11,7 +11,23 @@ import importlib
 from levers.levers.lever import Lever
 
 # one module per lever, imported when the catalogue is first read
-_MODULES: tuple[str, ...] = ()
+_MODULES: tuple[str, ...] = (
+    "rms_norm_fused",
+    "sdpa_cudnn_backend",
+    "sdpa_attention",
+    "loss_valid_rows",
+    "inplace_scatter",
+    "windowed_peak_metric",
+    "fused_optimizer",
+    "autocast_bf16",
+    "fused_linear_cross_entropy",
+    "liger_kernels",
+    "compile_blocks",
+    "raise_batch",
+    "ac_full",
+    "ac_selective",
+    "ac_budget",
+)
 
 REGISTRY: dict[str, Lever] = {}
 
@@ -24,6 +40,7 @@ def register(lever: Lever) -> Lever:
 
 
 def load_all() -> dict[str, Lever]:
+    """Every lever of the catalogue, by id (imports the lever modules on first use)."""
     for name in _MODULES:
         importlib.import_module(f"levers.levers.{name}")
     return REGISTRY

@@ -16,6 +16,17 @@ lever lives in its own file under :mod:`levers.levers` and registers one :class:
 
 ``apply(workload, lever)`` is the workload-level form used by ``levers ab --lever``: the same
 workload object, changed, and its undo.
+
+A lever may take options (``ac-budget`` takes its memory budget). It names the ones it accepts
+in ``options``; they reach ``patch`` as ``target.options`` (strings from the command line, or any
+value from Python), passed as ``apply(workload, lever, {"budget": "20GiB"})`` or written
+``ac-budget:budget=20GiB:workload=hf`` on the command line (:func:`parse_lever_spec`). The undo ``patch``
+returns may carry data about what it did (a handle); ``apply``'s undo keeps it as ``.handle``.
+
+A lever that acts on the workload's factory parameters rather than on a built model
+(``raise-batch``) sets ``choose_params``: given the factory spec and its parameters it returns the
+parameters to build the candidate with and a sentence saying what it chose. ``levers ab --lever``
+calls it before building the candidate; ``patch`` is then never called on a built model.
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
 from levers.workload import Workload
 
 Undo = Callable[[], None]
+# (factory spec, its parameters, lever options) -> (the parameters to build with, what it chose)
+ChooseParams = Callable[[Any, dict[str, Any], dict[str, Any]], tuple[dict[str, Any], str]]
 
 
 @dataclass
@@ -43,6 +56,7 @@ class Target:
     optimizer: torch.optim.Optimizer | None = None
     step: Callable[[], Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # the workload's factory parameters
+    options: dict[str, Any] = field(default_factory=dict)  # the lever's options, by name
 
 
 class NotApplicable(ValueError):
@@ -59,31 +73,67 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+    options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
+    choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
+    known_problems: str = ""  # combinations that fail, shapes where it does not help
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
             raise ValueError(f"lever {self.id}: safety must be one of {FIX_SAFETIES}")
-        if self.safety == CHANGES_NUMERICS and self.tolerance is None:
+        # a lever on the factory parameters changes the step itself (another batch): no tolerance
+        numerics = self.safety == CHANGES_NUMERICS
+        if numerics and self.tolerance is None and self.choose_params is None:
             raise ValueError(f"lever {self.id}: a numerics-changing lever states its tolerance")
         if self.safety == EXACT and self.tolerance is not None:
             raise ValueError(f"lever {self.id}: an exact lever has no tolerance")
 
 
-def target_of(workload: Workload) -> Target:
+def target_of(workload: Workload, options: dict[str, Any] | None = None) -> Target:
     return Target(
         model=workload.model,
         optimizer=workload.optimizer,
         step=workload.step,
         params=dict(workload.params),
+        options=dict(options or {}),
     )
 
 
-def apply(workload: Workload, lever: Lever) -> tuple[Workload, Undo]:
+def parse_lever_spec(text: str) -> tuple[str, dict[str, str]]:
+    """``"ac-budget:budget=20GiB:workload=hf"`` -> ``("ac-budget", {"budget": "20GiB",
+    "workload": "hf"})``. Options are separated by ``:``, so that ``,`` still separates levers in
+    ``--lever a,b``."""
+    lever_id, *items = text.split(":")
+    options: dict[str, str] = {}
+    for item in filter(None, items):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(
+                f"lever option {item!r} in {text!r} is not KEY=VALUE; write e.g. "
+                "ac-budget:budget=20GiB:workload=hf"
+            )
+        options[key.strip()] = value.strip()
+    return lever_id.strip(), options
+
+
+def check_options(lever: Lever, options: dict[str, Any]) -> None:
+    unknown = sorted(set(options) - set(lever.options))
+    if unknown:
+        accepted = ", ".join(lever.options) if lever.options else "none"
+        raise ValueError(
+            f"lever {lever.id} has no option(s) {', '.join(unknown)}; it accepts: {accepted}"
+        )
+
+
+def apply(
+    workload: Workload, lever: Lever, options: dict[str, Any] | None = None
+) -> tuple[Workload, Undo]:
     """Apply ``lever`` to ``workload`` in place; returns the workload and the undo.
 
-    Raises :class:`NotApplicable` with the lever's reason when it does not apply.
+    Raises :class:`NotApplicable` with the lever's reason when it does not apply, and
+    ``ValueError`` for an option the lever does not accept.
     """
-    target = target_of(workload)
+    check_options(lever, dict(options or {}))
+    target = target_of(workload, options)
     reason = lever.applies(target)
     if reason is not None:
         raise NotApplicable(f"lever {lever.id} does not apply: {reason}")
@@ -96,4 +146,5 @@ def apply(workload: Workload, lever: Lever) -> tuple[Workload, Undo]:
         undo_patch()
         workload.step = original_step
 
+    undo.handle = undo_patch  # type: ignore[attr-defined]
     return workload, undo

@@ -40,7 +40,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "Example: levers memory llama --set size=8b --gpu h100-80gb --fit batch_size"
         ),
     )
-    parser.add_argument("workload", metavar="WORKLOAD", help="built-in name or FILE.py:factory")
+    parser.add_argument(
+        "workload",
+        nargs="?",
+        default=None,
+        metavar="WORKLOAD",
+        help="built-in name or FILE.py:factory (or a script after --: see below)",
+    )
     add_set_argument(parser)
     parser.add_argument(
         "--gpu",
@@ -79,6 +85,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )
+    from levers.integrations.script_cli import SCRIPT_HELP, add_script_arguments
+
+    add_script_arguments(parser, warmup=True)
+    parser.epilog = f"{parser.epilog} {SCRIPT_HELP}"
     parser.set_defaults(func=run)
     return parser
 
@@ -92,6 +102,16 @@ def run(args: argparse.Namespace) -> int:
     from levers.memory.render import render_plan
 
     console = make_console()
+    if getattr(args, "script_command", None) is not None:
+        from levers.integrations.script_cli import reject_workload, run_memory
+
+        reject_workload(args, "memory")
+        return run_memory(args, console)
+    if args.workload is None:
+        raise LeversError(
+            "levers memory needs a WORKLOAD (demo, llama, path/to/file.py:factory) or a script "
+            "after -- (levers memory -- python train.py)"
+        )
     try:
         gpu = resolve_gpu(args.gpu)
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)

@@ -47,6 +47,8 @@ class Allocation:
     recompute: bool = False  # made by activation-checkpoint recomputation
     source: str | None = None  # "file.py:LINE" of the step code, for allocations outside modules
     state_derived: bool = False  # optimizer-phase temporary computed from optimizer state
+    call: int = -1  # the aten call that made it, counted over the run (outputs of one call share it)
+    flops: int = 0  # that call's FLOPs (torch.utils.flop_counter's formulas; 0 where none)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from levers.capture.ops import op_flops
 from levers.memory import kernels
 from levers.memory.shadow import ShadowValues
 from levers.memory.standin import GPU, HOST, DeviceBook
@@ -75,6 +76,7 @@ class SiteContext:
 
 class _Record:
     __slots__ = (
+        "call",
         "category",
         "dtype",
         "module",
@@ -86,6 +88,7 @@ class _Record:
         "source",
         "state_derived",
         "step",
+        "flops",
     )  # fmt: skip
 
     def __init__(self, **fields: Any) -> None:
@@ -122,6 +125,7 @@ class StorageTracker(TorchDispatchMode):
         self._node_of: dict[int, int] = {}  # handle -> id of the autograd node that made it
         self._workspace_owners: set = set()
         self._state_handles: set[int] = set()
+        self._num_calls = 0
 
     # --- dispatch -------------------------------------------------------------------------
 
@@ -138,15 +142,16 @@ class StorageTracker(TorchDispatchMode):
             self.context.backward_seen = True
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        self._num_calls += 1
         if phase == "backward" and self._accumulates_in_place(func, args, out):
             self._alias(out.untyped_storage(), args[0].untyped_storage())
-        self._book_outputs(func, inputs, outputs, phase)
+        self._book_outputs(func, args, kwargs, out, inputs, outputs, phase)
         self._add_workspaces(func, args, out, phase)
         if self.shadow is not None:
             self.shadow.after(func, args, kwargs, out)
         return out
 
-    def _book_outputs(self, func, inputs: list, outputs: list, phase: str) -> None:
+    def _book_outputs(self, func, args, kwargs, out, inputs: list, outputs: list, phase: str) -> None:
         new = []
         for tensor in outputs:
             try:
@@ -166,6 +171,7 @@ class StorageTracker(TorchDispatchMode):
                     device = GPU
                     break
         state_derived = phase == "optimizer" and any(self._is_state(t) for t in inputs)
+        flops = op_flops(func, args, kwargs, out) if phase == "forward" else 0
         for tensor, storage in new:
             self.book.book(storage, device)
             if device != GPU or storage.nbytes() == 0:
@@ -178,7 +184,9 @@ class StorageTracker(TorchDispatchMode):
                 shape=tuple(tensor.shape),
                 dtype=str(tensor.dtype).removeprefix("torch."),
                 state_derived=state_derived,
+                flops=flops,
             )
+            flops = 0  # the call's FLOPs go on its first output only
             if phase == "backward":
                 self._node_of[handle] = id(torch._C._current_autograd_node())
             self._attach(storage, handle)
@@ -238,6 +246,7 @@ class StorageTracker(TorchDispatchMode):
         dtype: str,
         state_derived: bool = False,
         category: str = "temporaries",
+        flops: int = 0,
     ) -> int:
         module = self.context.module(phase)
         source = None
@@ -258,6 +267,8 @@ class StorageTracker(TorchDispatchMode):
                 recompute=phase == "backward" and bool(self.context.module_stack),
                 source=source,
                 state_derived=state_derived,
+                call=self._num_calls,
+                flops=flops,
             )
         )
         handle = len(self.records)

@@ -21,6 +21,12 @@ FROZEN = {
     "NORM001": "unfused-norm",
     "OPT001": "unfused-optimizer",
     "SYNC001": "host-device-sync",
+    "ELEM001": "memory-bound-elementwise",
+    "FUSE001": "unfused-swiglu",
+    "FUSE002": "unfused-rope",
+    "LOSS002": "full-vocab-logits",
+    "MEM003": "unused-gpu-memory",
+    "PAD001": "padding-tokens",
 }
 SECTIONS = (
     "## What it does",

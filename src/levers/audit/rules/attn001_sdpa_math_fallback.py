@@ -28,8 +28,8 @@ with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
 ```
 
 ## Fix
-Admit the eligible fused backend in the pin (lever `sdpa-cudnn-backend`, or
-`sdpa-flash-backend`/`sdpa-efficient-backend`; levers are not implemented yet). Where MATH ranks
+Admit the eligible fused backend in the pin (lever `sdpa-cudnn-backend`, which re-admits the
+fused backends a pin or a mask with GQA left on MATH). Where MATH ranks
 ahead of cuDNN in PyTorch's order (GPUs other than sm90/sm100, or an older cuDNN), pass
 `set_priority=True` with cuDNN first. Where no fused backend is eligible, the message names what
 to change: bf16 autocast for fp32 inputs, `is_causal=True` instead of a causal dense mask, or
@@ -81,8 +81,9 @@ from levers.audit.rules.registry import rule
 CODE, NAME = "ATTN001", "sdpa-math-fallback"
 _LEVERS = {
     sb.CUDNN: "sdpa-cudnn-backend",
-    sb.FLASH: "sdpa-flash-backend",
-    sb.EFFICIENT: "sdpa-efficient-backend",
+    # one lever re-admits every fused backend the pin or the mask excluded
+    sb.FLASH: "sdpa-cudnn-backend",
+    sb.EFFICIENT: "sdpa-cudnn-backend",
 }
 
 

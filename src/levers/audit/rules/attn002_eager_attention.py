@@ -34,8 +34,7 @@ out = F.scaled_dot_product_attention(q, k, v)
 ```
 
 ## Fix
-Replace the chain with `F.scaled_dot_product_attention` (lever `sdpa-attention`, not implemented
-yet), passing the mask as `attn_mask` (or `is_causal=True`); keep the eager path as the parity
+Replace the chain with `F.scaled_dot_product_attention` (lever `sdpa-attention`), passing the mask as `attn_mask` (or `is_causal=True`); keep the eager path as the parity
 reference while switching.
 
 ## Fix safety

@@ -30,7 +30,7 @@ prefix[rows, cols] = image_features
 ```
 
 ## Fix
-Scatter in place into the fresh tensor (lever `inplace-scatter`, not implemented yet); build
+Scatter in place into the fresh tensor (lever `inplace-scatter`); build
 large concatenations once or write into a preallocated buffer; drop `contiguous()` where the
 consumer accepts strided input.
 

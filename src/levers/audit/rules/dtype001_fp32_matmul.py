@@ -27,9 +27,8 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
 ```
 
 ## Fix
-bf16 autocast (lever `bf16-autocast`), or at least TF32 for fp32 matmuls
-(`torch.set_float32_matmul_precision("high")`, lever `tf32-matmul`); levers are not
-implemented yet.
+bf16 autocast (lever `autocast-bf16`), or at least TF32 for fp32 matmuls
+(`torch.set_float32_matmul_precision("high")`, lever `tf32-matmul`, not implemented yet).
 
 ## Fix safety
 Changes numerics: bf16 has an 8-bit mantissa, TF32 a 10-bit one; check loss curves.
@@ -136,7 +135,7 @@ def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Findi
         severity="high",
         effort="S",
         risk="med",
-        lever="bf16-autocast",
+        lever="autocast-bf16",
         fix_safety="changes numerics",
         work=Work(
             now=(

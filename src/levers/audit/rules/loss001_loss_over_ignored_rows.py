@@ -25,8 +25,7 @@ loss = F.cross_entropy(logits, targets.reshape(-1).index_select(0, rows))
 ```
 
 ## Fix
-Select the rows with a real target before the head (lever `loss-valid-rows`, not implemented
-yet); build the row indices on the host so the selection does not sync.
+Select the rows with a real target before the head (lever `loss-valid-rows`); build the row indices on the host so the selection does not sync.
 
 ## Fix safety
 Changes numerics only in summation order (the ignored rows contribute zero either way); re-pin

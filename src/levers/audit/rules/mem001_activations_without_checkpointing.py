@@ -16,6 +16,13 @@ headroom is predicted). When the prediction says checkpointing buys less than th
 audited size (a small step whose peak is set by kernel workspaces), it still reports the
 pattern, at low severity, with the predicted figure and that note.
 
+It recommends checkpointing only when memory binds (the bottleneck section's bound: the step
+does not fit, or leaves under 10% of the GPU free), or when checkpointing plus the larger batch
+it makes room for is predicted to raise tokens/s over the largest batch that fits without it
+(levers memory's fit, and a first-order step-time model: the optimizer and launch gaps stay,
+the rest and the recomputation scale with the batch). Otherwise the finding says it is not
+recommended, with those numbers, and ranks after the findings that are.
+
 ## Why is this bad?
 Every block keeps its intermediate activations alive until backward. Checkpointing keeps only
 each block's input and recomputes the rest during backward, one block at a time: memory that
@@ -35,8 +42,11 @@ for block in self.blocks:
 ```
 
 ## Fix
-Non-reentrant per-block checkpointing (lever `activation-checkpointing`, not implemented yet),
-then re-tune the batch size into the freed memory.
+Lever `ac-budget` with the budget that fits: the memory model's usable memory on the target GPU
+less its 5% margin (`--lever ac-budget:budget=<that>GiB:workload=SPEC`), the fastest
+checkpointing plan whose predicted peak fits there (docs/activation-checkpointing.md); then
+re-tune the batch size into the freed memory (`raise-batch`). Without a memory-model
+prediction, `ac-full` (every block, non-reentrant).
 
 ## Fix safety
 Exact: recomputation reproduces the forward bitwise for deterministic ops (dropout restores its
@@ -69,6 +79,7 @@ from levers.audit.activations import (
     activation_profile,
 )
 from levers.audit.block_calls import block_call_sites
+from levers.audit.bottleneck import MEMORY_BOUND, Bottleneck, step_bottleneck, tokens_per_s_ratio
 from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.finding import Finding, Receipt, Work
 from levers.audit.patterns import fmt_bytes, receipt
@@ -85,6 +96,8 @@ HIGH_HEADROOM_SHARE = 0.1
 PREDICTED, TIMELINE = "levers memory", "capture timeline"
 # a what-if's failure note can be a multi-line torch error: its first line, this long, is enough
 MAX_NOTE_CHARS = 120
+# the share of usable memory the budget keeps free (levers memory's default margin)
+BUDGET_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -119,7 +132,76 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     # a prediction that checkpointing buys nothing at this size is still worth saying (the
     # pattern is there and the answer changes with batch and sequence): reported at low severity
-    yield _finding(profile, families, headroom, capture, config.memory, worth_it=worth_it)
+    finding = _finding(profile, families, headroom, capture, config.memory, worth_it=worth_it)
+    yield _with_verdict(finding, capture, config, headroom)
+
+
+def _recompute_ms(finding: Finding, capture: Capture, config: RuleConfig) -> float:
+    """The recomputation checkpointing adds per step (device time, or the roofline estimate)."""
+    from levers.audit.cost import roofline
+
+    ops = [capture.ops[i] for i in finding.work.fixed_extra_ops]
+    if config.on_gpu and any(op.device_us is not None for op in ops):
+        return sum(op.device_us or 0.0 for op in ops) / 1e3
+    tf32 = bool(capture.settings.get("cuda_matmul_allow_tf32"))
+    return roofline.ops_us(ops, config.gpu, assumed_dtype=config.assumed_dtype, tf32=tf32) / 1e3
+
+
+def checkpointed_fit(memory: PredictedMemory, freed_bytes: int) -> int | None:
+    """The batch that fits with checkpointing: linear in the predicted activations per sample."""
+    if not memory.batch_now or memory.batch_fit is None or memory.activation_bytes <= 0:
+        return None
+    per_sample_ac = max(memory.activation_bytes - freed_bytes, 0) / memory.batch_now
+    fixed = memory.peak_reserved_bytes - memory.activation_bytes
+    if per_sample_ac <= 0:
+        return None
+    return max(int((memory.fit_budget_bytes - fixed) // per_sample_ac), memory.batch_now)
+
+
+def _with_verdict(
+    finding: Finding, capture: Capture, config: RuleConfig, headroom: Headroom
+) -> Finding:
+    """Recommend checkpointing only where memory binds or it is predicted to buy tokens/s."""
+    from dataclasses import replace
+
+    b: Bottleneck = step_bottleneck(capture, config)
+    memory = config.memory
+    # memory binds, or nothing says it does not: checkpointing is the lever it always was
+    if b.bound == MEMORY_BOUND or memory is None or b.bound != "throughput-bound":
+        return replace(finding, details={**finding.details, "recommended": True, "bound": b.bound})
+    recompute = _recompute_ms(finding, capture, config)
+    fit_ac = checkpointed_fit(memory, headroom.freed_bytes)
+    verdict = {"bound": b.bound, "recompute_ms": recompute}
+    text = (
+        f" Not recommended: the step is throughput-bound ({fmt_bytes(memory.usable_bytes - memory.peak_reserved_bytes)} "
+        f"free on {memory.gpu}), and checkpointing adds about {recompute:.3g} ms of recomputation "
+        f"to the {b.step_ms:.3g} ms step ({b.provenance})"
+    )
+    recommended = False
+    if memory.batch_fit is not None and fit_ac is not None and memory.batch_now:
+        plain = tokens_per_s_ratio(b, memory.batch_now, memory.batch_fit)
+        with_ac = tokens_per_s_ratio(b, memory.batch_now, fit_ac, extra_ms_now=recompute)
+        recommended = with_ac > plain
+        verdict.update(
+            batch_fit=memory.batch_fit, batch_fit_checkpointed=fit_ac,
+            tokens_per_s_ratio_fit=plain, tokens_per_s_ratio_checkpointed=with_ac,
+        )
+        text += (
+            f"; without it {memory.batch_param}={memory.batch_fit} fits ({plain:.2f}x tokens/s), "
+            f"with it about {memory.batch_param}={fit_ac} ({with_ac:.2f}x, predicted)"
+        )
+    if recommended:
+        return replace(
+            finding,
+            message=finding.message + text.replace(" Not recommended:", " Recommended with a larger batch:") + ".",
+            details={**finding.details, **verdict, "recommended": True},
+        )
+    return replace(
+        finding,
+        message=finding.message + text + ". Keep the activations: the memory is free anyway.",
+        severity="low",
+        details={**finding.details, **verdict, "recommended": False},
+    )
 
 
 def _families_to_report(profile: ActivationProfile) -> tuple[BlockFamily, ...]:
@@ -206,6 +288,35 @@ def _timeline_headroom(
     )
 
 
+def _budget(memory: PredictedMemory) -> str:
+    """The largest budget that fits, as ac-budget reads it: usable memory less the margin,
+    rounded down to 0.1 GiB (to whole MiB under 1 GiB)."""
+    budget_bytes = memory.usable_bytes * (1 - BUDGET_MARGIN)
+    if budget_bytes >= 2**30:
+        return f"{int(budget_bytes / 2**30 * 10) / 10:g}GiB"
+    return f"{int(budget_bytes / 2**20)}MiB"
+
+
+def _lever_spec(memory: PredictedMemory | None) -> str:
+    if memory is None or not memory.checkpointing_applicable:
+        return "ac-full"
+    return f"ac-budget:budget={_budget(memory)}"
+
+
+def _recommendation(memory: PredictedMemory | None) -> tuple[str, str]:
+    """The lever id and the fix title: the fastest plan within the memory that fits, when
+    levers memory predicted the step; every block otherwise."""
+    if memory is None or not memory.checkpointing_applicable:
+        return "ac-full", (
+            "Checkpoint each block (lever ac-full: torch.utils.checkpoint, use_reentrant=False), "
+            "then raise the batch size"
+        )
+    return "ac-budget", (
+        f"Checkpoint within the {_budget(memory)} that fit on {memory.gpu} (lever "
+        f"{_lever_spec(memory)}: the fastest plan under that peak), then raise the batch size"
+    )
+
+
 def _receipts(
     families: tuple[BlockFamily, ...], capture: Capture, source: str
 ) -> tuple[Receipt, ...]:
@@ -264,16 +375,17 @@ def _finding(
             "activations grow with batch and sequence length, so audit again at the training size."
         )
     high = headroom.freed_bytes >= HIGH_HEADROOM_SHARE * headroom.peak_bytes
+    lever, fix_title = _recommendation(memory)
     return Finding(
         code=CODE,
         name=NAME,
         message=message,
-        fix_title="Checkpoint each block (torch.utils.checkpoint, use_reentrant=False), then raise the batch size",
+        fix_title=fix_title,
         receipts=_receipts(families, capture, headroom.source),
         severity="low" if not worth_it else "high" if high else "medium",
         effort="S",
         risk="low",
-        lever="activation-checkpointing",
+        lever=lever,
         fix_safety="exact",
         work=Work(
             now=(),
@@ -283,6 +395,7 @@ def _finding(
             saved_bytes=headroom.freed_bytes,
         ),
         details={
+            "levers": ["ac-full", "ac-selective", "ac-budget"],
             "activation_bytes": acts,
             "peak_bytes": peak,
             "by_module": profile.by_group,
@@ -290,6 +403,7 @@ def _finding(
             "headroom_bytes": headroom.freed_bytes,
             "timeline_headroom_bytes": profile.headroom_bytes,
             "predicted": asdict(memory) if memory is not None else None,
+            "recommended_lever": _lever_spec(memory),
             "families": {
                 f.name: {
                     "blocks": f.num_blocks,

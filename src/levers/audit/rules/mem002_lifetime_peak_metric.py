@@ -26,7 +26,7 @@ torch.cuda.reset_peak_memory_stats()  # start the next window; keep a lifetime m
 
 ## Fix
 Reset the peak once per logging window and keep the lifetime maximum in Python (lever
-`windowed-peak-metric`, not implemented yet).
+`windowed-peak-metric`).
 
 ## Fix safety
 Exact: training is unaffected; only the metric's meaning changes (log both during the switch).

@@ -24,8 +24,8 @@ def rms_norm(x, weight, eps):
 ```
 
 ## Fix
-`F.rms_norm` (lever `rms-norm-fused`) or `F.layer_norm` (lever `layer-norm-fused`); levers are
-not implemented yet.
+`F.rms_norm` (lever `rms-norm-fused`) or `F.layer_norm` (lever `layer-norm-fused`, not implemented yet); a regional compile of each block
+(lever `compile-blocks`) fuses either.
 
 ## Fix safety
 Changes numerics: the fused kernel reduces in a different order and may keep fewer fp32
@@ -164,6 +164,10 @@ def _finding(
             },
         ),
         details={
+            "levers": [
+                "rms-norm-fused" if first.kind == "RMSNorm" else "layer-norm-fused",
+                "compile-blocks",
+            ],
             "kind": first.kind,
             "kernels_per_call_forward": fwd_kernels,
             "kernels_per_call": all_kernels,

@@ -23,7 +23,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
 ```
 
 ## Fix
-`fused=True` (lever `fused-optimizer`, not implemented yet).
+`fused=True` (lever `fused-optimizer`).
 
 ## Fix safety
 Changes numerics at the level of floating-point reassociation within the update; the fused

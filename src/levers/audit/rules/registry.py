@@ -34,6 +34,12 @@ RULE_MODULES = (
     "levers.audit.rules.mem002_lifetime_peak_metric",
     "levers.audit.rules.opt001_unfused_optimizer",
     "levers.audit.rules.dtype001_fp32_matmul",
+    "levers.audit.rules.elem001_memory_bound_elementwise",
+    "levers.audit.rules.fuse001_unfused_swiglu",
+    "levers.audit.rules.fuse002_unfused_rope",
+    "levers.audit.rules.loss002_full_vocab_logits",
+    "levers.audit.rules.mem003_unused_gpu_memory",
+    "levers.audit.rules.pad001_padding_tokens",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")

@@ -37,7 +37,7 @@ class Net(torch.nn.Module):
             if self.checkpointing:
                 x = checkpoint(block, x, use_reentrant=False)
             else:
-                x = block(x)  # mark: fire_activations_dominate fire_predicted fire_whatif_failed fire_predicted_too_small
+                x = block(x)  # mark: fire_activations_dominate fire_predicted fire_whatif_failed fire_predicted_too_small fire_memory_bound fire_checkpointing_buys_batch
         return x
 
 
@@ -79,6 +79,14 @@ def fire_predicted_too_small():
     return _workload(512)
 
 
+def fire_memory_bound():
+    return _workload(512)  # the fire_predicted prediction on a GPU with 1 MiB to spare
+
+
+def fire_checkpointing_buys_batch():
+    return _workload(512)  # throughput-bound, but the fit without checkpointing is barely larger
+
+
 MIB = 1 << 20
 # usable bytes of an H100 80GB to the caching allocator (81559 MiB less 600 MiB of context)
 H100_USABLE_BYTES = 80959 * MIB
@@ -118,6 +126,30 @@ CONFIG = {
             checkpointing_delta_allocated_bytes=-64 * 1024,
             checkpointing_delta_reserved_bytes=0,
             checkpointing_note="re-prediction with 4 blocks wrapped",
+        )
+    },
+    "fire_memory_bound": {
+        "memory": PredictedMemory(
+            **{**PREDICTED, "usable_bytes": 23 * MIB},
+            checkpointing_applicable=True,
+            checkpointing_delta_allocated_bytes=-(3 * MIB // 2),
+            checkpointing_delta_reserved_bytes=-2 * MIB,
+            checkpointing_note="re-prediction with 4 blocks wrapped",
+        )
+    },
+    "fire_checkpointing_buys_batch": {
+        # 4 samples fit without checkpointing, and the activations set the rest of the budget:
+        # freeing 1.5 of their 2.25 MiB makes room for a far larger batch
+        "memory": PredictedMemory(
+            **{**PREDICTED, "usable_bytes": 40 * MIB},
+            checkpointing_applicable=True,
+            checkpointing_delta_allocated_bytes=-(3 * MIB // 2),
+            checkpointing_delta_reserved_bytes=-2 * MIB,
+            checkpointing_note="re-prediction with 4 blocks wrapped",
+            batch_param="batch_size",
+            batch_now=4,
+            batch_fit=5,
+            fit_budget_bytes=38 * MIB,
         )
     },
 }

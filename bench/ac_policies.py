@@ -1,0 +1,517 @@
+"""Activation-checkpointing policies side by side: tokens/s against peak memory on one GPU.
+
+On the ``hf`` llama at ``size=1b`` (16 layers, width 2048, seq 2048, bf16 autocast, fused AdamW)
+it times, per row, 3 warm-up and ``--steps`` (12) timed steps and reads the peak allocated
+memory over the timed steps:
+
+- ``none``, ``ac-full``, ``torchtitan-op-sac`` (torchtitan's selective policy written here as
+  torchtitan does: save SDPA and every other ``aten.mm``, no FLOP threshold: the peer) and
+  ``ac-selective`` (levers' policy at the threshold derived below) at batch 4 and batch 8;
+- ``ac-budget`` at batch 4 at torchtitan's measured peak, at ac-full's measured peak, at 22 GiB
+  and a sweep of budgets; at batch 8 at torchtitan's and ac-full's peaks. Its inputs are levers
+  memory's prediction (run in CPU worker processes with CUDA hidden, meanwhile the GPU times
+  the other rows) and the op times of a GPU capture of the ``none`` step; each plan is checked
+  by a full prediction (``choose_verified``) before it is timed;
+- the knee of matmul recompute time per byte saved: bf16 matmuls [M, k] @ [k, n] for the 1b
+  block's shapes and smaller widths, timed against a memory-bound op writing the same bytes.
+
+It writes ``OUT/summary.json`` (one object per row: policy, batch_size, budget_bytes or null,
+tokens_per_s, tokens_per_s_ci95, peak_allocated_bytes, ms_per_step_median, ms_per_step_iqr,
+predicted_peak_bytes, plan; with commit, torch, gpu), ``OUT/knee.json`` and ``OUT/frontier.svg``
+(peak against tokens/s; matplotlib is not needed).
+
+Usage, from the repository root:
+
+    python bench/ac_policies.py --out bench/results/ac_policies_h200      # the H200 run
+    python bench/ac_policies.py --smoke --out /tmp/ac_smoke               # CPU, tiny shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import gc
+import json
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
+
+GIB = 2**30
+WARMUP_STEPS = 3
+
+
+# --- the peer: torchtitan's op-level SAC, as torchtitan writes it ---------------------------
+
+
+def torchtitan_policy() -> Any:
+    aten = torch.ops.aten
+    save = {aten.mm.default}
+    for name in (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    ):
+        if hasattr(aten, name):
+            save.add(getattr(aten, name).default)
+    meta: dict[str, int] = defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        key = f"{mode}_mm_count"
+        if func is aten.mm.default:
+            meta[key] += 1
+        # saves the output of every other mm (the 1st, 3rd, ...) and of attention
+        to_save = func in save and not (func is aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def apply_torchtitan(model: torch.nn.Module) -> Any:
+    from levers.levers.checkpointing import blocks_or_reason, wrap_blocks
+    from levers.levers.sac import contexts
+
+    blocks, reason = blocks_or_reason(model)
+    assert reason is None, reason
+    return wrap_blocks(model, blocks, lambda i, b: lambda: contexts(torchtitan_policy))
+
+
+# --- CPU workers: predictions with CUDA hidden ----------------------------------------------
+
+
+def _hide_cuda() -> None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def predict_inputs_job(params: dict[str, Any], gpu: str) -> Any:
+    from levers.levers.ac_budget_inputs import predict_inputs
+
+    return predict_inputs("hf", params, gpu)
+
+
+def verified_plan_job(params: dict[str, Any], gpu: str, inputs: Any, budget: int) -> Any:
+    from levers.levers.ac_budget import choose_verified, plan_peak_predictor
+
+    predict_peak = plan_peak_predictor("hf", params, inputs, gpu)
+    try:
+        plan, peak = choose_verified(inputs, budget, predict_peak)
+    except ValueError as exc:  # a budget under the smallest reachable peak
+        return None, None, str(exc)
+    return plan, peak, None
+
+
+# --- timing one row -------------------------------------------------------------------------
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: timing boundary
+
+
+def bootstrap_ci95(values: list[float], seed: int = 0, rounds: int = 2000) -> tuple[float, float]:
+    rng = random.Random(seed)
+    medians = sorted(
+        statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds)
+    )
+    return medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
+
+
+def time_row(workload: Any, steps: int) -> dict[str, Any]:
+    device = workload.device
+    for _ in range(WARMUP_STEPS):
+        workload.step()
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    step_s = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        workload.step()
+        _sync(device)
+        step_s.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    tokens = workload.tokens_per_step
+    rates = [tokens / s for s in step_s]
+    low, high = bootstrap_ci95(rates)
+    ms = sorted(s * 1e3 for s in step_s)
+    return {
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_ci95": [low, high],
+        "peak_allocated_bytes": peak,
+        "ms_per_step_median": statistics.median(ms),
+        "ms_per_step_iqr": [ms[len(ms) // 4], ms[(3 * len(ms)) // 4]],
+        "ms_per_step_min_max": [ms[0], ms[-1]],
+        "num_steps": steps,
+    }
+
+
+def build(params: dict[str, Any]) -> Any:
+    from levers.loader import load_workload
+
+    return load_workload("hf", params)
+
+
+def release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_row(policy: str, params: dict[str, Any], steps: int, apply: Any = None) -> dict[str, Any]:
+    try:
+        return _run_row(policy, params, steps, apply)
+    except torch.cuda.OutOfMemoryError as exc:
+        release(torch.device(params["device"]))
+        print(f"{policy} b{params['batch_size']}: out of memory", flush=True)
+        return {
+            "policy": policy,
+            "batch_size": params["batch_size"],
+            "budget_bytes": None,
+            "peak_allocated_bytes": None,
+            "error": f"out of memory: {str(exc)[:200]}",
+        }
+
+
+def _run_row(policy: str, params: dict[str, Any], steps: int, apply: Any) -> dict[str, Any]:
+    workload = build(params)
+    extra: dict[str, Any] = {}
+    if apply is not None:
+        extra = apply(workload) or {}
+    row = {"policy": policy, "batch_size": params["batch_size"], "budget_bytes": None}
+    row.update(time_row(workload, steps))
+    row.update(extra)
+    device = workload.device
+    del workload
+    release(device)
+    print(
+        f"{policy:22s} b{row['batch_size']:<2d} {row['ms_per_step_median']:8.1f} ms "
+        f"{row['tokens_per_s'] / 1e3:7.1f}k tok/s peak "
+        f"{(row['peak_allocated_bytes'] or 0) / GIB:6.2f} GiB",
+        flush=True,
+    )
+    return row
+
+
+def capture_times(params: dict[str, Any]) -> Any:
+    """A capture of the no-checkpointing step, for the op times ac-budget chooses by."""
+    from levers.capture.step import capture_step
+
+    workload = build(params)
+    capture = capture_step(workload, warmup=1, timed=0)
+    device = workload.device
+    del workload
+    release(device)
+    return capture
+
+
+# --- the knee of recompute time per byte saved ----------------------------------------------
+
+
+def _time_us(fn: Any, device: torch.device, reps: int) -> float:
+    for _ in range(3):
+        fn()
+    if device.type != "cuda":
+        samples = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(samples)
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()  # sync point: reading the event
+        samples.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(samples)
+
+
+def measure_knee(device: torch.device, tokens: int, widths: list[int], reps: int) -> dict:
+    """Per matmul shape: time, bytes of the output, time per byte, and that against a
+    memory-bound op (``silu``) writing the same bytes; the knee is the smallest FLOP count from
+    which every larger matmul recomputes at least ``KNEE_RATIO`` times as dearly per byte."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    shapes = set()
+    for w in widths:
+        for n in (w, int(2.75 * w)):
+            shapes.add((tokens, w, n))  # projections of a width-w block: [M, w] @ [w, n]
+            shapes.add((tokens, n, w))  # the down projection
+    rows = []
+    for m, k, n in sorted(shapes, key=lambda s: 2 * s[0] * s[1] * s[2]):
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        out = torch.empty(m, n, device=device, dtype=dtype)
+        mm_us = _time_us(lambda: torch.mm(a, b, out=out), device, reps)
+        ew_us = _time_us(lambda: torch.nn.functional.silu(out), device, reps)
+        nbytes = out.numel() * out.element_size()
+        rows.append(
+            {
+                "m": m,
+                "k": k,
+                "n": n,
+                "flops": 2 * m * k * n,
+                "bytes": nbytes,
+                "mm_us": mm_us,
+                "elementwise_us": ew_us,
+                "mm_us_per_mib": mm_us / (nbytes / 2**20),
+                "ratio_to_elementwise": mm_us / ew_us,
+            }
+        )
+        del a, b, out
+    knee = None
+    for index, row in enumerate(rows):
+        if all(r["ratio_to_elementwise"] >= KNEE_RATIO for r in rows[index:]):
+            knee = row["flops"]
+            break
+    return {"tokens": tokens, "dtype": str(dtype), "knee_ratio": KNEE_RATIO, "knee_flops": knee, "shapes": rows}
+
+
+KNEE_RATIO = 2.0
+
+
+# --- the frontier plot ----------------------------------------------------------------------
+
+
+def frontier_svg(rows: list[dict[str, Any]], path: Path) -> None:
+    points = [r for r in rows if r.get("peak_allocated_bytes") or r.get("predicted_peak_bytes")]
+    if not points:
+        return
+    width, height, pad = 760, 480, 60
+
+    def peak(r: dict[str, Any]) -> float:
+        return (r.get("peak_allocated_bytes") or r.get("predicted_peak_bytes")) / GIB
+
+    xs = [peak(r) for r in points]
+    ys = [r["tokens_per_s"] for r in points]
+    x0, x1 = min(xs) * 0.95, max(xs) * 1.05
+    y0, y1 = min(ys) * 0.95, max(ys) * 1.05
+
+    def sx(x: float) -> float:
+        return pad + (x - x0) / (x1 - x0 or 1) * (width - 2 * pad)
+
+    def sy(y: float) -> float:
+        return height - pad - (y - y0) / (y1 - y0 or 1) * (height - 2 * pad)
+
+    colours = {
+        "none": "#444",
+        "ac-full": "#d62728",
+        "torchtitan-op-sac": "#ff7f0e",
+        "ac-selective": "#9467bd",
+        "ac-budget": "#1f77b4",
+    }
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
+        f'<text x="{width / 2}" y="{height - 15}" text-anchor="middle">peak allocated (GiB)</text>',
+        f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" '
+        'text-anchor="middle">tokens/s</text>',
+    ]
+    for i in range(6):
+        xv, yv = x0 + (x1 - x0) * i / 5, y0 + (y1 - y0) * i / 5
+        parts.append(f'<text x="{sx(xv)}" y="{height - pad + 15}" text-anchor="middle">{xv:.1f}</text>')
+        parts.append(f'<text x="{pad - 5}" y="{sy(yv) + 4}" text-anchor="end">{yv / 1e3:.1f}k</text>')
+    for batch in sorted({r["batch_size"] for r in points}):
+        budget = sorted(
+            (r for r in points if r["policy"] == "ac-budget" and r["batch_size"] == batch), key=peak
+        )
+        if len(budget) > 1:
+            path_d = " ".join(f"{sx(peak(r)):.1f},{sy(r['tokens_per_s']):.1f}" for r in budget)
+            parts.append(f'<polyline points="{path_d}" fill="none" stroke="#1f77b4" stroke-dasharray="4"/>')
+    for r in points:
+        colour = colours.get(r["policy"], "#2ca02c")
+        x, y = sx(peak(r)), sy(r["tokens_per_s"])
+        marker = "circle" if r["batch_size"] == min(p["batch_size"] for p in points) else "rect"
+        if marker == "circle":
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"/>')
+        else:
+            parts.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{colour}"/>')
+        label = r["policy"] + f" b{r['batch_size']}"
+        if r.get("budget_bytes"):
+            label += f" @{r['budget_bytes'] / GIB:.1f}"
+        parts.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" fill="{colour}">{label}</text>')
+    parts.append(
+        f'<text x="{pad}" y="20">circles: batch {min(r["batch_size"] for r in points)}, '
+        "squares: larger batch; dashed: ac-budget sweep</text></svg>"
+    )
+    tmp = path.with_suffix(".svg.tmp")
+    tmp.write_text("\n".join(parts))
+    tmp.replace(path)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def plan_fields(plan: Any, inputs: Any, verified: Any) -> dict[str, Any]:
+    return {
+        "predicted_peak_bytes": verified,
+        "plan": {
+            "num_checkpointed": plan.num_checkpointed,
+            "num_blocks": inputs.num_blocks,
+            "saved_ops": sorted(f"{name}#{i}" for name, i in plan.save),
+            "saved_bytes_per_block": plan.saved_bytes_per_block,
+            "closed_form_peak_bytes": plan.predicted_peak_bytes,
+            "recompute_us": plan.recompute_us,
+            "time_source": inputs.time_source,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, few steps")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=None, help="CPU prediction workers")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from levers.capture.env import git_commit
+    from levers.levers import ac_budget, ac_full, ac_selective
+    from levers.levers.ac_budget_inputs import with_capture_times
+    from levers.levers.lever import Target
+
+    smoke = args.smoke
+    device = torch.device("cpu" if smoke else "cuda")
+    if not smoke and not torch.cuda.is_available():
+        raise SystemExit("no CUDA GPU here: run with --smoke for the CPU check")
+    steps = args.steps or (3 if smoke else 12)
+    size = "tiny" if smoke else "1b"
+    batches = (2, 4) if smoke else (4, 8)
+    gpu_name = "cpu" if smoke else torch.cuda.get_device_name(device)
+    spec_gpu = "h200"
+    jobs = args.jobs or (2 if smoke else min(12, os.cpu_count() or 4))
+    params = {b: {"size": size, "batch_size": b, "device": str(device)} for b in batches}
+    pred_params = {b: {"size": size, "batch_size": b, "device": "cuda"} for b in batches}
+    started = time.perf_counter()
+
+    pool = futures.ProcessPoolExecutor(
+        jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_hide_cuda
+    )
+    inputs_jobs = {b: pool.submit(predict_inputs_job, pred_params[b], spec_gpu) for b in batches}
+
+    knee = measure_knee(
+        device,
+        tokens=256 if smoke else 8192,
+        widths=[32, 64, 128] if smoke else [256, 512, 768, 1024, 1536, 2048],
+        reps=5 if smoke else 20,
+    )
+    write_json(args.out / "knee.json", knee)
+    threshold = knee["knee_flops"] or ac_selective.DEFAULT_MM_FLOPS_THRESHOLD
+    print(f"knee: {knee['knee_flops']} FLOPs (threshold used: {threshold:.3g})", flush=True)
+
+    rows: list[dict[str, Any]] = []
+
+    def peak_of(policy: str, b: int) -> int | None:
+        for r in rows:
+            if r["policy"] == policy and r["batch_size"] == b:
+                return r["peak_allocated_bytes"]
+        return None
+
+    def selective(w: Any) -> dict[str, Any]:
+        ac_selective.checkpoint_selective(w.model, threshold)
+        return {"mm_flops_threshold": threshold}
+
+    inputs: dict[int, Any] = {}
+    plan_jobs: dict[tuple[int, int], Any] = {}
+    small = batches[0]
+    for b in batches:
+        rows.append(run_row("none", params[b], steps))
+        try:
+            capture = capture_times(params[b])
+        except Exception as exc:  # the plan falls back to estimated op times
+            print(f"capture failed ({type(exc).__name__}: {exc}); ac-budget uses estimated times")
+            capture = None
+        rows.append(
+            run_row("ac-full", params[b], steps, lambda w: ac_full.patch(Target(w.model)) and None)
+        )
+        rows.append(
+            run_row("torchtitan-op-sac", params[b], steps, lambda w: apply_torchtitan(w.model) and None)
+        )
+        rows.append(run_row("ac-selective", params[b], steps, selective))
+        write_json(args.out / "summary.json", rows)
+        # this batch's budgets: its plans are checked on the CPU workers while the GPU goes on
+        predicted = inputs_jobs[b].result()
+        inputs[b] = predicted
+        if capture is not None:
+            inputs[b] = with_capture_times(predicted, capture, f"{predicted.container}.0")
+        del capture
+        if smoke:  # no measured peaks on a CPU: fractions of the predicted activations
+            fractions = ("0.95", "0.9", "0.85", "0.8", "0.75") if b == small else ("0.9",)
+            listed = [ac_budget.budget_bytes(f, inputs[b]) for f in fractions]
+        else:
+            listed = [peak_of("torchtitan-op-sac", b), peak_of("ac-full", b)]
+            if b == small:
+                listed += [int(g * GIB) for g in (27, 25, 22, 20, 18.5, 17)]
+        for budget in dict.fromkeys(x for x in listed if x):
+            plan_jobs[(b, budget)] = pool.submit(
+                verified_plan_job, pred_params[b], spec_gpu, inputs[b], budget
+            )
+
+    for (b, budget), job in plan_jobs.items():
+        plan, verified, error = job.result()
+        if plan is None:
+            rows.append({"policy": "ac-budget", "batch_size": b, "budget_bytes": budget, "error": error})
+            print(f"ac-budget b{b} @ {budget / GIB:.2f} GiB: {error}", flush=True)
+            continue
+        fields = plan_fields(plan, inputs[b], verified)
+
+        def budgeted(w: Any, plan: Any = plan, b: int = b, fields: Any = fields) -> dict[str, Any]:
+            ac_budget.apply_plan(w.model, inputs[b], plan)
+            return fields
+
+        row = run_row("ac-budget", params[b], steps, budgeted)
+        row["budget_bytes"] = budget
+        rows.append(row)
+        write_json(args.out / "summary.json", rows)
+    pool.shutdown()
+
+    meta = {
+        "commit": git_commit(),
+        "torch": torch.__version__,
+        "gpu": gpu_name,
+        "workload": "hf",
+        "arch": "llama",
+        "size": size,
+        "seq_len": None,
+        "steps_per_row": steps,
+        "warmup_steps": WARMUP_STEPS,
+        "wall_s": time.perf_counter() - started,
+        "command": " ".join(["python", "bench/ac_policies.py", *sys.argv[1:]]),
+    }
+    from levers.workloads.llama import SIZES
+
+    meta["seq_len"] = SIZES[size].seq_len
+    for row in rows:
+        row.update({"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name})
+    write_json(args.out / "summary.json", rows)
+    write_json(args.out / "meta.json", meta)
+    frontier_svg([r for r in rows if "tokens_per_s" in r], args.out / "frontier.svg")
+    print(f"wrote {args.out}/summary.json, knee.json, frontier.svg in {meta['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

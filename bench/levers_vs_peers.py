@@ -1,0 +1,428 @@
+"""Benchmark: levers' stack against the peers (HF default, Liger Kernel, torch.compile), one run.
+
+    # on the H200 (two calls stay under 10 minutes each; results merge by workload and variant)
+    PYTHONPATH=src python bench/levers_vs_peers.py --only llama
+    PYTHONPATH=src python bench/levers_vs_peers.py --only qwen2,demo
+    # a tiny CPU run of every row (the test suite runs it)
+    PYTHONPATH=src python bench/levers_vs_peers.py --smoke --out /tmp/lvp --catalogue-out /tmp/lvc
+
+Workloads (``--only`` takes group names or ``group:variant``): ``llama`` and ``qwen2`` are the
+``hf`` workload at size=1b (batch 4, seq 2048, bf16 autocast, fused AdamW); ``demo`` is the demo
+at size=1b (batch 8). Every variant is built fresh from the same seed, in this process, after
+``torch._dynamo.reset()``; a variant that raises is a row with its error.
+
+Per row: the median tokens/s of ``--steps`` timed steps after ``--warmup`` steps (compile time
+falls in the warm-up), its CI95 by bootstrap over steps, the per-step peak allocated (peak stats
+reset before each step; median) and the largest reserved, and
+
+    MFU = F_baseline * (batch / batch_baseline) / step_time / 989.4e12
+
+where F_baseline is the FLOPs of one step of the workload's default variant as counted by
+``torch.utils.flop_counter.FlopCounterMode`` (matmuls and attention, forward and backward), so
+every row of a workload is credited the same useful work per sample whatever its kernels
+recompute, and 989.4 TFLOP/s is the H200's dense bf16 peak.
+
+Writes ``OUT/summary.json`` (the rows, merged with rows already there) and
+``CATALOGUE_OUT/catalogue.json`` (each lever's and stack's tokens/s ratio and memory change against
+its workload's default, with CI95), which ``levers list`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import levers  # noqa: E402
+from levers.capture.env import git_commit  # noqa: E402
+from levers.levers import REGISTRY, load_all  # noqa: E402
+from levers.loader import load_workload  # noqa: E402
+from levers.output.atomic import atomic_write_text  # noqa: E402
+
+PEAK_BF16_FLOPS = 989.4e12  # H200 SXM dense bf16
+NUM_RESAMPLES = 2000
+HF_STACK = ("compile-blocks", "fused-linear-cross-entropy", "rms-norm-fused", "fused-optimizer")
+DEMO_FIXES = "suffix_attn,vit_attn,norm,loss,clone,peak_metric"  # what the demo levers fix
+DEMO_LEVERS = (
+    "sdpa-cudnn-backend", "sdpa-attention", "rms-norm-fused", "loss-valid-rows",
+    "inplace-scatter", "windowed-peak-metric",
+)
+DEMO_STACK = (*DEMO_LEVERS, "compile-blocks")
+HF_SINGLES = (
+    "rms-norm-fused", "sdpa-cudnn-backend", "fused-linear-cross-entropy", "liger-kernels",
+    "compile-blocks", "fused-optimizer", "autocast-bf16",
+)
+
+
+# -- variants: name -> how to build it ------------------------------------------------------
+
+
+def _liger(workload) -> Callable[[], None]:
+    """Liger Kernel as its users apply it (all its patches for the model type, on the instance);
+    the modeling module's globals that it replaces are put back when the row ends."""
+    import liger_kernel.transformers as liger
+
+    from levers.levers.liger_kernels import restore_classes, restore_globals, snapshot_classes
+
+    model = workload.model
+    modeling = sys.modules[type(model).__module__]
+    saved, classes = dict(vars(modeling)), snapshot_classes(modeling)
+    class_names = {type(m): type(m).__name__ for m in model.modules()}
+    getattr(liger, f"apply_liger_kernel_to_{model.config.model_type}")(model=model)
+
+    def restore() -> None:
+        restore_globals(modeling, saved)
+        restore_classes(classes)
+        for cls, name in class_names.items():
+            cls.__name__ = name
+
+    return restore
+
+
+def _compile_model(workload, options) -> None:
+    workload.model.compile(**options)
+
+
+def _compile_layers(workload, options) -> None:
+    from levers.blocks import repeated_blocks
+
+    for block in repeated_blocks(workload.model):
+        block.module.compile(**options)
+
+
+def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
+    """Each variant: factory params (over the group's), levers to apply, or a peer transform."""
+    if group == "demo":
+        out: dict[str, dict[str, Any]] = {
+            "default": {},
+            "fixed-matching": {"params": {"fixed": DEMO_FIXES}},
+            "fixed-all": {"params": {"fixed": "all"}},
+            "compile-model": {"peer": "compile-model"},
+        }
+        out.update({f"lever:{i}": {"levers": [i]} for i in DEMO_LEVERS})
+        out["levers-stack-no-compile"] = {"levers": list(DEMO_LEVERS)}
+        out["levers-stack"] = {"levers": list(DEMO_STACK)}
+        out["levers-stack+raise-batch"] = {"levers": list(DEMO_STACK), "raise_batch": True}
+        return out
+    out = {
+        "default": {},
+        "liger": {"peer": "liger"},
+        "compile-model": {"peer": "compile-model"},
+        "compile-layers": {"peer": "compile-layers"},
+        "levers-stack": {"levers": list(HF_STACK)},
+        "levers-stack+raise-batch": {"levers": list(HF_STACK), "raise_batch": True},
+    }
+    if group == "llama":
+        out.update({f"lever:{i}": {"levers": [i]} for i in HF_SINGLES})
+        # run only when named in --only: the stack with the PyTorch loss instead of Liger's
+        out["levers-stack-chunked-lce"] = {"levers": list(HF_STACK), "options": {"kernel": "chunked"},
+                                           "optional": True}
+    else:  # one more architecture: the peers and the stack only, to stay in the time budget
+        del out["compile-model"]
+    return out
+
+
+def group_params(group: str, smoke: bool, device: str) -> tuple[str, dict[str, Any]]:
+    size = "tiny" if smoke else "1b"
+    if group == "demo":
+        return "demo", {"size": size, "device": device}
+    return "hf", {"arch": group, "size": size, "device": device}
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # sync point: the step's end, for its wall time
+
+
+def _step_flops(workload) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        workload.step()
+    return float(counter.get_total_flops())
+
+
+def _bootstrap(values_a: list[float], values_b: list[float] | None, stat, rng) -> list[float]:
+    out = []
+    for _ in range(NUM_RESAMPLES):
+        a = [rng.choice(values_a) for _ in values_a]
+        if values_b is None:
+            out.append(stat(a))
+        else:
+            out.append(stat(a, [rng.choice(values_b) for _ in values_b]))
+    out.sort()
+    return [out[int(0.025 * len(out))], out[int(0.975 * len(out)) - 1]]
+
+
+def measure(workload, num_warmup: int, num_steps: int) -> dict[str, Any]:
+    device = workload.device
+    start = time.perf_counter()
+    for _ in range(num_warmup):
+        workload.step()
+    _sync(device)
+    warmup_s = time.perf_counter() - start
+    durations, peaks_allocated, peaks_reserved = [], [], []
+    for _ in range(num_steps):
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        _sync(device)
+        begin = time.perf_counter()
+        loss = workload.step()
+        _sync(device)
+        durations.append(time.perf_counter() - begin)
+        if device.type == "cuda":
+            peaks_allocated.append(torch.cuda.max_memory_allocated())
+            peaks_reserved.append(torch.cuda.max_memory_reserved())
+    tokens = workload.tokens_per_step or 0
+    return {
+        "warmup_s": warmup_s,
+        "dur_s": durations,
+        "tokens_per_s_samples": [tokens / d for d in durations],
+        "peak_allocated_samples": peaks_allocated,
+        "peak_reserved_bytes": max(peaks_reserved) if peaks_reserved else None,
+        "last_loss": float(torch.as_tensor(loss).float()),
+    }
+
+
+def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> dict[str, Any]:
+    workload_name, params = group_params(group, args.smoke, args.device)
+    params = {**params, **spec.get("params", {})}
+    lever_ids = list(spec.get("levers", []))
+    lever_options = {**options, **spec.get("options", {})}
+    row: dict[str, Any] = {"workload": workload_name, "group": group, "variant": name,
+                           "levers": lever_ids, "peer": spec.get("peer")}
+    cleanups: list[Callable[[], None]] = []
+    torch._dynamo.reset()
+    try:
+        if spec.get("raise_batch"):
+            params, said = REGISTRY["raise-batch"].choose_params(
+                workload_name, params,
+                {"levers": lever_ids, "gpu": args.gpu, "max_batch_size": args.max_batch_size,
+                 "max_evaluations": 6},
+            )
+            row["raise_batch"] = said
+            print(f"  {said}", flush=True)
+        workload = load_workload(workload_name, params)
+        row["batch_size"] = workload.params.get("batch_size")
+        row["shape"] = " ".join(f"{k}={v}" for k, v in workload.params.items()
+                                if k in ("arch", "size", "batch_size", "seq_len", "fixed"))
+        peer = spec.get("peer")
+        if peer == "liger":
+            cleanups.append(_liger(workload))
+        elif peer == "compile-model":
+            _compile_model(workload, {k: v for k, v in lever_options.items() if k == "backend"})
+        elif peer == "compile-layers":
+            _compile_layers(workload, {k: v for k, v in lever_options.items() if k == "backend"})
+        if lever_ids:
+            # a stack skips what does not apply (and says so); a single lever must apply
+            handle = levers.apply(workload, lever_ids, skip_inapplicable=len(lever_ids) > 1,
+                                  **lever_options)
+            row["applied"], row["skipped"] = handle.applied, handle.skipped
+        row.update(measure(workload, args.warmup, args.steps))
+        row["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
+        row["status"] = "not-applicable" if type(exc).__name__ == "NotApplicable" else "failed"
+        row["error"] = f"{type(exc).__name__}: {exc}"[:600]
+        if args.debug:
+            traceback.print_exc()
+    finally:
+        for cleanup in cleanups:
+            cleanup()
+        workload = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return row
+
+
+def summarise(rows: list[dict[str, Any]], baseline_flops: dict[str, tuple[float, int]], rng) -> None:
+    for row in rows:
+        if row.get("status") != "ok":
+            continue
+        samples = row["tokens_per_s_samples"]
+        row["tokens_per_s"] = statistics.median(samples)
+        row["tokens_per_s_ci95"] = _bootstrap(samples, None, statistics.median, rng)
+        row["step_ms"] = 1e3 * statistics.median(row["dur_s"])
+        peaks = row.get("peak_allocated_samples") or []
+        row["peak_allocated_bytes"] = statistics.median(peaks) if peaks else None
+        flops, batch = baseline_flops.get(row["group"], (None, None))
+        if flops and batch and row.get("batch_size"):
+            step_flops = flops * row["batch_size"] / batch
+            row["flops_per_step"] = step_flops
+            row["mfu"] = step_flops / (row["step_ms"] / 1e3) / PEAK_BF16_FLOPS
+
+
+def catalogue_rows(rows: list[dict[str, Any]], rng) -> list[dict[str, Any]]:
+    """One entry per non-default row: its ratio and memory change against its group's default."""
+    by_group = {(r["group"], r["variant"]): r for r in rows}
+    out = []
+    for row in rows:
+        if row["variant"] == "default":
+            continue
+        base = by_group.get((row["group"], "default"))
+        if base is None or base.get("status") != "ok":
+            continue
+        single = row["variant"].startswith("lever:")
+        entry = {
+            "lever": row["variant"][len("lever:"):] if single else f"{row['group']}:{row['variant']}",
+            "levers": row.get("levers") or [],
+            "workload": row["workload"],
+            "shape": row.get("shape") or base.get("shape"),
+            "baseline": f"{row['group']}:default",
+            "status": "ok" if row.get("status") == "ok" else "failed",
+            "error": row.get("error"),
+            **{k: row.get(k) for k in ("commit", "torch", "gpu", "date")},
+        }
+        if row.get("status") == "ok":
+            a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
+            ratio = lambda x, y: statistics.median(x) / statistics.median(y)  # noqa: E731
+            entry["tokens_per_s_ratio"] = ratio(a, b)
+            entry["tokens_per_s_ratio_ci95"] = _bootstrap(a, b, ratio, rng)
+            pa, pb = row.get("peak_allocated_samples"), base.get("peak_allocated_samples")
+            if pa and pb:
+                delta = lambda x, y: statistics.median(x) - statistics.median(y)  # noqa: E731
+                entry["peak_allocated_delta_bytes"] = delta(pa, pb)
+                entry["peak_allocated_delta_ci95"] = _bootstrap(pa, pb, delta, rng)
+            if row.get("peak_reserved_bytes") is not None and base.get("peak_reserved_bytes"):
+                entry["peak_reserved_delta_bytes"] = (
+                    row["peak_reserved_bytes"] - base["peak_reserved_bytes"]
+                )
+        out.append(entry)
+    return out
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+
+
+def _merge(path: Path, rows: list[dict[str, Any]], key) -> list[dict[str, Any]]:
+    """Rows already in ``path`` that this run did not redo, then this run's rows."""
+    if not path.exists():
+        return rows
+    old = json.loads(path.read_text(encoding="utf-8"))
+    old_rows = old.get("rows", []) if isinstance(old, dict) else old
+    redone = {key(r) for r in rows}
+    return [r for r in old_rows if key(r) not in redone] + rows
+
+
+def parse_only(text: str | None, groups: list[str]) -> dict[str, set[str] | None]:
+    if not text:
+        return {g: None for g in groups}
+    chosen: dict[str, set[str] | None] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        group, _, variant = part.partition(":")
+        if group not in groups:
+            raise SystemExit(f"--only {part}: unknown group {group!r}; groups: {', '.join(groups)}")
+        if not variant:
+            chosen[group] = None
+        elif chosen.get(group, set()) is not None:
+            chosen.setdefault(group, set()).add(variant)  # type: ignore[union-attr]
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", help="groups (llama, qwen2, demo) or group:variant, comma-separated")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, aot_eager compile")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default 10; smoke 3)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; smoke 1)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/levers_vs_peers_h200")
+    parser.add_argument("--catalogue-out", type=Path,
+                        default=ROOT / "bench/results/levers_catalogue_h200")
+    parser.add_argument("--gpu", default=None, help="raise-batch's target (default: this GPU)")
+    parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--debug", action="store_true", help="print tracebacks of failing rows")
+    args = parser.parse_args(argv)
+    args.device = "cpu" if args.smoke else "cuda"
+    args.steps = args.steps or (3 if args.smoke else 10)
+    args.warmup = args.warmup or (1 if args.smoke else 3)
+    if args.smoke and args.gpu is None:
+        args.gpu = "2GiB"
+        args.max_batch_size = 4
+    if not args.smoke and not torch.cuda.is_available():
+        raise SystemExit("this benchmark runs on a CUDA GPU; use --smoke for a CPU run")
+    options = {"backend": "aot_eager"} if args.smoke else {}
+    load_all()
+    groups = ["llama", "qwen2", "demo"]
+    chosen = parse_only(args.only, groups)
+    rng = random.Random(0)
+    device = torch.device(args.device)
+    meta = {
+        "commit": git_commit() or "unknown",
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    rows: list[dict[str, Any]] = []
+    flops: dict[str, tuple[float, int]] = {}
+    started = time.perf_counter()
+    for group in groups:
+        if group not in chosen:
+            continue
+        variants = variants_of(group, args.smoke)
+        wanted = chosen[group]
+        names = [n for n in variants
+                 if n == "default" or (n in wanted if wanted is not None
+                                       else not variants[n].get("optional"))]
+        for name in names:
+            t0 = time.perf_counter()
+            print(f"{group}:{name} ...", flush=True)
+            row = run_variant(group, name, variants[name], args, options)
+            row.update(meta)
+            rows.append(row)
+            print(f"  {row['status']} in {time.perf_counter() - t0:.0f}s "
+                  f"{row.get('error') or ''}", flush=True)
+            if name == "default" and row["status"] == "ok":
+                workload_name, params = group_params(group, args.smoke, args.device)
+                with contextlib.suppress(Exception):
+                    flops[group] = (_step_flops(load_workload(workload_name, params)),
+                                    row["batch_size"])
+    summarise(rows, flops, rng)
+    for row in rows:
+        row["mfu_formula"] = ("FlopCounterMode FLOPs of the default step x batch/batch_default "
+                              "/ step time / 989.4e12 (H200 dense bf16)")
+    key = lambda r: (r.get("group"), r.get("variant"))  # noqa: E731
+    summary = _merge(args.out / "summary.json", rows, key)
+    _write_json(args.out / "summary.json", {"rows": summary, "command": " ".join(sys.argv)})
+    catalogue = catalogue_rows(summary, rng)
+    _write_json(args.catalogue_out / "catalogue.json",
+                {"rows": catalogue, "command": " ".join(sys.argv), **meta})
+    print(f"wrote {args.out / 'summary.json'} and {args.catalogue_out / 'catalogue.json'} "
+          f"in {time.perf_counter() - started:.0f}s")
+    for row in rows:
+        if row["status"] == "ok":
+            mfu = f"{100 * row['mfu']:.1f}% MFU" if row.get("mfu") else ""
+            print(f"{row['group']:>6} {row['variant']:<28} b={row['batch_size']:<3} "
+                  f"{row['tokens_per_s']:>10.0f} tok/s  {mfu}")
+        else:
+            print(f"{row['group']:>6} {row['variant']:<28} {row['status']}: {row.get('error')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

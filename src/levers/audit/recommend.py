@@ -1,0 +1,122 @@
+"""The recommended lever stack of an audit, and the one ``levers ab`` command that proves it.
+
+The stack takes the ranked findings in order: each finding the audit recommends (its payoff is
+positive and its rule did not mark it ``recommended: False``) adds the first of its levers
+(``details["levers"]``, else ``lever``) that is implemented, does not clash with a lever already
+in the stack, and is not already covered by one (a regional compile fuses the norm, RoPE and
+SwiGLU chains that the fused-kernel levers target). The command replays the workload as the user
+gave it, with ``--lever`` naming the stack:
+
+    levers ab hf --set size=1b --lever compile-blocks,fused-linear-cross-entropy,raise-batch
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from levers.capture.records import Capture
+from levers.audit.finding import Finding
+from levers.audit.rank import payoff
+
+# pairs that fail together, with why
+CONFLICTS = {
+    frozenset({"compile-blocks", "liger-kernels"}): (
+        "torch.compile over a Liger-patched Hugging Face llama fails in dynamo on torch 2.11"
+    ),
+}
+# a lever that already does what another does
+COVERS = {
+    "compile-blocks": frozenset({"rms-norm-fused", "layer-norm-fused", "liger-kernels"}),
+}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    levers: tuple[str, ...]  # the stack, in the order of the findings that asked for it
+    codes: tuple[str, ...]  # the finding codes each lever comes from, same order
+    missing: tuple[str, ...]  # levers of the stack that are not implemented yet
+    command: str | None  # the `levers ab` command; None when the stack is empty
+    notes: tuple[str, ...]  # levers left out, and why
+
+
+def implemented_levers() -> frozenset[str]:
+    """Ids of the levers in this levers' catalogue."""
+    try:
+        from levers.levers import load_all
+    except ImportError:  # a build without the lever catalogue
+        return frozenset()
+    return frozenset(load_all())
+
+
+def lever_ids(finding: Finding) -> tuple[str, ...]:
+    ids = finding.details.get("levers") or ([finding.lever] if finding.lever else [])
+    return tuple(ids)
+
+
+def is_recommended(finding: Finding, *, step_ms: float, peak_bytes: int, weight: float) -> bool:
+    if finding.details.get("recommended") is False:
+        return False
+    return payoff(finding, step_ms=step_ms, peak_bytes=peak_bytes, weight=weight) > 0
+
+
+def _clash(lever: str, stack: Sequence[str]) -> str | None:
+    for other in stack:
+        why = CONFLICTS.get(frozenset({lever, other}))
+        if why is not None:
+            return f"{lever} left out: it clashes with {other} ({why})"
+    return None
+
+
+def recommend(
+    ranked: Sequence[Finding],
+    capture: Capture,
+    *,
+    step_ms: float,
+    weight: float,
+    workload_spec: str | None = None,
+    set_items: Sequence[str] = (),
+    implemented: frozenset[str] | None = None,
+) -> Recommendation:
+    have = implemented_levers() if implemented is None else implemented
+    stack: list[str] = []
+    codes: list[str] = []
+    notes: list[str] = []
+    peak = capture.memory.peak_bytes
+    for finding in ranked:
+        if not is_recommended(finding, step_ms=step_ms, peak_bytes=peak, weight=weight):
+            continue
+        ids = lever_ids(finding)
+        covered = [
+            i for i in ids if i in stack or any(i in COVERS.get(s, ()) for s in stack)
+        ]
+        if not ids or covered:
+            continue
+        choices = sorted(ids, key=lambda i: (i not in have, ids.index(i)))
+        pick = None
+        for lever in choices:
+            clash = _clash(lever, stack)
+            if clash is None:
+                pick = lever
+                break
+            notes.append(f"{finding.code}: {clash}")
+        if pick is not None:
+            stack.append(pick)
+            codes.append(finding.code)
+    # a lever another one covers adds nothing (a fused norm under a regional compile)
+    kept = [
+        (lever, code) for lever, code in zip(stack, codes)
+        if not any(lever in COVERS.get(other, ()) for other in stack if other != lever)
+    ]
+    levers = tuple(lever for lever, _ in kept)
+    missing = tuple(lever for lever in levers if lever not in have)
+    command = None
+    if levers:
+        spec = workload_spec or capture.workload
+        parts = ["levers", "ab", spec]
+        if set_items:
+            parts += ["--set", *set_items]
+        parts += ["--lever", ",".join(levers)]
+        command = " ".join(shlex.quote(p) for p in parts)
+    return Recommendation(levers, tuple(code for _, code in kept), missing, command, tuple(notes))

@@ -1,0 +1,149 @@
+"""PAD001 padding-tokens: a share of every step's tokens is padding that the whole model computes on.
+
+## What it does
+Reads the loss calls' targets: the share of targets equal to `ignore_index`, less the one target
+per sequence that a causal shift ignores (a language model predicts no token after the last),
+is the share of the step's tokens that are padding. It states the time the step spends on them:
+that share of the step's time that grows with the tokens (everything but the optimizer and the
+launch gaps, from the bottleneck section), as an upper bound. It fires when padding is at least
+1% of the tokens, and says plainly when removing it is not worth the change (under 5% of the
+step).
+
+## Why is this bad?
+Padded positions run through every matmul, norm and attention of the model, and their loss is
+thrown away. Batch-max padding of variable-length data often wastes a third of the step or
+more; a few percent is not worth a new collator.
+
+## Example
+```python
+batch = tokenizer(texts, padding="longest", return_tensors="pt")  # pad to the batch's longest
+```
+
+Use instead:
+```python
+# pack sequences back to back (padding-free), with per-document attention
+collator = DataCollatorWithFlattening()
+```
+
+## Fix
+Padding-free collation or packing (lever `padding-free-collation`), length bucketing (lever
+`length-bucketing`), or at least padding widths to a multiple of 64 so that compiled code does
+not re-trace for every length (lever `pad-to-multiple-64`); none of these is implemented yet.
+
+## Fix safety
+Exact for bucketing and width rounding (the same tokens, differently batched); packing needs
+per-document attention (position ids, varlen attention) to be exact.
+
+## Known problems
+Only targets are read: padding whose target is a real token (no ignore_index), or prompt tokens
+masked out of the loss on purpose, are counted the same way; the rule cannot tell masked prompts
+from padding. The attention's cost grows with the square of the length, so the time on padding
+is first-order.
+
+## References
+- https://huggingface.co/blog/packing-with-FA2
+- Krell et al., Efficient Sequence Packing without Cross-contamination (2021), https://arxiv.org/abs/2107.02027
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from levers.capture.records import Capture
+from levers.audit.bottleneck import OPTIMIZER, step_bottleneck
+from levers.audit.config import RuleConfig
+from levers.audit.finding import Finding, Work
+from levers.audit.patterns import receipt
+from levers.audit.rules.registry import rule
+
+CODE, NAME = "PAD001", "padding-tokens"
+MIN_PADDING_SHARE = 0.01
+WORTH_IT_STEP_SHARE = 0.05
+WIDTH_MULTIPLE = 64
+LEVERS = ("padding-free-collation", "length-bucketing", "pad-to-multiple-64")
+
+
+def _sequences(capture: Capture) -> tuple[int, int] | None:
+    """(batch, length) of the step's sequences, from the first SDPA query [B, H, T, E]."""
+    for call in capture.calls:
+        query = call.args.get("query") if call.kind == "sdpa" else None
+        if query and len(query["shape"]) == 4:
+            return query["shape"][0], query["shape"][2]
+    return None
+
+
+@rule(CODE, NAME)
+def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
+    losses = [c for c in capture.calls if c.kind == "loss" and c.args.get("num_targets")]
+    # no loss with integer targets to read padding from
+    if not losses:
+        return
+    call = max(losses, key=lambda c: c.args["num_targets"])
+    targets, ignored = call.args["num_targets"], call.args["num_ignored"]
+    seqs = _sequences(capture)
+    shifted = 0
+    if seqs is not None and seqs[0] * seqs[1] == targets and ignored >= seqs[0]:
+        shifted = seqs[0]  # one ignored target per sequence: the causal shift, not padding
+    padding = (ignored - shifted) / targets
+    # (almost) no padding
+    if padding < MIN_PADDING_SHARE:
+        return
+    b = step_bottleneck(capture, config)
+    per_token_ms = b.step_ms - b.fixed_ms
+    on_padding_ms = padding * per_token_ms
+    step_share = on_padding_ms / b.step_ms if b.step_ms > 0 else 0.0
+    worth_it = step_share >= WORTH_IT_STEP_SHARE
+    message = (
+        f"{padding:.1%} of the step's {targets:,} tokens are padding ({ignored - shifted:,} targets "
+        f"equal to ignore_index={call.args.get('ignore_index')}"
+        + (f", less {shifted} for the causal shift" if shifted else "")
+        + f"); the model computes on them for up to {on_padding_ms:.3g} ms of the "
+        f"{b.step_ms:.3g} ms step ({step_share:.1%}, {b.provenance})."
+    )
+    if not worth_it:
+        message += (
+            f" Not worth a collator change: at most {step_share:.1%} of the step "
+            f"(under {WORTH_IT_STEP_SHARE:.0%})."
+        )
+    if seqs is not None and seqs[1] % WIDTH_MULTIPLE:
+        message += (
+            f" The sequence length {seqs[1]} is not a multiple of {WIDTH_MULTIPLE}: round the "
+            "padded width up to one, so compiled code does not re-trace for every length."
+        )
+    optimizer_ms = b.of(OPTIMIZER).time_ms
+    variable_ms = b.step_ms - optimizer_ms
+    fraction = 1.0 - on_padding_ms / variable_ms if variable_ms > 0 else 1.0
+    yield Finding(
+        code=CODE,
+        name=NAME,
+        message=message,
+        fix_title="Pack sequences (padding-free collation) or bucket them by length"
+        if worth_it
+        else "Leave the padding: removing it buys less than the change costs",
+        receipts=(
+            receipt(
+                call.source,
+                module=call.module,
+                op=call.name,
+                shapes=f"{ignored:,} of {targets:,} targets ignored",
+            ),
+        ),
+        severity="medium" if worth_it else "low",
+        effort="M",
+        risk="low",
+        lever=LEVERS[0],
+        fix_safety="exact",
+        work=Work(
+            now_ops=tuple(op.index for op in capture.ops if op.phase != "optimizer"),
+            fixed_fraction_of_now=fraction,
+        ),
+        details={
+            "levers": list(LEVERS),
+            "padding_share": padding,
+            "causal_shift_targets": shifted,
+            "time_on_padding_ms": on_padding_ms,
+            "step_share": step_share,
+            "worth_it": worth_it,
+            "recommended": worth_it,
+        },
+    )

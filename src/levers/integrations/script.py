@@ -1,0 +1,216 @@
+"""Zero-code capture: run an unchanged training script in this process and capture one of its
+steps, as ``py-spy record -- python train.py`` or ``nsys profile python train.py`` would.
+
+    levers audit [levers options] -- python train.py [its arguments]
+    levers audit [levers options] -- python -m pkg.train [its arguments]
+
+The script runs as ``python`` would run it: ``__name__ == "__main__"``, its own ``sys.argv``, its
+directory (for ``-m``, the current directory) first on ``sys.path``. Its output is its own. Step
+boundaries come from ``optimizer.step()`` (:mod:`levers.integrations.steps`); after the warm-up
+steps the next whole step is captured, and then the script is stopped (a private exception out
+of the optimizer hook) unless ``keep_running`` is set.
+
+When the script fails, its traceback is printed as Python prints it (without levers' and
+runpy's frames) and its exit code is kept: 1 for an exception, the code of a ``SystemExit``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from levers.capture.records import Capture
+from levers.errors import LeversError
+from levers.integrations.script_cli import SCRIPT_TIMED, SCRIPT_WARMUP
+from levers.integrations.steps import StepWatcher, StopTraining
+from levers.workload import Workload
+
+DEFAULT_WARMUP = SCRIPT_WARMUP
+DEFAULT_TIMED = SCRIPT_TIMED
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+# interpreter options that change nothing levers needs to imitate
+_IGNORED_PYTHON_FLAGS = {"-u", "-B"}
+
+
+@dataclass(frozen=True)
+class ScriptCommand:
+    """What follows ``--``: a script path or a module name, and the script's own arguments."""
+
+    target: str
+    is_module: bool
+    args: tuple[str, ...]
+
+    @property
+    def display(self) -> str:
+        head = ["python", "-m", self.target] if self.is_module else ["python", self.target]
+        return " ".join([*head, *self.args])
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """How a script run ended.
+
+    Attributes:
+        capture: the captured step, or None when the run ended before one was captured.
+        workload: the model and optimizer found (a Workload whose step the script runs).
+        num_steps: optimizer steps seen.
+        exit_code: the script's own exit code; 0 when levers stopped it after the capture.
+        stopped: levers stopped the script after the capture.
+        saw: one line on how far the run got (for a run that captured nothing).
+    """
+
+    capture: Capture | None
+    workload: Workload | None
+    num_steps: int
+    exit_code: int
+    stopped: bool
+    saw: str
+
+
+def parse_command(words: list[str]) -> ScriptCommand:
+    """Parse ``python [-u] script.py args`` or ``python -m module args`` (or ``script.py args``)."""
+    usage = (
+        "after --, give the command that runs your training: -- python train.py [args] or "
+        "-- python -m package.train [args]"
+    )
+    if not words:
+        raise LeversError(f"nothing after --; {usage}")
+    rest = list(words)
+    if _PYTHON.match(os.path.basename(rest[0])) or rest[0] == sys.executable:
+        rest.pop(0)
+        while rest and rest[0] in _IGNORED_PYTHON_FLAGS:
+            rest.pop(0)
+        if rest and rest[0] == "-m":
+            if len(rest) < 2:
+                raise LeversError(f"python -m needs a module name; {usage}")
+            return ScriptCommand(target=rest[1], is_module=True, args=tuple(rest[2:]))
+        if rest and rest[0].startswith("-"):
+            raise LeversError(
+                f"levers runs the script in its own process and cannot apply the python option "
+                f"{rest[0]!r}; drop it ({usage})"
+            )
+    elif not rest[0].endswith(".py"):
+        raise LeversError(f"{rest[0]!r} is not python or a .py file; {usage}")
+    if not rest:
+        raise LeversError(f"no script after python; {usage}")
+    path = Path(rest[0])
+    if not path.is_file():
+        raise LeversError(f"no such script: {rest[0]}; check the path (relative to {os.getcwd()})")
+    return ScriptCommand(target=str(path), is_module=False, args=tuple(rest[1:]))
+
+
+def run_script(
+    command: ScriptCommand,
+    *,
+    warmup: int = DEFAULT_WARMUP,
+    timed: int = DEFAULT_TIMED,
+    keep_running: bool = False,
+    tokens_per_step: int | None = None,
+    progress: Callable[[int, str], None] | None = None,
+) -> ScriptRun:
+    """Run the script, capture one whole step after ``warmup`` (+ ``timed``) optimizer steps.
+
+    A KeyboardInterrupt propagates (the CLI turns it into exit 130).
+    """
+
+    def captured(_capture: Capture) -> None:
+        if not keep_running:
+            raise StopTraining
+
+    watcher = StepWatcher(
+        warmup=warmup,
+        timed=timed,
+        name=_name_of(command),
+        params={"command": command.display},
+        tokens_per_step=tokens_per_step,
+        on_captured=captured,
+        progress=progress,
+    )
+    stopped = False
+    exit_code = 0
+    with watcher, _script_environment(command):
+        try:
+            if command.is_module:
+                runpy.run_module(command.target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(command.target, run_name="__main__")
+        except StopTraining:
+            stopped = True
+        except SystemExit as exc:
+            exit_code = _exit_code_of(exc)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the script's own failure, shown as its own
+            _print_script_traceback(exc)
+            exit_code = 1
+        finally:
+            sys.stdout.flush()
+    return ScriptRun(
+        capture=watcher.capture,
+        workload=watcher.workload,
+        num_steps=watcher.num_steps,
+        exit_code=exit_code,
+        stopped=stopped,
+        saw=watcher.saw(),
+    )
+
+
+def _name_of(command: ScriptCommand) -> str:
+    return command.target if command.is_module else os.path.basename(command.target)
+
+
+class _script_environment:
+    """``sys.argv`` and ``sys.path[0]`` as ``python`` sets them, restored afterwards."""
+
+    def __init__(self, command: ScriptCommand) -> None:
+        self.command = command
+
+    def __enter__(self) -> None:
+        self._argv = sys.argv
+        self._path = list(sys.path)
+        if self.command.is_module:
+            sys.argv = ["-m", *self.command.args]  # runpy puts the module's file in argv[0]
+            sys.path.insert(0, os.getcwd())
+        else:
+            sys.argv = [self.command.target, *self.command.args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(self.command.target)))
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.argv = self._argv
+        sys.path[:] = self._path
+
+
+def _exit_code_of(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints the message and exits 1
+    return 1
+
+
+_RUNNER_FILES = (os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>")
+
+
+def _runner_frame(filename: str) -> bool:
+    if filename.startswith("<"):
+        return filename in _RUNNER_FILES
+    return os.path.abspath(filename) in _RUNNER_FILES
+
+
+def _print_script_traceback(exc: BaseException) -> None:
+    """The traceback Python would print, from the script's first frame on."""
+    tb = exc.__traceback__
+    while tb is not None and _runner_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    sys.stdout.flush()
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+    sys.stderr.flush()

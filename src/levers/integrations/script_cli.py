@@ -1,0 +1,163 @@
+"""The ``-- python train.py`` form of ``levers audit`` and ``levers memory``: options and runs.
+
+``levers.cli`` splits the command line at the first ``--``; what follows is the script's command
+(``args.script_command``). A verb that takes it calls :func:`add_script_arguments` and
+:func:`capture_script`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from levers.errors import LeversError
+
+# a script's first optimizer steps pay for compilation, allocator growth and data workers
+SCRIPT_WARMUP = 2
+SCRIPT_TIMED = 0
+
+SCRIPT_HELP = (
+    "After --, the command that runs your training script unchanged: -- python train.py [args] "
+    "or -- python -m package.train [args]. levers runs it in this process, lets the warm-up "
+    f"optimizer steps pass (default for a script: {SCRIPT_WARMUP}), captures the next whole "
+    "step (from one optimizer.step() to the next), then stops the script unless --keep-running."
+)
+
+
+def add_script_arguments(parser: argparse.ArgumentParser, *, warmup: bool = False) -> None:
+    """The options of the ``-- python train.py`` form; ``warmup`` adds ``--warmup`` (for a verb
+    that has none of its own)."""
+    group = parser.add_argument_group("a script after --")
+    if warmup:
+        group.add_argument(
+            "--warmup",
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"optimizer steps of the script to let pass before the captured one "
+            f"(default: {SCRIPT_WARMUP})",
+        )
+    group.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="let the script run to its end after the captured step (default: stop it there)",
+    )
+    group.add_argument(
+        "--tokens-per-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens (or samples) one step of the script consumes, for tokens/s",
+    )
+    parser.set_defaults(takes_script=True)
+
+
+@dataclass(frozen=True)
+class ScriptCapture:
+    capture: Any  # levers.capture.Capture
+    workload: Any  # levers.Workload (model and optimizer found in the script)
+    exit_code: int  # the script's own exit code (0 when levers stopped it)
+
+
+def capture_script(args: argparse.Namespace, *, warmup: int, timed: int) -> ScriptCapture | int:
+    """Run the script of ``args.script_command``; the capture, or the exit code to end with.
+
+    A script that fails before a step is captured keeps its exit code (its traceback printed as
+    Python prints it) and levers adds one line on what it saw. A script that ends cleanly before
+    that is a usage problem (exit 2): it ran too few steps for the warm-up asked for.
+    """
+    from levers.integrations.script import parse_command, run_script
+    from levers.output.progress import progress_status
+
+    if warmup < 1:
+        raise LeversError(
+            "a script's capture starts at an optimizer step: --warmup must be at least 1"
+        )
+    if args.tokens_per_step is not None and args.tokens_per_step <= 0:
+        raise LeversError(f"--tokens-per-step must be positive, got {args.tokens_per_step}")
+    command = parse_command(args.script_command)
+    with progress_status() as progress:
+        run = run_script(
+            command,
+            warmup=warmup,
+            timed=timed,
+            keep_running=args.keep_running,
+            tokens_per_step=args.tokens_per_step,
+            progress=progress.on_ops,
+        )
+    if run.capture is None:
+        if run.exit_code != 0:
+            print(f"levers: {command.display} exited with {run.exit_code}; {run.saw}", file=sys.stderr)
+            return run.exit_code
+        raise LeversError(
+            f"{command.display} ended before levers captured a step: {run.saw}; run more steps "
+            "or lower --warmup"
+        )
+    if run.exit_code != 0:
+        print(
+            f"levers: {command.display} exited with {run.exit_code} after the captured step",
+            file=sys.stderr,
+        )
+    return ScriptCapture(run.capture, run.workload, run.exit_code)
+
+
+def reject_workload(args: argparse.Namespace, verb: str) -> None:
+    if getattr(args, "workload", None) is not None:
+        raise LeversError(
+            f"levers {verb} got both a workload ({args.workload}) and a script after --; give one"
+        )
+
+
+def run_memory(args: argparse.Namespace, console: Any) -> int:
+    """``levers memory -- python train.py``: the captured step's own peak, and what cannot be said.
+
+    The memory model predicts a step by building its workload under fake tensors, which needs a
+    factory; a script builds its model as it runs. So for a script levers reports the peak it saw
+    in the captured step (the CUDA allocator's on a GPU, tracked tensor storages on a CPU) and
+    says that the prediction for another GPU, the what-ifs and ``--fit`` need a factory.
+    """
+    from levers.units import format_bytes
+
+    warmup = SCRIPT_WARMUP if args.warmup is None else args.warmup
+    ran = capture_script(args, warmup=warmup, timed=0)
+    if isinstance(ran, int):
+        return ran
+    capture = ran.capture
+    mem = capture.memory
+    on_gpu = mem.source == "cuda-allocator"
+    how = (
+        f"measured by the CUDA caching allocator on {capture.env.get('device_name')}"
+        if on_gpu
+        else f"tracked tensor storages on {capture.env.get('device_name')} (not a GPU prediction)"
+    )
+    console.print()
+    console.print(f"levers memory {capture.workload}: optimizer step {warmup + 1} of the script, {how}", markup=False, soft_wrap=True)
+    label = "peak allocated" if on_gpu else "peak tracked  "
+    console.print(f"  {label}   {format_bytes(mem.peak_bytes)}", markup=False, soft_wrap=True)
+    if mem.peak_reserved_bytes is not None:
+        console.print(f"  peak reserved    {format_bytes(mem.peak_reserved_bytes)}", markup=False, soft_wrap=True)
+    console.print(
+        f"  at step start    {format_bytes(mem.start_bytes)} (parameters, gradients, optimizer "
+        "state and whatever else the script keeps)",
+        markup=False,
+    )
+    if mem.peak_op is not None and mem.peak_op < len(capture.ops):
+        op = capture.ops[mem.peak_op]
+        where = f"{op.source}  {op.source.code}" if op.source is not None else "(no source line)"
+        console.print(
+            f"  peak reached     after op {op.index} ({op.name}, {op.phase}, module "
+            f"{op.module or '<outside model>'}) at {where}",
+            markup=False,
+            soft_wrap=True,
+        )
+    console.print(
+        f"levers memory cannot predict this script's peak on {args.gpu} without running it there: "
+        "the prediction (and the what-ifs and --fit) builds the workload under fake tensors, "
+        "which needs a factory; wrap the model, optimizer and step in one (levers memory "
+        "path/to/file.py:factory --gpu GPU, see README 'Workloads')",
+        markup=False,
+        soft_wrap=True,
+    )
+    return ran.exit_code

@@ -1,0 +1,248 @@
+"""Find the step boundaries of running training code from ``optimizer.step()``, and capture one
+whole step between two of them.
+
+A global optimizer step pre/post hook (``torch.optim.optimizer``'s) sees every optimizer, those
+that Hugging Face's Trainer (through accelerate) and Lightning wrap included. A step boundary is
+the end of a step of the *primary* optimizer (the first one seen), counted at the outermost
+nesting level, so an optimizer that wraps another (accelerate's ``AcceleratedOptimizer``) is one
+step, and a second optimizer (a GAN's) falls inside the captured step instead of cutting it.
+
+The captured step runs from the post hook of one primary step to the post hook of the next:
+zero_grad, data loading, forward, backward and the optimizer. Lightning calls the forward and
+backward from a closure inside ``optimizer.step(closure)``: the closure is wrapped so that its
+ops are labelled forward and backward, not optimizer.
+
+The model is the smallest ``nn.Module`` whose parameters cover the optimizer's (found among the
+live objects), unless the caller names it.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from levers.capture.records import Capture
+from levers.capture.step import StepCapture
+from levers.errors import LeversError
+from levers.workload import Workload
+
+
+class StopTraining(BaseException):
+    """Raised out of an optimizer hook to end the user's run once its step is captured.
+
+    A ``BaseException``, so that a training loop's ``except Exception`` does not swallow it.
+    """
+
+
+def _no_step() -> None:
+    raise RuntimeError("the step of a running script is run by the script itself")
+
+
+def find_model(optimizer: torch.optim.Optimizer) -> torch.nn.Module:
+    """The smallest live ``nn.Module`` whose parameters include all of ``optimizer``'s.
+
+    Ties (a wrapper such as DDP or a LightningModule around one model) go to the module with
+    fewer submodules: the inner one, whose module paths read as the user wrote them.
+    """
+    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    best: tuple[int, int, int] | None = None  # (-covered, num_params, num_modules)
+    best_module = None
+    with warnings.catch_warnings():  # isinstance on some deprecated torch objects warns
+        warnings.simplefilter("ignore")
+        modules = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
+    for obj in modules:
+        params = [id(p) for p in obj.parameters()]
+        covered = len(wanted.intersection(params))
+        if covered == 0:
+            continue
+        key = (-covered, len(params), sum(1 for _ in obj.modules()))
+        if best is None or key < best:
+            best, best_module = key, obj
+    if best_module is None:
+        raise LeversError(
+            "levers found no torch.nn.Module holding the optimizer's parameters; pass the model "
+            "explicitly (levers.capture_step(model, optimizer))"
+        )
+    return best_module
+
+
+class StepWatcher:
+    """Counts optimizer steps and captures the whole step after ``warmup + timed`` of them.
+
+    ``on_captured(capture)`` is called in the optimizer post hook that ends the captured step;
+    it may raise :class:`StopTraining` to end the run there.
+    """
+
+    def __init__(
+        self,
+        *,
+        warmup: int,
+        timed: int = 0,
+        name: str = "script",
+        params: dict[str, Any] | None = None,
+        model: torch.nn.Module | None = None,
+        tokens_per_step: int | None = None,
+        on_captured: Callable[[Capture], None] | None = None,
+        progress: Callable[[int, str], None] | None = None,
+    ) -> None:
+        if warmup < 1:
+            raise ValueError(
+                f"warmup must be at least 1 (the capture starts at an optimizer step), got {warmup}"
+            )
+        if timed < 0:
+            raise ValueError(f"timed must be >= 0, got {timed}")
+        self.warmup = warmup
+        self.timed = timed
+        self.name = name
+        self.params = dict(params or {})
+        self.model = model
+        self.tokens_per_step = tokens_per_step
+        self.on_captured = on_captured
+        self.progress = progress
+        self.num_steps = 0  # primary optimizer steps seen
+        self.capture: Capture | None = None
+        self.workload: Workload | None = None
+        self.primary: torch.optim.Optimizer | None = None
+        self._depth = 0
+        self._innermost: torch.optim.Optimizer | None = None
+        self._active: StepCapture | None = None
+        self._step_s: list[float] = []
+        self._t_last = 0.0
+        self._handles: list[Any] = []
+
+    @property
+    def steps_needed(self) -> int:
+        return self.warmup + self.timed + 1
+
+    @property
+    def capturing(self) -> bool:
+        return self._active is not None
+
+    def install(self) -> None:
+        self._handles = [
+            register_optimizer_step_pre_hook(self._pre),
+            register_optimizer_step_post_hook(self._post),
+        ]
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._active is not None:  # the run ended inside the step being captured
+            self._active.abort()
+            self._active = None
+
+    def __enter__(self) -> StepWatcher:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+    def saw(self) -> str:
+        """One line on how far the run got, for when no step was captured."""
+        if self.num_steps == 0:
+            seen = "levers saw no optimizer step (torch.optim.Optimizer.step was never called)"
+        else:
+            plural = "" if self.num_steps == 1 else "s"
+            seen = f"levers saw {self.num_steps} optimizer step{plural}"
+        return f"{seen}; needed {self.steps_needed} ({self._needed_text()})"
+
+    def _needed_text(self) -> str:
+        parts = [f"--warmup {self.warmup}"]
+        if self.timed:
+            parts.append(f"--timed {self.timed}")
+        return ", ".join(parts) + ", then the step to capture"
+
+    # --- the hooks -------------------------------------------------------------------------
+
+    def _pre(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> Any:
+        self._depth += 1
+        if self._depth == 1:
+            self._innermost = None
+        if self._active is None:
+            return None
+        self._active.enter_optimizer()
+        return self._wrap_closure(args, kwargs)
+
+    def _wrap_closure(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        active = self._active
+        assert active is not None
+
+        def unwrap(closure: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(closure)
+            def run(*a: Any, **k: Any) -> Any:
+                active.exit_optimizer()  # the closure's forward and backward are not optimizer
+                try:
+                    return closure(*a, **k)
+                finally:
+                    active.enter_optimizer()
+
+            return run
+
+        if callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": unwrap(kwargs["closure"])}
+        if len(args) > 1 and callable(args[1]):  # args[0] is the optimizer itself
+            return (args[0], unwrap(args[1]), *args[2:]), kwargs
+        return None
+
+    def _post(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self._active is not None:
+            self._active.exit_optimizer()
+        if self._innermost is None:
+            self._innermost = optimizer  # the first post hook of a nest is the innermost step
+        self._depth = max(self._depth - 1, 0)
+        if self._depth > 0:
+            return
+        inner = self._innermost
+        if self.primary is None:
+            self.primary = inner
+        if inner is not self.primary:
+            return
+        self._boundary(inner)
+
+    def _boundary(self, optimizer: torch.optim.Optimizer) -> None:
+        self.num_steps += 1
+        start_capture = self.warmup + self.timed
+        if self.warmup < self.num_steps <= start_capture:
+            self._sync()
+            now = time.perf_counter()
+            self._step_s.append(now - self._t_last)
+            self._t_last = now
+        if self.num_steps == self.warmup:
+            self._sync()
+            self._t_last = time.perf_counter()
+        if self.num_steps == start_capture:
+            self._start(optimizer)
+        elif self.num_steps == start_capture + 1 and self._active is not None:
+            active, self._active = self._active, None
+            self.capture = active.stop(step_s=tuple(self._step_s))
+            if self.on_captured is not None:
+                self.on_captured(self.capture)
+
+    def _sync(self) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # sync point: a timing boundary between steps
+
+    def _start(self, optimizer: torch.optim.Optimizer) -> None:
+        model = self.model if self.model is not None else find_model(optimizer)
+        self.workload = Workload(
+            model=model,
+            step=functools.partial(_no_step),  # no __code__: no step source to read
+            optimizer=optimizer,
+            tokens_per_step=self.tokens_per_step,
+            name=self.name,
+            params=self.params,
+        )
+        self._active = StepCapture(self.workload, progress=self.progress, optimizer_hooks=False)
+        self._active.start()

@@ -1,0 +1,117 @@
+"""The measured catalogue behind ``levers list``: each lever's effect, read from committed results.
+
+The catalogue file is written by ``bench/levers_vs_peers.py`` on a GPU and committed under
+``bench/results/levers_catalogue_<gpu>/catalogue.json``. Each row is one lever (or a stack of
+levers) measured against a baseline at one workload and shape:
+
+    {"lever": "compile-blocks", "levers": ["compile-blocks"], "workload": "hf",
+     "shape": "arch=llama size=1b batch_size=4 seq_len=2048", "baseline": "hf-default",
+     "tokens_per_s_ratio": 1.5, "tokens_per_s_ratio_ci95": [1.49, 1.51],
+     "peak_reserved_delta_bytes": -1.2e9, "peak_allocated_delta_bytes": ...,
+     "peak_allocated_delta_ci95": [lo, hi], "status": "ok" | "failed", "error": null,
+     "gpu": ..., "torch": ..., "commit": ..., "date": ...}
+
+A ratio whose CI95 contains 1 is "no effect"; below 1 is "slower". Both are shown, never hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV = "LEVERS_CATALOGUE"
+_REPO_RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    lever: str
+    levers: tuple[str, ...]
+    workload: str
+    shape: str
+    baseline: str
+    status: str  # "ok" or "failed"
+    tokens_per_s_ratio: float | None
+    tokens_per_s_ratio_ci95: tuple[float, float] | None
+    peak_reserved_delta_bytes: float | None
+    peak_allocated_delta_bytes: float | None
+    peak_allocated_delta_ci95: tuple[float, float] | None
+    gpu: str
+    torch: str
+    commit: str
+    date: str
+    error: str | None = None
+
+    @property
+    def effect(self) -> str:
+        """"faster", "slower", "no effect" (CI95 holds 1) or "failed"."""
+        if self.status != "ok" or self.tokens_per_s_ratio_ci95 is None:
+            return "failed"
+        low, high = self.tokens_per_s_ratio_ci95
+        if low > 1.0:
+            return "faster"
+        if high < 1.0:
+            return "slower"
+        return "no effect"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["levers"] = list(self.levers)
+        out["effect"] = self.effect
+        return out
+
+
+def catalogue_paths(explicit: str | os.PathLike | None = None) -> list[Path]:
+    """The catalogue files to read: the one named, else $LEVERS_CATALOGUE, else the repo's."""
+    if explicit is not None:
+        return [Path(explicit)]
+    if os.environ.get(ENV):
+        return [Path(os.environ[ENV])]
+    return sorted(_REPO_RESULTS.glob("levers_catalogue_*/catalogue.json"))
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    low, high = value
+    return float(low), float(high)
+
+
+def read_catalogue(explicit: str | os.PathLike | None = None) -> list[Measurement]:
+    rows: list[Measurement] = []
+    for path in catalogue_paths(explicit):
+        if not path.exists():
+            raise FileNotFoundError(f"no catalogue at {path}; bench/levers_vs_peers.py writes one")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for row in doc.get("rows", []):
+            rows.append(
+                Measurement(
+                    lever=row["lever"],
+                    levers=tuple(row.get("levers", [row["lever"]])),
+                    workload=row.get("workload", "?"),
+                    shape=row.get("shape", "?"),
+                    baseline=row.get("baseline", "?"),
+                    status=row.get("status", "ok"),
+                    tokens_per_s_ratio=row.get("tokens_per_s_ratio"),
+                    tokens_per_s_ratio_ci95=_pair(row.get("tokens_per_s_ratio_ci95")),
+                    peak_reserved_delta_bytes=row.get("peak_reserved_delta_bytes"),
+                    peak_allocated_delta_bytes=row.get("peak_allocated_delta_bytes"),
+                    peak_allocated_delta_ci95=_pair(row.get("peak_allocated_delta_ci95")),
+                    gpu=row.get("gpu", doc.get("gpu", "?")),
+                    torch=row.get("torch", doc.get("torch", "?")),
+                    commit=row.get("commit", doc.get("commit", "?")),
+                    date=row.get("date", doc.get("date", "?")),
+                    error=row.get("error"),
+                )
+            )
+    return rows
+
+
+def measurements_by_lever(rows: list[Measurement]) -> dict[str, list[Measurement]]:
+    out: dict[str, list[Measurement]] = {}
+    for row in rows:
+        out.setdefault(row.lever, []).append(row)
+    return out

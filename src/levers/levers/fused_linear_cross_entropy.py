@@ -1,0 +1,115 @@
+"""``fused-linear-cross-entropy``: the LM head and the loss in one pass, never the full logits.
+
+For a Hugging Face causal LM (``*ForCausalLM`` with an ``lm_head`` and the standard
+``loss_function``), the model's forward is replaced, when ``labels`` are given, by: the base
+model, then :func:`levers.levers._lce.linear_cross_entropy` over the final hidden states and the
+head's weight with the labels shifted as Hugging Face shifts them (so ``num_items_in_batch`` and
+``ignore_index`` mean what they meant). The output's ``logits`` is ``None`` in that case; a call
+without ``labels`` (generation, evaluation) runs the original forward.
+
+The kernel is Liger Kernel's fused linear cross-entropy or Cut Cross-Entropy on CUDA where
+installed (``pip install 'levers[kernels]'``), and a chunked PyTorch version elsewhere (option
+``kernel``: auto | liger | cce | chunked; ``chunk_rows``).
+
+Fix safety: changes numerics (the loss is summed chunk by chunk). Tolerance checked: 1e-5
+relative in fp32 with the chunked kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from levers.levers import register
+from levers.levers._find import hf_causal_lm_parts
+from levers.levers._lce import DEFAULT_CHUNK_ROWS, available_kernel, linear_cross_entropy
+from levers.levers._patch import Undos
+from levers.levers.lever import Lever, Target
+from levers.vocab import CHANGES_NUMERICS
+
+MARK = "_levers_fused_linear_cross_entropy"
+_LOSS_KWARGS = ("num_items_in_batch", "ignore_index", "shift_labels")
+
+
+def applies(target: Target) -> str | None:
+    model = target.model
+    if getattr(model, MARK, False):
+        return "already applied to this model"
+    parts = hf_causal_lm_parts(model)
+    if isinstance(parts, str):
+        return (
+            f"no recognised LM head + loss ({parts}); in your own code call "
+            "levers.levers._lce.linear_cross_entropy(hidden, lm_head.weight, targets)"
+        )
+    try:
+        available_kernel(parts[1].weight.device, target.options.get("kernel", "auto"))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def patch(target: Target) -> Callable[[], None]:
+    model = target.model
+    parts = hf_causal_lm_parts(model)
+    assert not isinstance(parts, str), parts
+    base, head = parts
+    kernel = target.options.get("kernel", "auto")
+    chunk_rows = int(target.options.get("chunk_rows", DEFAULT_CHUNK_ROWS))
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args: Any, labels: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        if labels is None or args or kwargs.get("logits_to_keep", 0) not in (0, None):
+            return original(*args, labels=labels, **kwargs)
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        kwargs.pop("logits_to_keep", None)
+        loss_kwargs = {k: kwargs.pop(k) for k in _LOSS_KWARGS if k in kwargs}
+        ignore_index = loss_kwargs.get("ignore_index", -100)
+        shift_labels = loss_kwargs.get("shift_labels")
+        if shift_labels is None:
+            shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+        outputs = base(*args, **kwargs)
+        hidden = outputs[0]
+        loss = linear_cross_entropy(
+            hidden.reshape(-1, hidden.shape[-1]),
+            head.weight,
+            shift_labels.reshape(-1).to(hidden.device),
+            bias=head.bias,
+            ignore_index=ignore_index,
+            denominator=loss_kwargs.get("num_items_in_batch"),
+            kernel=kernel,
+            chunk_rows=chunk_rows,
+        )
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=None,
+            hidden_states=getattr(outputs, "hidden_states", None),
+            attentions=getattr(outputs, "attentions", None),
+        )
+
+    undos = Undos()
+    undos.set_attr(model, "forward", forward)
+    undos.set_attr(model, MARK, True)
+    return undos
+
+
+LEVER = register(
+    Lever(
+        options=("kernel", "chunk_rows"),
+        id="fused-linear-cross-entropy",
+        title="Fuse the LM head with the cross-entropy so the full logits never exist",
+        safety=CHANGES_NUMERICS,
+        tolerance=1e-5,
+        fixes=("LOSS001", "COPY002"),
+        applies=applies,
+        patch=patch,
+        known_problems=(
+            "outputs.logits is None when labels are given; the chunked fallback recomputes each "
+            "chunk's head matmul in backward (about one extra head forward)"
+        ),
+    )
+)

@@ -1,0 +1,196 @@
+"""``levers.apply``: levers applied to a model (or a workload) inside a user's own script.
+
+    import levers
+
+    with levers.apply(model, "rms-norm-fused,fused-optimizer", optimizer=opt):
+        train(model, opt)          # levers on
+
+    handle = levers.apply(model, ["compile-blocks"], backend="inductor")
+    ...
+    handle.undo()                  # the model exactly as it was
+
+Levers are applied in the order given. One that does not apply raises
+:class:`levers.levers.lever.NotApplicable` with its reason after undoing those applied before it
+(``skip_inapplicable=True`` skips it instead, and ``handle.skipped`` says why). Levers that wrap
+the training step (autocast, the windowed peak metric) need ``step=``; the wrapped step is
+``handle.step``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+
+from levers.levers import load_all
+from levers.levers.lever import (
+    Lever,
+    NotApplicable,
+    Target,
+    Undo,
+    check_options,
+    parse_lever_spec,
+)
+from levers.workload import Workload
+
+
+def parse_ids(ids: str | Iterable[str]) -> list[str]:
+    if isinstance(ids, str):
+        ids = ids.split(",")
+    names = [name.strip() for name in ids if name and name.strip()]
+    if not names:
+        raise ValueError("name at least one lever (levers list shows them)")
+    return names
+
+
+def find(ids: str | Iterable[str]) -> list[Lever]:
+    return [lever for lever, _ in find_specs(ids)]
+
+
+def find_specs(ids: str | Iterable[str]) -> list[tuple[Lever, dict[str, str]]]:
+    """Each lever named in ``ids`` with the options its spec gives (``ac-budget:budget=22GiB``);
+    an option the lever does not accept is refused here, before anything is applied."""
+    registry = load_all()
+    specs = [parse_lever_spec(name) for name in parse_ids(ids)]
+    unknown = [name for name, _ in specs if name not in registry]
+    if unknown:
+        raise ValueError(
+            f"unknown lever(s) {', '.join(unknown)}; available: {', '.join(sorted(registry))} "
+            "(levers list shows them)"
+        )
+    for name, options in specs:
+        check_options(registry[name], options)
+    return [(registry[name], options) for name, options in specs]
+
+
+@dataclass
+class Handle:
+    """Levers applied to one target; ``undo()`` (or leaving the ``with`` block) reverts them."""
+
+    target: Target
+    workload: Workload | None = None
+    applied: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    _undos: list[Undo] = field(default_factory=list, repr=False)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.target.model
+
+    @property
+    def step(self) -> Callable[[], Any] | None:
+        return self.target.step
+
+    def undo(self) -> None:
+        while self._undos:
+            self._undos.pop()()
+        self.applied.clear()
+        if self.workload is not None:
+            self.workload.step = self.target.step
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+def _apply(
+    handle: Handle,
+    levers: list[tuple[Lever, dict[str, Any]]],
+    skip_inapplicable: bool,
+    quiet: bool,
+) -> Handle:
+    """Apply each (lever, its own options) in order; a lever sees the shared options given to
+    :func:`apply` overlaid with its own."""
+    shared = dict(handle.target.options)
+    for lever, own in levers:
+        handle.target.options = {**shared, **own}
+        try:
+            reason = lever.applies(handle.target)
+            if reason is not None:
+                if skip_inapplicable:
+                    handle.skipped[lever.id] = reason
+                    if not quiet:
+                        warnings.warn(f"lever {lever.id} skipped: {reason}", stacklevel=3)
+                    continue
+                handle.undo()
+                raise NotApplicable(f"lever {lever.id} does not apply: {reason}")
+            before = handle.target.step
+            undo_patch = lever.patch(handle.target)
+        finally:
+            handle.target.options = shared
+
+        def undo(undo_patch: Undo = undo_patch, before: Any = before) -> None:
+            undo_patch()
+            handle.target.step = before
+
+        handle._undos.append(undo)
+        handle.applied.append(lever.id)
+    if handle.workload is not None:
+        handle.workload.step = handle.target.step
+    return handle
+
+
+def apply_chosen(workload: Workload, levers: list[tuple[Lever, dict[str, Any]]]) -> Handle:
+    """Apply levers already found (with their own options) to ``workload``; the form
+    ``levers ab --lever`` uses. Raises :class:`NotApplicable` as :func:`apply` does."""
+    target = Target(
+        model=workload.model,
+        optimizer=workload.optimizer,
+        step=workload.step,
+        params=dict(workload.params),
+    )
+    return _apply(Handle(target, workload), levers, skip_inapplicable=False, quiet=False)
+
+
+def apply(
+    model_or_workload: torch.nn.Module | Workload,
+    ids: str | Iterable[str],
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    step: Callable[[], Any] | None = None,
+    skip_inapplicable: bool = False,
+    **options: Any,
+) -> Handle:
+    """Apply the levers ``ids`` ("a,b", a list, ``id:key=value`` specs) in place; returns the
+    :class:`Handle`."""
+    levers = find_specs(ids)
+    if isinstance(model_or_workload, Workload):
+        workload = model_or_workload
+        target = Target(
+            model=workload.model,
+            optimizer=optimizer or workload.optimizer,
+            step=step or workload.step,
+            params=dict(workload.params),
+            options=dict(options),
+        )
+        return _apply(Handle(target, workload), levers, skip_inapplicable, quiet=False)
+    if not isinstance(model_or_workload, torch.nn.Module):
+        raise TypeError(
+            f"levers.apply takes an nn.Module or a levers.Workload, got "
+            f"{type(model_or_workload).__name__}"
+        )
+    target = Target(model=model_or_workload, optimizer=optimizer, step=step, options=dict(options))
+    return _apply(Handle(target), levers, skip_inapplicable, quiet=False)
+
+
+def apply_to_workload(
+    workload: Workload, ids: Iterable[str], *, quiet: bool = False, **options: Any
+) -> Handle:
+    """The workload-level form that ``levers ab`` and raise-batch's prediction use: levers that
+    do not apply are skipped (``handle.skipped`` says why)."""
+    ids = list(ids)
+    if not ids:
+        return Handle(Target(model=workload.model, step=workload.step), workload)
+    target = Target(
+        model=workload.model,
+        optimizer=workload.optimizer,
+        step=workload.step,
+        params=dict(workload.params),
+        options=dict(options),
+    )
+    levers = [(lever, own) for lever, own in find_specs(ids) if lever.choose_params is None]
+    return _apply(Handle(target, workload), levers, skip_inapplicable=True, quiet=quiet)

@@ -1,0 +1,122 @@
+"""``levers list``: every lever with its safety, the findings it fixes and its measured effect.
+
+    levers list [--json] [--catalogue FILE]
+
+The measured effect comes from the committed catalogue (:mod:`levers.levers.catalogue`): the
+tokens/s ratio and peak-memory change against the baseline with CI95, the workload and shape,
+GPU, torch version, commit and date. A lever without a row says "not measured"; a lever measured
+to do nothing, to slow the step or to fail is shown as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from levers.errors import LeversError
+
+GIB = float(1 << 30)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "list",
+        help="the levers, each with its measured effect",
+        description="Every lever levers can apply (levers ab --lever, levers.apply), with its fix "
+        "safety, the finding codes it fixes and its measured effect from the committed catalogue.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--catalogue", metavar="FILE", default=None,
+        help="read this catalogue file (default: $LEVERS_CATALOGUE, else bench/results/"
+        "levers_catalogue_*/catalogue.json)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _gib(value: float | None) -> str:
+    return "?" if value is None else f"{value / GIB:+.1f} GiB"
+
+
+def describe(row: Any) -> str:
+    if row.status != "ok":
+        return f"FAILED ({row.error or 'no error recorded'}) at {row.workload} {row.shape}"
+    low, high = row.tokens_per_s_ratio_ci95 or (float("nan"), float("nan"))
+    memory = _gib(row.peak_allocated_delta_bytes)
+    if row.peak_allocated_delta_ci95 is not None:
+        mlow, mhigh = row.peak_allocated_delta_ci95
+        memory += f" [{mlow / GIB:+.1f}, {mhigh / GIB:+.1f}]"
+    return (
+        f"{row.tokens_per_s_ratio:.2f}x tokens/s [{low:.2f}, {high:.2f}] ({row.effect}), "
+        f"peak allocated {memory}, reserved {_gib(row.peak_reserved_delta_bytes)}; "
+        f"{row.workload} {row.shape} vs {row.baseline}"
+    )
+
+
+def _provenance(row: Any) -> str:
+    return f"{row.gpu}, torch {row.torch}, commit {row.commit[:10]}, {row.date}"
+
+
+class _Lines:
+    """Plain lines through the shared console (no markup: ids and errors hold brackets)."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+
+    def write(self, text: str) -> None:
+        self.console.print(text.rstrip("\n"), markup=False, soft_wrap=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from levers.levers import load_all
+    from levers.levers.catalogue import measurements_by_lever, read_catalogue
+
+    try:
+        measured = measurements_by_lever(read_catalogue(args.catalogue))
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        raise LeversError(f"cannot read the lever catalogue: {exc}") from None
+    registry = load_all()
+    if args.json:
+        doc = [
+            {
+                "id": lever.id,
+                "title": lever.title,
+                "safety": lever.safety,
+                "tolerance": lever.tolerance,
+                "fixes": list(lever.fixes),
+                "needs_gpu": lever.needs_gpu,
+                "known_problems": lever.known_problems,
+                "measured": [row.to_dict() for row in measured.get(lever.id, [])],
+            }
+            for lever in registry.values()
+        ]
+        stacks = [row.to_dict() for lever_id, rows in measured.items()
+                  if lever_id not in registry for row in rows]
+        json.dump({"levers": doc, "stacks": stacks}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from levers.output.console import make_console
+
+    console = make_console()
+    out = _Lines(console)
+    for lever in registry.values():
+        safety = lever.safety if lever.tolerance is None else f"{lever.safety} (rtol {lever.tolerance:g})"
+        out.write(f"{lever.id}  [{safety}]  fixes {', '.join(lever.fixes)}\n")
+        out.write(f"    {lever.title}\n")
+        rows = measured.get(lever.id, [])
+        if not rows:
+            out.write("    measured: not measured\n")
+        for row in rows:
+            out.write(f"    measured: {describe(row)}\n")
+            out.write(f"              {_provenance(row)}\n")
+        if lever.known_problems:
+            out.write(f"    known problems: {lever.known_problems}\n")
+    stacks = [row for lever_id, rows in measured.items() if lever_id not in registry for row in rows]
+    if stacks:
+        out.write("\nstacks and peers measured in the same runs:\n")
+        for row in stacks:
+            out.write(f"  {row.lever}: {describe(row)}\n")
+    return 0

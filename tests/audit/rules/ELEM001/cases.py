@@ -1,0 +1,60 @@
+"""ELEM001 fixtures: repeated blocks whose step is mostly small elementwise kernels, and a step
+that is one large matmul."""
+
+# fmt: off
+# (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
+
+import torch
+import torch.nn.functional as F
+
+from levers import Workload
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width=32):
+        super().__init__()
+        self.fc = torch.nn.Linear(width, width)
+        self.scale = torch.nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        h = F.gelu(self.fc(x)) * self.scale + x * 0.5 - x.sigmoid() * x.tanh()  # mark: fire_elementwise_blocks
+        return h + x
+
+
+class Net(torch.nn.Module):
+    def __init__(self, n=3):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(n))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def fire_elementwise_blocks():
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 16, 32)
+
+    def step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="elem001")
+
+
+def ok_one_large_matmul():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2048, 2048, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(2048, 2048)
+
+    def step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="elem001")

@@ -1,0 +1,69 @@
+"""The recommended stack: levers in rank order, clashes and covered levers left out, implemented
+levers preferred, and the `levers ab` command with the workload as given."""
+
+from __future__ import annotations
+
+from levers.audit.finding import Cost, Finding, Receipt
+from levers.audit.recommend import recommend
+from levers.capture.records import Capture, MemoryStats, StepTiming
+
+
+def _finding(code, levers, saved_ms, **details):
+    return Finding(
+        code=code, name="x", message="", fix_title="", receipts=(Receipt("f.py", 1, ""),),
+        severity="medium", effort="S", risk="low", lever=levers[0],
+        cost=Cost("estimated", now_ms=saved_ms, fixed_ms=0.0),
+        details={"levers": list(levers), **details},
+    )
+
+
+CAPTURE = Capture(
+    schema_version=1, workload="hf-llama-1b", workload_params={}, tokens_per_step=None, env={},
+    provenance={}, timing=StepTiming((), 0.1), memory=MemoryStats("tracked", 0, 1 << 30, 0),
+    ops=(), calls=(),
+)
+
+
+def _stack(findings, implemented=frozenset()):
+    return recommend(
+        findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="hf",
+        set_items=["size=1b"], implemented=implemented,
+    )
+
+
+def test_compile_covers_the_fused_kernel_levers_and_clashes_with_liger():
+    rec = _stack([
+        _finding("ELEM001", ("compile-blocks", "liger-kernels"), 50),
+        _finding("LOSS002", ("fused-linear-cross-entropy",), 10),
+        _finding("NORM001", ("rms-norm-fused", "compile-blocks"), 8),
+        _finding("FUSE002", ("liger-kernels", "compile-blocks"), 5),
+    ])
+    assert rec.levers == ("compile-blocks", "fused-linear-cross-entropy")
+    assert rec.codes == ("ELEM001", "LOSS002")
+    assert rec.missing == rec.levers
+    assert rec.command == "levers ab hf --set size=1b --lever compile-blocks,fused-linear-cross-entropy"
+
+
+def test_liger_first_then_compile_clashes():
+    rec = _stack([
+        _finding("FUSE002", ("liger-kernels",), 30),
+        _finding("ELEM001", ("compile-blocks",), 20),
+    ])
+    assert rec.levers == ("liger-kernels",)
+    assert "clashes with liger-kernels" in rec.notes[0]
+
+
+def test_not_recommended_and_no_payoff_are_left_out_and_implemented_preferred():
+    rec = _stack(
+        [
+            _finding("MEM001", ("ac-full",), 0, recommended=False),
+            _finding("PAD001", ("padding-free-collation",), 0),
+            _finding("NORM001", ("rms-norm-fused", "compile-blocks"), 8),
+        ],
+        implemented=frozenset({"compile-blocks"}),
+    )
+    assert rec.levers == ("compile-blocks",) and rec.missing == ()
+
+
+def test_empty_stack_has_no_command():
+    assert _stack([]).command is None

@@ -1,0 +1,247 @@
+"""ac-full, ac-selective and ac-budget: bitwise parity with no checkpointing in fp32 on a CPU,
+undo, the matmul log, and the budget solver's choices."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from levers.blocks import repeated_blocks
+from levers.levers import load_all
+from levers.levers.ac_budget import budget_bytes, choose, frontier
+from levers.levers.ac_budget_inputs import BudgetInputs, OpCost
+from levers.levers.ac_selective import MatmulDecision
+from levers.levers.lever import NotApplicable, apply, parse_lever_spec
+from levers.loader import load_workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import vit_like  # noqa: E402
+
+NUM_STEPS = 2
+
+
+def _hf_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+WORKLOADS = {
+    "llama": lambda: load_workload("llama", {}),
+    "hf-llama": lambda: load_workload("hf", {"size": "tiny"}),
+    "vit-like": lambda: vit_like.build(),
+    "demo": lambda: load_workload("demo", {}),
+}
+
+
+def synthetic_inputs(model: torch.nn.Module) -> BudgetInputs:
+    """Inputs that make ac-budget checkpoint some blocks and save some matmuls in them."""
+    blocks = repeated_blocks(model)
+    container = blocks[-1].container
+    num_blocks = sum(1 for b in blocks if b.container == container)
+    ops = tuple(
+        OpCost(name, i, 100, 10.0 + i, 0)
+        for name in ("aten.mm.default", "aten.addmm.default")
+        for i in range(3)
+    ) + tuple(OpCost("aten.mul.Tensor", i, 100, 1.0, 0) for i in range(3))
+    return BudgetInputs(
+        ops=ops,
+        container=container,
+        num_blocks=num_blocks,
+        block_activation_bytes=2000,
+        block_output_bytes=10,
+        peak_bytes=10_000,
+        time_source="estimated",
+    )
+
+
+def middle_budget(inputs: BudgetInputs) -> int:
+    plans = frontier(inputs)
+    return plans[len(plans) // 2].predicted_peak_bytes
+
+
+def lever_options(name: str, workload) -> dict:
+    if name == "ac-selective":
+        return {"mm_flops_threshold": 0}
+    if name == "ac-budget":
+        inputs = synthetic_inputs(workload.model)
+        return {"inputs": inputs, "budget": middle_budget(inputs)}
+    return {}
+
+
+def run_steps(workload) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]], int]:
+    """Losses, every step's gradients, and the bytes autograd kept outside checkpoints."""
+    grads: list[dict[str, torch.Tensor]] = []
+    hooks = []
+    for name, param in workload.model.named_parameters():
+        if param.requires_grad:
+
+            def hook(p, name=name):
+                grads[-1][name] = p.grad.detach().clone()
+
+            hooks.append(param.register_post_accumulate_grad_hook(hook))
+    saved = [0]
+
+    def pack(t):
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    losses = []
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for _ in range(NUM_STEPS):
+            grads.append({})
+            losses.append(workload.step())
+    for h in hooks:
+        h.remove()
+    return losses, grads, saved[0]
+
+
+@pytest.mark.parametrize("workload_name", list(WORKLOADS))
+@pytest.mark.parametrize("lever_id", ["ac-full", "ac-selective", "ac-budget"])
+def test_bitwise_parity_and_undo(workload_name: str, lever_id: str) -> None:
+    if workload_name == "hf-llama" and not _hf_available():
+        pytest.skip("transformers is not installed")
+    lever = load_all()[lever_id]
+    baseline, candidate = WORKLOADS[workload_name](), WORKLOADS[workload_name]()
+    config = getattr(candidate.model, "config", None)
+    if config is not None:
+        config.use_cache = True  # to see it turned off for the lever and restored by the undo
+    _, undo = apply(candidate, lever, lever_options(lever_id, candidate))
+    if config is not None:
+        assert config.use_cache is False
+
+    base_losses, base_grads, base_saved = run_steps(baseline)
+    losses, grads, saved = run_steps(candidate)
+
+    for a, b in zip(base_losses, losses, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(base_grads, grads, strict=True):
+        assert a.keys() == b.keys() and a
+        for name in a:
+            assert torch.equal(a[name], b[name]), name
+    # the lever did checkpoint: autograd kept fewer bytes outside the checkpoints
+    assert saved < base_saved
+
+    undo()
+    assert all("forward" not in vars(block.module) for block in repeated_blocks(candidate.model))
+    if config is not None:
+        assert config.use_cache is True
+    after_losses, _, after_saved = run_steps(candidate)
+    assert after_saved == base_saved
+
+
+def test_selective_logs_each_matmul_once_with_exact_shapes_and_flops(caplog) -> None:
+    workload = load_workload("llama", {})  # tiny: 2 x 64 tokens, width 64, qkv 128, ffn 128
+    with caplog.at_level(logging.INFO, logger="levers.levers.ac_selective"):
+        _, undo = apply(workload, load_all()["ac-selective"], {"mm_flops_threshold": "2e6"})
+        run_steps(workload)
+    matmuls = undo.handle.matmuls
+    mm = "aten.mm.default"
+    assert matmuls == [
+        MatmulDecision("blocks.0", mm, 0, ((128, 64), (64, 128)), 2_097_152, True,
+                       "every other matmul: saved"),
+        MatmulDecision("blocks.0", mm, 1, ((128, 64), (64, 64)), 1_048_576, False,
+                       "under the FLOP threshold: recomputed"),
+        MatmulDecision("blocks.0", mm, 2, ((128, 64), (64, 256)), 4_194_304, False,
+                       "every other matmul: recomputed"),
+        MatmulDecision("blocks.0", mm, 3, ((128, 128), (128, 64)), 2_097_152, True,
+                       "every other matmul: saved"),
+    ]  # fmt: skip
+    assert len([r for r in caplog.records if "ac-selective" in r.getMessage()]) == 4
+    undo()
+
+
+def test_solver_picks_the_fastest_plan_that_fits() -> None:
+    # per block: C is dearest to recompute per byte, then A, then B
+    ops = (
+        OpCost("A", 0, 100, 10.0, 0),
+        OpCost("B", 0, 100, 1.0, 0),
+        OpCost("C", 0, 50, 20.0, 0),
+    )
+    inputs = BudgetInputs(ops, "blocks", 4, 400, 10, 2000, "estimated")
+    assert inputs.fixed_bytes == 400
+    # k=3 blocks checkpointed: peak = 400 + 3 * (10 + saved) + 1 * 400
+    plan = choose(inputs, 1000)
+    assert (plan.num_checkpointed, plan.save, plan.predicted_peak_bytes) == (3, {("C", 0)}, 980)
+    assert plan.recompute_us == pytest.approx(3 * 11.0)
+    plan = choose(inputs, 1300)
+    assert (plan.num_checkpointed, plan.save, plan.predicted_peak_bytes) == (
+        3,
+        {("C", 0), ("A", 0)},
+        1280,
+    )
+    assert choose(inputs, 830).save == frozenset()
+    with pytest.raises(ValueError, match="no plan fits"):
+        choose(inputs, 829)
+
+
+def test_budget_spellings() -> None:
+    inputs = BudgetInputs((), "blocks", 4, 400, 10, 2000, "estimated")
+    assert budget_bytes("20GiB", inputs) == 20 * 2**30
+    assert budget_bytes("512MiB", inputs) == 512 * 2**20
+    assert budget_bytes("2e10", inputs) == 20_000_000_000
+    assert budget_bytes("0.5", inputs) == 400 + 800
+    assert budget_bytes("25%", inputs) == 400 + 400
+    with pytest.raises(ValueError, match="20GiB"):
+        budget_bytes("twenty", inputs)
+    assert parse_lever_spec("ac-budget:budget=20GiB:workload=hf") == (
+        "ac-budget",
+        {"budget": "20GiB", "workload": "hf"},
+    )
+
+
+def test_budget_choice_is_monotone_on_a_cpu_prediction() -> None:
+    from levers.levers.ac_budget_inputs import predict_inputs
+
+    inputs = predict_inputs("llama", {"size": "tiny", "batch_size": 4})
+    plans = frontier(inputs)
+    assert len(plans) > 5
+    low, high = plans[0].predicted_peak_bytes, inputs.peak_bytes
+    budgets = [high - (high - low) * i // 20 for i in range(21)]  # shrinking
+    chosen = [choose(inputs, b) for b in budgets]
+    kept = [
+        p.num_checkpointed * (inputs.block_output_bytes + p.saved_bytes_per_block)
+        + (inputs.num_blocks - p.num_checkpointed) * inputs.block_activation_bytes
+        for p in chosen
+    ]
+    assert all(a >= b for a, b in zip(kept, kept[1:]))
+    assert kept[0] > kept[-1]
+    assert all(p.predicted_peak_bytes <= b for p, b in zip(chosen, budgets))
+    assert [p.recompute_us for p in chosen] == sorted(p.recompute_us for p in chosen)
+
+
+def test_budget_needs_a_budget_and_inputs() -> None:
+    workload = load_workload("llama", {})
+    lever = load_all()["ac-budget"]
+    with pytest.raises(NotApplicable, match="budget=20GiB"):
+        apply(workload, lever)
+    with pytest.raises(NotApplicable, match="workload=hf"):
+        apply(workload, lever, {"budget": "1GiB"})
+    with pytest.raises(ValueError, match="accepts: budget"):
+        apply(workload, lever, {"budjet": "1GiB"})
+
+
+def test_verified_choice_lowers_the_budget_by_the_overshoot() -> None:
+    from levers.levers.ac_budget import choose_verified
+
+    ops = (
+        OpCost("A", 0, 100, 10.0, 0),
+        OpCost("B", 0, 100, 1.0, 0),
+        OpCost("C", 0, 50, 20.0, 0),
+    )
+    inputs = BudgetInputs(ops, "blocks", 4, 400, 10, 2000, "estimated")
+    asked = []
+
+    def predict_peak(plan):  # a full prediction that finds 100 bytes more than the closed form
+        asked.append(plan.predicted_peak_bytes)
+        return plan.predicted_peak_bytes + 100
+
+    plan, peak = choose_verified(inputs, 1000, predict_peak)
+    assert asked == [980, 830]
+    assert (plan.save, peak) == (frozenset(), 930)

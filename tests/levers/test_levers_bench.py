@@ -1,0 +1,77 @@
+"""bench/levers_vs_peers.py at tiny sizes on the CPU, and levers list reading what it wrote."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from levers.cli import main
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "levers_vs_peers.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("levers_vs_peers", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_the_summary_and_a_catalogue_levers_list_reads(tmp_path, capsys):
+    only = "llama:lever:rms-norm-fused,llama:lever:fused-optimizer,llama:liger"
+    code = _bench().main(["--smoke", "--only", only, "--steps", "2", "--out", str(tmp_path / "s"),
+                          "--catalogue-out", str(tmp_path / "c")])
+    assert code == 0
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())["rows"]
+    by_variant = {row["variant"]: row for row in summary}
+    assert set(by_variant) == {"default", "lever:rms-norm-fused", "lever:fused-optimizer", "liger"}
+    default = by_variant["default"]
+    for key in ("tokens_per_s", "tokens_per_s_ci95", "batch_size", "commit", "torch", "gpu", "shape"):
+        assert key in default, key
+    assert default["batch_size"] == 2 and len(default["dur_s"]) == 2
+    assert by_variant["lever:fused-optimizer"]["status"] == "not-applicable"
+    assert by_variant["liger"]["status"] == "failed"  # not installed here: an honest row
+    capsys.readouterr()
+    assert main(["list", "--json", "--catalogue", str(tmp_path / "c" / "catalogue.json")]) == 0
+    listed = {item["id"]: item for item in json.loads(capsys.readouterr().out)["levers"]}
+    measured = listed["rms-norm-fused"]["measured"]
+    assert len(measured) == 1 and measured[0]["status"] == "ok"
+    assert measured[0]["tokens_per_s_ratio"] > 0 and measured[0]["torch"]
+    assert listed["fused-optimizer"]["measured"][0]["effect"] == "failed"
+    assert listed["compile-blocks"]["measured"] == []
+
+
+def test_levers_list_shows_effects_negatives_and_not_measured(tmp_path, capsys):
+    rows = [
+        {"lever": "compile-blocks", "workload": "hf", "shape": "arch=llama size=1b",
+         "baseline": "llama:default", "status": "ok", "tokens_per_s_ratio": 1.5,
+         "tokens_per_s_ratio_ci95": [1.48, 1.52], "peak_allocated_delta_bytes": -2 * 2**30,
+         "peak_allocated_delta_ci95": [-2.1 * 2**30, -1.9 * 2**30],
+         "peak_reserved_delta_bytes": -2**30},
+        {"lever": "rms-norm-fused", "workload": "hf", "shape": "arch=llama size=1b",
+         "baseline": "llama:default", "status": "ok", "tokens_per_s_ratio": 0.99,
+         "tokens_per_s_ratio_ci95": [0.97, 1.01]},
+        {"lever": "sdpa-cudnn-backend", "workload": "hf", "shape": "s", "baseline": "b",
+         "status": "ok", "tokens_per_s_ratio": 0.9, "tokens_per_s_ratio_ci95": [0.88, 0.92]},
+        {"lever": "liger-kernels", "workload": "hf", "shape": "s", "baseline": "b",
+         "status": "failed", "error": "BackendCompilerFailed: dynamo"},
+        {"lever": "llama:levers-stack", "workload": "hf", "shape": "s", "baseline": "b",
+         "status": "ok", "tokens_per_s_ratio": 1.7, "tokens_per_s_ratio_ci95": [1.6, 1.8]},
+    ]
+    path = tmp_path / "catalogue.json"
+    path.write_text(json.dumps({"rows": rows, "gpu": "NVIDIA H200", "torch": "2.11.0",
+                                "commit": "abc1234567", "date": "2026-12-01"}))
+    assert main(["list", "--catalogue", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1.50x tokens/s [1.48, 1.52] (faster), peak allocated -2.0 GiB [-2.1, -1.9]" in out
+    assert "0.99x tokens/s [0.97, 1.01] (no effect)" in out
+    assert "0.90x tokens/s [0.88, 0.92] (slower)" in out
+    assert "FAILED (BackendCompilerFailed: dynamo)" in out
+    assert "NVIDIA H200, torch 2.11.0, commit abc1234567, 2026-12-01" in out
+    assert "windowed-peak-metric" in out and "measured: not measured" in out
+    assert "llama:levers-stack: 1.70x" in out
+    assert main(["list", "--catalogue", str(tmp_path / "missing.json")]) == 2

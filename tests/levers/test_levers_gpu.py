@@ -1,0 +1,75 @@
+"""Levers on a GPU at tiny sizes: the CUDA paths (Liger, fused AdamW, inductor, cuDNN SDPA).
+
+Run on the device machine: ``python -m pytest -m gpu tests/levers/test_levers_gpu.py``.
+Under bf16 autocast, so the tolerances are bf16's (the parity of the math is checked in fp32 on
+the CPU by the other tests).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import levers
+from levers.levers.lever import NotApplicable
+from levers.workloads import demo, hf
+
+from lever_parity import assert_close, run_steps
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+BF16 = 3e-2
+needs_liger = pytest.mark.skipif(
+    importlib.util.find_spec("liger_kernel") is None, reason="liger-kernel not installed"
+)
+
+
+@needs_liger
+@pytest.mark.parametrize("arch", ("llama", "qwen2"))
+def test_liger_fused_linear_cross_entropy_matches_the_hf_loss(arch):
+    on = hf.build(arch=arch, device="cuda")
+    handle = levers.apply(on, "fused-linear-cross-entropy", kernel="liger")
+    assert handle.applied == ["fused-linear-cross-entropy"]
+    assert_close(run_steps(on), run_steps(hf.build(arch=arch, device="cuda")), BF16, grad_rtol=0.1)
+
+
+@needs_liger
+def test_liger_kernels_match_and_refuse_compile():
+    on = hf.build(device="cuda")
+    levers.apply(on, "liger-kernels")
+    with pytest.raises(NotApplicable, match="Liger"):
+        levers.apply(on, "compile-blocks")
+    assert_close(run_steps(on), run_steps(hf.build(device="cuda")), BF16, grad_rtol=0.1)
+    other = hf.build(device="cuda")  # another model of the type is untouched
+    assert not any("liger" in type(m).__module__ for m in other.model.modules())
+
+
+def test_compile_blocks_with_inductor_matches():
+    torch._dynamo.reset()
+    on = hf.build(device="cuda")
+    levers.apply(on, "compile-blocks,fused-linear-cross-entropy,rms-norm-fused")
+    assert_close(run_steps(on, 3), run_steps(hf.build(device="cuda"), 3), BF16, grad_rtol=0.1)
+
+
+def test_fused_optimizer_fuses_on_cuda():
+    model = torch.nn.Linear(16, 16, device="cuda")
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
+    model(torch.randn(4, 16, device="cuda")).sum().backward()
+    optimizer.step()  # state exists: its step counts are moved to the GPU
+    with levers.apply(model, "fused-optimizer", optimizer=optimizer):
+        assert optimizer.param_groups[0]["fused"]
+        model(torch.randn(4, 16, device="cuda")).sum().backward()
+        optimizer.step()
+    assert not optimizer.param_groups[0]["fused"]
+
+
+def test_demo_levers_match_the_demo_fixes_on_cuda():
+    names = "sdpa-cudnn-backend,sdpa-attention,inplace-scatter,windowed-peak-metric,loss-valid-rows"
+    on = demo.build(device="cuda")
+    levers.apply(on, names)
+    fixed = demo.build(device="cuda", fixed="suffix_attn,vit_attn,clone,peak_metric,loss")
+    assert_close(run_steps(on), run_steps(fixed), BF16, grad_rtol=0.1)

@@ -1,0 +1,305 @@
+"""Levers on small models and steps: parity, reasons, undo, and the public API."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import levers
+from levers.levers import REGISTRY, load_all
+from levers.levers.lever import Lever, NotApplicable, Target
+from levers.levers.sdpa_cudnn_backend import AdmitFused, is_causal_mask
+from levers.vocab import CHANGES_NUMERICS, EXACT
+from levers.workloads import demo, llama
+
+from lever_parity import assert_close, assert_restored, run_steps, state_of
+
+load_all()
+
+
+def test_every_lever_declares_its_contract():
+    assert len(REGISTRY) >= 12
+    for lever in REGISTRY.values():
+        assert lever.safety in (EXACT, CHANGES_NUMERICS)
+        assert lever.fixes and all(code[:-3].isalpha() and code[-3:].isdigit() for code in lever.fixes)
+        if lever.safety == CHANGES_NUMERICS and lever.choose_params is None:
+            assert lever.tolerance is not None
+
+
+def test_a_numerics_changing_lever_must_state_its_tolerance():
+    with pytest.raises(ValueError, match="states its tolerance"):
+        Lever("x", "x", CHANGES_NUMERICS, ("NORM001",), lambda t: None, lambda t: lambda: None)
+
+
+# -- the public API -----------------------------------------------------------------------
+
+
+def test_apply_rolls_back_when_a_later_lever_does_not_apply():
+    workload = demo.build()
+    before = state_of(workload.model)
+    with pytest.raises(NotApplicable, match="fused-optimizer does not apply: it is already fused"):
+        levers.apply(workload, ["inplace-scatter", "fused-optimizer"])
+    assert not workload.model.fixes.clone
+    assert_restored(workload.model, before)
+
+
+def test_apply_can_skip_what_does_not_apply():
+    workload = demo.build()
+    with pytest.warns(UserWarning, match="fused-optimizer skipped"):
+        handle = levers.apply(workload, "inplace-scatter,fused-optimizer", skip_inapplicable=True)
+    assert handle.applied == ["inplace-scatter"]
+    assert handle.skipped == {"fused-optimizer": "it is already fused"}
+
+
+def test_apply_rejects_unknown_ids_and_non_models():
+    with pytest.raises(ValueError, match="unknown lever"):
+        levers.apply(torch.nn.Linear(2, 2), "no-such-lever")
+    with pytest.raises(TypeError, match="nn.Module or a levers.Workload"):
+        levers.apply("llama", "rms-norm-fused")
+
+
+def test_step_levers_need_a_step_on_a_bare_model():
+    with pytest.raises(NotApplicable, match="pass the step"):
+        levers.apply(torch.nn.Linear(2, 2), "autocast-bf16")
+
+
+# -- fused-optimizer ----------------------------------------------------------------------
+
+
+def _mlp_workload(optimizer_class, **kwargs):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = optimizer_class(model.parameters(), lr=1e-2, **kwargs)
+    generator = torch.Generator().manual_seed(1)
+
+    def step():
+        x = torch.randn(4, 8, generator=generator)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return levers.Workload(model=model, step=step, optimizer=optimizer)
+
+
+@pytest.mark.parametrize("optimizer_class", (torch.optim.AdamW, torch.optim.SGD))
+def test_fused_optimizer_uses_foreach_on_cpu_within_tolerance(optimizer_class):
+    off, on = _mlp_workload(optimizer_class, foreach=False), _mlp_workload(optimizer_class, foreach=False)
+    off.step()  # state exists before the lever, as in a running job
+    on.step()
+    handle = levers.apply(on, "fused-optimizer")
+    assert all(g["foreach"] and not g["fused"] for g in on.optimizer.param_groups)
+    for _ in range(3):
+        off.step(), on.step()
+    tolerance = REGISTRY["fused-optimizer"].tolerance
+    for p_off, p_on in zip(off.model.parameters(), on.model.parameters()):
+        assert float((p_off - p_on).detach().norm() / p_off.detach().norm()) <= tolerance
+    handle.undo()
+    assert all(g["foreach"] is False and not g["fused"] for g in on.optimizer.param_groups)
+
+
+def test_fused_optimizer_says_why_not():
+    workload = _mlp_workload(torch.optim.RMSprop)
+    with pytest.raises(NotApplicable, match="RMSprop has no fused implementation"):
+        levers.apply(workload, "fused-optimizer")
+    with pytest.raises(NotApplicable, match="already uses foreach"):
+        levers.apply(_mlp_workload(torch.optim.Adam, foreach=True), "fused-optimizer")
+    with pytest.raises(NotApplicable, match="no optimizer given"):
+        levers.apply(torch.nn.Linear(2, 2), "fused-optimizer")
+
+
+# -- autocast-bf16 ------------------------------------------------------------------------
+
+
+def test_autocast_bf16_wraps_the_step_within_tolerance():
+    on = llama.build()
+    original = on.step
+    handle = levers.apply(on, "autocast-bf16")
+    assert on.step is handle.step is not original
+    tolerance = REGISTRY["autocast-bf16"].tolerance
+    on_trace, off_trace = run_steps(on, 1), run_steps(llama.build(), 1)
+    assert_close(on_trace, off_trace, tolerance, grad_rtol=tolerance)
+    handle.undo()
+    assert on.step is original
+    with pytest.raises(NotApplicable, match="already 16-bit"):
+        levers.apply(llama.build(dtype="bfloat16"), "autocast-bf16")
+
+
+# -- windowed-peak-metric -----------------------------------------------------------------
+
+
+def test_windowed_peak_metric_resets_before_every_step(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: calls.append("reset"))
+    model = torch.nn.Linear(2, 2)
+    handle = levers.apply(model, "windowed-peak-metric", step=lambda: calls.append("step"))
+    handle.step()
+    handle.step()
+    assert calls == ["reset", "step", "reset", "step"]
+    with pytest.raises(NotApplicable, match="already resets"):
+        levers.apply(model, "windowed-peak-metric", step=handle.step)
+
+
+# -- sdpa-cudnn-backend -------------------------------------------------------------------
+
+
+def test_is_causal_mask_recognises_bool_and_additive_causal_masks():
+    bool_mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    additive = torch.full((5, 5), float("-inf")).triu(1)
+    assert is_causal_mask(bool_mask, 5, 5)
+    assert is_causal_mask(additive[None, None], 5, 5)
+    assert not is_causal_mask(additive, 4, 5)  # not square
+    assert not is_causal_mask(torch.zeros(5, 5), 5, 5)  # full attention
+    assert not is_causal_mask(torch.stack([additive, torch.zeros(5, 5)]), 5, 5)  # differs per batch
+
+
+def test_admit_fused_turns_a_causal_mask_into_is_causal():
+    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
+    mask = torch.full((6, 6), float("-inf")).triu(1)
+    seen = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is F.scaled_dot_product_attention:
+                seen.append(dict(kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    with Spy(), AdmitFused():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert seen == [{"attn_mask": None, "is_causal": True}]
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.allclose(out, expected, atol=1e-6)
+
+
+# -- sdpa-attention on a timm-shaped model ------------------------------------------------
+
+
+class TimmAttention(torch.nn.Module):
+    """timm's Attention in miniature: ``fused_attn`` picks SDPA or the written-out chain."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.fused_attn = False
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        if self.fused_attn:
+            x = F.scaled_dot_product_attention(q, k, v)
+        else:
+            attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+            x = attn.softmax(dim=-1) @ v
+        return self.proj(x.transpose(1, 2).reshape(b, n, c))
+
+
+def test_sdpa_attention_flips_timm_fused_attn():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(TimmAttention(), TimmAttention())
+    x = torch.randn(2, 5, 16)
+    expected = model(x)
+    with levers.apply(model, "sdpa-attention"):
+        assert all(block.fused_attn for block in model)
+        assert torch.allclose(model(x), expected, rtol=1e-5, atol=1e-6)
+    assert not any(block.fused_attn for block in model)
+
+
+# -- compile-blocks -----------------------------------------------------------------------
+
+
+def test_compile_blocks_compiles_each_block_and_undoes():
+    torch._dynamo.reset()
+    on = llama.build()
+    before = state_of(on.model)
+    handle = levers.apply(on, "compile-blocks", backend="aot_eager")
+    assert all(block._compiled_call_impl is not None for block in on.model.blocks)
+    assert_close(run_steps(on), run_steps(llama.build()), REGISTRY["compile-blocks"].tolerance)
+    handle.undo()
+    assert all(block._compiled_call_impl is None for block in on.model.blocks)
+    with pytest.raises(NotApplicable, match="no repeated blocks"):
+        levers.apply(torch.nn.Linear(2, 2), "compile-blocks")
+    before_keys = before[0].keys()
+    assert on.model.state_dict().keys() == before_keys
+
+
+# -- liger-kernels, with a stand-in for the package -----------------------------------------
+
+
+def test_liger_kernels_says_why_not_here():
+    from levers.workloads import hf
+
+    with pytest.raises(NotApplicable, match="liger-kernel not installed"):
+        levers.apply(hf.build(), "liger-kernels")
+
+
+def test_liger_kernels_scopes_module_globals_to_the_model(monkeypatch):
+    pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama
+
+    from levers.levers import liger_kernels
+    from levers.workloads import hf
+
+    calls = []
+    original_rope = modeling_llama.apply_rotary_pos_emb
+
+    def fake_rope(q, k, cos, sin, *args, **kwargs):
+        calls.append("rope")
+        return original_rope(q, k, cos, sin, *args, **kwargs)
+
+    def fake_apply(model=None, **options):
+        # what Liger does: a module-global swap and instance patches
+        modeling_llama.apply_rotary_pos_emb = fake_rope
+        modeling_llama.LlamaRMSNorm = object
+        for module in model.modules():
+            if type(module).__name__ == "LlamaRMSNorm":
+                module.offset = 0.0
+                type(module).__name__ = "LigerRMSNorm"
+
+    package = types.ModuleType("liger_kernel")
+    package.__spec__ = importlib.machinery.ModuleSpec("liger_kernel", None)
+    api = types.ModuleType("liger_kernel.transformers")
+    patches = types.ModuleType("liger_kernel.transformers.monkey_patch")
+    patches.MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": fake_apply}
+    for name, module in (("liger_kernel", package), ("liger_kernel.transformers", api),
+                         ("liger_kernel.transformers.monkey_patch", patches)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+    patched, other = hf.build(), hf.build()
+    before = state_of(patched.model)
+    norm_class = modeling_llama.LlamaRMSNorm
+    undo = liger_kernels.patch(Target(model=patched.model))
+    # the process-wide changes are gone at once; the rope swap lives in this model's forward
+    assert modeling_llama.apply_rotary_pos_emb is original_rope
+    assert modeling_llama.LlamaRMSNorm is norm_class and norm_class.__name__ == "LlamaRMSNorm"
+    other.step()
+    assert calls == []
+    undo()
+    assert_restored(patched.model, before)
+    undo = liger_kernels.patch(Target(model=patched.model))
+    patched.step()
+    assert calls and modeling_llama.apply_rotary_pos_emb is original_rope
+    undo()
+    assert "forward" not in vars(patched.model) and "offset" not in vars(patched.model.model.norm)
+
+
+# -- raise-batch --------------------------------------------------------------------------
+
+
+def test_raise_batch_picks_the_largest_predicted_fit_and_says_so():
+    lever = REGISTRY["raise-batch"]
+    params, said = lever.choose_params(
+        "llama", {"size": "tiny"}, {"gpu": "2GiB", "max_batch_size": 64}
+    )
+    assert params["batch_size"] == 64  # the tiny llama fits 2 GiB far beyond the cap
+    assert said.startswith("raise-batch: batch_size 2 -> 64")
+    with pytest.raises(ValueError, match="there is none here"):
+        lever.choose_params("llama", {"size": "tiny"}, {})
+    with pytest.raises(NotApplicable, match="factory parameters"):
+        levers.apply(llama.build(), "raise-batch")
