@@ -14,10 +14,16 @@ step (allocated before/after and the peak inside every aten op) and the allocato
 trace, and probes the SDPA backend choice, the cuBLAS workspaces and the caching allocator on
 known sequences (``OUT/memory_calibration.json``, ``OUT/memory_oplogs.json.gz``).
 ``--fit`` runs the batch sizes around a ``--fit`` prediction for real (see ``fit_check``).
+``--segments`` writes, per configuration, the caching allocator's segments as measured (the
+segments at the end of the run, which are the segments at the reserved peak, since none is
+released; and for each ``cudaMalloc`` the request that caused it and the Python frames that
+made it) and as the allocator model replays them (for each new segment, the allocation that
+caused it), to ``OUT/memory_segments.json``: where a reserved peak is under-predicted, the
+segments the model lacks show what it misses.
 
 Usage (on the GPU machine, from the repository root):
 
-    python bench/memory_accuracy.py --out OUT [--calibrate] [--only NAME,...] [--jobs 4]
+    python bench/memory_accuracy.py --out OUT [--calibrate] [--segments] [--only NAME,...] [--jobs 4]
 """
 
 from __future__ import annotations
@@ -100,7 +106,7 @@ FIT_CHECK = ("llama", {"size": "1b"}, "batch_size", "40GiB", 0.05)
 # --- workers (each runs in its own process) ------------------------------------------------
 
 
-def predict_worker(name: str, gpu: str) -> dict:
+def predict_worker(name: str, gpu: str, segments: bool = False) -> dict:
     import torch
 
     from levers.memory import predict_memory
@@ -108,7 +114,9 @@ def predict_worker(name: str, gpu: str) -> dict:
     torch.set_num_threads(1)
     spec, params, _ = _config(name)
     plan = predict_memory(spec, gpu, params=params, num_steps=NUM_STEPS)
+    extra = {"segments": predicted_segments(spec, params, gpu)} if segments else {}
     return {
+        **extra,
         "predicted_allocated_bytes": plan.peak_allocated_bytes,
         "predicted_reserved_bytes": plan.peak_reserved_bytes,
         "by_category": {c.category: c.nbytes for c in plan.by_category},
@@ -118,6 +126,72 @@ def predict_worker(name: str, gpu: str) -> dict:
         "predict_seconds": plan.seconds,
         "cuda_available_in_predictor": torch.cuda.is_available(),
     }
+
+
+def predicted_segments(spec: str, params: dict, gpu: str) -> list:
+    """Each segment the allocator model creates, in order: [segment bytes, request bytes,
+    category, phase, step, module, op] of the allocation that made it."""
+    from levers.hardware import resolve_gpu
+    from levers.memory.allocator import CachingAllocator
+    from levers.memory.prediction import run_prediction, source_of
+
+    prediction = run_prediction(source_of(spec, params), resolve_gpu(gpu), num_steps=NUM_STEPS)
+    trace = prediction.trace
+    allocator = CachingAllocator()
+    made = []
+    for event in trace.events:
+        handle = abs(event)
+        if event > 0:
+            allocation = trace.allocations[handle - 1]
+            before = allocator.reserved_bytes
+            allocator.malloc(handle, allocation.nbytes)
+            if allocator.reserved_bytes > before:
+                made.append(
+                    [
+                        allocator.reserved_bytes - before,
+                        allocation.nbytes,
+                        allocation.category,
+                        allocation.phase,
+                        allocation.step,
+                        allocation.module,
+                        allocation.op,
+                    ]
+                )
+        elif allocator.holds(handle):
+            allocator.free(handle)
+    return made
+
+
+def measured_segments(snapshot: dict) -> dict:
+    """The segments at the end of the run, and what made each ``cudaMalloc`` (from the
+    allocator's history: the request right after each ``segment_alloc``, and its frames)."""
+    held = sorted(
+        (
+            [
+                seg.get("segment_type"),
+                seg.get("total_size"),
+                seg.get("allocated_size"),
+                len(seg.get("blocks", [])),
+            ]
+            for seg in snapshot.get("segments", [])
+        ),
+        key=lambda row: -row[1],
+    )
+    made = []
+    trace = snapshot.get("device_traces", [[]])[0]
+    for index, entry in enumerate(trace):
+        if entry.get("action") != "segment_alloc":
+            continue
+        request = next(
+            (e for e in trace[index + 1 : index + 4] if e.get("action") == "alloc"), {}
+        )
+        frames = [
+            f"{Path(f.get('filename', '')).name}:{f.get('line')}:{f.get('name')}"
+            for f in (request.get("frames") or entry.get("frames") or [])
+            if "memory_accuracy" not in f.get("filename", "")
+        ][:6]
+        made.append([entry.get("size"), request.get("size"), frames])
+    return {"held": held, "made": made}
 
 
 def fit_worker() -> dict:
@@ -179,7 +253,7 @@ def fit_run_worker(value: int, cap_bytes: int) -> dict:
     return result
 
 
-def measure_worker(name: str, calibrate: bool) -> dict:
+def measure_worker(name: str, calibrate: bool, segments: bool = False) -> dict:
     import torch
 
     from levers.loader import load_workload
@@ -187,6 +261,11 @@ def measure_worker(name: str, calibrate: bool) -> dict:
     spec, params, _ = _config(name)
     torch.cuda.init()
     free_before, total = torch.cuda.mem_get_info()
+    if segments:
+        # records what each cudaMalloc served; it changes no allocation
+        torch.cuda.memory._record_memory_history(
+            max_entries=1_000_000, context="alloc", stacks="python"
+        )
     workload = load_workload(spec, {**params, "device": "cuda"})
     torch.cuda.synchronize()
     after_build = _memory_now()
@@ -206,6 +285,9 @@ def measure_worker(name: str, calibrate: bool) -> dict:
         "memory_stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
         "cuda_context_bytes": total - free_before,
     }
+    if segments:
+        result["segments"] = measured_segments(torch.cuda.memory._snapshot())
+        torch.cuda.memory._record_memory_history(enabled=None)
     if calibrate:
         del workload
         gc.collect()
@@ -691,6 +773,11 @@ def main() -> None:
     parser.add_argument("--out", default="")
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--only", default="")
+    parser.add_argument(
+        "--segments",
+        action="store_true",
+        help="also write the measured and modelled allocator segments (memory_segments.json)",
+    )
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument(
         "--gpu-gib", type=float, default=120.0, help="GPU memory to schedule within"
@@ -715,10 +802,10 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.worker == "predict":
-        print(json.dumps(predict_worker(args.name, args.gpu)))
+        print(json.dumps(predict_worker(args.name, args.gpu, args.segments)))
         return
     if args.worker == "measure":
-        print(json.dumps(measure_worker(args.name, args.calibrate)))
+        print(json.dumps(measure_worker(args.name, args.calibrate, args.segments)))
         return
     if args.worker == "probe":
         print(json.dumps(probe_worker()))
@@ -755,7 +842,8 @@ def main() -> None:
     predicted = {
         cpu_pool.submit(
             _run_worker,
-            ["--worker", "predict", "--name", n, "--gpu", gpu],
+            ["--worker", "predict", "--name", n, "--gpu", gpu]
+            + (["--segments"] if args.segments else []),
             env_cpu,
             args.deadline_s + 30,
         ): n
@@ -791,11 +879,18 @@ def main() -> None:
 
     rows = []
     oplogs = {}
+    segments = {}
     for name in names:
         spec, params, _ = _config(name)
         p, m = predictions.get(name, {}), measurements.get(name, {})
         if "oplog" in m:
             oplogs[name] = m.pop("oplog")
+        if "segments" in m or "segments" in p:
+            segments[name] = {
+                "measured": m.pop("segments", None),
+                "predicted": p.pop("segments", None),
+            }
+            print(_segments_line(name, segments[name]), flush=True)
         row = {
             "commit": args.commit,
             "torch": torch.__version__,
@@ -830,6 +925,8 @@ def main() -> None:
     report = {"command": " ".join(sys.argv), "seconds": time.perf_counter() - started, "rows": rows}
     (out / "memory_accuracy.json").write_text(json.dumps(report, indent=1, default=str))
     _write_csv(out / "memory_accuracy.csv", rows)
+    if args.segments:
+        (out / "memory_segments.json").write_text(json.dumps(segments, default=str))
     if args.calibrate:
         (out / "memory_calibration.json").write_text(json.dumps(probe, default=str))
         with gzip.open(out / "memory_oplogs.json.gz", "wt") as handle:
@@ -842,7 +939,7 @@ def _measure_all(pool, names: list[str], args, env: dict, deadline: float) -> di
     pending = sorted(names, key=lambda n: -_config(n)[2])
     running: dict = {}
     results: dict[str, dict] = {}
-    extra = ["--calibrate"] if args.calibrate else []
+    extra = (["--calibrate"] if args.calibrate else []) + (["--segments"] if args.segments else [])
     while pending or running:
         if time.perf_counter() > deadline:
             for name in pending:
@@ -885,6 +982,27 @@ def _fit_runs(predicted: dict, env_gpu: dict, timeout: float) -> dict:
         for cap in (budget, 0)
     ]
     return {"prediction": predicted, "runs": runs}
+
+
+def _segments_line(name: str, segments: dict) -> str:
+    """Segment bytes by size class, measured vs modelled: where the reserved gap sits."""
+
+    def classes(sizes: list[int]) -> str:
+        bins = {"2MiB": 0, "20MiB": 0, "other<=100MiB": 0, ">100MiB": 0}
+        for size in sizes:
+            key = (
+                "2MiB" if size == 2 << 20 else "20MiB" if size == 20 << 20
+                else "other<=100MiB" if size <= 100 << 20 else ">100MiB"
+            )  # fmt: skip
+            bins[key] += size
+        return " ".join(f"{k} {v / GIB:.3f}" for k, v in bins.items())
+
+    measured = [row[1] for row in (segments.get("measured") or {}).get("held", [])]
+    predicted = [row[0] for row in segments.get("predicted") or []]
+    return (
+        f"{name:28s} segments GiB measured [{classes(measured)}] ({len(measured)}) "
+        f"predicted [{classes(predicted)}] ({len(predicted)})"
+    )
 
 
 def _gib(value) -> str:

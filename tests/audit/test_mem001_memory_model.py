@@ -236,7 +236,7 @@ def test_audit_takes_mem001s_headroom_from_the_memory_model(capsys, calls):
     assert "warning" not in err
 
 
-def test_no_memory_model_and_unselected_mem001_skip_the_prediction(capsys, calls):
+def test_no_memory_model_and_unselected_memory_rules_skip_the_prediction(capsys, calls):
     code, out, _ = audit(capsys, "--no-memory-model")
     assert code == 0
     assert calls == []
@@ -244,10 +244,14 @@ def test_no_memory_model_and_unselected_mem001_skip_the_prediction(capsys, calls
         "a timeline estimate from the capture (no memory-model prediction)"
         in " ".join(out.split())
     )
-    # without MEM001 the step is still predicted, for the bound, but without the what-ifs
-    code = main(["audit", "llama", *QUICK, "--ignore", "MEM001"])
+    # without MEM001 and ATTN002 the step is still predicted, for the bound, but without the
+    # what-ifs; ATTN002 alone asks for them (the memory its fix frees)
+    code = main(["audit", "llama", *QUICK, "--ignore", "MEM001,ATTN002"])
     capsys.readouterr()
     assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False]
+    code = main(["audit", "llama", *QUICK, "--select", "ATTN002"])
+    capsys.readouterr()
+    assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False, True]
 
 
 def test_a_failing_prediction_warns_in_one_line_and_the_audit_goes_on(

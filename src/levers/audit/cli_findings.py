@@ -9,7 +9,8 @@ is reported, so the audit can gate CI.
 
 Before the rules run, the workload's step is predicted by the memory model
 (``levers.memory.predict_memory`` on the GPU that ran, or the ``--target``'s largest-memory part,
-with the activation-checkpointing what-if) for MEM001's headroom. ``--no-memory-model`` skips it;
+with its what-ifs) for MEM001's headroom and the memory ATTN002's fix frees (the eager-to-SDPA
+what-if). ``--no-memory-model`` skips it;
 a prediction that fails is reported in one line on stderr and never fails the audit.
 """
 
@@ -23,7 +24,8 @@ from typing import Any
 
 from levers.errors import LeversError
 
-MEMORY_RULE = "MEM001"
+# the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's freed memory)
+MEMORY_RULES = ("MEM001", "ATTN002")
 # rules that read levers memory's fit of the batch parameter
 FIT_RULES = ("MEM001", "MEM003")
 BATCH_PARAM = "batch_size"
@@ -173,10 +175,12 @@ def predicted_memory(
 ) -> Any:
     """The memory model's prediction of the step (a ``PredictedMemory``), or None.
 
-    The bottleneck's bound and MEM001's headroom read it; when MEM001 or MEM003 is selected and
-    the workload has a ``batch_size`` parameter, levers memory's fit of that parameter is added
-    (the largest batch that fits with the margin). None when ``--no-memory-model`` is given or
-    the prediction fails; a failure is one line on stderr and never fails the audit.
+    The bottleneck's bound and MEM001's headroom read it, and ATTN002 the memory its fix frees
+    (the what-ifs are predicted when MEM001 or ATTN002 is selected); when MEM001 or MEM003 is
+    selected and the workload has a ``batch_size`` parameter, levers memory's fit of that
+    parameter is added (the largest batch that fits with the margin). None when
+    ``--no-memory-model`` is given or the prediction fails; a failure is one line on stderr
+    (torch's log lines and the traceback under ``--debug``) and never fails the audit.
     """
     from levers.audit.config import predicted_memory_from_plan
     from levers.loader import parse_set
@@ -193,18 +197,15 @@ def predicted_memory(
 
         gpu = memory_gpu(args.target, capture)
         plan = predict_memory(
-            args.workload, gpu=gpu, params=params, whatifs=MEMORY_RULE in rules
+            args.workload,
+            gpu=gpu,
+            params=params,
+            whatifs=any(code in rules for code in MEMORY_RULES),
         )
         _say_failed_whatifs(plan)
         predicted = predicted_memory_from_plan(plan)
     except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
-        reason = (str(exc).strip().splitlines() or [""])[0][:MAX_WARNING_CHARS]
-        make_console(stderr=True).print(
-            f"warning: levers memory could not predict the step ({type(exc).__name__}: "
-            f"{reason}); the bound is unknown and MEM001 estimates its headroom from the capture",
-            markup=False,
-            soft_wrap=True,
-        )
+        _say_prediction_failed(exc, debug=_debug(args))
         return None
     batch = capture.workload_params.get(BATCH_PARAM)
     if not any(code in rules for code in FIT_RULES) or not isinstance(batch, int) or batch < 1:
@@ -240,6 +241,30 @@ def with_batch_fit(spec: str, params: dict, plan: Any, predicted: Any, batch: in
         batch_fit=fit.best,
         fit_budget_bytes=fit.budget_bytes,
     )
+
+
+def _debug(args: argparse.Namespace) -> bool:
+    from levers.output.errors import debug_from_env
+
+    return bool(getattr(args, "debug", False)) or debug_from_env()
+
+
+def _say_prediction_failed(exc: BaseException, *, debug: bool) -> None:
+    """One line (and what the workload can change, when the fix is its own); torch's log lines
+    and the traceback only under ``--debug``."""
+    from levers.memory.fake_failures import failure_detail, first_line, user_fix
+    from levers.output.console import make_console
+
+    console = make_console(stderr=True)
+    fix = user_fix(exc)
+    line = (
+        f"warning: levers memory could not predict the step ({first_line(exc)[:MAX_WARNING_CHARS]}); "
+        f"the bound is unknown and MEM001 estimates its headroom from the capture"
+        + (f". To predict it, {fix}" if fix else "")
+    )
+    if debug:
+        console.print(failure_detail(exc).rstrip("\n"), markup=False, soft_wrap=True)
+    console.print(line, markup=False, soft_wrap=True)
 
 
 def run_findings(

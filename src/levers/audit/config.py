@@ -30,6 +30,7 @@ DEFAULT_ASSUMED_DTYPE = "bfloat16"
 
 
 CHECKPOINTING_WHATIF = "activation-checkpointing"
+SDPA_WHATIF = "sdpa-attention"
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class PredictedMemory:
         checkpointing_delta_allocated_bytes / checkpointing_delta_reserved_bytes: its change to
             the peaks (negative: checkpointing lowers them); 0 when not applicable.
         checkpointing_note: why the what-if is not applicable (or how it was predicted).
+        sdpa_applicable / sdpa_delta_allocated_bytes / sdpa_delta_reserved_bytes / sdpa_note:
+            the same for the eager-attention-to-SDPA what-if (ATTN002's freed memory).
         batch_param / batch_now / batch_fit: the workload's batch parameter, its value, and the
             largest value levers memory's fit predicts to fit (None when not searched).
         fit_budget_bytes: the reserved-peak budget of that fit (usable less the margin).
@@ -63,12 +66,26 @@ class PredictedMemory:
     checkpointing_delta_allocated_bytes: int = 0
     checkpointing_delta_reserved_bytes: int = 0
     checkpointing_note: str = ""
+    sdpa_applicable: bool = False
+    sdpa_delta_allocated_bytes: int = 0
+    sdpa_delta_reserved_bytes: int = 0
+    sdpa_note: str = "the plan was predicted without what-ifs"
     # the batch parameter of the workload, its value, and the largest value that fits the GPU
     # with the margin (levers memory --fit), when the audit could search it
     batch_param: str | None = None
     batch_now: int | None = None
     batch_fit: int | None = None
     fit_budget_bytes: int = 0
+
+
+def _whatif_numbers(plan: Any, name: str) -> tuple[bool, int, int, str]:
+    """(applicable, delta allocated, delta reserved, note or method) of one what-if."""
+    whatif = next((w for w in plan.whatifs if w.name == name), None)
+    if whatif is None:
+        return False, 0, 0, "the plan was predicted without what-ifs"
+    if not whatif.applicable:
+        return False, 0, 0, whatif.note
+    return True, whatif.delta_allocated_bytes, whatif.delta_reserved_bytes, whatif.method
 
 
 def predicted_memory_from_plan(plan: Any) -> PredictedMemory:
@@ -101,7 +118,16 @@ def predicted_memory_from_plan(plan: Any) -> PredictedMemory:
         checkpointing_delta_allocated_bytes=delta_allocated,
         checkpointing_delta_reserved_bytes=delta_reserved,
         checkpointing_note=note,
+        **dict(zip(_SDPA_FIELDS, _whatif_numbers(plan, SDPA_WHATIF))),
     )
+
+
+_SDPA_FIELDS = (
+    "sdpa_applicable",
+    "sdpa_delta_allocated_bytes",
+    "sdpa_delta_reserved_bytes",
+    "sdpa_note",
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +145,7 @@ class RuleConfig:
         scopes: (file, function) -> the function's globals and closure, for static checks that
             evaluate guards (MEM002); supplied by the caller that still holds the workload.
         memory: the memory model's prediction of the step on the target GPU, for MEM001's
-            headroom; None when no prediction was made (MEM001 then estimates from the capture).
+            headroom and ATTN002's freed memory; None when no prediction was made (MEM001 then estimates from the capture).
     """
 
     gpu: GpuSpec

@@ -128,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
         _check_fit_start(args.fit, params[args.fit])
     source = source_of(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
-        plan = _predict(predict_source, source, gpu, margin, args.steps, args.whatifs)
+        plan = _predict(
+            predict_source, source, gpu, margin, args.steps, args.whatifs, debug=_debug(args)
+        )
     if args.fit:
         plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
     if args.measure:
@@ -151,17 +153,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(predict_source, source, gpu, margin, num_steps, whatifs):
+def _predict(predict_source, source, gpu, margin, num_steps, whatifs, *, debug=False):
     try:
         return predict_source(source, gpu, margin, num_steps=num_steps, whatifs=whatifs)
     except LeversError:
         raise
     except Exception as exc:
-        raise LeversError(
-            f"predicting {source.label} on fake tensors failed: {type(exc).__name__}: {exc}. "
+        raise prediction_failed(source.label, exc, debug=debug) from exc
+
+
+def prediction_failed(label: str, exc: BaseException, *, debug: bool) -> LeversError:
+    """One line for a step that fake tensors could not run; torch's log and the traceback only
+    under ``--debug``. A failure the workload can fix says how, and asks for no bug report."""
+    from levers.memory.fake_failures import failure_detail, first_line, user_fix
+
+    fix = user_fix(exc)
+    message = f"predicting {label} on fake tensors failed: {first_line(exc)}. "
+    if fix is not None:
+        message += f"To predict it, {fix}"
+    else:
+        message += (
             "If the step works on a GPU, the step does something fake tensors cannot run; "
             "please report it with the workload"
-        ) from exc
+            + (" and the detail below" if debug else " and the detail that --debug prints")
+        )
+    return LeversError(message, user_traceback=failure_detail(exc) if debug else None)
+
+
+def _debug(args: argparse.Namespace) -> bool:
+    from levers.output.errors import debug_from_env
+
+    return bool(getattr(args, "debug", False)) or debug_from_env()
 
 
 def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):

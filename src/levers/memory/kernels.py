@@ -10,6 +10,11 @@ caching allocator, which count in ``memory_allocated`` like any tensor:
   Lq rounded to 128] and, when the keys do not fit one tile, a float32 ``dq_accum`` [B, Lq
   rounded to 128, H, head dim rounded to 32]; with grouped-query attention it also allocates
   ``dk_expanded`` and ``dv_expanded`` with all the query heads. They live for the kernel.
+- cuDNN attention's backward (the backend SDPA tries first on Hopper) takes a workspace of a
+  float32 ``dq`` accumulator [B, H, Lq, E], a float32 [B, H, Lq] row sum and 512 bytes, and,
+  with grouped-query attention, ``dk`` and ``dv`` expanded to all the query heads in the input
+  dtype; they live for the kernel. (These sizes reproduce the H200 probe of torch 2.11 with
+  cuDNN 9.19 byte for byte: ``attention_memory`` in ``bench/results/memory_calibration_h200``.)
 - Memory-efficient attention's backward allocates ``delta`` [B, H, Lq] in float32 and, for a
   head dim above 64 in half precision, a float32 accumulator for ``grad_q``.
 - Embedding backward sorts the indices: two int64 buffers of the number of indices.
@@ -78,6 +83,8 @@ def workspaces(
         found.append(Workspace(model.cublaslt_workspace_bytes, True, "cuBLASLt workspace"))
     if name == "aten::_scaled_dot_product_flash_attention_backward":
         found.extend(_flash_backward(args))
+    elif name == "aten::_scaled_dot_product_cudnn_attention_backward":
+        found.extend(_cudnn_backward(args))
     elif name == "aten::_scaled_dot_product_efficient_attention_backward":
         found.extend(_efficient_backward(args))
     elif name == "aten::embedding_dense_backward":
@@ -111,6 +118,29 @@ def _flash_backward(args: tuple) -> list[Workspace]:
         expanded = batch * k_len * heads * head_dim * itemsize
         found.append(Workspace(expanded, False, "flash dk_expanded"))
         found.append(Workspace(expanded, False, "flash dv_expanded"))
+    return found
+
+
+def _cudnn_backward(args: tuple) -> list[Workspace]:
+    # grad_out, query, key, value, out, logsumexp, ... in [B, H, L, E]
+    query, key, value = args[1], args[2], args[3]
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads, k_len = key.shape[1], key.shape[2]
+    found = [
+        Workspace(batch * heads * q_len * head_dim * 4, False, "cuDNN attention dq accumulator"),
+        Workspace(batch * heads * q_len * 4, False, "cuDNN attention row sum"),
+        Workspace(512, False, "cuDNN attention workspace"),
+    ]
+    if kv_heads != heads:
+        itemsize = query.element_size()
+        found.append(
+            Workspace(batch * heads * k_len * head_dim * itemsize, False, "cuDNN dk_expanded")
+        )
+        found.append(
+            Workspace(
+                batch * heads * k_len * value.shape[-1] * itemsize, False, "cuDNN dv_expanded"
+            )
+        )
     return found
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from levers.hardware import GpuSpec
 from levers.loader import load_workload, resolve_factory
 from levers.memory.fake import DEFAULT_NUM_STEPS, trace_workload, with_gpu_device
+from levers.memory.fake_failures import torch_logs_captured
 from levers.memory.replay import Replay, replay
 from levers.memory.trace import Trace
 from levers.workload import Workload
@@ -106,13 +107,15 @@ def run_prediction(
     transform: Callable[[Workload], None] | None = None,
 ) -> Prediction:
     start = time.perf_counter()
-    trace, workload = trace_workload(
-        lambda: source.build(source.params),
-        gpu,
-        num_steps=num_steps,
-        transform=transform,
-        default_device=source.default_device,
-    )
+    # torch logs each meta kernel that fails on the fakes; those lines are about this fake run
+    with torch_logs_captured():
+        trace, workload = trace_workload(
+            lambda: source.build(source.params),
+            gpu,
+            num_steps=num_steps,
+            transform=transform,
+            default_device=source.default_device,
+        )
     replayed = replay(trace)
     return Prediction(
         trace=trace,

@@ -12,6 +12,13 @@
   temporaries with a dimension equal to the loss's class count (the logits, their float32
   copies, log-softmax, their gradients) shrink by the share of rows that have a target, which
   the step's target values give (see :mod:`levers.memory.shadow`).
+- ``sdpa-attention``: eager attention (matmul, softmax, matmul) switched to
+  ``F.scaled_dot_product_attention``, where the model has a switch for it: a Hugging Face
+  model's attention implementation (``set_attn_implementation("sdpa")``, or
+  ``config._attn_implementation``) and timm's ``fused_attn`` attribute. Predicted by building the
+  workload again, switching, and running the steps: a full re-prediction, skipped when the
+  model has no such switch. What ATTN002 says the fix frees is this what-if's drop of the
+  allocated peak.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ def all_whatifs(
         checkpointing(source, gpu, base, num_steps=num_steps),
         bf16_optimizer_states(base),
         valid_rows_loss(base),
+        sdpa_attention(source, gpu, base, num_steps=num_steps),
     )
 
 
@@ -227,4 +235,75 @@ def valid_rows_loss(base: Prediction) -> WhatIf:
         base,
         replayed.peak_allocated_bytes,
         replayed.peak_reserved_bytes,
+    )
+
+
+SDPA_WHATIF = "sdpa-attention"
+EAGER, SDPA = "eager", "sdpa"
+
+
+class _NothingToSwitch(Exception):
+    """Raised by a what-if's transform to stop a re-prediction that would change nothing."""
+
+
+def switch_to_sdpa(model: torch.nn.Module) -> list[str]:
+    """Switch the model's eager attention to SDPA where it has a switch; returns what changed.
+
+    A Hugging Face model reads its attention implementation from its config at every forward
+    (``set_attn_implementation`` updates the config of each sub-model); timm's attention
+    modules read ``fused_attn``.
+    """
+    switched = []
+    for name, module in model.named_modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", None) == EAGER:
+            setter = getattr(module, "set_attn_implementation", None)
+            if callable(setter):
+                setter(SDPA)
+            if config._attn_implementation == EAGER:
+                config._attn_implementation = SDPA
+            switched.append(f"{name or '<model>'}.config._attn_implementation")
+        if getattr(module, "fused_attn", None) is False:
+            module.fused_attn = True
+            switched.append(f"{name or '<model>'}.fused_attn")
+    return switched
+
+
+def sdpa_attention(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int) -> WhatIf:
+    name = SDPA_WHATIF
+    description = "eager attention switched to F.scaled_dot_product_attention"
+    switched: list[str] = []
+
+    def transform(workload: Workload) -> None:
+        switched.extend(switch_to_sdpa(workload.model))
+        if not switched:
+            raise _NothingToSwitch
+
+    try:
+        prediction = run_prediction(source, gpu, num_steps=num_steps, transform=transform)
+    except _NothingToSwitch:
+        return WhatIf(
+            name,
+            description,
+            "re-prediction",
+            False,
+            note="no eager attention with a switch to SDPA (a Hugging Face model's "
+            "attn_implementation, timm's fused_attn)",
+        )
+    except Exception as exc:  # a what-if must not break the plan it annotates
+        return WhatIf(name, description, "re-prediction", False, note=f"failed: {exc}"[:200])
+    configs = sum(1 for s in switched if s.endswith("_attn_implementation"))
+    modules = len(switched) - configs
+    how = []
+    if configs:
+        how.append("attn_implementation='sdpa'")
+    if modules:
+        how.append(f"fused_attn=True on {modules} modules")
+    return _delta(
+        name,
+        description,
+        "re-prediction with " + " and ".join(how),
+        base,
+        prediction.replay.peak_allocated_bytes,
+        prediction.replay.peak_reserved_bytes,
     )

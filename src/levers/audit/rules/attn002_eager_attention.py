@@ -6,6 +6,14 @@ softmax (often after scaling, a mask and an fp32 upcast), then a matmul with the
 reports the bytes of score-sized tensors written per step, whether the scores are upcast to fp32,
 and whether the call is flash-eligible as written (no mask, equal head dims <= 256).
 
+The memory the fix frees is **predicted by levers memory** when the audit has the memory
+model's prediction of the step (`levers audit` makes one unless `--no-memory-model`) and the
+model has a switch to SDPA (a Hugging Face model's attention implementation, timm's
+`fused_attn`): the drop of the predicted allocated peak when the workload is predicted again
+with that switch turned (the `sdpa-attention` what-if). Otherwise it is **estimated** as the
+fp32 probabilities each call keeps for backward, which leaves out the other score-sized
+tensors live at the peak; the finding says which.
+
 ## Why is this bad?
 Every intermediate of the score matrix goes to HBM and back: the scores, the scaled and masked
 scores, an fp32 copy, the probabilities, their cast back, and the probabilities are kept for
@@ -50,7 +58,7 @@ from collections.abc import Iterator
 
 from levers.capture.records import Capture
 from levers.audit.attention_work import AttnShape, fused_parts, scores_saved_bytes
-from levers.audit.config import RuleConfig
+from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import (
     backward_index,
@@ -65,6 +73,8 @@ from levers.audit.patterns_attention import AttentionChain, find_eager_attention
 from levers.audit.rules.registry import rule
 
 CODE, NAME = "ATTN002", "eager-attention"
+# how the memory the fix frees was obtained (the finding's details say which)
+PREDICTED, ESTIMATED = "levers memory", "score shapes"
 
 
 @rule(CODE, NAME)
@@ -75,9 +85,50 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     backward = backward_index(capture)
     ops = capture.ops
-    groups = group_by_source(chains, lambda c: ops[c.first_matmul].source)
-    for group in groups.values():
-        yield _finding(group, capture, config, backward)
+    groups = list(group_by_source(chains, lambda c: ops[c.first_matmul].source).values())
+    estimates = [_estimated_freed_bytes(group, config) for group in groups]
+    freed = _freed_bytes(estimates, config.memory)
+    for group, (freed_bytes, freed_text) in zip(groups, freed):
+        yield _finding(group, capture, config, backward, freed_bytes, freed_text)
+
+
+def _estimated_freed_bytes(group: list[AttentionChain], config: RuleConfig) -> int:
+    first = group[0]
+    shape = _shape(first, config.compute_dtype(first.query.dtype))
+    return len(group) * scores_saved_bytes(shape)
+
+
+def _freed_bytes(
+    estimates: list[int], memory: PredictedMemory | None
+) -> list[tuple[int, str]]:
+    """(bytes freed at the peak, how that figure was obtained) for each attention site.
+
+    The memory model predicts the whole step with every eager attention switched, so its drop
+    of the allocated peak is shared among the sites in proportion to their estimates.
+    """
+    if memory is None or not memory.sdpa_applicable:
+        why = (
+            "no memory-model prediction"
+            if memory is None
+            else (memory.sdpa_note.strip().splitlines() or ["not predicted"])[0]
+        )
+        text = (
+            "estimated from the fp32 probabilities kept for backward (levers memory did not "
+            f"predict the fix: {why})"
+        )
+        return [(estimate, text) for estimate in estimates]
+    total = max(-memory.sdpa_delta_allocated_bytes, 0)
+    text = (
+        f"predicted by levers memory for {memory.gpu} ({memory.sdpa_note}: the allocated peak "
+        f"{fmt_bytes(memory.peak_allocated_bytes)} -> "
+        f"{fmt_bytes(memory.peak_allocated_bytes + memory.sdpa_delta_allocated_bytes)}, reserved "
+        f"{fmt_bytes(memory.peak_reserved_bytes)} -> "
+        f"{fmt_bytes(memory.peak_reserved_bytes + memory.sdpa_delta_reserved_bytes)})"
+    )
+    weight = sum(estimates)
+    shares = [total * e // weight if weight else 0 for e in estimates]
+    shares[-1] += total - sum(shares)  # the rounding remainder, so the shares add up
+    return [(share, text) for share in shares]
 
 
 def _shape(chain: AttentionChain, dtype: str) -> AttnShape:
@@ -116,7 +167,12 @@ def flash_eligibility(chain: AttentionChain, dtype: str) -> tuple[bool, list[str
 
 
 def _finding(
-    group: list[AttentionChain], capture: Capture, config: RuleConfig, backward
+    group: list[AttentionChain],
+    capture: Capture,
+    config: RuleConfig,
+    backward,
+    freed_bytes: int,
+    freed_text: str,
 ) -> Finding:
     ops = capture.ops
     first = group[0]
@@ -145,6 +201,7 @@ def _finding(
             if eligible
             else "Not flash-eligible as written: " + "; ".join(blockers) + "."
         )
+        + f" The fix frees {fmt_bytes(freed_bytes)} at the peak, {freed_text}."
     )
     fixed = tuple(fused_parts(shape, label="SDPA (fused)") for _ in range(count))
     return Finding(
@@ -187,13 +244,14 @@ def _finding(
                 "has_mask": first.has_mask,
                 "requires_grad": True,
             },
-            saved_bytes=count * scores_saved_bytes(shape),
+            saved_bytes=freed_bytes,
         ),
         details={
             "flash_eligible": eligible,
             "blockers": blockers,
             "scores_written_bytes": written,
             "upcast": upcast,
+            "freed_bytes_source": PREDICTED if freed_text.startswith("predicted") else ESTIMATED,
         },
     )
 
