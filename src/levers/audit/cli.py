@@ -22,6 +22,7 @@ DEFAULT_WORKLOAD = "demo"
 DEFAULT_WARMUP = 1
 DEFAULT_TIMED = 3
 DEFAULT_TOP = 5
+DEFAULT_DIST_TIMEOUT_S = 300.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -85,6 +86,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="FILE",
         help="also write the findings report (schema levers.audit/1) to FILE as JSON",
     )
+    parser.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=DEFAULT_DIST_TIMEOUT_S,
+        metavar="S",
+        help="under torchrun: seconds rank 0 waits for the other ranks' records, and they for "
+        f"its outcome, before naming the rank that did not answer (default: {DEFAULT_DIST_TIMEOUT_S:g})",
+    )
     findings_cli.add_arguments(parser)
     parser.set_defaults(func=run)
     return parser
@@ -126,7 +135,14 @@ def run(args: argparse.Namespace) -> int:
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
     from levers.output.console import make_console, say_wrote
+    from levers.distributed.world import world_from_env
 
+    world = world_from_env()
+    if world.is_distributed:
+        # under torchrun: every rank captures, rank 0 merges (levers.distributed.audit)
+        from levers.distributed import audit as distributed_audit
+
+        return distributed_audit.run(args, world)
     params = parse_set(args.set_items)
     if args.json_path is not None:
         check_writable(args.json_path)  # before the capture, not after minutes of it
