@@ -9,9 +9,7 @@ which. Compute is every other op; idle is the median plain step's wall time that
 does not account for (waits, host overhead; 0 when the ops under capture took longer than a
 plain step, as they can on a CPU).
 
-A DDP bucket is one all-reduce of a single flat floating-point tensor in backward: its bytes
-are the bucket's size. (DDP's integer all-reduce of the used-parameter map under
-``find_unused_parameters=True`` is a collective but not a bucket.)
+The buckets are those of :func:`levers.capture.collectives.is_bucket`.
 """
 
 from __future__ import annotations
@@ -19,43 +17,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from levers.capture.records import Capture, OpRecord, TensorMeta
-
-COLLECTIVE_PREFIXES = ("c10d.", "_c10d_functional.", "c10d_functional.")
-FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
-ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4}
+from levers.capture.collectives import collective_name, is_bucket, is_collective, op_bytes
+from levers.capture.records import Capture, OpRecord
 
 HOST_TIME = "host wall time of the captured step (CPU)"
 DEVICE_TIME = "device time of the captured step (GPU)"
-
-
-def is_collective(op: OpRecord) -> bool:
-    return op.name.startswith(COLLECTIVE_PREFIXES)
-
-
-def collective_name(op: OpRecord) -> str:
-    """``c10d.allreduce_.default`` -> ``allreduce``."""
-    base = op.name.split(".")[1] if "." in op.name else op.name
-    return base.strip("_")
-
-
-def tensor_bytes(meta: TensorMeta) -> int:
-    return meta.numel * ELEMENT_BYTES.get(meta.dtype, 4)
-
-
-def op_bytes(op: OpRecord) -> int:
-    return sum(tensor_bytes(m) for m in op.inputs)
-
-
-def is_bucket(op: OpRecord) -> bool:
-    """A DDP gradient bucket: one flat floating-point all-reduce in backward."""
-    return (
-        collective_name(op) == "allreduce"
-        and op.phase == "backward"
-        and len(op.inputs) == 1
-        and len(op.inputs[0].shape) == 1
-        and op.inputs[0].dtype in FLOAT_DTYPES
-    )
 
 
 def op_time_us(op: OpRecord, on_gpu: bool) -> float:
