@@ -45,6 +45,29 @@ def _hook_name(ddp: Any) -> str | None:
     return getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or repr(hook)
 
 
+# DDP's own runtime statistics (its logger; times in ns, from the iterations it samples)
+DDP_LOGGING_KEYS = (
+    "unused_parameter_size",
+    "num_parameter_tensors",
+    "total_parameter_size_bytes",
+    "num_buckets_reduced",
+    "bucket_sizes",
+    "has_rebuilt_buckets",
+    "iteration",
+    "backward_compute_time",
+    "backward_comm_time",
+    "backward_compute_comm_overlap_time",
+)
+
+
+def _ddp_logging(ddp: Any) -> dict[str, Any] | None:
+    try:
+        data = ddp._get_ddp_logging_data()
+    except Exception:  # noqa: BLE001 - a private DDP method: absent or changed in some torch
+        return None
+    return {k: data[k] for k in DDP_LOGGING_KEYS if k in data}
+
+
 def _ddp_info(ddp: Any) -> dict[str, Any]:
     group = getattr(ddp, "process_group", None)
     return {
@@ -54,6 +77,7 @@ def _ddp_info(ddp: Any) -> dict[str, Any]:
         "static_graph": bool(getattr(ddp, "static_graph", False)),
         "comm_hook": _hook_name(ddp),
         "world_size": group.size() if group is not None else None,
+        "logging": _ddp_logging(ddp),
     }
 
 

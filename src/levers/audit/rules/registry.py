@@ -34,6 +34,10 @@ RULE_MODULES = (
     "levers.audit.rules.mem002_lifetime_peak_metric",
     "levers.audit.rules.opt001_unfused_optimizer",
     "levers.audit.rules.dtype001_fp32_matmul",
+    "levers.audit.rules.dist001_ddp_small_buckets",
+    "levers.audit.rules.dist002_find_unused_parameters",
+    "levers.audit.rules.dist003_fp32_gradient_allreduce",
+    "levers.audit.rules.dist004_unsharded_optimizer_state",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
