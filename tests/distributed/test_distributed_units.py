@@ -135,3 +135,17 @@ def test_exchange_gathers_in_rank_order_and_names_missing_ranks():
         follower.outcome("u")
     _exchange(store, 0, 3, 0.2).publish("t", {"ok": True})
     assert follower.outcome("t") == {"ok": True}
+
+
+def test_ab_times_a_step_of_the_launch_as_its_slowest_rank():
+    from levers.distributed.ab import slowest_rank_steps
+
+    records = [
+        {"rank": 0, "dur_ms": {"baseline": [10.0, 12.0, 11.0], "candidate": [9.0, 9.5]}},
+        {"rank": 1, "dur_ms": {"baseline": [11.0, 10.0, 13.0], "candidate": [8.0, 9.9]}},
+    ]
+    assert slowest_rank_steps(records, "baseline") == (11.0, 12.0, 13.0)
+    assert slowest_rank_steps(records, "candidate") == (9.0, 9.9)
+    # a rank that stopped early (a kill line) bounds the steps compared
+    records[1]["dur_ms"]["baseline"] = [11.0]
+    assert slowest_rank_steps(records, "baseline") == (11.0,)

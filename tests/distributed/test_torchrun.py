@@ -104,3 +104,19 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
     assert run.returncode != 0
     # torchrun's own failure report names the rank and its exit code
     assert "exitcode  : 17" in run.stderr and "rank      : 1" in run.stderr
+
+
+def test_ab_under_torchrun_gives_one_verdict_from_rank_0(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "ab.json"
+    run = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "-m", "levers", "ab", "demo",
+         "--set-b", "fixed=all", "--steps", "4", "--warmup", "1", "--parity-steps", "1",
+         "--resamples", "200", "--json", str(out), "--dist-timeout", "60"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("decision:") == 1  # rank 1 printed nothing
+    assert "step times are the slowest of 2 ranks" in run.stdout
+    document = json.loads(out.read_text())
+    assert len(document["samples"]["baseline"]["dur_ms"]) == 4
