@@ -149,3 +149,16 @@ def test_ab_times_a_step_of_the_launch_as_its_slowest_rank():
     # a rank that stopped early (a kill line) bounds the steps compared
     records[1]["dur_ms"]["baseline"] = [11.0]
     assert slowest_rank_steps(records, "baseline") == (11.0,)
+
+
+def test_exposed_communication_from_ddps_own_timing():
+    from levers.distributed.render import exposed_line
+    from levers.distributed.summary import RankSummary
+
+    logging = {"iteration": 4, "backward_comm_time": 5_000_000, "backward_compute_comm_overlap_time": 1_500_000}
+    r = RankSummary(rank=1, world_size=2, distributed={"ddp": {"logging": logging}})
+    assert exposed_line(r) == (
+        "rank 1: DDP's own timing of iteration 4: backward communication 5.00 ms, 1.50 ms of it "
+        "overlapped with backward compute, 3.50 ms exposed"
+    )
+    assert exposed_line(RankSummary(rank=0, world_size=2)) is None

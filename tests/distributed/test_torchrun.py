@@ -83,7 +83,8 @@ def test_ddp_workload_reports_buckets_and_scale_findings(tmp_path):
     assert settings["backend"] == "gloo"
     codes = {f["code"] for f in data["audit"]["findings"]}
     assert "DIST002" in codes  # every parameter gets a gradient
-    assert "DDP bucket all-reduces" in run.stdout
+    assert "DDP bucket all-reduce" in run.stdout
+    assert "DDP's own timing of iteration" in run.stdout
 
 
 def test_a_rank_that_raises_is_named(tmp_path):

@@ -57,8 +57,24 @@ def bucket_line(r: RankSummary) -> str:
     ddp = (r.distributed or {}).get("ddp") or {}
     cap = f", bucket_cap_mb={ddp['bucket_cap_mb']:g}" if ddp.get("bucket_cap_mb") else ""
     return (
-        f"rank {r.rank}: {len(r.buckets)} DDP bucket all-reduces ({'/'.join(dtypes)}{cap}): "
+        f"rank {r.rank}: {len(r.buckets)} DDP bucket all-reduce{'s' if len(r.buckets) > 1 else ''} "
+        f"({'/'.join(dtypes)}{cap}): "
         f"{shown}{tail}"
+    )
+
+
+def exposed_line(r: RankSummary) -> str | None:
+    """DDP's own timing of backward's communication and how much of it backward hid."""
+    logging = ((r.distributed or {}).get("ddp") or {}).get("logging") or {}
+    comm_ns = logging.get("backward_comm_time")
+    overlap_ns = logging.get("backward_compute_comm_overlap_time")
+    if not comm_ns or overlap_ns is None:
+        return None
+    exposed_ns = max(comm_ns - overlap_ns, 0)
+    return (
+        f"rank {r.rank}: DDP's own timing of iteration {logging.get('iteration')}: backward "
+        f"communication {format_us(comm_ns / 1e3)}, {format_us(overlap_ns / 1e3)} of it overlapped "
+        f"with backward compute, {format_us(exposed_ns / 1e3)} exposed"
     )
 
 
@@ -109,6 +125,9 @@ def render(report: DistributedReport, console: Any) -> None:
     for r in report.ranks:
         if r.buckets:
             console.print(bucket_line(r), markup=False, highlight=False, soft_wrap=True)
+        exposed = exposed_line(r)
+        if exposed:
+            console.print(exposed, markup=False, highlight=False, soft_wrap=True)
     for message in report.failure_messages():
         console.print(f"[red]{message}[/red]", highlight=False, soft_wrap=True)
 
@@ -134,6 +153,7 @@ def markdown(report: DistributedReport) -> str:
     if rows:
         parts += ["", "### Communication by collective", "", _md_table(COLLECTIVE_HEADERS, rows)]
     buckets = [bucket_line(r) for r in report.ranks if r.buckets]
+    buckets += [line for line in (exposed_line(r) for r in report.ranks) if line]
     if buckets:
         parts += [""] + [f"- {b}" for b in buckets]
     failures = report.failure_messages()
