@@ -166,6 +166,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="FILE",
         help="write the result as Markdown, ready for a pull request",
     )
+    parser.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="under torchrun: seconds rank 0 waits for the other ranks' step times, and they for "
+        "its outcome, before naming the rank that did not answer (default: 300)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -231,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.ab.freeze import freeze
     from levers.ab.prereg import parse_prereg
     from levers.ab.runner import run_ab
+    from levers.distributed.world import world_from_env
 
     given, given_kill = _given(args)
     if args.init_prereg is not None:
@@ -247,7 +256,10 @@ def run(args: argparse.Namespace) -> int:
         design, kill = design_mod.resolve(given, given_kill, parsed)
         design_mod.config(design, kill, design["exactness"] or "numerics-changing")
         _check_outputs(args)
-        prereg, state = freeze(args.prereg)
+        if world_from_env().is_leader:
+            prereg, state = freeze(args.prereg)
+        else:  # under torchrun only rank 0 freezes and records
+            prereg, state = parsed, None
     elif "baseline" not in given:
         raise LeversError(
             "name the BASELINE workload (e.g. levers ab demo --set-b fixed=all), "
@@ -259,6 +271,15 @@ def run(args: argparse.Namespace) -> int:
     baseline, candidate, exactness = design_mod.sides(design)
     config = design_mod.config(design, kill, exactness)
     _check_outputs(args)
+    world = world_from_env()
+    if world.is_distributed:
+        # under torchrun: both sides on every rank, the verdict and the record from rank 0
+        from levers.distributed.ab import run_ab_distributed
+
+        result = run_ab_distributed(baseline, candidate, config, world, args.dist_timeout)
+        if result is None:
+            return 0
+        return _finish(args, result, prereg, state)
     result = run_ab(baseline, candidate, config)
     return _finish(args, result, prereg, state)
 

@@ -28,6 +28,7 @@ DEFAULT_WORKLOAD = "demo"
 DEFAULT_WARMUP = 1
 DEFAULT_TIMED = 3
 DEFAULT_TOP = 5
+DEFAULT_DIST_TIMEOUT_S = 300.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -108,6 +109,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="FILE",
         help="also write the report as one self-contained HTML page (no network needed)",
     )
+    parser.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=DEFAULT_DIST_TIMEOUT_S,
+        metavar="S",
+        help="under torchrun: seconds rank 0 waits for the other ranks' records, and they for "
+        f"its outcome, before naming the rank that did not answer (default: {DEFAULT_DIST_TIMEOUT_S:g})",
+    )
     findings_cli.add_arguments(parser)
     add_script_arguments(parser)
     parser.set_defaults(func=run)
@@ -150,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
     from levers.output.console import make_console, say_wrote
+    from levers.distributed.world import world_from_env
 
     script = getattr(args, "script_command", None) is not None
     if script:
@@ -159,6 +169,15 @@ def run(args: argparse.Namespace) -> int:
         args.no_memory_model = True  # the memory model builds a workload from a factory
         args.set_items = []
     args.workload = args.workload or DEFAULT_WORKLOAD
+    if not script:  # a script's defaults differ, and its runner reads them itself
+        args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
+        args.timed = DEFAULT_TIMED if args.timed is None else args.timed
+    world = world_from_env()
+    if world.is_distributed and not script:
+        # under torchrun: every rank captures, rank 0 merges (levers.distributed.audit)
+        from levers.distributed import audit as distributed_audit
+
+        return distributed_audit.run(args, world)
     params = parse_set(args.set_items)
     if args.json_path is not None:
         check_writable(args.json_path)  # before the capture, not after minutes of it
@@ -184,8 +203,8 @@ def run(args: argparse.Namespace) -> int:
             progress.say(f"capturing {workload.name}")
             result = capture.capture_step(
                 workload,
-                warmup=DEFAULT_WARMUP if args.warmup is None else args.warmup,
-                timed=DEFAULT_TIMED if args.timed is None else args.timed,
+                warmup=args.warmup,
+                timed=args.timed,
                 progress=progress.on_ops,
             )
     _warn_nonfinite_loss(result)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 import levers
+from levers.capture.distributed import distributed_info
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,6 +79,13 @@ def _optimizer_info(optimizer: torch.optim.Optimizer | None) -> dict[str, Any] |
         "class": type(optimizer).__name__,
         "defaults": defaults,
         "num_params": sum(len(g["params"]) for g in optimizer.param_groups),
+        # what ZeRO-1/FSDP would shard across ranks
+        "state_bytes": sum(
+            v.numel() * v.element_size()
+            for state in optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor)
+        ),
     }
 
 
@@ -94,4 +102,5 @@ def settings(workload: Any, recorder: Any) -> dict[str, Any]:
         "autocast": sorted(recorder.autocast_seen),
         "activation_checkpointing": recorder.num_recomputed > 0,
         "optimizer": _optimizer_info(workload.optimizer),
+        "distributed": distributed_info(workload.model),
     }

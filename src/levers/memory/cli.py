@@ -89,6 +89,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     add_script_arguments(parser, warmup=True)
     parser.epilog = f"{parser.epilog} {SCRIPT_HELP}"
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also predict the peak of each of N data-parallel ranks (with --strategy)",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=("ddp", "zero1", "fsdp2"),
+        default=None,
+        help="how the N ranks share the model: ddp (replicated, plus DDP's gradient buckets), "
+        "zero1 (optimizer state sharded), fsdp2 (parameters, gradients and state sharded, plus "
+        "all-gather buffers); default with --world-size: ddp",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -123,13 +138,15 @@ def run(args: argparse.Namespace) -> int:
         from levers.capture.json_io import check_writable
 
         check_writable(args.json_path, make_parents=True)  # before the prediction, not after
+    _check_distributed(args)
     params = parse_set(args.set_items)
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
     source = source_of(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
+        predict = _per_rank(args) if args.world_size is not None else predict_source
         plan = _predict(
-            predict_source, source, gpu, margin, args.steps, args.whatifs, debug=_debug(args)
+            predict, source, gpu, margin, args.steps, args.whatifs, debug=_debug(args)
         )
     if args.fit:
         plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
@@ -139,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
         with console.status("measuring the real step on the GPU…"):
             plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
     render_plan(plan, console)
+    if "per_rank" in plan.extra:
+        from levers.memory.render import render_per_rank
+
+        render_per_rank(plan.extra["per_rank"], plan, console)
     if args.json_path is not None:
         try:
             atomic_write_text(
@@ -151,6 +172,40 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         say_wrote(args.json_path)
     return 0
+
+
+def _check_distributed(args: argparse.Namespace) -> None:
+    if args.strategy is not None and args.world_size is None:
+        raise LeversError("--strategy needs --world-size N (the number of data-parallel ranks)")
+    if args.world_size is not None:
+        if args.world_size < 1:
+            raise LeversError(f"--world-size must be at least 1, got {args.world_size}")
+        if args.fit or args.measure:
+            raise LeversError(
+                "--world-size predicts one rank of N from the single-rank step; run --fit and "
+                "--measure without it"
+            )
+        args.strategy = args.strategy or "ddp"
+
+
+def _per_rank(args: argparse.Namespace):
+    """A predict_source that also predicts each rank's peak (plan.extra["per_rank"])."""
+
+    def predict(source, gpu, margin, *, num_steps, whatifs):
+        from levers.memory.distributed import predict_per_rank
+        from levers.memory.whatif import all_whatifs
+
+        prediction, plan, rank = predict_per_rank(
+            source, gpu, margin, world_size=args.world_size, strategy=args.strategy,
+            num_steps=num_steps,
+        )
+        if whatifs:
+            plan = replace(
+                plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=num_steps)
+            )
+        return replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
+
+    return predict
 
 
 def _predict(predict_source, source, gpu, margin, num_steps, whatifs, *, debug=False):

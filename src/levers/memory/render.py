@@ -239,3 +239,46 @@ def _fit(fit: FitResult) -> Table:
             "yes" if point.fits else "no",
         )
     return table
+
+
+# per-rank categories in the order a reader adds them up
+_RANK_ROWS = (
+    ("parameters", "parameters"),
+    ("gradients", "gradients"),
+    ("optimizer", "optimizer state"),
+    ("other", "activations and the rest"),
+    ("ddp_buckets", "DDP gradient buckets"),
+    ("allgather_buffers", "FSDP all-gather buffers"),
+    ("reduce_scatter_buffers", "FSDP reduce-scatter buffers"),
+)
+
+
+def render_per_rank(rank: dict, plan: MemoryPlan, console: Console) -> None:
+    """The per-rank prediction of ``levers memory --world-size N --strategy S``."""
+    budget = plan.usable_bytes * (1.0 - plan.margin)
+    fits = rank["peak_reserved_bytes"] <= budget
+    console.print(
+        Text(
+            f"Per rank · {rank['strategy']} on {rank['world_size']} ranks ({rank['method']}: from "
+            f"the single-rank categories at its peak): max_memory_allocated "
+            f"{format_bytes(rank['peak_allocated_bytes'])}, max_memory_reserved "
+            f"{format_bytes(rank['peak_reserved_bytes'])} "
+            f"({'fits' if fits else 'DOES NOT FIT'} in {format_bytes(budget)})",
+            style="bold",
+        )
+    )
+    table = Table("category", "one rank of N", "single rank", box=None)
+    single = {c.category: c.nbytes for c in plan.by_category}
+    single["other"] = plan.peak_allocated_bytes - sum(
+        single.get(c, 0) for c in ("parameters", "gradients", "optimizer")
+    )
+    for key, label in _RANK_ROWS:
+        if key in rank["by_category"]:
+            table.add_row(
+                label,
+                format_bytes(rank["by_category"][key]),
+                format_bytes(single[key]) if key in single else "-",
+            )
+    console.print(table)
+    for note in rank["notes"]:
+        console.print(Text(f"note: {note}", style="dim"))

@@ -40,6 +40,10 @@ RULE_MODULES = (
     "levers.audit.rules.loss002_full_vocab_logits",
     "levers.audit.rules.mem003_unused_gpu_memory",
     "levers.audit.rules.pad001_padding_tokens",
+    "levers.audit.rules.dist001_ddp_small_buckets",
+    "levers.audit.rules.dist002_find_unused_parameters",
+    "levers.audit.rules.dist003_fp32_gradient_allreduce",
+    "levers.audit.rules.dist004_unsharded_optimizer_state",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")

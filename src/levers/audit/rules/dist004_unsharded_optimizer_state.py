@@ -1,0 +1,106 @@
+"""DIST004 unsharded-optimizer-state: every data-parallel rank keeps the whole optimizer state.
+
+## What it does
+On a capture of more than one rank whose model is DDP-wrapped (not FSDP2), reads the bytes of
+the optimizer's state after the step and the world size, and reports the bytes per rank that
+sharding the state across the ranks (ZeRO-1) would free: the state times (N - 1) / N.
+
+## Why is this bad?
+Under DDP each rank holds identical parameters, gradients and optimizer state. Adam's two
+moments are twice the parameters in float32; each rank updates all of them although it could
+update one N-th and all-gather the parameters. The memory freed can hold a larger batch, or
+spare activation checkpointing.
+
+## Example
+```python
+model = DistributedDataParallel(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+```
+
+Use instead:
+```python
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+model = DistributedDataParallel(model)
+optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)
+```
+
+## Fix
+PyTorch's ``ZeroRedundancyOptimizer`` (ZeRO-1), or FSDP2 (``fully_shard``), which also shards
+parameters and gradients. No lever yet; ``levers memory --world-size N --strategy zero1``
+predicts the per-rank peak with it.
+
+## Fix safety
+Exact in exact arithmetic (each rank runs the same update on its shard); the all-gather of the
+updated parameters is a copy. Checkpoints must be consolidated (``consolidate_state_dict``).
+
+## Known problems
+The state is counted after the captured step (it is created lazily on the first step). The
+extra all-gather costs time per step that this rule does not price. Ranks are taken from the
+process group the capture ran in.
+
+## References
+- https://pytorch.org/docs/stable/distributed.optim.html (ZeroRedundancyOptimizer)
+- https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from levers.audit.config import RuleConfig
+from levers.audit.finding import Finding, Work
+from levers.audit.patterns import fmt_bytes
+from levers.audit.rules.registry import rule
+from levers.audit.scale import distributed, model_call_receipt, world_size
+from levers.capture.records import Capture
+
+CODE, NAME = "DIST004", "unsharded-optimizer-state"
+MIN_SAVED_BYTES = 2**20  # below a MiB per rank the sharding is not worth its all-gather
+MEDIUM_SAVED_BYTES = 2**30
+SHARDED_OPTIMIZERS = ("ZeroRedundancyOptimizer",)
+
+
+@rule(CODE, NAME)
+def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
+    info = distributed(capture)
+    # only DDP replicates the state; FSDP2 shards it already
+    if info.get("strategy") != "ddp":
+        return
+    ranks = world_size(capture)
+    # one rank has nothing to shard across
+    if ranks < 2:
+        return
+    optimizer = capture.settings.get("optimizer") or {}
+    # no optimizer, or one that shards its state already
+    if not optimizer or optimizer.get("class") in SHARDED_OPTIMIZERS:
+        return
+    state = int(optimizer.get("state_bytes") or 0)
+    saved = state * (ranks - 1) // ranks
+    # too little to be worth the extra all-gather
+    if saved < MIN_SAVED_BYTES:
+        return
+    yield Finding(
+        code=CODE,
+        name=NAME,
+        message=(
+            f"each of the {ranks} DDP ranks holds the whole {optimizer.get('class')} state, "
+            f"{fmt_bytes(state)}; sharded across the ranks (ZeRO-1) it is {fmt_bytes(state // ranks)} "
+            f"per rank, {fmt_bytes(saved)} less."
+        ),
+        fix_title="Shard the optimizer state: ZeroRedundancyOptimizer (ZeRO-1) or FSDP2 fully_shard",
+        receipts=(
+            model_call_receipt(
+                capture,
+                op=f"{optimizer.get('class')} under DDP",
+                shapes=f"{optimizer.get('num_params')} parameter tensors, {ranks} ranks",
+            ),
+        ),
+        severity="medium" if saved >= MEDIUM_SAVED_BYTES else "low",
+        effort="M",
+        risk="low",
+        lever=None,
+        fix_safety="exact",
+        work=Work(saved_bytes=saved),
+        details={"state_bytes": state, "world_size": ranks, "saved_bytes_per_rank": saved},
+    )
