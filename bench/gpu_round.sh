@@ -2,7 +2,7 @@
 # One call of the GPU machine that runs several benchmark jobs in order and packs what they
 # wrote into one file (the device returns at most 8 files). Each job has its own time limit.
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
-# Jobs: gputests capture windowed memvision peers_llama peers_more ranking trainer ac
+# Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -34,6 +34,9 @@ for job in "$@"; do
         memvision) run memvision 170 python bench/memory_accuracy.py --out "$R/memory_vision_h200" \
             --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64 \
             --jobs 2 --deadline-s 150 ;;
+        memsegments) run memsegments 170 python bench/memory_accuracy.py --out "$R/memory_segments_h200" \
+            --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64 \
+            --segments --jobs 4 --deadline-s 120 ;;
         peers_llama) run peers_llama 420 python bench/levers_vs_peers.py --only llama \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         peers_more) mkdir -p "$R/levers_vs_peers_h200"
