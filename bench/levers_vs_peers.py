@@ -211,6 +211,9 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
                            "levers": lever_ids, "peer": spec.get("peer")}
     cleanups: list[Callable[[], None]] = []
     torch._dynamo.reset()
+    if torch.cuda.is_available():
+        # what the previous variants left allocated; a peak is only this variant's when it is 0
+        row["allocated_before_bytes"] = torch.cuda.memory_allocated()
     try:
         if spec.get("raise_batch"):
             params, said = REGISTRY["raise-batch"].choose_params(
@@ -393,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             print(f"{group}:{name} ...", flush=True)
             row = run_variant(group, name, variants[name], args, options)
+            # the variant's model, optimizer and compiled code hold reference cycles: collect
+            # them here, after its frame is gone, so the next variant's peak is its own
+            torch._dynamo.reset()
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             row.update(meta)
             rows.append(row)
             print(f"  {row['status']} in {time.perf_counter() - t0:.0f}s "
