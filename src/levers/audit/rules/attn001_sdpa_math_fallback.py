@@ -76,7 +76,7 @@ from levers.audit.patterns import (
     receipt,
     with_backward,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
 
 CODE, NAME = "ATTN001", "sdpa-math-fallback"
 _LEVERS = {
@@ -87,7 +87,7 @@ _LEVERS = {
 }
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="high", fix_safety="changes numerics", levers=("sdpa-cudnn-backend",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
     # no attention through SDPA: nothing to check
@@ -177,9 +177,7 @@ def _finding(
         for i in range(c.first_op, c.last_op + 1)
     ]
     count = len(calls)
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=_message(call, ran, choice, config, dtype, count),
         fix_title=_fix_title(choice, best, ran),
         receipts=(
@@ -195,7 +193,6 @@ def _finding(
         effort="S" if best else "M",
         risk="med",
         lever=_LEVERS.get(best) if best else None,
-        fix_safety="changes numerics",
         work=Work(
             now=_times(now, count),
             fixed=_times(fixed, count),

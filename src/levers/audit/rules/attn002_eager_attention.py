@@ -62,12 +62,12 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.patterns_attention import AttentionChain, find_eager_attention
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
 
 CODE, NAME = "ATTN002", "eager-attention"
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="high", fix_safety="changes numerics", levers=("sdpa-attention",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_eager_attention(capture)
     # no hand-written attention in the forward pass
@@ -147,9 +147,7 @@ def _finding(
         )
     )
     fixed = tuple(fused_parts(shape, label="SDPA (fused)") for _ in range(count))
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title="Call F.scaled_dot_product_attention(q, k, v"
         + (", attn_mask=mask" if first.has_mask else "")
@@ -168,11 +166,8 @@ def _finding(
                 else None,
             ),
         ),
-        severity="high",
         effort="M",
         risk="med",
-        lever="sdpa-attention",
-        fix_safety="changes numerics",
         work=Work(
             fixed=tuple(p for parts in fixed for p in parts),
             now_ops=with_backward(chain_ops, backward),

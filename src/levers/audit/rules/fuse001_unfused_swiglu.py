@@ -57,7 +57,7 @@ CODE, NAME = "FUSE001", "unfused-swiglu"
 LEVERS = ("liger-kernels", "compile-blocks")
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_gated_activations(capture)
     # no gated activation, or every one is already fused
@@ -65,7 +65,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     for group in group_chains(chains, capture):
         yield fusion_finding(
-            CODE, NAME, group, capture, config,
+            CODE, group, capture, config,
             fix_title="Use a fused SwiGLU kernel (one kernel forward, one backward)",
-            levers=LEVERS,
         )

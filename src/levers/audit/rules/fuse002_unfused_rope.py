@@ -57,7 +57,7 @@ CODE, NAME = "FUSE002", "unfused-rope"
 LEVERS = ("liger-kernels", "compile-blocks")
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_unfused_rope(capture)
     # no rotate-half RoPE, or it is already fused
@@ -65,7 +65,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     for group in group_chains(chains, capture):
         yield fusion_finding(
-            CODE, NAME, group, capture, config,
+            CODE, group, capture, config,
             fix_title="Use a fused RoPE kernel for q and k (one kernel forward, one backward each)",
-            levers=LEVERS,
         )
