@@ -77,6 +77,7 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ATTN001", "sdpa-math-fallback"
 _LEVERS = {
@@ -87,7 +88,7 @@ _LEVERS = {
 }
 
 
-@rule(CODE, NAME, severity="high", fix_safety="changes numerics", levers=("sdpa-cudnn-backend",))
+@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-cudnn-backend",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
     # no attention through SDPA: nothing to check
@@ -191,7 +192,7 @@ def _finding(
         ),
         severity="high" if ran == sb.MATH else "medium",
         effort="S" if best else "M",
-        risk="med",
+        risk="medium",
         lever=_LEVERS.get(best) if best else None,
         work=Work(
             now=_times(now, count),

@@ -63,11 +63,12 @@ from levers.audit.patterns import (
 )
 from levers.audit.patterns_attention import AttentionChain, find_eager_attention
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ATTN002", "eager-attention"
 
 
-@rule(CODE, NAME, severity="high", fix_safety="changes numerics", levers=("sdpa-attention",))
+@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-attention",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_eager_attention(capture)
     # no hand-written attention in the forward pass
@@ -167,7 +168,7 @@ def _finding(
             ),
         ),
         effort="M",
-        risk="med",
+        risk="medium",
         work=Work(
             fixed=tuple(p for parts in fixed for p in parts),
             now_ops=with_backward(chain_ops, backward),

@@ -66,6 +66,7 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "COPY001", "large-copy"
 LARGE_COPY_BYTES = 64 * 2**20
@@ -131,7 +132,7 @@ def made_in_step(ops: tuple[OpRecord, ...], clone: OpRecord) -> bool:
     )
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="exact", levers=("inplace-scatter",))
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("inplace-scatter",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     ops = capture.ops
     inside = call_op_indices(capture, ("sdpa", "loss", "norm"))

@@ -64,6 +64,7 @@ from levers.audit.patterns import (
 from levers.audit.patterns_attention import find_eager_attention
 from levers.audit.patterns_norm import find_unfused_norms
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "COPY002", "large-upcast"
 LARGE_UPCAST_BYTES = 16 * 2**20
@@ -95,7 +96,7 @@ def _consumer_loss(capture: Capture, op: OpRecord) -> CallRecord | None:
     return None
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=("loss-valid-rows",))
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     taken = call_op_indices(capture, ("sdpa", "norm", "loss"))
     taken.update(i for c in find_eager_attention(capture) for i in c.ops)
@@ -156,7 +157,7 @@ def _finding(group: list[OpRecord], capture: Capture, backward) -> Finding:
             ),
         ),
         effort="S",
-        risk="med",
+        risk="medium",
         lever="loss-valid-rows" if loss is not None else None,
         work=Work(
             fixed=(),

@@ -57,6 +57,7 @@ from levers.audit.patterns import (
     receipt,
 )
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "DTYPE001", "fp32-matmul"
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
@@ -71,7 +72,7 @@ def tf32_on(capture: Capture) -> bool:
     ) in ("high", "medium")
 
 
-@rule(CODE, NAME, severity="high", fix_safety="changes numerics", levers=("autocast-bf16",))
+@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("autocast-bf16",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # TF32 tensor cores already take fp32 matmuls
     if tf32_on(capture):
@@ -131,7 +132,7 @@ def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Findi
         fix_title="Run the forward and backward under torch.autocast('cuda', dtype=torch.bfloat16), or allow TF32",
         receipts=receipts,
         effort="S",
-        risk="med",
+        risk="medium",
         work=Work(
             now=(
                 Part(

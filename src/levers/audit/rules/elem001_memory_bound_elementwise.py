@@ -62,6 +62,7 @@ from levers.audit.cost import roofline
 from levers.audit.finding import Finding, Part, Work
 from levers.audit.patterns import fmt_bytes, receipt
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ELEM001", "memory-bound-elementwise"
 # elementwise and norm kernels must take at least this share of the step
@@ -70,7 +71,7 @@ NUM_RECEIPTS = 3
 LEVERS = ("compile-blocks", "liger-kernels")
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=LEVERS)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     classes = classify_ops(capture)
     ops = capture.ops
@@ -131,7 +132,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         receipts=receipts,
         severity="high" if share >= 2 * MIN_STEP_SHARE else "medium",
         effort="S",
-        risk="med",
+        risk="medium",
         work=Work(
             fixed=fused + unfused,
             now_ops=tuple(op.index for op in elementwise),

@@ -59,6 +59,7 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "LOSS001", "loss-over-ignored-rows"
 MIN_IGNORED_FRACTION = 0.05
@@ -116,7 +117,7 @@ def _valid_rows_bench(call: CallRecord, producers: list[OpRecord]) -> dict:
     return spec
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=("loss-valid-rows",))
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     backward = backward_index(capture)
     for call in capture.calls:
@@ -177,7 +178,7 @@ def _finding(call: CallRecord, fraction: float, capture: Capture, backward) -> F
         fix_title="Select the rows with a real target before the LM head (indices built on the host)",
         receipts=tuple(receipts),
         effort="S",
-        risk="med",
+        risk="medium",
         work=Work(
             now_ops=involved,
             calls_per_step=1,

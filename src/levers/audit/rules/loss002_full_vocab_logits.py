@@ -64,6 +64,7 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "LOSS002", "full-vocab-logits"
 MIN_VOCAB = 8192
@@ -76,7 +77,7 @@ FUSED_PASSES = 3
     CODE,
     NAME,
     severity="medium",
-    fix_safety="changes numerics",
+    fix_safety=CHANGES_NUMERICS,
     levers=("fused-linear-cross-entropy",),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:

@@ -84,6 +84,7 @@ from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.finding import Finding, Receipt, Work
 from levers.audit.patterns import fmt_bytes, receipt
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "MEM001", "activations-without-checkpointing"
 # activations must be at least this share of the peak above the step's starting memory
@@ -111,7 +112,7 @@ class Headroom:
     statement: str  # the sentence of the message that states it
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="exact", levers=("ac-budget", "ac-full"))
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("ac-budget", "ac-full"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # checkpointing already runs: the headroom is taken
     if capture.settings.get("activation_checkpointing"):

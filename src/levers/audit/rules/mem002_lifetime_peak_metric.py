@@ -52,6 +52,7 @@ from levers.audit.finding import Finding, Work
 from levers.audit.patterns import group_by_source, module_pattern, receipt
 from levers.audit.peak_metric_source import RESET_NAMES, reset_in_source
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "MEM002", "lifetime-peak-metric"
 PEAK_READS = ("torch.cuda.max_memory_allocated", "torch.cuda.max_memory_reserved")
@@ -80,7 +81,7 @@ def reset_for(call: CallRecord, capture: Capture, config: RuleConfig) -> str | N
     )
 
 
-@rule(CODE, NAME, severity="low", fix_safety="exact", levers=("windowed-peak-metric",))
+@rule(CODE, NAME, severity="low", fix_safety=EXACT, levers=("windowed-peak-metric",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     reads = [
         c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS

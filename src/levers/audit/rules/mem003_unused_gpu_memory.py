@@ -54,13 +54,14 @@ from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import fmt_bytes, receipt
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "MEM003", "unused-gpu-memory"
 # the fit must be at least this much larger than the batch now
 MIN_BATCH_GAIN = 1.25
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=("raise-batch",))
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("raise-batch",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     memory = config.memory
     # no prediction, or no fit of the batch
@@ -102,7 +103,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         ),
         severity="medium" if ratio >= 1.05 else "low",
         effort="S",
-        risk="med",
+        risk="medium",
         work=Work(
             now_ops=tuple(op.index for op in capture.ops),
             fixed_fraction_of_now=fraction,

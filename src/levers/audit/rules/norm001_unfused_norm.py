@@ -65,6 +65,7 @@ from levers.audit.patterns import (
 )
 from levers.audit.patterns_norm import NormChain, find_unfused_norms
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "NORM001", "unfused-norm"
 
@@ -73,7 +74,7 @@ CODE, NAME = "NORM001", "unfused-norm"
     CODE,
     NAME,
     severity="medium",
-    fix_safety="changes numerics",
+    fix_safety=CHANGES_NUMERICS,
     levers=("rms-norm-fused", "layer-norm-fused", "compile-blocks"),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
@@ -146,7 +147,7 @@ def _finding(
             ),
         ),
         effort="S",
-        risk="med",
+        risk="medium",
         lever="rms-norm-fused" if first.kind == "RMSNorm" else "layer-norm-fused",
         work=Work(
             fixed=fixed,

@@ -47,6 +47,7 @@ from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Part, Receipt, Work
 from levers.audit.patterns import fmt_bytes, num_kernels, sum_bytes
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "OPT001", "unfused-optimizer"
 FUSABLE = ("Adam", "AdamW", "SGD")
@@ -79,7 +80,7 @@ def grad_bytes(capture: Capture) -> int:
     return total
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="changes numerics", levers=("fused-optimizer",))
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("fused-optimizer",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # the implementation is chosen per device; a CPU capture says nothing about the GPU run
     if not config.on_gpu:

@@ -55,6 +55,7 @@ from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import receipt
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "PAD001", "padding-tokens"
 MIN_PADDING_SHARE = 0.01
@@ -72,7 +73,7 @@ def _sequences(capture: Capture) -> tuple[int, int] | None:
     return None
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="exact", levers=LEVERS)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     losses = [c for c in capture.calls if c.kind == "loss" and c.args.get("num_targets")]
     # no loss with integer targets to read padding from

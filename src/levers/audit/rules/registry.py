@@ -1,6 +1,6 @@
 """The rule registry: each rule registers itself once, by a decorator on its check function.
 
-    @rule("NORM001", "unfused-norm", severity="medium", fix_safety="changes numerics",
+    @rule("NORM001", "unfused-norm", severity="medium", fix_safety=CHANGES_NUMERICS,
           levers=("rms-norm-fused", "layer-norm-fused"))
     def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]: ...
 
@@ -26,7 +26,8 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
-from levers.audit.finding import SEVERITIES, Finding
+from levers.audit.finding import Finding
+from levers.vocab import CHANGES_NUMERICS, FIX_SAFETIES, SEVERITIES
 
 STATUSES = ("preview", "stable", "deprecated", "removed")
 
@@ -54,7 +55,6 @@ _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 Check = Callable[[Capture, RuleConfig], Iterable[Finding]]
-FIX_SAFETIES = ("exact", "changes numerics")
 
 # Rule.finding's "lever not given": the registration's first lever id
 _FIRST_LEVER: Any = object()
@@ -68,7 +68,7 @@ class Rule:
     check: Check
     module: str  # the module that defines it, whose docstring documents it
     severity: str  # the default; a finding may move it from its numbers
-    fix_safety: str  # "exact" or "changes numerics"
+    fix_safety: str  # vocab.EXACT or vocab.CHANGES_NUMERICS
     levers: tuple[str, ...] = ()  # the lever ids that fix it, the usual one first
 
     @property

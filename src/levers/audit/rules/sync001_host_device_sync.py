@@ -67,6 +67,7 @@ from levers.audit.patterns import (
     receipt,
 )
 from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "SYNC001", "host-device-sync"
 # The GPU idles while the host catches up after a sync: about one kernel launch latency.
@@ -104,7 +105,7 @@ def is_real_sync(call: CallRecord, on_gpu: bool) -> bool:
     return not call.args.get("caller_in_torch", False)
 
 
-@rule(CODE, NAME, severity="medium", fix_safety="exact")
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     syncs = [
         c for c in capture.calls if c.kind == "sync" and is_real_sync(c, config.on_gpu)
