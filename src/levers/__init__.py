@@ -2,6 +2,9 @@
 
     import levers
 
+    step = levers.Step("demo")             # one step: captured once, handed to every analysis
+    audited = step.audit(target="h100")    # ranked findings; step.memory(gpu=...), step.ab(levers)
+
     plan = levers.predict_memory("llama", gpu="h100-80gb", params={"size": "8b"})
 
     with levers.apply(model, "rms-norm-fused,fused-optimizer", optimizer=opt):
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from levers.workload import Workload
 
 if TYPE_CHECKING:
+    from levers.api import Step
     from levers.ab.guards import MetricBar, RunGuard, RunKilled
     from levers.ab.resume import misplaced_step_tensors, rehome_step_tensors
     from levers.levers.handle import apply
@@ -29,6 +33,8 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
 _LAZY = {
+    # the front object over the analyses (capture, audit, memory, ab)
+    "Step": "levers.api",
     "predict_memory": "levers.memory",
     "MemoryPlan": "levers.memory",
     # run guards (docs/guards.md)
@@ -48,6 +54,7 @@ __all__ = [
     "MetricBar",
     "RunGuard",
     "RunKilled",
+    "Step",
     "Workload",
     "apply",
     "capture_step",

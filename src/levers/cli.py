@@ -26,6 +26,7 @@ import sys
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
 VERB_MODULES = (
     "levers.audit.cli",
+    "levers.audit.rule_cli",
     "levers.memory.cli",
     "levers.ab.cli",
     "levers.ab.compare_cli",

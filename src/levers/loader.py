@@ -105,6 +105,12 @@ def load_workload(spec: str, params: dict[str, Any] | None = None) -> Workload:
     return workload
 
 
+def call_factory(factory: Callable[..., Any], params: dict[str, Any] | None = None) -> Workload:
+    """Call a factory function with ``params``, checked as a spec's factory is."""
+    label = getattr(factory, "__name__", "factory")
+    return _call_factory(factory, dict(params or {}), label, False)
+
+
 def resolve_factory(spec: str) -> Callable[..., Any]:
     """The factory that ``spec`` names, without calling it (a bad spec raises here, early)."""
     return _resolve(spec)[0]

@@ -68,8 +68,8 @@ def test_the_probe_resets_and_removes_its_hooks(monkeypatch):
 
 
 def test_tolerances_depend_on_exactness_and_precision():
-    assert RTOL[("exact", False)] < RTOL[("numerics-changing", False)]
-    assert RTOL[("numerics-changing", False)] < RTOL[("numerics-changing", True)]
+    assert RTOL[("exact", False)] < RTOL[("changes-numerics", False)]
+    assert RTOL[("changes-numerics", False)] < RTOL[("changes-numerics", True)]
     tol = tolerance_for("exact", True)
     assert (tol.rtol_first, tol.rtol_last) == RTOL[("exact", True)]
     with pytest.raises(ValueError, match="exactness"):
@@ -126,7 +126,7 @@ def test_parameters_gate_only_when_the_change_is_declared_exact():
         _linear_workload(0),
         _linear_workload(0),
         num_steps=2,
-        exactness="numerics-changing",
+        exactness="changes-numerics",
         seed=0,
         lines=KillLines(),
     )
@@ -135,7 +135,7 @@ def test_parameters_gate_only_when_the_change_is_declared_exact():
 
 
 def test_a_wrong_fix_fails_under_either_declaration():
-    for exactness in ("exact", "numerics-changing"):
+    for exactness in ("exact", "changes-numerics"):
         base, cand = side(), side(fixed="scaled_loss")
         result, kill = run_parity(
             base.build(), cand.build(), num_steps=3, exactness=exactness, seed=0, lines=KillLines()
@@ -156,12 +156,12 @@ def test_a_correct_rewrite_is_not_exact_but_passes_as_numerics_changing():
         base.build(),
         cand.build(),
         num_steps=3,
-        exactness="numerics-changing",
+        exactness="changes-numerics",
         seed=0,
         lines=KillLines(),
     )
     assert result.passed is True
-    assert result.tolerance.rtol_first == RTOL[("numerics-changing", False)][0]
+    assert result.tolerance.rtol_first == RTOL[("changes-numerics", False)][0]
 
 
 def test_autocast_inside_the_step_selects_low_precision_tolerances():
@@ -180,7 +180,7 @@ def test_autocast_inside_the_step_selects_low_precision_tolerances():
         _linear_workload(),
         _linear_workload(),
         num_steps=1,
-        exactness="numerics-changing",
+        exactness="changes-numerics",
         seed=0,
         lines=KillLines(),
     )
@@ -188,13 +188,13 @@ def test_autocast_inside_the_step_selects_low_precision_tolerances():
         autocast_workload(),
         autocast_workload(),
         num_steps=1,
-        exactness="numerics-changing",
+        exactness="changes-numerics",
         seed=0,
         lines=KillLines(),
     )
     assert (plain.tolerance.low_precision, plain.tolerance.autocast) == (False, None)
     assert (mixed.tolerance.low_precision, mixed.tolerance.autocast) == (True, "bfloat16")
-    assert mixed.tolerance.rtol_first == RTOL[("numerics-changing", True)][0]
+    assert mixed.tolerance.rtol_first == RTOL[("changes-numerics", True)][0]
 
 
 def test_the_parity_note_names_the_first_failing_check_in_step_order():
@@ -203,7 +203,7 @@ def test_the_parity_note_names_the_first_failing_check_in_step_order():
     from levers.ab.parity import ParityCheck, ParityResult, Tolerance
     from levers.ab.reads import parity_read
 
-    tol = Tolerance("numerics-changing", False, 1e-4, 1e-3)
+    tol = Tolerance("changes-numerics", False, 1e-4, 1e-3)
     checks = (
         ParityCheck(1, "loss", 1.0, 1.5, 1 / 3, 1e-4, False, True),
         ParityCheck(1, "grad_norm", 2.0, 2.0, 0.0, 1e-4, True, True),

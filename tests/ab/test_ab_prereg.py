@@ -15,7 +15,7 @@ def test_the_template_parses_with_the_given_design():
     assert prereg.design["candidate"] == "demo"
     assert prereg.design["params"] == {"size": "tiny"}
     assert prereg.design["params_b"] == {"fixed": "all"}
-    assert prereg.design["exactness"] == "numerics-changing"
+    assert prereg.design["exactness"] == "changes-numerics"
     assert (prereg.design["steps"], prereg.design["warmup"], prereg.design["parity_steps"]) == (
         50,
         5,
@@ -92,7 +92,7 @@ def _replace(old: str, new: str) -> str:
         (_replace("id = 2", "id = 1"), "expectation ids repeat"),
         (_replace("steps = 50", "stepz = 50"), "unknown design keys \\['stepz'\\]"),
         (_replace("nonfinite_loss = true", "nonfinite_loss = false"), "cannot be turned off"),
-        (_replace('exactness = "numerics-changing"', 'exactness = "mostly"'), "design.exactness"),
+        (_replace('exactness = "changes-numerics"', 'exactness = "mostly"'), "design.exactness"),
     ],
 )
 def test_malformed_preregistrations_are_refused(text, message):
@@ -140,3 +140,21 @@ def test_the_template_takes_its_own_question_expectations_rule_and_kill_lines():
     ]
     assert prereg.decision_rule.strip() == "PARITY on every read => the noise floor is below 2%."
     assert prereg.kill == {"nonfinite_loss": True, "time_budget_s": 300}
+
+
+def test_an_older_file_spelling_numerics_changing_is_still_read():
+    old = GOOD.replace('exactness = "changes-numerics"', 'exactness = "numerics-changing"')
+    assert old != GOOD
+    assert parse_prereg(old).design["exactness"] == "changes-numerics"
+
+
+def test_the_older_spelling_reads_in_the_config_and_on_the_command_line():
+    from levers.ab.cli import add_parser
+    from levers.ab.runner import AbConfig
+    import argparse
+
+    assert AbConfig(exactness="numerics-changing").exactness == "changes-numerics"
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    for flag in ("--changes-numerics", "--numerics-changing"):
+        assert parser.parse_args(["ab", "demo", flag]).exactness == "changes-numerics"

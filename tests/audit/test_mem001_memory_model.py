@@ -18,7 +18,7 @@ from levers.audit.config import (
 from levers.audit.rules.registry import all_rules
 from levers.hardware import GPUS
 from levers.memory.plan import CategoryBytes, MemoryPlan, PeakMoment, WhatIf
-from levers.audit.cli_findings import memory_gpu
+from levers.audit.run import memory_gpu
 
 MIB = 1 << 20
 QUICK = ["--warmup", "0", "--timed", "1"]

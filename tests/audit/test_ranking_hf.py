@@ -21,7 +21,7 @@ import functools
 import pytest
 
 from levers.audit import audit
-from levers.audit.cli_findings import predicted_memory
+from levers.audit.run import predicted_memory
 from levers.audit.rank import payoff
 from levers.capture import capture_step
 from levers.cli import build_parser
@@ -36,7 +36,10 @@ def audited():
     args = build_parser().parse_args(ARGS)
     workload = load_workload(args.workload, parse_set(args.set_items))
     capture = capture_step(workload, warmup=1, timed=0)
-    memory = predicted_memory(args, capture, ["MEM001", "MEM003"])
+    memory = predicted_memory(
+        args.workload, parse_set(args.set_items), capture, ["MEM001", "MEM003"],
+        target=args.target,
+    )
     result = audit(
         capture, target="h200", memory=memory, workload_spec=args.workload,
         set_items=args.set_items,

@@ -136,3 +136,42 @@ def test_the_audit_takes_mem001s_headroom_from_the_demos_whatif(capsys, tmp_path
     assert predicted["checkpointing_applicable"] is True
     assert finding["details"]["headroom_bytes"] == -predicted["checkpointing_delta_allocated_bytes"]
     assert finding["details"]["headroom_bytes"] > 0
+
+
+def test_a_sequential_of_blocks_is_checkpointed_block_by_block():
+    # timm keeps its blocks in an nn.Sequential: the what-if wraps each of them, and not the
+    # Sequential inside a block (the MLP's Linear, GELU, Linear are of several classes)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+    try:
+        import vit_like
+    finally:
+        sys.path.pop(0)
+    assert [name for name, _ in find_blocks(vit_like.VisionTransformer())] == [
+        "blocks.0", "blocks.1", "blocks.2",
+    ]
+    from levers.workload import Workload
+
+    def vit_on(device: str = "cpu") -> Workload:
+        # the fixture's model, moved to the device the memory model asks for
+        model = vit_like.VisionTransformer().to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step():
+            # enough tokens that the activations, not the fixed costs, set the peak
+            patches = torch.randn(256, 64, 48, device=device)
+            labels = torch.zeros(256, dtype=torch.long, device=device)
+            torch.nn.functional.cross_entropy(model(patches), labels).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return Workload(model=model, step=step, optimizer=optimizer, name="vit-like")
+
+    source = source_of(vit_on, {})
+    base = run_prediction(source, H100, num_steps=2)
+    whatif = checkpointing(source, H100, base, num_steps=2)
+    assert whatif.applicable, whatif.note
+    assert whatif.method == "re-prediction with 3 blocks wrapped"
+    assert whatif.delta_allocated_bytes < 0

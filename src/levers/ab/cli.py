@@ -3,7 +3,7 @@
     levers ab BASELINE [CANDIDATE] [--set K=V ...] [--set-b K=V ...] [--lever NAME ...]
               [--prereg FILE | --init-prereg FILE] [--parity-steps K] [--steps N] [--warmup W]
               [--json FILE] [--md FILE] [--resamples R] [--seed S] [--mem-gate-gib X]
-              [--time-budget-s T] [--exact | --numerics-changing]
+              [--time-budget-s T] [--exact | --changes-numerics]
 
 Exit codes: 0 the comparison ran (whatever its verdicts); 2 bad input or a refused
 pre-registration; 3 a side's step raised; 4 a kill line stopped the run (what was measured is
@@ -19,6 +19,7 @@ from typing import Any
 
 from levers.errors import LeversError, StepError
 from levers.loader import add_set_argument
+from levers.vocab import CHANGES_NUMERICS
 
 EXIT_KILLED = 4
 
@@ -146,10 +147,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="the change must not alter the math (tight parity tolerance)",
     )
     exactness.add_argument(
+        "--changes-numerics",
+        # the flag's older spelling, still accepted
         "--numerics-changing",
         dest="exactness",
         action="store_const",
-        const="numerics-changing",
+        const=CHANGES_NUMERICS,
         help="the change may alter rounding (default, looser tolerance)",
     )
     parser.add_argument(
@@ -254,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         parsed = parse_prereg(_read_text(args.prereg), str(args.prereg))
         # everything is checked before the file is frozen: a refused run freezes nothing
         design, kill = design_mod.resolve(given, given_kill, parsed)
-        design_mod.config(design, kill, design["exactness"] or "numerics-changing")
+        design_mod.config(design, kill, design["exactness"] or CHANGES_NUMERICS)
         _check_outputs(args)
         if world_from_env().is_leader:
             prereg, state = freeze(args.prereg)

@@ -15,6 +15,7 @@ from levers.ab.prereg import DESIGN_DEFAULTS, Prereg, PreregError
 from levers.ab.runner import AbConfig, Side
 from levers.workload import Workload
 from levers.workloads import BUILTINS
+from levers.vocab import CHANGES_NUMERICS
 
 # design key -> the option that sets it, for messages
 DESIGN_OPTIONS = {
@@ -23,7 +24,7 @@ DESIGN_OPTIONS = {
     "params": "--set",
     "params_b": "--set-b",
     "levers": "--lever",
-    "exactness": "--exact/--numerics-changing",
+    "exactness": "--exact/--changes-numerics",
     "steps": "--steps",
     "warmup": "--warmup",
     "parity_steps": "--parity-steps",
@@ -108,7 +109,7 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
         tuple(design["levers"]),
     )
     # declared on the command line or in the pre-registration, else by the levers themselves
-    exactness = design["exactness"] or declared_exactness(levers) or "numerics-changing"
+    exactness = design["exactness"] or declared_exactness(levers) or CHANGES_NUMERICS
     return baseline, candidate, exactness
 
 

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from levers.errors import LeversError
 from levers.workload import Workload
+from levers.vocab import CHANGES_NUMERICS, EXACT
 
 
 class LeverNotFound(LeversError):
@@ -76,8 +77,8 @@ def apply_levers(workload: Workload, levers: Sequence[ChosenLever]) -> Workload:
 
 
 def declared_exactness(levers: Sequence[Any]) -> str | None:
-    """ "exact" if every lever declares itself exact, "numerics-changing" if any does not."""
+    """ "exact" if every lever declares itself exact, "changes-numerics" if any does not."""
     if not levers:
         return None
-    exact = all(getattr(lever, "safety", None) == "exact" for lever in levers)
-    return "exact" if exact else "numerics-changing"
+    exact = all(getattr(lever, "safety", None) == EXACT for lever in levers)
+    return EXACT if exact else CHANGES_NUMERICS

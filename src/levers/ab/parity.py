@@ -8,7 +8,7 @@ relative and depend on the declared exactness of the change and on the compute d
 
 - ``exact``: the change must not alter the math; only non-deterministic kernels may differ.
   Parameter differences gate too.
-- ``numerics-changing``: rounding may differ (fused kernels, other reduction orders).
+- ``changes-numerics``: rounding may differ (fused kernels, other reduction orders).
   Parameter differences are reported as evidence but do not gate, since Adam-like optimizers
   turn rounding noise in near-zero gradients into full-size updates.
 
@@ -29,15 +29,16 @@ from levers.ab.killlines import Kill, KillLines, KillSignal, check_loss, check_t
 from levers.ab.precision import LOW_PRECISION, autocast_probe
 from levers.ab.steps import run_step
 from levers.workload import Workload
+from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
 
-EXACTNESS = ("exact", "numerics-changing")
+EXACTNESS = FIX_SAFETIES
 
 # (exactness, low precision) -> relative tolerance (after step 1, after step K)
 RTOL = {
-    ("exact", False): (1e-6, 1e-5),
-    ("exact", True): (1e-3, 1e-2),
-    ("numerics-changing", False): (1e-4, 1e-3),
-    ("numerics-changing", True): (1e-2, 2e-2),
+    (EXACT, False): (1e-6, 1e-5),
+    (EXACT, True): (1e-3, 1e-2),
+    (CHANGES_NUMERICS, False): (1e-4, 1e-3),
+    (CHANGES_NUMERICS, True): (1e-2, 2e-2),
 }
 
 _LOW_PRECISION_NAMES = {"bf16", "bfloat16", "fp16", "float16", "half"}

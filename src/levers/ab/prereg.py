@@ -18,6 +18,7 @@ from typing import Any
 
 from levers.ab.verdict import DIRECTIONS, READS
 from levers.errors import LeversError, MissingDependency
+from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES, fix_safety
 
 DESIGN_DEFAULTS: dict[str, Any] = {
     "baseline": None,
@@ -25,7 +26,7 @@ DESIGN_DEFAULTS: dict[str, Any] = {
     "levers": [],
     "params": {},  # both sides
     "params_b": {},  # candidate only, on top of params
-    "exactness": None,  # None: the levers' declared safety, else "numerics-changing"
+    "exactness": None,  # None: the levers' declared safety, else "exact"/"changes-numerics"
     "steps": 50,
     "warmup": 5,
     "parity_steps": 3,
@@ -123,10 +124,13 @@ def _expectation(raw: Any, where: str) -> Expectation:
 def _check_design(design: dict[str, Any], where: str) -> None:
     unknown = sorted(set(design) - set(DESIGN_DEFAULTS))
     _require(not unknown, where, f"unknown design keys {unknown}; known: {sorted(DESIGN_DEFAULTS)}")
+    # a file written before the vocabulary was one says "numerics-changing": still read
+    if design.get("exactness") is not None:
+        design["exactness"] = fix_safety(design["exactness"])
     _require(
-        design.get("exactness") in (None, "exact", "numerics-changing"),
+        design.get("exactness") in (None, *FIX_SAFETIES),
         where,
-        'design.exactness must be "exact" or "numerics-changing"',
+        f'design.exactness must be "{EXACT}" or "{CHANGES_NUMERICS}"',
     )
     for key in ("params", "params_b"):
         _require(isinstance(design.get(key, {}), dict), where, f"design.{key} must be a table")
@@ -333,8 +337,8 @@ candidate = {toml_value(candidate)}
 levers = {toml_value(list(d["levers"]))}
 params = {toml_value(d["params"])}      # both sides
 params_b = {toml_value(d["params_b"])}    # the candidate only, on top of params
-# "exact": the same math; "numerics-changing": rounding may differ (looser parity tolerance)
-exactness = {toml_value(d["exactness"] or "numerics-changing")}
+# "exact": the same math; "changes-numerics": rounding may differ (looser parity tolerance)
+exactness = {toml_value(d["exactness"] or CHANGES_NUMERICS)}
 steps = {d["steps"]}                # timed steps per side, alternating baseline/candidate
 warmup = {d["warmup"]}
 parity_steps = {d["parity_steps"]}

@@ -24,6 +24,7 @@ from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision
 from levers.errors import LeversError
 from levers.workload import Workload
+from levers.vocab import CHANGES_NUMERICS, fix_safety
 
 
 DEFAULT_STEPS = 50
@@ -40,7 +41,7 @@ class AbConfig:
     num_parity_steps: int = 3
     num_resamples: int = 10_000
     seed: int = 0  # the workloads' seed, the per-step parity reseed base and the bootstrap seed
-    exactness: str = "numerics-changing"
+    exactness: str = CHANGES_NUMERICS
     mem_gate_gib: float | None = None
     time_budget_s: float | None = None
     confidence: float = 0.95
@@ -57,6 +58,8 @@ class AbConfig:
                 f"num_resamples must be at least {MIN_RESAMPLES} for a CI, got "
                 f"{self.num_resamples}"
             )
+        # the older spelling "numerics-changing" still reads
+        object.__setattr__(self, "exactness", fix_safety(self.exactness))
         if self.exactness not in EXACTNESS:
             raise ValueError(f"exactness must be one of {EXACTNESS}, got {self.exactness!r}")
         for name in ("mem_gate_gib", "time_budget_s"):

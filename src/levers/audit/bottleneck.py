@@ -44,6 +44,7 @@ from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.cost import roofline
 from levers.audit.cost.step import model_flops
 from levers.audit.patterns import backward_index, base_name, call_op_indices
+from levers.vocab import ESTIMATED, MEASURED
 
 MATMULS, ATTENTION, NORMS, ELEMENTWISE = "matmuls", "attention", "norms", "elementwise"
 LOSS, OPTIMIZER, COMMUNICATION, LAUNCH = "loss", "optimizer", "communication", "launch-and-idle"
@@ -255,7 +256,7 @@ def step_bottleneck(capture: Capture, config: RuleConfig) -> Bottleneck:
         usable_bytes=config.memory.usable_bytes if config.memory else None,
         memory_gpu=config.memory.gpu if config.memory else None,
         gpu_title=gpu.title,
-        provenance="measured" if measured else "estimated",
+        provenance=MEASURED if measured else ESTIMATED,
         step_ms=step_us / 1e3,
         classes=tuple(rows),
         mfu=model / (step_us / 1e6) / peak if step_us > 0 else None,

@@ -153,8 +153,8 @@ def _warn_nonfinite_loss(capture) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # imported here so that `levers --help` stays fast and works without a working torch
-    from levers import capture
-    from levers.loader import load_workload, parse_set
+    from levers.api import Step
+    from levers.loader import parse_set
     from levers.capture.json_io import check_writable, write_capture
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
@@ -196,13 +196,14 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(ran, int):
             return ran
         result, workload = ran.capture, ran.workload
+        step = None
     else:
         with progress_status() as progress:
             progress.say(f"loading workload {args.workload}")
-            workload = load_workload(args.workload, params)
+            step = Step(args.workload, params)
+            workload = step.workload()
             progress.say(f"capturing {workload.name}")
-            result = capture.capture_step(
-                workload,
+            result = step.capture(
                 warmup=args.warmup,
                 timed=args.timed,
                 progress=progress.on_ops,
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     _warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
-    findings = findings_cli.run_findings(args, result, workload, console)
+    findings = findings_cli.run_findings(args, result, workload, console, step=step)
     if args.json_path is not None:
         audit = audit_to_dict(findings.report, config=findings.result.config)
         write_capture(result, args.json_path, extra={"audit": audit})

@@ -22,6 +22,7 @@ from levers.audit.finding import Finding
 from levers.audit.rank import memory_weight, rank
 from levers.audit.recommend import Recommendation, recommend
 from levers.audit.rules.registry import run_rules, select_rules
+from levers.vocab import ESTIMATED, MEASURED
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,9 @@ def audit(
     findings = list(run_rules(capture, config, rules))
     priced = price(findings, capture, config, benchmark=benchmark)
     if config.on_gpu:
-        step_ms, how = capture.timing.median_s * 1e3, "measured"
+        step_ms, how = capture.timing.median_s * 1e3, MEASURED
     else:
-        step_ms, how = estimated_step_us(capture, config) / 1e3, "estimated"
+        step_ms, how = estimated_step_us(capture, config) / 1e3, ESTIMATED
     bottleneck = step_bottleneck(capture, config)
     ranked = rank(
         priced,

@@ -6,11 +6,9 @@ A rule fills in what it saw (code, message, fix, receipts, effort, risk, severit
 from a CPU capture or measured on a GPU, and returns the finding with ``cost`` set.
 
 Legend:
-    severity: "low" < "medium" < "high" (what ``--fail-on`` compares against).
-    effort: "S", "M", "L" (a one-line change, a local rewrite, a design change).
-    risk: "low", "med", "high" (how likely the fix changes results or breaks something).
-    provenance: "measured" (GPU device time or a GPU microbenchmark), "estimated" (a roofline
-        on the target GPU's ceilings), "unavailable" (nothing could be said).
+    severity, effort, risk, fix safety and provenance: the words of :mod:`levers.vocab`
+    (severity "low" < "medium" < "high", what ``--fail-on`` compares; a cost "measured" on a
+    GPU, "estimated" by a roofline on the target GPU's ceilings, or "unavailable").
 """
 
 from __future__ import annotations
@@ -18,9 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SEVERITIES = ("low", "medium", "high")
-EFFORTS = ("S", "M", "L")
-RISKS = ("low", "med", "high")
+from levers.vocab import EFFORTS, FIX_SAFETIES, RISKS, SEVERITIES
 
 
 @dataclass(frozen=True)
@@ -123,7 +119,7 @@ class Finding:
     effort: str
     risk: str
     lever: str | None = None  # a lever id; levers are not implemented yet
-    fix_safety: str = ""  # "exact" or "changes numerics"
+    fix_safety: str = ""  # vocab.EXACT or vocab.CHANGES_NUMERICS
     work: Work = field(default_factory=Work)
     cost: Cost | None = None
     details: dict[str, Any] = field(
@@ -137,6 +133,8 @@ class Finding:
             raise AssertionError(f"effort {self.effort!r} not in {EFFORTS}")
         if self.risk not in RISKS:
             raise AssertionError(f"risk {self.risk!r} not in {RISKS}")
+        if self.fix_safety and self.fix_safety not in FIX_SAFETIES:
+            raise AssertionError(f"fix safety {self.fix_safety!r} not in {FIX_SAFETIES}")
         if not self.receipts:
             raise AssertionError(f"{self.code} finding without a receipt")
 

@@ -19,6 +19,7 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.patterns_fusion import Chain
+from levers.audit.rules.registry import registered
 
 # a fused kernel's passes over its output-sized tensors: forward (read inputs, write the
 # output), backward (read the gradient and the saved inputs, write the input gradients)
@@ -37,14 +38,14 @@ def group_chains(chains: list[Chain], capture: Capture) -> list[list[Chain]]:
 
 def fusion_finding(
     code: str,
-    name: str,
     group: list[Chain],
     capture: Capture,
     config: RuleConfig,
     *,
     fix_title: str,
-    levers: tuple[str, ...],
 ) -> Finding:
+    """The finding of rule ``code`` (FUSE001 or FUSE002) for one group of chains."""
+    fusion_rule = registered(code)
     ops = capture.ops
     backward = backward_index(capture)
     first = group[0]
@@ -67,9 +68,7 @@ def fusion_finding(
         f"{kernels} kernels with backward moving {fmt_bytes(sum_bytes(ops[i] for i in now))}, where a "
         f"fused kernel runs {2 * count}."
     )
-    return Finding(
-        code=code,
-        name=name,
+    return fusion_rule.finding(
         message=message,
         fix_title=fix_title,
         receipts=(
@@ -82,11 +81,8 @@ def fusion_finding(
                 end_line=max(lines) if lines and max(lines) != min(lines) else None,
             ),
         ),
-        severity="medium",
         effort="S",
         risk="low",
-        lever=levers[0],
-        fix_safety="changes numerics",
         work=Work(fixed=tuple(fixed), now_ops=now, calls_per_step=count),
-        details={"levers": list(levers), "kind": kind, "chains_per_step": count, "kernels": kernels},
+        details={"levers": list(fusion_rule.levers), "kind": kind, "chains_per_step": count, "kernels": kernels},
     )

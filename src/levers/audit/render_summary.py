@@ -24,6 +24,7 @@ from levers.units import (
     format_share,
     format_us,
 )
+from levers.vocab import COUNTED, ESTIMATED, MEASURED, TRACKED
 
 _MIN_TABLE_WIDTH = 60  # keeps a narrow table's title on one line
 _MAX_CODE_CHARS = 44
@@ -83,7 +84,7 @@ def describe_provenance(provenance: dict[str, str]) -> str:
     groups: dict[str, list[str]] = {}
     for figure, how in provenance.items():
         groups.setdefault(str(how), []).append(figure)
-    order = ["measured", "counted", "estimated", "tracked"]
+    order = [MEASURED, COUNTED, ESTIMATED, TRACKED]
     kinds = sorted(groups, key=lambda k: (order.index(k) if k in order else len(order), k))
     return " · ".join(f"{kind}: {', '.join(sorted(groups[kind]))}" for kind in kinds)
 

@@ -26,6 +26,7 @@ from levers.audit.finding import Finding
 from levers.audit.rank import MEMORY_WEIGHT, memory_weight, payoff
 from levers.audit import summary
 from levers.units import format_bytes, format_count, format_flops, format_seconds
+from levers.vocab import ESTIMATED, MEASURED
 
 PathStyle = Callable[[str], str]
 
@@ -86,10 +87,10 @@ def build_head(capture: Capture, result: AuditResult) -> StepHead:
     peak = config.gpu.peak_flops("bfloat16")
     estimated_s = None
     if config.on_gpu:
-        step_mfu, how = mfu(flops, timing.median_s, peak), "measured"
+        step_mfu, how = mfu(flops, timing.median_s, peak), MEASURED
     else:
         estimated_s = estimated_step_us(capture, config) / 1e6
-        step_mfu, how = mfu(flops, estimated_s, peak), "estimated"
+        step_mfu, how = mfu(flops, estimated_s, peak), ESTIMATED
     tokens = capture.tokens_per_step
     assumptions = []
     if not config.on_gpu:
@@ -122,7 +123,7 @@ def build_head(capture: Capture, result: AuditResult) -> StepHead:
             gpu=config.gpu.title, peak=config.gpu.bf16_tflops
         ),
         peak_bytes=capture.memory.peak_bytes,
-        peak_provenance="measured"
+        peak_provenance=MEASURED
         if capture.memory.source == "cuda-allocator"
         else "tracked",
         assumptions=tuple(assumptions),

@@ -29,6 +29,7 @@ from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTim
 from levers.capture.recorder import CaptureInternalError, LiveStorages, OpRecorder
 from levers.errors import StepError, user_traceback
 from levers.workload import Workload
+from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
 
 
 def _synchronize(device: torch.device) -> None:
@@ -332,10 +333,10 @@ def _peak_op(ops: list) -> int | None:
 
 def _provenance(on_cuda: bool) -> dict[str, str]:
     return {
-        "ops": "measured",  # every op that ran, as it ran
-        "flops": "counted",  # analytic formulas over the recorded shapes
-        "bytes": "counted",  # inputs read once, outputs written once
-        "wall_time": "measured",
-        "device_time": "measured" if on_cuda else "unavailable",
-        "peak_memory": "measured" if on_cuda else "tracked",
+        "ops": MEASURED,  # every op that ran, as it ran
+        "flops": COUNTED,  # analytic formulas over the recorded shapes
+        "bytes": COUNTED,  # inputs read once, outputs written once
+        "wall_time": MEASURED,
+        "device_time": MEASURED if on_cuda else UNAVAILABLE,
+        "peak_memory": MEASURED if on_cuda else TRACKED,
     }

@@ -16,38 +16,25 @@ are those an uncaptured step gives. The callbacks (:mod:`levers.integrations.tra
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import torch
 
+from levers.audit.render_files import REPORT_FILES, write_reports
+from levers.audit.run import AuditedStep
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture
 from levers.workload import Workload
 
-REPORT_FILES = ("audit.md", "audit.html", "capture.json", "trace.json")
+__all__ = [
+    "REPORT_FILES",
+    "AuditedStep",
+    "CapturedStep",
+    "audit_capture",
+    "capture_step",
+    "write_reports",
+]
 
-
-@dataclass(frozen=True)
-class AuditedStep:
-    """A captured step and its audit: ``result`` (the rules' findings, priced) and ``report``
-    (ranked, as the terminal shows it)."""
-
-    capture: Capture
-    result: Any  # levers.audit.AuditResult
-    report: Any  # levers.audit.report.FindingsReport
-
-    @property
-    def findings(self) -> tuple:
-        return self.report.findings
-
-    def write(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
-        """Write audit.md, audit.html, capture.json (with the findings) and trace.json into
-        ``directory`` (created if needed), each atomically; returns name -> path."""
-        return write_reports(self, Path(directory))
 
 
 class CapturedStep:
@@ -114,33 +101,12 @@ def audit_capture(
     ignore: Sequence[str] = (),
     benchmark: bool = True,
 ) -> AuditedStep:
-    """Run the audit rules on ``capture`` and rank the findings."""
-    from levers.audit import audit
-    from levers.audit.report import build_report
+    """Run the audit rules on ``capture`` and rank the findings: the audit of
+    :class:`levers.Step` (:func:`levers.audit.run.audit_step`), on a capture made in the user's
+    own loop. There is no workload factory to predict the memory from, so MEM001 estimates its
+    headroom from the capture."""
+    from levers.audit.run import audit_step
 
-    result = audit(
-        capture, target=target, select=list(select), ignore=list(ignore), benchmark=benchmark
+    return audit_step(
+        capture, target=target, select=select, ignore=ignore, benchmark=benchmark
     )
-    return AuditedStep(capture, result, build_report(capture, result))
-
-
-def write_reports(audited: AuditedStep, directory: Path) -> dict[str, Path]:
-    from levers.audit.render_html import write_html
-    from levers.audit.render_json import audit_to_dict
-    from levers.audit.render_markdown import findings_markdown
-    from levers.audit.render_trace import write_trace
-    from levers.capture.json_io import write_capture
-    from levers.output.atomic import atomic_write_text
-
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = {name: directory / name for name in REPORT_FILES}
-    config = audited.result.config
-    atomic_write_text(paths["audit.md"], findings_markdown(audited.report))
-    write_html(audited.capture, audited.report, paths["audit.html"], config=config)
-    write_capture(
-        audited.capture,
-        paths["capture.json"],
-        extra={"audit": audit_to_dict(audited.report, config=config)},
-    )
-    write_trace(audited.capture, paths["trace.json"])
-    return paths

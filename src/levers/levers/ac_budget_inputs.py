@@ -19,6 +19,7 @@ from typing import Any
 from levers.blocks import Block, repeated_blocks
 from levers.hardware import resolve_gpu
 from levers.levers.sac import key_name
+from levers.vocab import ESTIMATED, MEASURED
 
 # roofline of the estimate: the audit cost model's efficiencies (levers/audit/cost/roofline.py)
 _MATMUL_EFFICIENCY = 0.7
@@ -133,7 +134,7 @@ def from_prediction(
         block_activation_bytes=activation_bytes,
         block_output_bytes=sum(a.nbytes for a in output),
         peak_bytes=prediction.replay.peak_allocated_bytes,
-        time_source="estimated" if times is None else "measured",
+        time_source=ESTIMATED if times is None else MEASURED,
     )
 
 
@@ -143,7 +144,7 @@ def with_capture_times(inputs: BudgetInputs, capture: Any, block: str) -> Budget
 
     times = _capture_times(capture, block)
     ops = tuple(replace(op, time_us=times.get(op.key, 0.0)) for op in inputs.ops)
-    return replace(inputs, ops=ops, time_source="measured")
+    return replace(inputs, ops=ops, time_source=MEASURED)
 
 
 def _capture_times(capture: Any, block: str) -> dict[tuple[str, int], float]:

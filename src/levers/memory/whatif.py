@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from levers.blocks import repeated_blocks
 from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
 from levers.memory.prediction import Prediction, Source, run_prediction
@@ -68,17 +69,8 @@ def _delta(
 
 
 def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """The repeated blocks: members of a ModuleList whose members all have one class."""
-    found = []
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
-            continue
-        classes = {type(child) for child in module}
-        if len(classes) != 1:
-            continue
-        for index, child in enumerate(module):
-            found.append((f"{name}.{index}" if name else str(index), child))
-    return found
+    """The repeated blocks (:func:`levers.blocks.repeated_blocks`), as (path, module)."""
+    return [(block.path, block.module) for block in repeated_blocks(model)]
 
 
 def checkpoint_blocks(workload: Workload) -> int:

@@ -70,14 +70,20 @@ def test_docstring_sections(code):
 
 def test_a_code_cannot_be_registered_twice():
     with pytest.raises(AssertionError, match="registered twice"):
-        rule("ATTN001", "other-name")(lambda capture, config: [])
+        rule("ATTN001", "other-name", severity="low", fix_safety="exact")(
+            lambda capture, config: []
+        )
 
 
 def test_bad_code_and_name_refused():
     with pytest.raises(AssertionError):
-        rule("attn1", "x")
+        rule("attn1", "x", severity="low", fix_safety="exact")
     with pytest.raises(AssertionError):
-        rule("ABC123", "Not_Kebab")
+        rule("ABC123", "Not_Kebab", severity="low", fix_safety="exact")
+    with pytest.raises(AssertionError, match="severity"):
+        rule("ABC123", "ok-name", severity="med", fix_safety="exact")
+    with pytest.raises(AssertionError, match="fix safety"):
+        rule("ABC123", "ok-name", severity="low", fix_safety="maybe")
 
 
 def test_select_and_ignore_by_code_and_prefix():

@@ -20,6 +20,7 @@ from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.cost import roofline
 from levers.audit.finding import Cost, Finding, Work
+from levers.vocab import ESTIMATED, MEASURED
 
 
 def estimate_basis(config: RuleConfig) -> str:
@@ -88,7 +89,7 @@ def estimated_cost(finding: Finding, capture: Capture, config: RuleConfig) -> Co
             "host refills the queue); the real cost depends on how far ahead the host was"
         )
     return Cost(
-        provenance="estimated",
+        provenance=ESTIMATED,
         now_ms=now_us / 1e3,
         fixed_ms=fixed_us / 1e3,
         saved_bytes=work.saved_bytes,
@@ -176,7 +177,7 @@ def measured_cost(
     now_us = measured_now_us(work, capture)
     basis = f"device time of {len(work.now_ops)} ops in the captured step"
     fixed_us: float | None
-    fixed_how = "measured"
+    fixed_how = MEASURED
     bench_us, how = (
         _bench_fixed_us(work.bench, calls)
         if (benchmark and work.bench)
@@ -187,7 +188,7 @@ def measured_cost(
         basis += f"; fixed: {how}"
     elif work.fixed_fraction_of_now is not None:
         fixed_us = now_us * work.fixed_fraction_of_now
-        fixed_how = "estimated"
+        fixed_how = ESTIMATED
         basis += (
             f"; fixed = {work.fixed_fraction_of_now:.0%} of it (the rows that remain; {how})"
         )
@@ -204,13 +205,13 @@ def measured_cost(
             fixed_us = (
                 estimate.fixed_ms * 1e3 if estimate.fixed_ms is not None else None
             )
-            fixed_how = "estimated"
+            fixed_how = ESTIMATED
             basis += f"; fixed estimated ({how}): {estimate_basis(config)}"
         else:
             fixed_us = bench_us
             basis += f"; fixed: {how}"
     return Cost(
-        provenance="measured",
+        provenance=MEASURED,
         now_ms=now_us / 1e3,
         fixed_ms=None if fixed_us is None else fixed_us / 1e3,
         saved_bytes=work.saved_bytes,

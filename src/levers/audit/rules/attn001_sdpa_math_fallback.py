@@ -76,7 +76,8 @@ from levers.audit.patterns import (
     receipt,
     with_backward,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ATTN001", "sdpa-math-fallback"
 _LEVERS = {
@@ -87,7 +88,7 @@ _LEVERS = {
 }
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-cudnn-backend",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
     # no attention through SDPA: nothing to check
@@ -177,9 +178,7 @@ def _finding(
         for i in range(c.first_op, c.last_op + 1)
     ]
     count = len(calls)
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=_message(call, ran, choice, config, dtype, count),
         fix_title=_fix_title(choice, best, ran),
         receipts=(
@@ -193,9 +192,8 @@ def _finding(
         ),
         severity="high" if ran == sb.MATH else "medium",
         effort="S" if best else "M",
-        risk="med",
+        risk="medium",
         lever=_LEVERS.get(best) if best else None,
-        fix_safety="changes numerics",
         work=Work(
             now=_times(now, count),
             fixed=_times(fixed, count),

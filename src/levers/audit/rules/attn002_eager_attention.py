@@ -70,14 +70,15 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.patterns_attention import AttentionChain, find_eager_attention
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ATTN002", "eager-attention"
 # how the memory the fix frees was obtained (the finding's details say which)
 PREDICTED, ESTIMATED = "levers memory", "score shapes"
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-attention",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_eager_attention(capture)
     # no hand-written attention in the forward pass
@@ -204,9 +205,7 @@ def _finding(
         + f" The fix frees {fmt_bytes(freed_bytes)} at the peak, {freed_text}."
     )
     fixed = tuple(fused_parts(shape, label="SDPA (fused)") for _ in range(count))
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title="Call F.scaled_dot_product_attention(q, k, v"
         + (", attn_mask=mask" if first.has_mask else "")
@@ -225,11 +224,8 @@ def _finding(
                 else None,
             ),
         ),
-        severity="high",
         effort="M",
-        risk="med",
-        lever="sdpa-attention",
-        fix_safety="changes numerics",
+        risk="medium",
         work=Work(
             fixed=tuple(p for parts in fixed for p in parts),
             now_ops=with_backward(chain_ops, backward),

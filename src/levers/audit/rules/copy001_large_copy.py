@@ -65,7 +65,8 @@ from levers.audit.patterns import (
     receipt,
     with_backward,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "COPY001", "large-copy"
 LARGE_COPY_BYTES = 64 * 2**20
@@ -131,7 +132,7 @@ def made_in_step(ops: tuple[OpRecord, ...], clone: OpRecord) -> bool:
     )
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("inplace-scatter",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     ops = capture.ops
     inside = call_op_indices(capture, ("sdpa", "loss", "norm"))
@@ -187,9 +188,7 @@ def _finding(group: list[tuple[OpRecord, OpRecord | None]], backward) -> Finding
             else "Drop the copy where the consumer accepts the original (or a strided view)"
         )
         lever = None
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title=fix,
         receipts=(
@@ -205,7 +204,6 @@ def _finding(group: list[tuple[OpRecord, OpRecord | None]], backward) -> Finding
         effort="S",
         risk="low",
         lever=lever,
-        fix_safety="exact",
         work=Work(
             fixed=(),
             now_ops=with_backward([o.index for o, _ in group], backward),

@@ -63,7 +63,8 @@ from levers.audit.patterns import (
 )
 from levers.audit.patterns_attention import find_eager_attention
 from levers.audit.patterns_norm import find_unfused_norms
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "COPY002", "large-upcast"
 LARGE_UPCAST_BYTES = 16 * 2**20
@@ -95,7 +96,7 @@ def _consumer_loss(capture: Capture, op: OpRecord) -> CallRecord | None:
     return None
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     taken = call_op_indices(capture, ("sdpa", "norm", "loss"))
     taken.update(i for c in find_eager_attention(capture) for i in c.ops)
@@ -136,9 +137,7 @@ def _finding(group: list[OpRecord], capture: Capture, backward) -> Finding:
                 f", where {loss.args['ignored_fraction']:.0%} of the rows are ignored"
             )
         feeds += "."
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=(
             f"{meta_text(op.inputs[0])} upcast to float32, {count}x per step: "
             f"{fmt_bytes(written)} of fp32 copies written per step.{feeds}"
@@ -157,11 +156,9 @@ def _finding(group: list[OpRecord], capture: Capture, backward) -> Finding:
                 count=count,
             ),
         ),
-        severity="medium",
         effort="S",
-        risk="med",
+        risk="medium",
         lever="loss-valid-rows" if loss is not None else None,
-        fix_safety="changes numerics",
         work=Work(
             fixed=(),
             now_ops=with_backward([o.index for o in group], backward),

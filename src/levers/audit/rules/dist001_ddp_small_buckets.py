@@ -49,7 +49,8 @@ from collections.abc import Iterator
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding
 from levers.audit.patterns import fmt_bytes
-from levers.audit.rules.registry import rule
+from levers.vocab import EXACT
+from levers.audit.rules.registry import registered, rule
 from levers.audit.scale import ddp_settings, model_call_receipt
 from levers.capture.collectives import buckets, collectives, op_bytes
 from levers.capture.records import Capture
@@ -60,7 +61,7 @@ MIB = 2**20
 MIN_BUCKETS = 4
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     ddp = ddp_settings(capture)
     # not a DDP-wrapped model
@@ -81,9 +82,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     if len(ops) < 2 * at_default:
         return
     median = int(statistics.median(sizes))
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=(
             f"DDP all-reduces {fmt_bytes(total)} of gradients in {len(ops)} buckets (median "
             f"{fmt_bytes(median)}, bucket_cap_mb={cap_mb:.3g}); at the default 25 MiB the same "
@@ -103,7 +102,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         effort="S",
         risk="low",
         lever=None,
-        fix_safety="exact",
         details={
             "num_buckets": len(ops),
             "bucket_bytes": sizes,

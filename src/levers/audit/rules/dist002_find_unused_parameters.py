@@ -46,7 +46,8 @@ from collections.abc import Iterator
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding
 from levers.audit.patterns import fmt_bytes
-from levers.audit.rules.registry import rule
+from levers.vocab import EXACT
+from levers.audit.rules.registry import registered, rule
 from levers.audit.scale import ddp_settings, model_call_receipt
 from levers.capture.collectives import collective_name, collectives, is_bucket
 from levers.capture.records import Capture
@@ -54,7 +55,7 @@ from levers.capture.records import Capture
 CODE, NAME = "DIST002", "find-unused-parameters"
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="low", fix_safety=EXACT)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     ddp = ddp_settings(capture)
     # not a DDP-wrapped model, or the flag is off
@@ -81,9 +82,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         if maps and maps[0].inputs
         else ""
     )
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=(
             f"find_unused_parameters=True, but every one of the {num_params} parameter tensors "
             f"({fmt_bytes(int(logging.get('total_parameter_size_bytes') or 0))}) got a gradient in "
@@ -101,7 +100,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         effort="S",
         risk="low",
         lever=None,
-        fix_safety="exact",
         details={
             "num_parameter_tensors": num_params,
             "unused_parameter_size": 0,

@@ -49,7 +49,8 @@ from collections.abc import Iterator
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding
 from levers.audit.patterns import fmt_bytes
-from levers.audit.rules.registry import rule
+from levers.vocab import CHANGES_NUMERICS
+from levers.audit.rules.registry import registered, rule
 from levers.audit.scale import ddp_settings, model_call_receipt
 from levers.capture.collectives import buckets, collectives, op_bytes
 from levers.capture.records import Capture
@@ -64,7 +65,7 @@ def _autocast_dtype(capture: Capture) -> str | None:
     return next((d for d in ("bfloat16", "float16") if d in dtypes), None)
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     ddp = ddp_settings(capture)
     # not a DDP-wrapped model
@@ -83,9 +84,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     total = sum(op_bytes(op) for op in ops)
     hook = HOOKS[dtype]
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=(
             f"DDP all-reduces {fmt_bytes(total)} of float32 gradients per step in {len(ops)} "
             f"bucket{'s' if len(ops) > 1 else ''} while the step computes under {dtype} autocast; {hook} sends "
@@ -102,8 +101,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         ),
         severity="medium",
         effort="S",
-        risk="med",
+        risk="medium",
         lever=None,
-        fix_safety="changes numerics",
         details={"allreduce_bytes": total, "compressed_bytes": total // 2, "hook": hook},
     )

@@ -51,7 +51,8 @@ from collections.abc import Iterator
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import fmt_bytes
-from levers.audit.rules.registry import rule
+from levers.vocab import EXACT
+from levers.audit.rules.registry import registered, rule
 from levers.audit.scale import distributed, model_call_receipt, world_size
 from levers.capture.records import Capture
 
@@ -61,7 +62,7 @@ MEDIUM_SAVED_BYTES = 2**30
 SHARDED_OPTIMIZERS = ("ZeroRedundancyOptimizer",)
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     info = distributed(capture)
     # only DDP replicates the state; FSDP2 shards it already
@@ -80,9 +81,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # too little to be worth the extra all-gather
     if saved < MIN_SAVED_BYTES:
         return
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=(
             f"each of the {ranks} DDP ranks holds the whole {optimizer.get('class')} state, "
             f"{fmt_bytes(state)}; sharded across the ranks (ZeRO-1) it is {fmt_bytes(state // ranks)} "
@@ -100,7 +99,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         effort="M",
         risk="low",
         lever=None,
-        fix_safety="exact",
         work=Work(saved_bytes=saved),
         details={"state_bytes": state, "world_size": ranks, "saved_bytes_per_rank": saved},
     )

@@ -56,7 +56,8 @@ from levers.audit.patterns import (
     module_pattern,
     receipt,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "DTYPE001", "fp32-matmul"
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
@@ -71,7 +72,7 @@ def tf32_on(capture: Capture) -> bool:
     ) in ("high", "medium")
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("autocast-bf16",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # TF32 tensor cores already take fp32 matmuls
     if tf32_on(capture):
@@ -122,9 +123,7 @@ def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Findi
         for g in top
     )
     num_bytes = sum(op.read_bytes + op.write_bytes for op in big)
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=(
             f"{len(big)} fp32 matmuls per step ({total / 1e12:.3g} TFLOP, {total / all_mm:.0%} of "
             f"the step's matmul FLOPs) run without autocast or TF32 on {config.gpu.title}: "
@@ -132,11 +131,8 @@ def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Findi
         ),
         fix_title="Run the forward and backward under torch.autocast('cuda', dtype=torch.bfloat16), or allow TF32",
         receipts=receipts,
-        severity="high",
         effort="S",
-        risk="med",
-        lever="autocast-bf16",
-        fix_safety="changes numerics",
+        risk="medium",
         work=Work(
             now=(
                 Part(

@@ -61,7 +61,8 @@ from levers.audit.config import RuleConfig
 from levers.audit.cost import roofline
 from levers.audit.finding import Finding, Part, Work
 from levers.audit.patterns import fmt_bytes, receipt
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ELEM001", "memory-bound-elementwise"
 # elementwise and norm kernels must take at least this share of the step
@@ -70,7 +71,7 @@ NUM_RECEIPTS = 3
 LEVERS = ("compile-blocks", "liger-kernels")
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     classes = classify_ops(capture)
     ops = capture.ops
@@ -124,18 +125,14 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         f"{fmt_bytes(moved)} and take {share:.0%} of the step; {len(runs)} runs of them sit inside "
         f"repeated blocks, where a regional compile fuses each run into one kernel."
     )
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=message,
         fix_title="Compile each repeated block (regional torch.compile), or use fused kernels for "
         "its chains",
         receipts=receipts,
         severity="high" if share >= 2 * MIN_STEP_SHARE else "medium",
         effort="S",
-        risk="med",
-        lever=LEVERS[0],
-        fix_safety="changes numerics",
+        risk="medium",
         work=Work(
             fixed=fused + unfused,
             now_ops=tuple(op.index for op in elementwise),

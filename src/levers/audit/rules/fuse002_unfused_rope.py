@@ -52,12 +52,13 @@ from levers.audit.finding import Finding
 from levers.audit.fusion_finding import fusion_finding, group_chains
 from levers.audit.patterns_fusion import find_unfused_rope
 from levers.audit.rules.registry import rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "FUSE002", "unfused-rope"
 LEVERS = ("liger-kernels", "compile-blocks")
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_unfused_rope(capture)
     # no rotate-half RoPE, or it is already fused
@@ -65,7 +66,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     for group in group_chains(chains, capture):
         yield fusion_finding(
-            CODE, NAME, group, capture, config,
+            CODE, group, capture, config,
             fix_title="Use a fused RoPE kernel for q and k (one kernel forward, one backward each)",
-            levers=LEVERS,
         )

@@ -58,7 +58,8 @@ from levers.audit.patterns import (
     sum_flops,
     with_backward,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "LOSS001", "loss-over-ignored-rows"
 MIN_IGNORED_FRACTION = 0.05
@@ -116,7 +117,7 @@ def _valid_rows_bench(call: CallRecord, producers: list[OpRecord]) -> dict:
     return spec
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     backward = backward_index(capture)
     for call in capture.calls:
@@ -172,17 +173,12 @@ def _finding(call: CallRecord, fraction: float, capture: Capture, backward) -> F
         f"{fmt_bytes(wasted_bytes)} moved and {wasted_flops / 1e9:.3g} GFLOP spent per step on "
         f"ignored rows (the loss and the {len(producers)} ops that built its input, forward and backward)."
     )
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title="Select the rows with a real target before the LM head (indices built on the host)",
         receipts=tuple(receipts),
-        severity="medium",
         effort="S",
-        risk="med",
-        lever="loss-valid-rows",
-        fix_safety="changes numerics",
+        risk="medium",
         work=Work(
             now_ops=involved,
             calls_per_step=1,

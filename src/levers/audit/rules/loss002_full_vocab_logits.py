@@ -63,7 +63,8 @@ from levers.audit.patterns import (
     receipt,
     with_backward,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "LOSS002", "full-vocab-logits"
 MIN_VOCAB = 8192
@@ -72,7 +73,13 @@ _HEADS = ("mm", "addmm", "matmul", "linear", "bmm")
 FUSED_PASSES = 3
 
 
-@rule(CODE, NAME)
+@rule(
+    CODE,
+    NAME,
+    severity="medium",
+    fix_safety=CHANGES_NUMERICS,
+    levers=("fused-linear-cross-entropy",),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     backward = backward_index(capture)
     for call in capture.calls:
@@ -124,9 +131,7 @@ def _finding(call: CallRecord, head, producers, capture: Capture, config: RuleCo
         f"and the loss path hold about {fmt_bytes(held)} of logits-sized tensors, and "
         f"{len(now_ops)} kernels around the loss move {fmt_bytes(moved)} per step."
     )
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title="Fuse the head matmul and the cross-entropy (chunked, never the full logits)",
         receipts=(
@@ -141,8 +146,6 @@ def _finding(call: CallRecord, head, producers, capture: Capture, config: RuleCo
         severity="high" if held >= 1 << 30 else "medium",
         effort="S",
         risk="low",
-        lever="fused-linear-cross-entropy",
-        fix_safety="changes numerics",
         work=Work(fixed=(fused,), now_ops=now_ops, saved_bytes=held),
         details={
             "levers": ["fused-linear-cross-entropy"],

@@ -83,7 +83,8 @@ from levers.audit.bottleneck import MEMORY_BOUND, Bottleneck, step_bottleneck, t
 from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.finding import Finding, Receipt, Work
 from levers.audit.patterns import fmt_bytes, receipt
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "MEM001", "activations-without-checkpointing"
 # activations must be at least this share of the peak above the step's starting memory
@@ -111,7 +112,7 @@ class Headroom:
     statement: str  # the sentence of the message that states it
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("ac-budget", "ac-full"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # checkpointing already runs: the headroom is taken
     if capture.settings.get("activation_checkpointing"):
@@ -376,9 +377,7 @@ def _finding(
         )
     high = headroom.freed_bytes >= HIGH_HEADROOM_SHARE * headroom.peak_bytes
     lever, fix_title = _recommendation(memory)
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title=fix_title,
         receipts=_receipts(families, capture, headroom.source),
@@ -386,7 +385,6 @@ def _finding(
         effort="S",
         risk="low",
         lever=lever,
-        fix_safety="exact",
         work=Work(
             now=(),
             fixed=(),

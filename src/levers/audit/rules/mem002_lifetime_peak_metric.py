@@ -51,7 +51,8 @@ from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import group_by_source, module_pattern, receipt
 from levers.audit.peak_metric_source import RESET_NAMES, reset_in_source
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "MEM002", "lifetime-peak-metric"
 PEAK_READS = ("torch.cuda.max_memory_allocated", "torch.cuda.max_memory_reserved")
@@ -80,7 +81,7 @@ def reset_for(call: CallRecord, capture: Capture, config: RuleConfig) -> str | N
     )
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="low", fix_safety=EXACT, levers=("windowed-peak-metric",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     reads = [
         c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS
@@ -97,9 +98,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
 
 def _finding(group: list[CallRecord]) -> Finding:
     call = group[0]
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=(
             f"{call.name}() is read {len(group)}x per step and the peak is never reset "
             "(no reset_peak_memory_stats in the step or in this function): it is a lifetime "
@@ -115,11 +114,8 @@ def _finding(group: list[CallRecord]) -> Finding:
                 count=len(group),
             ),
         ),
-        severity="low",
         effort="S",
         risk="low",
-        lever="windowed-peak-metric",
-        fix_safety="exact",
         work=Work(),
         details={"reads": len(group)},
     )

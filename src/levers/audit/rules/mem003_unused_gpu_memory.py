@@ -53,14 +53,15 @@ from levers.audit.bottleneck import THROUGHPUT_BOUND, step_bottleneck, tokens_pe
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import fmt_bytes, receipt
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "MEM003", "unused-gpu-memory"
 # the fit must be at least this much larger than the batch now
 MIN_BATCH_GAIN = 1.25
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("raise-batch",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     memory = config.memory
     # no prediction, or no fit of the batch
@@ -88,9 +89,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     params = capture.workload_params
     # the step's first op with a user source line is usually where the batch is made
     first = next((op for op in capture.ops if op.source is not None), None)
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=message,
         fix_title=f"Raise {memory.batch_param} from {now} to {fit} (the predicted fit), then "
         "re-tune the learning rate or lower gradient accumulation",
@@ -104,9 +103,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         ),
         severity="medium" if ratio >= 1.05 else "low",
         effort="S",
-        risk="med",
-        lever="raise-batch",
-        fix_safety="changes numerics",
+        risk="medium",
         work=Work(
             now_ops=tuple(op.index for op in capture.ops),
             fixed_fraction_of_now=fraction,

@@ -64,12 +64,19 @@ from levers.audit.patterns import (
     with_backward,
 )
 from levers.audit.patterns_norm import NormChain, find_unfused_norms
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "NORM001", "unfused-norm"
 
 
-@rule(CODE, NAME)
+@rule(
+    CODE,
+    NAME,
+    severity="medium",
+    fix_safety=CHANGES_NUMERICS,
+    levers=("rms-norm-fused", "layer-norm-fused", "compile-blocks"),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_unfused_norms(capture)
     # every norm is a fused op (or there is none)
@@ -126,9 +133,7 @@ def _finding(
         p for c in group for p in fused_norm_parts(c.input.shape, dtype, c.kind)
     )
     src = reduction.source
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title=f"Use {fused} (one kernel forward, one backward) with the same weight and eps",
         receipts=(
@@ -141,11 +146,9 @@ def _finding(
                 end_line=end if end != start else None,
             ),
         ),
-        severity="medium",
         effort="S",
-        risk="med",
+        risk="medium",
         lever="rms-norm-fused" if first.kind == "RMSNorm" else "layer-norm-fused",
-        fix_safety="changes numerics",
         work=Work(
             fixed=fixed,
             now_ops=all_now,

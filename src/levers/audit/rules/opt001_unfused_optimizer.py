@@ -46,7 +46,8 @@ from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Part, Receipt, Work
 from levers.audit.patterns import fmt_bytes, num_kernels, sum_bytes
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "OPT001", "unfused-optimizer"
 FUSABLE = ("Adam", "AdamW", "SGD")
@@ -79,7 +80,7 @@ def grad_bytes(capture: Capture) -> int:
     return total
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("fused-optimizer",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # the implementation is chosen per device; a CPU capture says nothing about the GPU run
     if not config.on_gpu:
@@ -102,9 +103,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     moved = sum_bytes(opt_ops)
     source = next((op.source for op in opt_ops if op.source is not None), None)
     num_params = int(info.get("num_params") or 0)
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=(
             f"{cls} runs {mode} kernels: {kernels} kernels moving {fmt_bytes(moved)} per step "
             f"over {num_params} parameter tensors ({fmt_bytes(param_bytes)}); fused=True does "
@@ -121,11 +120,8 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
                 shapes=f"{num_params} parameter tensors",
             ),
         ),
-        severity="medium",
         effort="S",
         risk="low",
-        lever="fused-optimizer",
-        fix_safety="changes numerics",
         work=Work(
             fixed=(
                 Part(

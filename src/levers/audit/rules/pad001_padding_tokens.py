@@ -54,7 +54,8 @@ from levers.audit.bottleneck import OPTIMIZER, step_bottleneck
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import receipt
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "PAD001", "padding-tokens"
 MIN_PADDING_SHARE = 0.01
@@ -72,7 +73,7 @@ def _sequences(capture: Capture) -> tuple[int, int] | None:
     return None
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     losses = [c for c in capture.calls if c.kind == "loss" and c.args.get("num_targets")]
     # no loss with integer targets to read padding from
@@ -113,9 +114,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     optimizer_ms = b.of(OPTIMIZER).time_ms
     variable_ms = b.step_ms - optimizer_ms
     fraction = 1.0 - on_padding_ms / variable_ms if variable_ms > 0 else 1.0
-    yield Finding(
-        code=CODE,
-        name=NAME,
+    yield registered(CODE).finding(
         message=message,
         fix_title="Pack sequences (padding-free collation) or bucket them by length"
         if worth_it
@@ -131,8 +130,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         severity="medium" if worth_it else "low",
         effort="M",
         risk="low",
-        lever=LEVERS[0],
-        fix_safety="exact",
         work=Work(
             now_ops=tuple(op.index for op in capture.ops if op.phase != "optimizer"),
             fixed_fraction_of_now=fraction,

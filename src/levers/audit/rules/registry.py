@@ -1,7 +1,14 @@
 """The rule registry: each rule registers itself once, by a decorator on its check function.
 
-    @rule("NORM001", "unfused-norm", status="stable")
+    @rule("NORM001", "unfused-norm", severity="medium", fix_safety=CHANGES_NUMERICS,
+          levers=("rms-norm-fused", "layer-norm-fused"))
     def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]: ...
+
+The registration carries the rule's metadata, as ruff keeps it on the violation type: its
+default severity, its fix safety and the lever ids that fix it, and its status (preview, stable,
+deprecated, removed). A rule builds its findings with :meth:`Rule.finding`, which fills these in
+(a finding may still raise or lower the severity from its numbers, or pick one of the lever
+ids), so ``levers rule CODE`` and docs/rules.md can list them without running the rule.
 
 Codes are stable and never reused; a removed rule keeps its code with status "removed".
 :func:`all_rules` imports every rule module listed in :data:`RULE_MODULES`, so a rule exists
@@ -15,10 +22,12 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding
+from levers.vocab import CHANGES_NUMERICS, FIX_SAFETIES, SEVERITIES
 
 STATUSES = ("preview", "stable", "deprecated", "removed")
 
@@ -51,6 +60,9 @@ _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 Check = Callable[[Capture, RuleConfig], Iterable[Finding]]
 
+# Rule.finding's "lever not given": the registration's first lever id
+_FIRST_LEVER: Any = object()
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -59,6 +71,9 @@ class Rule:
     status: str
     check: Check
     module: str  # the module that defines it, whose docstring documents it
+    severity: str  # the default; a finding may move it from its numbers
+    fix_safety: str  # vocab.EXACT or vocab.CHANGES_NUMERICS
+    levers: tuple[str, ...] = ()  # the lever ids that fix it, the usual one first
 
     @property
     def doc(self) -> str:
@@ -69,18 +84,49 @@ class Rule:
         """The first line of the rule's docstring."""
         return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
 
+    def finding(
+        self, *, severity: str | None = None, lever: str | None = _FIRST_LEVER, **fields: Any
+    ) -> Finding:
+        """A finding of this rule: code, name, fix safety from the registration; ``severity``
+        the registered default unless given; ``lever`` the first registered lever unless given
+        (one of the registered ids, or None for "no lever here")."""
+        if lever is _FIRST_LEVER:
+            lever = self.levers[0] if self.levers else None
+        if lever is not None and lever not in self.levers:
+            raise AssertionError(f"{self.code}: lever {lever!r} not registered ({self.levers})")
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=severity or self.severity,
+            lever=lever,
+            fix_safety=self.fix_safety,
+            **fields,
+        )
+
 
 _RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, *, status: str = "stable") -> Callable[[Check], Check]:
-    """Register ``check`` as rule ``code`` (``name`` in kebab case)."""
+def rule(
+    code: str,
+    name: str,
+    *,
+    severity: str,
+    fix_safety: str,
+    levers: tuple[str, ...] = (),
+    status: str = "stable",
+) -> Callable[[Check], Check]:
+    """Register ``check`` as rule ``code`` (``name`` in kebab case) with its metadata."""
     if not _CODE.match(code):
         raise AssertionError(f"rule code {code!r} must look like ABC123")
     if not _NAME.match(name):
         raise AssertionError(f"rule name {name!r} must be kebab-case")
     if status not in STATUSES:
         raise AssertionError(f"rule status {status!r} not in {STATUSES}")
+    if severity not in SEVERITIES:
+        raise AssertionError(f"rule severity {severity!r} not in {SEVERITIES}")
+    if fix_safety not in FIX_SAFETIES:
+        raise AssertionError(f"rule fix safety {fix_safety!r} not in {FIX_SAFETIES}")
 
     def register(check: Check) -> Check:
         existing = _RULES.get(code)
@@ -88,10 +134,17 @@ def rule(code: str, name: str, *, status: str = "stable") -> Callable[[Check], C
             raise AssertionError(
                 f"rule code {code} registered twice ({existing.module})"
             )
-        _RULES[code] = Rule(code, name, status, check, check.__module__)
+        _RULES[code] = Rule(
+            code, name, status, check, check.__module__, severity, fix_safety, tuple(levers)
+        )
         return check
 
     return register
+
+
+def registered(code: str) -> Rule:
+    """The rule registered as ``code`` (its module imported): what a rule's builder reads."""
+    return _RULES[code]
 
 
 def all_rules() -> dict[str, Rule]:

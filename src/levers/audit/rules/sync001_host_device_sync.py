@@ -66,7 +66,8 @@ from levers.audit.patterns import (
     module_pattern,
     receipt,
 )
-from levers.audit.rules.registry import rule
+from levers.audit.rules.registry import registered, rule
+from levers.vocab import EXACT
 
 CODE, NAME = "SYNC001", "host-device-sync"
 # The GPU idles while the host catches up after a sync: about one kernel launch latency.
@@ -104,7 +105,7 @@ def is_real_sync(call: CallRecord, on_gpu: bool) -> bool:
     return not call.args.get("caller_in_torch", False)
 
 
-@rule(CODE, NAME)
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     syncs = [
         c for c in capture.calls if c.kind == "sync" and is_real_sync(c, config.on_gpu)
@@ -134,9 +135,7 @@ def _finding(group: list[CallRecord], config: RuleConfig, skipped: int) -> Findi
         + ": the host waits for the GPU to drain its queue each time."
     )
     main = names.most_common(1)[0][0]
-    return Finding(
-        code=CODE,
-        name=NAME,
+    return registered(CODE).finding(
         message=message,
         fix_title=_FIXES.get(main, "Remove the device-to-host read from the step"),
         receipts=(
@@ -148,11 +147,8 @@ def _finding(group: list[CallRecord], config: RuleConfig, skipped: int) -> Findi
                 count=count,
             ),
         ),
-        severity="medium",
         effort="S",
         risk="low",
-        lever=None,
-        fix_safety="exact",
         # the cost of a sync is GPU idle time, priced as a launch latency per sync
         work=Work(
             now=(Part("GPU idle after sync", bytes=0, num_kernels=0),),

@@ -1,0 +1,276 @@
+"""The front object over the analyses: one :class:`Step` of one workload, captured once and
+handed to every analysis (as Holistic Trace Analysis holds one parsed trace for its analyzers).
+
+    import levers
+
+    step = levers.Step("demo", params={"size": "tiny"})
+    capture = step.capture(warmup=1, timed=3)       # once; every analysis below reuses it
+    audited = step.audit(target="h100")             # findings ranked, with the memory model's numbers
+    plan = step.memory(gpu="h200")                  # a MemoryPlan (predicted without a GPU)
+    result = step.ab("rms-norm-fused,fused-optimizer")   # an AbResult (levers, or a candidate spec)
+
+``levers audit`` calls this object; the in-loop capture (:func:`levers.capture_step`) and the
+Trainer and Lightning callbacks hand their captures to the same audit
+(:func:`levers.audit.run.audit_step`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from levers.workload import Workload
+
+DEFAULT_WARMUP = 1
+DEFAULT_TIMED = 3
+
+
+def _validated(workload_or_spec: Any) -> Any:
+    """The spec, factory or Workload, refused early with what to pass instead."""
+    if isinstance(workload_or_spec, str):
+        from levers.loader import resolve_factory
+
+        resolve_factory(workload_or_spec)  # an unknown spec raises WorkloadNotFound here
+        return workload_or_spec.strip()
+    if isinstance(workload_or_spec, Workload) or callable(workload_or_spec):
+        return workload_or_spec
+    raise TypeError(
+        "levers.Step takes a workload spec ('demo', 'path/file.py:factory', 'pkg.mod:factory'), "
+        f"a factory function returning a levers.Workload, or a Workload; got "
+        f"{type(workload_or_spec).__name__}"
+    )
+
+
+class Step:
+    """One training step of a workload: a spec, a factory (with ``params``) or a built
+    :class:`levers.Workload`.
+
+    The workload is built once and captured once (:meth:`capture`); :meth:`audit` reads that
+    capture, and the memory plans it predicts are the ones :meth:`memory` returns. The memory
+    model and :meth:`ab` build the workload themselves, so they need a spec or a factory, not a
+    built Workload.
+
+    Raises:
+        WorkloadNotFound: a spec that names no built-in, file or module.
+        TypeError: anything else than a spec, a factory or a Workload.
+    """
+
+    def __init__(self, workload_or_spec: Any, params: dict[str, Any] | None = None) -> None:
+        self.source = _validated(workload_or_spec)
+        if isinstance(self.source, Workload) and params:
+            raise TypeError("params are a factory's: a built Workload takes none")
+        self.params = dict(params or {})
+        self._workload: Workload | None = (
+            self.source if isinstance(self.source, Workload) else None
+        )
+        self._captures: dict[tuple[int, int], Any] = {}
+        self._plans: dict[tuple, Any] = {}
+
+    def __repr__(self) -> str:
+        label = self.source if isinstance(self.source, str) else getattr(
+            self.source, "name", getattr(self.source, "__name__", "workload")
+        )
+        return f"Step({label!r}, params={self.params!r})"
+
+    @property
+    def spec(self) -> str | None:
+        return self.source if isinstance(self.source, str) else None
+
+    def workload(self) -> Workload:
+        """The built workload (built on first use, then kept)."""
+        if self._workload is None:
+            if isinstance(self.source, str):
+                from levers.loader import load_workload
+
+                self._workload = load_workload(self.source, self.params)
+            else:
+                from levers.loader import call_factory
+
+                self._workload = call_factory(self.source, self.params)
+        return self._workload
+
+    def capture(
+        self,
+        *,
+        warmup: int = DEFAULT_WARMUP,
+        timed: int = DEFAULT_TIMED,
+        progress: Callable[[int, str], None] | None = None,
+    ) -> Any:
+        """The step's :class:`levers.capture.records.Capture`: ``warmup`` plain steps,
+        ``timed`` timed ones, then the captured step. Captured once per (warmup, timed); the
+        first capture is the one :meth:`audit` reads."""
+        key = (warmup, timed)
+        if key not in self._captures:
+            # read from the package at call time, so a test's stand-in is the one called
+            import levers.capture
+
+            self._captures[key] = levers.capture.capture_step(
+                self.workload(), warmup=warmup, timed=timed, progress=progress
+            )
+        return self._captures[key]
+
+    def _current_capture(self) -> Any:
+        if self._captures:
+            return next(iter(self._captures.values()))
+        return self.capture()
+
+    def _memory_source(self) -> Any:
+        if isinstance(self.source, Workload):
+            return None
+        return self.source
+
+    def memory(
+        self,
+        *,
+        gpu: str = "h100-80gb",
+        margin: float | None = None,
+        num_steps: int | None = None,
+        whatifs: bool = False,
+    ) -> Any:
+        """levers memory's :class:`levers.memory.MemoryPlan` of the step on ``gpu`` (any name
+        of :mod:`levers.hardware`, or a budget such as ``"40GiB"``), kept per arguments.
+
+        The prediction is of the GPU run: a ``device`` parameter (the device a capture ran on
+        here) is not passed to the factory.
+
+        Raises:
+            TypeError: the Step holds a built Workload (the model builds it again under fake
+                tensors: give the Step its spec or factory).
+        """
+        import levers.memory
+
+        source = self._memory_source()
+        if source is None:
+            raise TypeError(
+                "Step.memory needs to build the workload itself, under fake tensors: make the "
+                "Step from its spec or factory (levers.Step('llama', params=...)), not a Workload"
+            )
+        # only what was given is passed on: predict_memory's own defaults hold otherwise
+        options: dict[str, Any] = {}
+        if margin is not None:
+            options["margin"] = margin
+        if num_steps is not None:
+            options["num_steps"] = num_steps
+        key = (str(gpu), margin, num_steps, whatifs)
+        if key not in self._plans:
+            params = {k: v for k, v in self.params.items() if k != "device"}
+            self._plans[key] = levers.memory.predict_memory(
+                source, gpu=gpu, params=params, whatifs=whatifs, **options
+            )
+        return self._plans[key]
+
+    def audit(
+        self,
+        *,
+        target: str | None = None,
+        torch_version: str | None = None,
+        assume_dtype: str | None = None,
+        select: Sequence[str] = (),
+        ignore: Sequence[str] = (),
+        benchmark: bool = True,
+        memory_model: bool = True,
+        set_items: Sequence[str] = (),
+        progress: Any = None,
+    ) -> Any:
+        """The audit of the captured step (captured now with the defaults if :meth:`capture`
+        was not called): an :class:`levers.audit.run.AuditedStep` with the priced findings,
+        the ranked report and the memory model's prediction (None with
+        ``memory_model=False`` or for a Step of a built Workload).
+
+        Raises:
+            ValueError: a selector that matches no rule, an unknown target or torch version.
+        """
+        from levers.audit.run import audit_step
+
+        capture = self._current_capture()
+        source = self._memory_source() if memory_model else None
+        return audit_step(
+            capture,
+            workload=self.workload(),
+            source=source,
+            params=self.params,
+            predict=self._predict_for_audit,
+            target=target,
+            torch_version=torch_version,
+            assume_dtype=assume_dtype,
+            select=select,
+            ignore=ignore,
+            benchmark=benchmark,
+            memory_model=memory_model,
+            set_items=set_items,
+            progress=progress,
+        )
+
+    def _predict_for_audit(self, gpu: str, whatifs: bool) -> Any:
+        return self.memory(gpu=gpu, whatifs=whatifs)
+
+    def ab(
+        self,
+        candidate_or_levers: str | Sequence[str] | None = None,
+        *,
+        params_b: dict[str, Any] | None = None,
+        exactness: str | None = None,
+        steps: int | None = None,
+        warmup: int | None = None,
+        parity_steps: int | None = None,
+        resamples: int | None = None,
+        seed: int | None = None,
+        mem_gate_gib: float | None = None,
+        time_budget_s: float | None = None,
+    ) -> Any:
+        """A parity-gated A/B of this step (the baseline) against a candidate: lever ids
+        (``"rms-norm-fused,fused-optimizer"`` or a list, applied to this workload), another
+        workload spec, or None with ``params_b`` (the same workload, other parameters).
+        Returns the :class:`levers.ab.runner.AbResult`; nothing is recorded or printed (the
+        ``levers ab`` command does that).
+
+        Raises:
+            TypeError: the Step is not of a spec (each side is built again from it).
+            LeversError: an unknown lever, or a design that cannot run.
+        """
+        from levers.ab import design as design_mod
+        from levers.ab.runner import run_ab
+
+        if self.spec is None:
+            raise TypeError(
+                "Step.ab builds each side from the workload spec: make the Step from a spec "
+                "such as 'demo' or 'path/file.py:factory'"
+            )
+        candidate, levers = _candidate_and_levers(candidate_or_levers)
+        given = {
+            "baseline": self.spec,
+            "candidate": candidate,
+            "params": self.params,
+            "params_b": params_b,
+            "levers": levers or None,
+            "exactness": exactness,
+            "steps": steps,
+            "warmup": warmup,
+            "parity_steps": parity_steps,
+            "resamples": resamples,
+            "seed": seed,
+        }
+        kill = {"mem_gate_gib": mem_gate_gib, "time_budget_s": time_budget_s}
+        design, kill = design_mod.resolve(
+            {k: v for k, v in given.items() if v is not None},
+            {k: v for k, v in kill.items() if v is not None},
+            None,
+        )
+        baseline, candidate_side, chosen = design_mod.sides(design)
+        return run_ab(baseline, candidate_side, design_mod.config(design, kill, chosen))
+
+
+def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None, list[str]]:
+    """(candidate spec, lever specs): a list is levers; a string is levers when every comma
+    part starts with a lever id, else a workload spec."""
+    if value is None:
+        return None, []
+    if not isinstance(value, str):
+        return None, [str(v) for v in value]
+    from levers.levers import load_all
+
+    ids = load_all()
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if parts and all(p.split(":", 1)[0] in ids for p in parts):
+        return None, parts
+    return value, []

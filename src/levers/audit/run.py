@@ -1,0 +1,244 @@
+"""The audit of one captured step, composed: the memory model's prediction, then the rules,
+then the ranked report. :class:`levers.Step` and ``levers audit`` both call :func:`audit_step`.
+
+Before the rules run, the workload's step is predicted by the memory model
+(``levers.memory.predict_memory`` on the GPU that ran, or the target's largest-memory part, with
+the activation-checkpointing what-if) for the bottleneck's bound and MEM001's headroom; when
+MEM001 or MEM003 runs and the workload has a ``batch_size`` parameter, levers memory's fit of it
+is added. A prediction that fails is reported in one line on stderr and never fails the audit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from levers.capture.records import Capture
+
+# the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's freed memory)
+MEMORY_RULES = ("MEM001", "ATTN002")
+# rules that read levers memory's fit of the batch parameter
+FIT_RULES = ("MEM001", "MEM003")
+BATCH_PARAM = "batch_size"
+# the fit searches up to this multiple of the batch now: enough to say "raise it", and bounded
+MAX_FIT_FACTOR = 16
+# a failed prediction's message is cut to one line of this length
+MAX_WARNING_CHARS = 200
+
+
+@dataclass(frozen=True)
+class AuditedStep:
+    """A captured step and its audit: ``result`` (the rules' findings, priced), ``report``
+    (ranked, as the terminal shows it) and ``memory`` (levers memory's prediction the rules
+    read, or None)."""
+
+    capture: Capture
+    result: Any  # levers.audit.AuditResult
+    report: Any  # levers.audit.report.FindingsReport
+    memory: Any = None  # levers.audit.config.PredictedMemory
+
+    @property
+    def findings(self) -> tuple:
+        return self.report.findings
+
+    def write(self, directory: Any) -> dict:
+        """Write audit.md, audit.html, capture.json (with the findings) and trace.json into
+        ``directory`` (created if needed), each atomically; returns name -> path."""
+        from pathlib import Path
+
+        from levers.audit.render_files import write_reports
+
+        return write_reports(self, Path(directory))
+
+
+def step_scopes(workload: Any) -> dict:
+    """The step function's globals and closure, for rules that read its source (MEM002)."""
+    from levers.audit.peak_metric_source import function_scope
+
+    step = getattr(workload, "step", None)
+    if step is None or not hasattr(step, "__code__"):
+        return {}
+    key, scope = function_scope(step)
+    return {key: scope}
+
+
+def memory_gpu(target: str | None, capture: Any) -> str:
+    """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``target``'s."""
+    from levers.audit.config import DEFAULT_TARGET, capture_on_gpu
+    from levers.hardware import gpu_from_device_name, resolve_gpu
+
+    if capture_on_gpu(capture):
+        spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
+        if spec is not None:
+            return spec.name
+    return resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target").name
+
+
+def _warn(text: str) -> None:
+    from levers.output.console import make_console
+
+    make_console(stderr=True).print(f"warning: {text}", markup=False, soft_wrap=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:MAX_WARNING_CHARS]
+
+
+def _say_failed_whatifs(plan: Any) -> None:
+    """One line for each what-if that could not run: MEM001 then falls back to the capture."""
+    for whatif in plan.whatifs:
+        if not whatif.applicable and whatif.note.startswith("failed"):
+            reason = whatif.note.removeprefix("failed: ").splitlines()[0][:MAX_WARNING_CHARS]
+            _warn(
+                f"levers memory could not predict the {whatif.name} what-if ({reason}); MEM001 "
+                "estimates its headroom from the capture"
+            )
+
+
+def _say_prediction_failed(exc: BaseException) -> None:
+    """One line (and what the workload can change, when the fix is its own); torch's log lines
+    and the traceback only under ``--debug``."""
+    from levers.memory.fake_failures import failure_detail, first_line, user_fix
+    from levers.output.console import make_console
+    from levers.output.errors import debug_from_env
+
+    fix = user_fix(exc)
+    if debug_from_env():
+        make_console(stderr=True).print(
+            failure_detail(exc).rstrip("\n"), markup=False, soft_wrap=True
+        )
+    _warn(
+        f"levers memory could not predict the step ({first_line(exc)[:MAX_WARNING_CHARS]}); "
+        "the bound is unknown and MEM001 estimates its headroom from the capture"
+        + (f". To predict it, {fix}" if fix else "")
+    )
+
+
+def predicted_memory(
+    workload: Any,
+    params: dict[str, Any],
+    capture: Any,
+    rules: Iterable[str],
+    *,
+    target: str | None = None,
+    predict: Callable[[str, bool], Any] | None = None,
+) -> Any:
+    """The memory model's prediction of the step (a ``PredictedMemory``), or None.
+
+    ``workload`` is a spec or a factory, ``params`` its parameters; ``predict(gpu, whatifs)``
+    gives the MemoryPlan (default: ``levers.memory.predict_memory``; :class:`levers.Step` passes
+    its own, so the plan is the one ``Step.memory`` returns). The bottleneck's bound and
+    MEM001's headroom read it; when MEM001 or MEM003 is in ``rules`` and the workload has a
+    ``batch_size`` parameter, levers memory's fit of that parameter is added (the largest batch
+    that fits with the margin). None when the prediction fails; a failure is one line on
+    stderr and never fails the audit.
+    """
+    from levers.audit.config import predicted_memory_from_plan
+
+    rules = list(rules)
+    # the prediction is of the GPU run: a device the audit ran on here (device=cpu) is dropped,
+    # so the factory gets the GPU the model stands in for
+    params = {k: v for k, v in params.items() if k != "device"}
+    whatifs = any(code in rules for code in MEMORY_RULES)
+    try:
+        gpu = memory_gpu(target, capture)
+        if predict is None:
+            import levers.memory
+
+            plan = levers.memory.predict_memory(
+                workload, gpu=gpu, params=params, whatifs=whatifs
+            )
+        else:
+            plan = predict(gpu, whatifs)
+        _say_failed_whatifs(plan)
+        predicted = predicted_memory_from_plan(plan)
+    except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
+        _say_prediction_failed(exc)
+        return None
+    batch = capture.workload_params.get(BATCH_PARAM)
+    if not any(code in rules for code in FIT_RULES) or not isinstance(batch, int) or batch < 1:
+        return predicted
+    try:
+        return with_batch_fit(workload, params, plan, predicted, batch)
+    except Exception as exc:  # noqa: BLE001 - never fail the audit over an extra figure
+        _warn(
+            f"levers memory could not fit {BATCH_PARAM} ({type(exc).__name__}: "
+            f"{_first_line(exc)}); MEM003 has no fit to report"
+        )
+        return predicted
+
+
+def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch: int) -> Any:
+    """``predicted`` with levers memory's fit of the batch parameter on the plan's GPU."""
+    from levers.memory.fit import fit_param
+    from levers.memory.prediction import source_of
+
+    fit = fit_param(
+        source_of(workload, params), plan.gpu, BATCH_PARAM, margin=plan.margin, start=batch,
+        num_steps=plan.num_steps, upper=batch * MAX_FIT_FACTOR,
+    )
+    return dataclasses.replace(
+        predicted,
+        batch_param=BATCH_PARAM,
+        batch_now=batch,
+        batch_fit=fit.best,
+        fit_budget_bytes=fit.budget_bytes,
+    )
+
+
+def audit_step(
+    capture: Capture,
+    *,
+    workload: Any = None,
+    source: Any = None,
+    params: dict[str, Any] | None = None,
+    predict: Callable[[str, bool], Any] | None = None,
+    target: str | None = None,
+    torch_version: str | None = None,
+    assume_dtype: str | None = None,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    benchmark: bool = True,
+    memory_model: bool = True,
+    set_items: Sequence[str] = (),
+    progress: Any = None,
+) -> AuditedStep:
+    """Audit ``capture``: predict its memory, run the rules, rank the findings.
+
+    ``workload`` is the built Workload that ran (its step's source scope is read by MEM002);
+    ``source`` the spec or factory it came from, with ``params``, which the memory model builds
+    again under fake tensors (no memory model without one, or with ``memory_model=False``);
+    ``predict`` as for :func:`predicted_memory`.
+    ``set_items`` are the ``--set`` items as given, for the commands the report prints.
+
+    Raises:
+        ValueError: a selector that matches no rule, an unknown target or torch version.
+    """
+    from levers.audit import audit
+    from levers.audit.report import build_report
+    from levers.audit.rules.registry import select_rules
+
+    rules = [r.code for r in select_rules(list(select), list(ignore))]
+    memory = None
+    if memory_model and source is not None:
+        if progress is not None:
+            progress.say("predicting the step's GPU memory (levers memory)")
+        memory = predicted_memory(
+            source, dict(params or {}), capture, rules, target=target, predict=predict
+        )
+    result = audit(
+        capture,
+        target=target,
+        torch_version=torch_version,
+        assume_dtype=assume_dtype,
+        select=list(select),
+        ignore=list(ignore),
+        benchmark=benchmark,
+        scopes=step_scopes(workload),
+        memory=memory,
+        workload_spec=source if isinstance(source, str) else None,
+        set_items=list(set_items),
+    )
+    return AuditedStep(capture, result, build_report(capture, result), memory)
