@@ -310,3 +310,18 @@ def test_verified_choice_never_returns_a_plan_over_the_budget() -> None:
         inputs, 900, lambda plan: plan.predicted_peak_bytes + 450, sac_op_overhead_us=10.0
     )
     assert (plan.num_full, peak) == (4, 890)
+
+
+def test_verified_choice_tries_the_smallest_plan_when_a_larger_one_overshoots() -> None:
+    from levers.levers.ac_budget import choose_verified
+
+    inputs = _abc_inputs()
+
+    # the last block's recompute: every-block-full predicts 400 above its closed form (840),
+    # 3 of 4 full 500 above (1330); lowering 900 by that overshoot would aim under the smallest
+    # plan (440): a 900 budget still lands on every block full, not on an error
+    def predict_peak(plan):
+        return plan.predicted_peak_bytes + (400 if plan.num_full == 4 else 500)
+
+    plan, peak = choose_verified(inputs, 900, predict_peak, sac_op_overhead_us=10.0)
+    assert (plan.num_full, plan.num_selective, peak) == (4, 0, 840)

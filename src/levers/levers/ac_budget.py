@@ -298,10 +298,11 @@ def choose_verified(
         peak = checked_peak(plan, inputs, predict_peak(plan))
         if peak <= limit:
             return plan, peak
-        target = min(limit - (peak - plan.predicted_peak_bytes), plan.predicted_peak_bytes - 1)
-        if target < smallest:
+        if plan.predicted_peak_bytes <= smallest:  # the smallest plan was tried: none fits
             break
-        plan = choose(inputs, target, sac_op_overhead_us)
+        # another plan's error need not be this one's: never aim below the smallest plan
+        target = min(limit - (peak - plan.predicted_peak_bytes), plan.predicted_peak_bytes - 1)
+        plan = choose(inputs, max(target, smallest), sac_op_overhead_us)
     raise ValueError(
         f"ac-budget: no plan found whose checked peak fits {limit / 2**30:.2f} GiB (the last "
         f"tried, {_describe(plan, inputs)}, peaks at {peak / 2**30:.2f} GiB by a full "
