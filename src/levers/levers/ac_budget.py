@@ -15,7 +15,8 @@ from a GPU capture or estimated), each block gets one of three treatments:
 The plan checkpoints the first ``f`` blocks fully, the next ``s`` selectively (one ``S`` for
 all) and leaves the rest alone (``f + s <= L``)::
 
-    peak      = fixed + f * output + s * (output + bytes(S) + safety) + (L - f - s) * block_activations
+    peak      = fixed + f * output + s * (output + bytes(S) + safety)
+                + (L - f - s) * block_activations
     recompute = f * time(all) + s * (time(all) - time(S) + 2 * ops_per_block * sac_op_overhead_us)
 
 ``S`` grows greedily by recompute time per byte saved (the dearest to recompute per byte
@@ -137,7 +138,9 @@ def candidate_plans(
     for num_full in range(num_blocks + 1):
         full_kept = num_full * output
         rest = num_blocks - num_full
-        plans.append(_plan(inputs, num_full, 0, frozenset(), 0, num_full * total_us, full_kept + rest * activations))
+        plans.append(
+            _plan(inputs, num_full, 0, frozenset(), 0, num_full * total_us, full_kept + rest * activations)
+        )
         for num_selective in range(1, rest + 1):
             untouched = (rest - num_selective) * activations
             for save, nbytes, us in prefixes:
@@ -145,8 +148,9 @@ def candidate_plans(
                 recompute = num_full * total_us + num_selective * (
                     max(total_us - us, 0.0) + overhead_us
                 )
+                safety_bytes = num_selective * safety
                 plans.append(
-                    _plan(inputs, num_full, num_selective, save, nbytes, recompute, kept, num_selective * safety)
+                    _plan(inputs, num_full, num_selective, save, nbytes, recompute, kept, safety_bytes)
                 )
     return plans
 
