@@ -138,9 +138,8 @@ def candidate_plans(
     for num_full in range(num_blocks + 1):
         full_kept = num_full * output
         rest = num_blocks - num_full
-        plans.append(
-            _plan(inputs, num_full, 0, frozenset(), 0, num_full * total_us, full_kept + rest * activations)
-        )
+        no_selective = full_kept + rest * activations
+        plans.append(_plan(inputs, num_full, 0, frozenset(), 0, num_full * total_us, no_selective))
         for num_selective in range(1, rest + 1):
             untouched = (rest - num_selective) * activations
             for save, nbytes, us in prefixes:
@@ -148,9 +147,9 @@ def candidate_plans(
                 recompute = num_full * total_us + num_selective * (
                     max(total_us - us, 0.0) + overhead_us
                 )
-                safety_bytes = num_selective * safety
+                extra = num_selective * safety
                 plans.append(
-                    _plan(inputs, num_full, num_selective, save, nbytes, recompute, kept, safety_bytes)
+                    _plan(inputs, num_full, num_selective, save, nbytes, recompute, kept, extra)
                 )
     return plans
 
