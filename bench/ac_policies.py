@@ -24,12 +24,17 @@ Usage, from the repository root:
 
     python bench/ac_policies.py --out bench/results/ac_policies_h200      # the H200 run
     python bench/ac_policies.py --smoke --out /tmp/ac_smoke               # CPU, tiny shapes
+    python bench/ac_policies.py --batches 4 --out ...                     # the batch-4 rows only
+
+``levers list`` reads ``OUT/summary.json`` (with ``meta.json``) as the checkpointing levers'
+catalogue rows when OUT is ``bench/results/ac_policies_<gpu>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as futures
+import datetime
 import gc
 import json
 import multiprocessing
@@ -102,12 +107,14 @@ def predict_inputs_job(params: dict[str, Any], gpu: str) -> Any:
     return predict_inputs("hf", params, gpu)
 
 
-def verified_plan_job(params: dict[str, Any], gpu: str, inputs: Any, budget: int) -> Any:
+def verified_plan_job(
+    params: dict[str, Any], gpu: str, inputs: Any, budget: int, overhead_us: float
+) -> Any:
     from levers.levers.ac_budget import choose_verified, plan_peak_predictor
 
     predict_peak = plan_peak_predictor("hf", params, inputs, gpu)
     try:
-        plan, peak = choose_verified(inputs, budget, predict_peak)
+        plan, peak = choose_verified(inputs, budget, predict_peak, sac_op_overhead_us=overhead_us)
     except ValueError as exc:  # a budget under the smallest reachable peak
         return None, None, str(exc)
     return plan, peak, None
@@ -370,6 +377,8 @@ def plan_fields(plan: Any, inputs: Any, verified: Any) -> dict[str, Any]:
         "predicted_peak_bytes": verified,
         "plan": {
             "num_checkpointed": plan.num_checkpointed,
+            "num_full": plan.num_full,
+            "num_selective": plan.num_selective,
             "num_blocks": inputs.num_blocks,
             "saved_ops": sorted(f"{name}#{i}" for name, i in plan.save),
             "saved_bytes_per_block": plan.saved_bytes_per_block,
@@ -386,6 +395,15 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, few steps")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=None, help="CPU prediction workers")
+    parser.add_argument(
+        "--batches", default=None, help="comma-separated batch sizes (default 4,8; smoke 2,4)"
+    )
+    parser.add_argument(
+        "--sac-op-overhead-us",
+        type=float,
+        default=None,
+        help="ac-budget's per-op selective dispatch cost (default: the lever's)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -401,6 +419,11 @@ def main() -> None:
     steps = args.steps or (3 if smoke else 12)
     size = "tiny" if smoke else "1b"
     batches = (2, 4) if smoke else (4, 8)
+    if args.batches:
+        batches = tuple(int(b) for b in args.batches.split(","))
+    overhead_us = (
+        ac_budget.SAC_OP_OVERHEAD_US if args.sac_op_overhead_us is None else args.sac_op_overhead_us
+    )
     gpu_name = "cpu" if smoke else torch.cuda.get_device_name(device)
     spec_gpu = "h200"
     jobs = args.jobs or (2 if smoke else min(12, os.cpu_count() or 4))
@@ -463,12 +486,15 @@ def main() -> None:
             fractions = ("0.95", "0.9", "0.85", "0.8", "0.75") if b == small else ("0.9",)
             listed = [ac_budget.budget_bytes(f, inputs[b]) for f in fractions]
         else:
-            listed = [peak_of("torchtitan-op-sac", b), peak_of("ac-full", b)]
+            full_peak = peak_of("ac-full", b)
+            listed = [peak_of("torchtitan-op-sac", b), full_peak]
+            if full_peak:  # within 1% of ac-full's measured peak: the prediction's accuracy
+                listed.append(int(full_peak * 1.01))
             if b == small:
                 listed += [int(g * GIB) for g in (27, 25, 22, 20, 18.5, 17)]
         for budget in dict.fromkeys(x for x in listed if x):
             plan_jobs[(b, budget)] = pool.submit(
-                verified_plan_job, pred_params[b], spec_gpu, inputs[b], budget
+                verified_plan_job, pred_params[b], spec_gpu, inputs[b], budget, overhead_us
             )
 
     for (b, budget), job in plan_jobs.items():
@@ -490,6 +516,9 @@ def main() -> None:
     pool.shutdown()
 
     meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "sac_op_overhead_us": overhead_us,
+        "batches": list(batches),
         "commit": git_commit(),
         "torch": torch.__version__,
         "gpu": gpu_name,
@@ -506,7 +535,9 @@ def main() -> None:
 
     meta["seq_len"] = SIZES[size].seq_len
     for row in rows:
-        row.update({"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name})
+        row.update(
+            {"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name, "date": meta["date"]}
+        )
     write_json(args.out / "summary.json", rows)
     write_json(args.out / "meta.json", meta)
     frontier_svg([r for r in rows if "tokens_per_s" in r], args.out / "frontier.svg")

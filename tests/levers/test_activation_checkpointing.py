@@ -12,7 +12,14 @@ import torch
 
 from levers.blocks import repeated_blocks
 from levers.levers import load_all
-from levers.levers.ac_budget import budget_bytes, choose, frontier
+from levers.levers.ac_budget import (
+    SELECTIVE_PEAK_SAFETY,
+    BudgetPlan,
+    apply_plan,
+    budget_bytes,
+    choose,
+    frontier,
+)
 from levers.levers.ac_budget_inputs import BudgetInputs, OpCost
 from levers.levers.ac_selective import MatmulDecision
 from levers.levers.lever import NotApplicable, apply, parse_lever_spec
@@ -62,7 +69,7 @@ def synthetic_inputs(model: torch.nn.Module) -> BudgetInputs:
 
 
 def middle_budget(inputs: BudgetInputs) -> int:
-    plans = frontier(inputs)
+    plans = frontier(inputs, sac_op_overhead_us=0)  # a mix of full, selective and none
     return plans[len(plans) // 2].predicted_peak_bytes
 
 
@@ -71,7 +78,7 @@ def lever_options(name: str, workload) -> dict:
         return {"mm_flops_threshold": 0}
     if name == "ac-budget":
         inputs = synthetic_inputs(workload.model)
-        return {"inputs": inputs, "budget": middle_budget(inputs)}
+        return {"inputs": inputs, "budget": middle_budget(inputs), "sac_op_overhead_us": 0}
     return {}
 
 
@@ -157,28 +164,79 @@ def test_selective_logs_each_matmul_once_with_exact_shapes_and_flops(caplog) -> 
     undo()
 
 
-def test_solver_picks_the_fastest_plan_that_fits() -> None:
-    # per block: C is dearest to recompute per byte, then A, then B
+def _abc_inputs() -> BudgetInputs:
+    # per block: C is dearest to recompute per byte, then A, then B; 4 blocks of 400 bytes
     ops = (
         OpCost("A", 0, 100, 10.0, 0),
         OpCost("B", 0, 100, 1.0, 0),
         OpCost("C", 0, 50, 20.0, 0),
     )
-    inputs = BudgetInputs(ops, "blocks", 4, 400, 10, 2000, "estimated")
+    return BudgetInputs(ops, "blocks", 4, 400, 10, 2000, "estimated")
+
+
+def test_solver_picks_the_fastest_plan_that_fits() -> None:
+    inputs = _abc_inputs()
     assert inputs.fixed_bytes == 400
-    # k=3 blocks checkpointed: peak = 400 + 3 * (10 + saved) + 1 * 400
-    plan = choose(inputs, 1000)
-    assert (plan.num_checkpointed, plan.save, plan.predicted_peak_bytes) == (3, {("C", 0)}, 980)
+    safety = int(SELECTIVE_PEAK_SAFETY * 400)  # 40 per selective block
+    # without dispatch overhead: peak = 400 + f * 10 + s * (10 + saved + 40) + rest * 400
+    plan = choose(inputs, 1100, sac_op_overhead_us=0)
+    assert (plan.num_full, plan.num_selective, plan.save) == (0, 3, {("C", 0)})
+    assert plan.predicted_peak_bytes == 400 + 3 * (10 + 50 + safety) + 400 == 1100
     assert plan.recompute_us == pytest.approx(3 * 11.0)
-    plan = choose(inputs, 1300)
-    assert (plan.num_checkpointed, plan.save, plan.predicted_peak_bytes) == (
-        3,
-        {("C", 0), ("A", 0)},
-        1280,
-    )
-    assert choose(inputs, 830).save == frozenset()
+    plan = choose(inputs, 1400, sac_op_overhead_us=0)
+    assert (plan.num_full, plan.num_selective, plan.save) == (0, 3, {("C", 0), ("A", 0)})
+    assert plan.predicted_peak_bytes == 1400
+    plan = choose(inputs, 800, sac_op_overhead_us=0)
+    assert (plan.num_full, plan.num_selective, plan.save) == (0, 4, {("C", 0)})
+    # the last block may be checkpointed too: every block full is the smallest plan
+    plan = choose(inputs, 440, sac_op_overhead_us=0)
+    assert (plan.num_full, plan.num_selective, plan.predicted_peak_bytes) == (4, 0, 440)
     with pytest.raises(ValueError, match="no plan fits"):
-        choose(inputs, 829)
+        choose(inputs, 439, sac_op_overhead_us=0)
+
+
+def test_dispatch_overhead_makes_the_frontier_full_then_none() -> None:
+    inputs = _abc_inputs()
+    # each selective block pays 2 passes x 4 ops x 10 us = 80 us, more than a whole recompute
+    plans = frontier(inputs, sac_op_overhead_us=10.0)
+    assert [(p.num_full, p.num_selective) for p in plans] == [(4, 0), (3, 0), (2, 0), (1, 0), (0, 0)]
+    assert [p.predicted_peak_bytes for p in plans] == [440, 830, 1220, 1610, 2000]
+    assert [p.recompute_us for p in plans] == [124.0, 93.0, 62.0, 31.0, 0.0]
+    budgets = range(2100, 430, -10)  # shrinking
+    chosen = [choose(inputs, b, sac_op_overhead_us=10.0) for b in budgets]
+    assert all(p.num_selective == 0 and p.save == frozenset() for p in chosen)
+    peaks = [p.predicted_peak_bytes for p in chosen]
+    assert peaks == sorted(peaks, reverse=True)
+    assert all(p.predicted_peak_bytes <= b for p, b in zip(chosen, budgets))
+    # a small overhead leaves selective blocks worth their saving: C saves 20 of 31 us
+    cheap = choose(inputs, 800, sac_op_overhead_us=1.0)
+    assert (cheap.num_selective, cheap.save) == (4, {("C", 0)})
+
+
+def test_a_plan_of_full_blocks_uses_no_selective_context(monkeypatch) -> None:
+    import levers.levers.checkpointing as checkpointing
+
+    calls: list[bool] = []
+    real = checkpointing.checkpoint
+
+    def spy(fn, *args, **kwargs):
+        calls.append("context_fn" in kwargs)
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(checkpointing, "checkpoint", spy)
+    workload = load_workload("llama", {})
+    inputs = synthetic_inputs(workload.model)
+    full = BudgetPlan(inputs.num_blocks, 0, frozenset(), 0, 0, 0.0)
+    undo = apply_plan(workload.model, inputs, full)
+    workload.step()
+    undo()
+    assert calls == [False] * inputs.num_blocks
+    calls.clear()
+    mixed = BudgetPlan(1, 1, frozenset({("aten.mm.default", 0)}), 100, 0, 0.0)
+    undo = apply_plan(workload.model, inputs, mixed)
+    workload.step()
+    undo()
+    assert calls == [False, True]
 
 
 def test_budget_spellings() -> None:
@@ -200,16 +258,13 @@ def test_budget_choice_is_monotone_on_a_cpu_prediction() -> None:
     from levers.levers.ac_budget_inputs import predict_inputs
 
     inputs = predict_inputs("llama", {"size": "tiny", "batch_size": 4})
-    plans = frontier(inputs)
+    # without the H200's dispatch overhead, so that selective plans are on the frontier too
+    plans = frontier(inputs, sac_op_overhead_us=0)
     assert len(plans) > 5
     low, high = plans[0].predicted_peak_bytes, inputs.peak_bytes
     budgets = [high - (high - low) * i // 20 for i in range(21)]  # shrinking
-    chosen = [choose(inputs, b) for b in budgets]
-    kept = [
-        p.num_checkpointed * (inputs.block_output_bytes + p.saved_bytes_per_block)
-        + (inputs.num_blocks - p.num_checkpointed) * inputs.block_activation_bytes
-        for p in chosen
-    ]
+    chosen = [choose(inputs, b, sac_op_overhead_us=0) for b in budgets]
+    kept = [p.predicted_peak_bytes for p in chosen]
     assert all(a >= b for a, b in zip(kept, kept[1:]))
     assert kept[0] > kept[-1]
     assert all(p.predicted_peak_bytes <= b for p, b in zip(chosen, budgets))
@@ -230,18 +285,43 @@ def test_budget_needs_a_budget_and_inputs() -> None:
 def test_verified_choice_lowers_the_budget_by_the_overshoot() -> None:
     from levers.levers.ac_budget import choose_verified
 
-    ops = (
-        OpCost("A", 0, 100, 10.0, 0),
-        OpCost("B", 0, 100, 1.0, 0),
-        OpCost("C", 0, 50, 20.0, 0),
-    )
-    inputs = BudgetInputs(ops, "blocks", 4, 400, 10, 2000, "estimated")
+    inputs = _abc_inputs()
     asked = []
 
     def predict_peak(plan):  # a full prediction that finds 100 bytes more than the closed form
-        asked.append(plan.predicted_peak_bytes)
-        return plan.predicted_peak_bytes + 100
+        asked.append((plan.num_full, plan.num_selective, plan.predicted_peak_bytes))
+        return plan.predicted_peak_bytes + 100 - plan.num_selective * 40
 
-    plan, peak = choose_verified(inputs, 1000, predict_peak)
-    assert asked == [980, 830]
-    assert (plan.save, peak) == (frozenset(), 930)
+    # 1100 (3 selective, C) checks at 1200: lowered by 100 to 1000; 4 selective (800) checks
+    # at 900 <= 1100
+    plan, peak = choose_verified(inputs, 1100, predict_peak, sac_op_overhead_us=0)
+    assert asked == [(0, 3, 1100), (0, 4, 800)]
+    assert (plan.num_selective, plan.save, peak) == (4, {("C", 0)}, 900)
+
+
+def test_verified_choice_never_returns_a_plan_over_the_budget() -> None:
+    from levers.levers.ac_budget import choose_verified
+
+    inputs = _abc_inputs()
+    with pytest.raises(ValueError, match="no plan"):
+        choose_verified(inputs, 900, lambda plan: 10_000, sac_op_overhead_us=10.0)
+    # one that fits only at the smallest plan: reached, not overshot
+    plan, peak = choose_verified(
+        inputs, 900, lambda plan: plan.predicted_peak_bytes + 450, sac_op_overhead_us=10.0
+    )
+    assert (plan.num_full, peak) == (4, 890)
+
+
+def test_verified_choice_tries_the_smallest_plan_when_a_larger_one_overshoots() -> None:
+    from levers.levers.ac_budget import choose_verified
+
+    inputs = _abc_inputs()
+
+    # the last block's recompute: every-block-full predicts 400 above its closed form (840),
+    # 3 of 4 full 500 above (1330); lowering 900 by that overshoot would aim under the smallest
+    # plan (440): a 900 budget still lands on every block full, not on an error
+    def predict_peak(plan):
+        return plan.predicted_peak_bytes + (400 if plan.num_full == 4 else 500)
+
+    plan, peak = choose_verified(inputs, 900, predict_peak, sac_op_overhead_us=10.0)
+    assert (plan.num_full, plan.num_selective, peak) == (4, 0, 840)

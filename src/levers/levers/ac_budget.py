@@ -2,33 +2,50 @@
 
 Given one block's ops with the bytes each output would keep and the time each would cost to
 recompute (:mod:`levers.levers.ac_budget_inputs`: bytes from levers memory's prediction, times
-from a GPU capture or estimated), the plan is: checkpoint the first ``k`` blocks, saving in each
-the outputs of a set ``S`` of ops and recomputing the rest, and leave the last ``L - k`` blocks
-alone. The last block never needs checkpointing: backward recomputes it at once, when the
-memory it would free is needed again, so ``k <= L - 1``.
+from a GPU capture or estimated), each block gets one of three treatments:
 
-    peak(k, S)      = fixed + k * (output + bytes(S)) + (L - k) * block_activations
-    recompute(k, S) = k * (time(all ops) - time(S))
+- ``none``: not checkpointed; it keeps all its activations (``block_activations``);
+- ``full``: plain non-reentrant checkpointing, no selective context; it keeps its output only
+  and recomputes every op;
+- ``selective``: checkpointed with a selective policy saving the outputs of a set ``S`` of ops;
+  it keeps ``output + bytes(S)`` and recomputes the rest. A selective policy is a
+  ``TorchDispatchMode`` called for every aten op of the block, in forward and in the recompute,
+  so each selective block also pays ``sac_op_overhead_us`` per op and pass.
 
-``S`` grows greedily by recompute time per byte saved (the ops that are dearest to recompute
-per byte first). Every (k, prefix of that order) is a candidate plan; the candidates that no
-other beats on both peak and time form a frontier, and a budget takes the fastest frontier plan
-whose predicted peak fits. On that frontier time falls strictly as the peak rises, so a smaller
-budget never gets a plan with a larger peak: the choice is monotone in the budget.
+The plan checkpoints the first ``f`` blocks fully, the next ``s`` selectively (one ``S`` for
+all) and leaves the rest alone (``f + s <= L``)::
 
-The closed form misses the moment of a block's recompute, where the peak can move once blocks
-save outputs (up to about one block's activations on the 1b llama). When the workload can be
-predicted (the ``workload`` option), the chosen plan is checked by a full prediction of the step
-with the plan applied (levers memory, on fake tensors) and chosen again under a budget lowered
-by any overshoot (:func:`choose_verified`).
+    peak      = fixed + f * output + s * (output + bytes(S) + safety)
+                + (L - f - s) * block_activations
+    recompute = f * time(all) + s * (time(all) - time(S) + 2 * ops_per_block * sac_op_overhead_us)
+
+``S`` grows greedily by recompute time per byte saved (the dearest to recompute per byte
+first). Every (f, s, prefix of that order) is a candidate; the candidates that no other beats
+on both peak and time form a frontier, and a budget takes the fastest frontier plan whose
+predicted peak fits. On that frontier time falls strictly as the peak rises, so a smaller budget
+never gets a plan with a larger peak: the choice is monotone in the budget. Where the overhead
+outweighs what ``S`` saves (a host-bound eager step), the frontier is "the first ``k`` blocks
+full, the rest none", between no checkpointing and checkpointing every block.
+
+``sac_op_overhead_us`` (default :data:`SAC_OP_OVERHEAD_US`) and ``safety`` (a selective block's
+:data:`SELECTIVE_PEAK_SAFETY` of one block's activations) are calibrated on the H200: see
+``docs/activation-checkpointing.md``.
+
+The closed form misses the moment of a block's recompute, where the peak can move (once blocks
+save outputs, or when every block is checkpointed and the last one is recomputed right after the
+loss). When the workload can be predicted (the ``workload`` option), each chosen plan is checked
+by a full prediction of the step with the plan applied (levers memory, on fake tensors) plus the
+selective safety term, and chosen again under a lower budget until one fits
+(:func:`choose_verified`); a plan whose checked peak exceeds the budget is never applied.
 
 The budget is bytes (``20GiB``, ``512MiB``, ``2e10``) or a fraction of the no-checkpointing
 block activations (``0.5``, ``50%``): ``fixed + fraction * L * block_activations``.
 
-Options: ``budget`` (required), and where the inputs come from: ``inputs`` (a
-:class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to predict, e.g. ``hf``;
-its factory parameters are the workload's own) with ``gpu`` (default ``h200``). From the command
-line: ``levers ab hf --set size=1b --lever ac-budget:budget=22GiB:workload=hf``.
+Options: ``budget`` (required), ``sac_op_overhead_us``, and where the inputs come from:
+``inputs`` (a :class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to
+predict, e.g. ``hf``; its factory parameters are the workload's own) with ``gpu`` (default
+``h200``). From the command line:
+``levers ab hf --set size=1b --lever ac-budget:budget=22GiB:workload=hf``.
 """
 
 from __future__ import annotations
@@ -48,18 +65,45 @@ from levers.vocab import EXACT
 
 logger = logging.getLogger(__name__)
 
-MAX_VERIFY_ROUNDS = 3
+# Host time a selective policy adds per op and pass (forward, recompute), in microseconds.
+# From bench/results/ac_policies_h200 (hf llama 1b, batch 4, eager, host-bound): torchtitan's
+# op-SAC step took 265.5 ms (30.85k tokens/s) against plain block checkpointing's 193.5 ms
+# (42.33k), over 16 blocks x 2 passes x 52 ops per block as ac-budget counts them (the 51 ops
+# that write memory and the block's output): 72.0 ms / 1664 = 43.3 us. A floor, since op-SAC
+# also recomputes less than plain checkpointing does; at batch 8 (less host-bound) the gap was
+# 9.6 ms, so the constant is pessimistic where the GPU, not the host, sets the step time.
+SAC_OP_OVERHEAD_US = 43.3
+# What a selective block may add to the checked peak, as a fraction of one block's activations:
+# on the H200 the measured peak of plans saving ops exceeded the full prediction by up to 9.4%
+# of a block's activations per selective block (batch 4 and batch 8 alike); plans with nothing
+# saved matched it within 0.04 GiB.
+SELECTIVE_PEAK_SAFETY = 0.10
+MAX_VERIFY_ROUNDS = 4
 _UNITS = {"gib": 2**30, "gb": 10**9, "mib": 2**20, "mb": 10**6, "kib": 2**10, "b": 1}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    num_checkpointed: int  # the first k blocks are checkpointed, the rest are not
-    save: frozenset[tuple[str, int]]  # the op keys each checkpointed block saves
-    saved_bytes_per_block: int  # bytes(S), without the block's output
-    predicted_peak_bytes: int
-    recompute_us: float  # per step, over all checkpointed blocks
+    num_full: int  # the first blocks: plain checkpointing, no selective context
+    num_selective: int  # the next blocks: selective, saving ``save``; the rest are not touched
+    save: frozenset[tuple[str, int]]  # the op keys each selective block saves
+    saved_bytes_per_block: int  # bytes(S) of a selective block, without the block's output
+    predicted_peak_bytes: int  # closed form, selective safety included
+    recompute_us: float  # per step, over all checkpointed blocks, selective overhead included
+    kept_bytes: int = 0  # what the blocks keep for backward at the end of forward
+
+    @property
+    def num_checkpointed(self) -> int:
+        return self.num_full + self.num_selective
+
+    def kinds(self, num_blocks: int) -> list[str]:
+        """Each block's treatment, in block order: "full", "selective" or "none"."""
+        return (
+            ["full"] * self.num_full
+            + ["selective"] * self.num_selective
+            + ["none"] * (num_blocks - self.num_checkpointed)
+        )
 
 
 def order_by_value(ops: tuple[OpCost, ...]) -> list[OpCost]:
@@ -68,37 +112,77 @@ def order_by_value(ops: tuple[OpCost, ...]) -> list[OpCost]:
     return sorted(worth, key=lambda op: -op.time_us / op.saved_bytes)
 
 
-def candidate_plans(inputs: BudgetInputs) -> list[BudgetPlan]:
+def selective_overhead_us(inputs: BudgetInputs, sac_op_overhead_us: float) -> float:
+    """What one selective block adds per step: the policy's call for each op (the block's ops
+    and its output op), in forward and in the recompute."""
+    return 2 * (len(inputs.ops) + 1) * sac_op_overhead_us
+
+
+def candidate_plans(
+    inputs: BudgetInputs, sac_op_overhead_us: float = SAC_OP_OVERHEAD_US
+) -> list[BudgetPlan]:
     order = order_by_value(inputs.ops)
     total_us = sum(op.time_us for op in inputs.ops)
+    overhead_us = selective_overhead_us(inputs, sac_op_overhead_us)
+    safety = int(SELECTIVE_PEAK_SAFETY * inputs.block_activation_bytes)
     num_blocks = inputs.num_blocks
-    plans = [
-        BudgetPlan(0, frozenset(), 0, inputs.peak_bytes, 0.0)
-    ]  # no checkpointing at all
-    for k in range(1, num_blocks):
-        saved_bytes, saved_us, keys = 0, 0.0, []
-        for j in range(len(order) + 1):
-            if j:
-                op = order[j - 1]
-                saved_bytes += op.saved_bytes
-                saved_us += op.time_us
-                keys.append(op.key)
-            peak = (
-                inputs.fixed_bytes
-                + k * (inputs.block_output_bytes + saved_bytes)
-                + (num_blocks - k) * inputs.block_activation_bytes
-            )
-            plans.append(
-                BudgetPlan(k, frozenset(keys), saved_bytes, peak, k * max(total_us - saved_us, 0.0))
-            )
+    output, activations = inputs.block_output_bytes, inputs.block_activation_bytes
+    prefixes = []  # (keys, bytes(S), time(S)) for each non-empty prefix of the order
+    saved_bytes, saved_us, keys = 0, 0.0, []
+    for op in order:
+        saved_bytes += op.saved_bytes
+        saved_us += op.time_us
+        keys.append(op.key)
+        prefixes.append((frozenset(keys), saved_bytes, saved_us))
+    plans = []
+    for num_full in range(num_blocks + 1):
+        full_kept = num_full * output
+        rest = num_blocks - num_full
+        no_selective = full_kept + rest * activations
+        plans.append(_plan(inputs, num_full, 0, frozenset(), 0, num_full * total_us, no_selective))
+        for num_selective in range(1, rest + 1):
+            untouched = (rest - num_selective) * activations
+            for save, nbytes, us in prefixes:
+                kept = full_kept + num_selective * (output + nbytes) + untouched
+                recompute = num_full * total_us + num_selective * (
+                    max(total_us - us, 0.0) + overhead_us
+                )
+                extra = num_selective * safety
+                plans.append(
+                    _plan(inputs, num_full, num_selective, save, nbytes, recompute, kept, extra)
+                )
     return plans
 
 
-def frontier(inputs: BudgetInputs) -> list[BudgetPlan]:
+def _plan(
+    inputs: BudgetInputs,
+    num_full: int,
+    num_selective: int,
+    save: frozenset[tuple[str, int]],
+    saved_bytes: int,
+    recompute_us: float,
+    kept_bytes: int,
+    safety_bytes: int = 0,
+) -> BudgetPlan:
+    peak = inputs.fixed_bytes + kept_bytes + safety_bytes
+    if num_full + num_selective == 0:
+        peak = inputs.peak_bytes
+    return BudgetPlan(num_full, num_selective, save, saved_bytes, peak, recompute_us, kept_bytes)
+
+
+def frontier(
+    inputs: BudgetInputs, sac_op_overhead_us: float = SAC_OP_OVERHEAD_US
+) -> list[BudgetPlan]:
     """The plans no other beats on both predicted peak and recompute time, by rising peak."""
     ranked = sorted(
-        candidate_plans(inputs),
-        key=lambda p: (p.predicted_peak_bytes, p.recompute_us, p.num_checkpointed, len(p.save)),
+        candidate_plans(inputs, sac_op_overhead_us),
+        key=lambda p: (
+            p.predicted_peak_bytes,
+            p.recompute_us,
+            p.num_selective,
+            p.num_checkpointed,
+            len(p.save),
+        ),
     )
     kept: list[BudgetPlan] = []
     for plan in ranked:
@@ -109,6 +193,8 @@ def frontier(inputs: BudgetInputs) -> list[BudgetPlan]:
 
 def budget_bytes(budget: Any, inputs: BudgetInputs) -> int:
     """The peak budget in bytes from ``"20GiB"``, a byte count, or a fraction (``0.5``, ``50%``)."""
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        return budget
     text = str(budget).strip()
     if text.endswith("%"):
         fraction = _number(text[:-1], budget) / 100
@@ -135,37 +221,36 @@ def _number(text: str, budget: Any) -> float:
         raise ValueError(f"ac-budget: cannot read the budget {budget!r}; write e.g. 50%") from None
 
 
-def choose(inputs: BudgetInputs, budget: Any) -> BudgetPlan:
+def choose(
+    inputs: BudgetInputs, budget: Any, sac_op_overhead_us: float = SAC_OP_OVERHEAD_US
+) -> BudgetPlan:
     """The fastest plan whose predicted peak fits ``budget``."""
     limit = budget_bytes(budget, inputs)
-    plans = frontier(inputs)
+    plans = frontier(inputs, sac_op_overhead_us)
     fitting = [p for p in plans if p.predicted_peak_bytes <= limit]
     if not fitting:
         smallest = plans[0]
         raise ValueError(
             f"ac-budget: no plan fits {limit / 2**30:.2f} GiB; the smallest predicted peak is "
-            f"{smallest.predicted_peak_bytes / 2**30:.2f} GiB (every block but the last "
-            "checkpointed, nothing saved). Raise the budget or lower the batch size"
+            f"{smallest.predicted_peak_bytes / 2**30:.2f} GiB ({_describe(smallest, inputs)}). "
+            "Raise the budget or lower the batch size"
         )
     return fitting[-1]
 
 
-@dataclass
-class BudgetHandle:
-    """The undo of ``ac-budget``, with the plan it applied and what it was chosen from."""
-
-    undo: Undo
-    plan: BudgetPlan
-    inputs: BudgetInputs
-    budget_bytes: int
-
-    def __call__(self) -> None:
-        self.undo()
+def _describe(plan: BudgetPlan, inputs: BudgetInputs) -> str:
+    parts = []
+    if plan.num_full:
+        parts.append(f"{plan.num_full} of {inputs.num_blocks} blocks fully checkpointed")
+    if plan.num_selective:
+        parts.append(f"{plan.num_selective} selective saving {len(plan.save)} ops")
+    return ", ".join(parts) or "no checkpointing"
 
 
 def apply_plan(model: Any, inputs: BudgetInputs, plan: BudgetPlan) -> Undo:
-    """Checkpoint the first ``plan.num_checkpointed`` blocks of ``inputs.container``, saving
-    ``plan.save`` in each; returns the undo."""
+    """Checkpoint the first ``plan.num_full`` blocks of ``inputs.container`` plainly (no
+    selective context) and the next ``plan.num_selective`` saving ``plan.save``; returns the
+    undo."""
     blocks, reason = blocks_or_reason(model)
     if reason is not None:
         raise ValueError(f"ac-budget cannot apply: {reason}")
@@ -176,8 +261,19 @@ def apply_plan(model: Any, inputs: BudgetInputs, plan: BudgetPlan) -> Undo:
             f"the model has {len(blocks)} there; predict the workload the lever is applied to"
         )
     make_policy = keyed_policy(plan.save)
-    return wrap_blocks(
-        model, blocks[: plan.num_checkpointed], lambda position, block: lambda: contexts(make_policy)
+
+    def context_fn_for(position: int, block: Any) -> Callable[[], Any]:
+        if position < plan.num_full:
+            return lambda: None  # plain checkpointing: no dispatch mode per op
+        return lambda: contexts(make_policy)
+
+    return wrap_blocks(model, blocks[: plan.num_checkpointed], context_fn_for)
+
+
+def checked_peak(plan: BudgetPlan, inputs: BudgetInputs, predicted_peak: int) -> int:
+    """A full prediction's peak plus the selective safety term (what it missed on the H200)."""
+    return predicted_peak + int(
+        plan.num_selective * SELECTIVE_PEAK_SAFETY * inputs.block_activation_bytes
     )
 
 
@@ -187,24 +283,34 @@ def choose_verified(
     predict_peak: Callable[[BudgetPlan], int],
     *,
     max_rounds: int = MAX_VERIFY_ROUNDS,
+    sac_op_overhead_us: float = SAC_OP_OVERHEAD_US,
 ) -> tuple[BudgetPlan, int]:
-    """The fastest plan whose peak, predicted by running the step with the plan applied
-    (``predict_peak``, levers memory on fake tensors), fits ``budget``; and that peak.
+    """The fastest plan whose checked peak (:func:`checked_peak` of ``predict_peak``, levers
+    memory on fake tensors with the plan applied) fits ``budget``; and that peak.
 
-    The closed-form peak misses what happens during a block's recompute (the peak can move
-    there once blocks save outputs), so each chosen plan is checked by a full prediction and,
-    when it overshoots, the plan is chosen again under a budget lowered by the overshoot.
+    The closed-form peak misses what happens during a block's recompute, so each chosen plan is
+    checked by a full prediction and, when it overshoots, the plan is chosen again under a
+    budget lowered by the overshoot (and at least below the plan's own closed-form peak, so
+    every round tries a smaller plan). Raises when no plan is found to fit within
+    ``max_rounds`` predictions: a plan over the budget is never returned.
     """
     limit = budget_bytes(budget, inputs)
-    target = limit
+    plan = choose(inputs, limit, sac_op_overhead_us)  # raises when nothing fits even closed-form
+    smallest = frontier(inputs, sac_op_overhead_us)[0].predicted_peak_bytes
     for _ in range(max_rounds):
-        plan = choose(inputs, target)
-        peak = predict_peak(plan)
+        peak = checked_peak(plan, inputs, predict_peak(plan))
         if peak <= limit:
             return plan, peak
-        target -= peak - limit
-    plan = choose(inputs, target)
-    return plan, predict_peak(plan)
+        if plan.predicted_peak_bytes <= smallest:  # the smallest plan was tried: none fits
+            break
+        # another plan's error need not be this one's: never aim below the smallest plan
+        target = min(limit - (peak - plan.predicted_peak_bytes), plan.predicted_peak_bytes - 1)
+        plan = choose(inputs, max(target, smallest), sac_op_overhead_us)
+    raise ValueError(
+        f"ac-budget: no plan found whose checked peak fits {limit / 2**30:.2f} GiB (the last "
+        f"tried, {_describe(plan, inputs)}, peaks at {peak / 2**30:.2f} GiB by a full "
+        "prediction). Raise the budget or lower the batch size"
+    )
 
 
 @dataclass
@@ -215,7 +321,7 @@ class BudgetHandle:
     plan: BudgetPlan
     inputs: BudgetInputs
     budget_bytes: int
-    verified_peak_bytes: int | None = None  # the plan's peak by a full prediction, if run
+    verified_peak_bytes: int | None = None  # the plan's checked peak by a full prediction
 
     def __call__(self) -> None:
         self.undo()
@@ -226,19 +332,22 @@ def checkpoint_within(
     inputs: BudgetInputs,
     budget: Any,
     predict_peak: Callable[[BudgetPlan], int] | None = None,
+    sac_op_overhead_us: float = SAC_OP_OVERHEAD_US,
 ) -> BudgetHandle:
     """Apply the fastest plan for ``budget`` to ``model``'s repeated blocks (checked by
     ``predict_peak`` when given, see :func:`choose_verified`)."""
     verified = None
     if predict_peak is None:
-        plan = choose(inputs, budget)
+        plan = choose(inputs, budget, sac_op_overhead_us)
     else:
-        plan, verified = choose_verified(inputs, budget, predict_peak)
+        plan, verified = choose_verified(
+            inputs, budget, predict_peak, sac_op_overhead_us=sac_op_overhead_us
+        )
     undo = apply_plan(model, inputs, plan)
     logger.info(
-        "ac-budget: %d of %d blocks checkpointed, %d ops saved per block (%.0f MiB), predicted "
+        "ac-budget: %s of %d blocks, %d ops saved per selective block (%.0f MiB), predicted "
         "peak %.2f GiB%s, recompute %.1f ms per step (%s times)",
-        plan.num_checkpointed,
+        _describe(plan, inputs),
         inputs.num_blocks,
         len(plan.save),
         plan.saved_bytes_per_block / 2**20,
@@ -300,10 +409,24 @@ def applies(target: Target) -> str | None:
     return None
 
 
+def _overhead_of(options: dict[str, Any]) -> float:
+    raw = options.get("sac_op_overhead_us", SAC_OP_OVERHEAD_US)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if value < 0:
+        raise ValueError(
+            f"ac-budget: sac_op_overhead_us must be microseconds >= 0 (e.g. 43.3), got {raw!r}"
+        )
+    return value
+
+
 def patch(target: Target) -> Undo:
+    overhead = _overhead_of(target.options)
     inputs = _inputs_of(target)
     return checkpoint_within(
-        target.model, inputs, target.options["budget"], _predictor_of(target, inputs)
+        target.model, inputs, target.options["budget"], _predictor_of(target, inputs), overhead
     )
 
 
@@ -315,6 +438,6 @@ LEVER = register(
         fixes=("MEM001",),
         applies=applies,
         patch=patch,
-        options=("budget", "inputs", "workload", "gpu"),
+        options=("budget", "sac_op_overhead_us", "inputs", "workload", "gpu"),
     )
 )

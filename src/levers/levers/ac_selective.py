@@ -32,10 +32,11 @@ from levers.vocab import EXACT
 
 logger = logging.getLogger(__name__)
 
-# PROVISIONAL until bench/ac_policies.py's knee measurement on the H200 replaces it: 2*m*n*k of
-# a [8192 x 512] @ [512 x 512] matmul (a width-512 projection over 8192 tokens), below which
-# the H200 recomputes faster per byte saved than the large matmuls of a 1b block. See the doc.
-DEFAULT_MM_FLOPS_THRESHOLD = 2 * 8192 * 512 * 512
+# Measured on the H200 (bench/results/ac_policies_h200/knee.json, bf16): from 2*m*k*n of an
+# [8192 x 1536] @ [1536 x 1536] matmul (3.87e10 FLOPs) up, every matmul costs at least twice as
+# much per byte of output to recompute as a memory-bound op writing the same bytes; below it
+# recomputing is cheap per byte saved. See docs/activation-checkpointing.md.
+DEFAULT_MM_FLOPS_THRESHOLD = 2 * 8192 * 1536 * 1536
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ levers) measured against a baseline at one workload and shape:
      "gpu": ..., "torch": ..., "commit": ..., "date": ...}
 
 A ratio whose CI95 contains 1 is "no effect"; below 1 is "slower". Both are shown, never hidden.
+
+The activation-checkpointing levers are measured by ``bench/ac_policies.py`` instead, whose
+``bench/results/ac_policies_<gpu>/summary.json`` (one row per policy, batch and budget, with
+``meta.json`` beside it) is read too (:func:`ac_policy_rows`): each lever row becomes a
+measurement against ``none`` at the same batch, its ratio's CI95 from the two CI95s (the
+lever's low over none's high, and high over low), its peak change the difference of the two
+peak-allocated figures. Peers (``torchtitan-op-sac``) are not levers and are skipped.
 """
 
 from __future__ import annotations
@@ -64,13 +71,67 @@ class Measurement:
         return out
 
 
+AC_LEVERS = ("ac-full", "ac-selective", "ac-budget")
+
+
 def catalogue_paths(explicit: str | os.PathLike | None = None) -> list[Path]:
-    """The catalogue files to read: the one named, else $LEVERS_CATALOGUE, else the repo's."""
+    """The catalogue files to read: the one named, else $LEVERS_CATALOGUE, else the repo's
+    (``levers_catalogue_*/catalogue.json`` and ``ac_policies_*/summary.json``)."""
     if explicit is not None:
         return [Path(explicit)]
     if os.environ.get(ENV):
         return [Path(os.environ[ENV])]
-    return sorted(_REPO_RESULTS.glob("levers_catalogue_*/catalogue.json"))
+    return sorted(_REPO_RESULTS.glob("levers_catalogue_*/catalogue.json")) + sorted(
+        _REPO_RESULTS.glob("ac_policies_*/summary.json")
+    )
+
+
+def ac_policy_rows(path: Path) -> list[Measurement]:
+    """Measurements of the checkpointing levers from ``bench/ac_policies.py``'s summary."""
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    meta_path = path.with_name("meta.json")
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    base = {r["batch_size"]: r for r in rows if r["policy"] == "none" and r.get("tokens_per_s")}
+    out = []
+    for row in rows:
+        if row["policy"] not in AC_LEVERS or row["batch_size"] not in base:
+            continue
+        none = base[row["batch_size"]]
+        shape = (
+            f"arch={meta.get('arch', '?')} size={meta.get('size', '?')} "
+            f"batch_size={row['batch_size']} seq_len={meta.get('seq_len', '?')}"
+        )
+        if row.get("budget_bytes"):
+            shape += f" budget={row['budget_bytes'] / 2**30:.2f}GiB"
+        ok = bool(row.get("tokens_per_s")) and not row.get("error")
+        ratio = ci95 = delta = None
+        if ok:
+            ratio = row["tokens_per_s"] / none["tokens_per_s"]
+            (low, high), (none_low, none_high) = row["tokens_per_s_ci95"], none["tokens_per_s_ci95"]
+            ci95 = (low / none_high, high / none_low)
+            if row.get("peak_allocated_bytes") and none.get("peak_allocated_bytes"):
+                delta = float(row["peak_allocated_bytes"] - none["peak_allocated_bytes"])
+        out.append(
+            Measurement(
+                lever=row["policy"],
+                levers=(row["policy"],),
+                workload=meta.get("workload", "hf"),
+                shape=shape,
+                baseline="none",
+                status="ok" if ok else "failed",
+                tokens_per_s_ratio=ratio,
+                tokens_per_s_ratio_ci95=ci95,
+                peak_reserved_delta_bytes=None,
+                peak_allocated_delta_bytes=delta,
+                peak_allocated_delta_ci95=None,
+                gpu=row.get("gpu", meta.get("gpu", "?")),
+                torch=row.get("torch", meta.get("torch", "?")),
+                commit=row.get("commit", meta.get("commit", "?")),
+                date=row.get("date", meta.get("date", "?")),
+                error=row.get("error"),
+            )
+        )
+    return out
 
 
 def _pair(value: Any) -> tuple[float, float] | None:
@@ -85,6 +146,9 @@ def read_catalogue(explicit: str | os.PathLike | None = None) -> list[Measuremen
     for path in catalogue_paths(explicit):
         if not path.exists():
             raise FileNotFoundError(f"no catalogue at {path}; bench/levers_vs_peers.py writes one")
+        if path.name == "summary.json":  # bench/ac_policies.py's rows
+            rows.extend(ac_policy_rows(path))
+            continue
         doc = json.loads(path.read_text(encoding="utf-8"))
         for row in doc.get("rows", []):
             rows.append(
