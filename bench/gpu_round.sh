@@ -52,5 +52,8 @@ for job in "$@"; do
         ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
         *) echo "unknown job $job" ;;
     esac
+    # packed after every job (to a temporary name, then moved), so a call cut short keeps the
+    # jobs that finished
+    tar -czf "$OUT/.round.tgz" -C "$OUT" round && mv "$OUT/.round.tgz" "$OUT/round.tgz"
 done
-tar -czf "$OUT/round.tgz" -C "$OUT" round && ls -la "$OUT/round.tgz"
+ls -la "$OUT/round.tgz"
