@@ -40,7 +40,9 @@ for job in "$@"; do
         peers_llama) run peers_llama 420 python bench/levers_vs_peers.py --only llama \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         peers_more) mkdir -p "$R/levers_vs_peers_h200"
-            cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+            # start from the committed rows unless this call already wrote some (peers_llama)
+            [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
+                cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
             run peers_more 420 python bench/levers_vs_peers.py --only qwen2,demo \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         ranking) run ranking 240 python bench/audit_ranking.py --out "$R/audit_ranking_h200" ;;
