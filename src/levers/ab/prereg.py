@@ -88,59 +88,79 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         raise PreregError(f"{where} is not valid TOML: {exc}; fix the file and run again") from None
 
 
-def _require(cond: bool, where: str, message: str) -> None:
+def require(cond: bool, where: str, message: str) -> None:
+    """A pre-registration check: ``PreregError`` naming the file when ``cond`` is false."""
     if not cond:
         raise PreregError(f"{where}: {message}")
 
 
+
+
+def decision_rule(raw: dict[str, Any], expectations: tuple, where: str) -> str:
+    """The frozen decision rule, after checking the numbered expectations it decides on (at
+    least one, ids unique); shared by step-time and run pre-registrations."""
+    require(expectations != (), where, "bank at least one numbered [[expectations]] entry")
+    ids = [e.id for e in expectations]
+    require(len(set(ids)) == len(ids), where, f"expectation ids repeat: {ids}")
+    decision = raw.get("decision", {})
+    require(
+        isinstance(decision, dict)
+        and isinstance(decision.get("rule"), str)
+        and decision["rule"].strip() != "",
+        where,
+        'state the decision rule ([decision] rule = "...")',
+    )
+    return decision["rule"]
+
+
 def _expectation(raw: Any, where: str) -> Expectation:
-    _require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
+    require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
     missing = [k for k in ("id", "read", "direction", "size", "confidence", "text") if k not in raw]
-    _require(not missing, where, f"an expectation lacks {', '.join(missing)}")
+    require(not missing, where, f"an expectation lacks {', '.join(missing)}")
     exp = Expectation(
         raw["id"], raw["read"], raw["direction"], raw["size"], raw["confidence"], raw["text"]
     )
     tag = f"expectation {exp.id!r}"
-    _require(isinstance(exp.id, int) and exp.id > 0, where, f"{tag}: id must be a positive integer")
-    _require(exp.read in READS, where, f"{tag}: read must be one of {sorted(READS)}")
-    _require(exp.direction in DIRECTIONS, where, f"{tag}: direction must be one of {DIRECTIONS}")
-    _require(
+    require(isinstance(exp.id, int) and exp.id > 0, where, f"{tag}: id must be a positive integer")
+    require(exp.read in READS, where, f"{tag}: read must be one of {sorted(READS)}")
+    require(exp.direction in DIRECTIONS, where, f"{tag}: direction must be one of {DIRECTIONS}")
+    require(
         exp.read != "parity" or exp.direction == "same",
         where,
         f"{tag}: the parity read takes direction 'same'",
     )
-    _require(
+    require(
         isinstance(exp.size, (int, float)) and exp.size >= 0,
         where,
         f"{tag}: size is a relative change >= 0 (0.05 = 5%)",
     )
-    _require(
+    require(
         exp.confidence in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
     )
-    _require(isinstance(exp.text, str) and exp.text.strip() != "", where, f"{tag}: text is empty")
+    require(isinstance(exp.text, str) and exp.text.strip() != "", where, f"{tag}: text is empty")
     return Expectation(exp.id, exp.read, exp.direction, float(exp.size), exp.confidence, exp.text)
 
 
 def _check_design(design: dict[str, Any], where: str) -> None:
     unknown = sorted(set(design) - set(DESIGN_DEFAULTS))
-    _require(not unknown, where, f"unknown design keys {unknown}; known: {sorted(DESIGN_DEFAULTS)}")
+    require(not unknown, where, f"unknown design keys {unknown}; known: {sorted(DESIGN_DEFAULTS)}")
     # a file written before the vocabulary was one says "numerics-changing": still read
     if design.get("exactness") is not None:
         design["exactness"] = fix_safety(design["exactness"])
-    _require(
+    require(
         design.get("exactness") in (None, *FIX_SAFETIES),
         where,
         f'design.exactness must be "{EXACT}" or "{CHANGES_NUMERICS}"',
     )
     for key in ("params", "params_b"):
-        _require(isinstance(design.get(key, {}), dict), where, f"design.{key} must be a table")
-    _require(isinstance(design.get("levers", []), list), where, "design.levers must be a list")
+        require(isinstance(design.get(key, {}), dict), where, f"design.{key} must be a table")
+    require(isinstance(design.get("levers", []), list), where, "design.levers must be a list")
 
 
 def _check_kill(kill: dict[str, Any], where: str) -> None:
     unknown = sorted(set(kill) - set(KILL_KEYS))
-    _require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
-    _require(
+    require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
+    require(
         kill.get("nonfinite_loss", True) is True,
         where,
         "kill.nonfinite_loss cannot be turned off: a NaN/inf loss always stops a run",
@@ -148,15 +168,15 @@ def _check_kill(kill: dict[str, Any], where: str) -> None:
 
 
 def _amendment(raw: Any, where: str) -> Amendment:
-    _require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
+    require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
     unknown = sorted(set(raw) - {"text", "date", "design", "kill"})
-    _require(
+    require(
         not unknown,
         where,
         f"an amendment may hold text, date, design and kill, not {unknown} "
         "(expectations are banked before data and never amended)",
     )
-    _require(
+    require(
         isinstance(raw.get("text"), str) and raw["text"].strip() != "",
         where,
         "every amendment needs a text saying what changed and why",
@@ -171,14 +191,14 @@ def parse_prereg(text: str, where: str = "the pre-registration") -> Prereg:
     """Validate a pre-registration's text and apply its amendments to design and kill."""
     raw = parse_toml(text, where)
     unknown = sorted(set(raw) - set(TOP_LEVEL_KEYS))
-    _require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
-    _require(
+    require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
+    require(
         isinstance(raw.get("question"), str) and raw["question"].strip() != "",
         where,
         'state the question (question = "...")',
     )
     reads = raw.get("reads", list(READS))
-    _require(
+    require(
         isinstance(reads, list) and all(r in READS for r in reads),
         where,
         f"reads must be a list drawn from {sorted(READS)}",
@@ -187,30 +207,20 @@ def parse_prereg(text: str, where: str = "the pre-registration") -> Prereg:
     _check_design(design_raw, where)
     _check_kill(kill_raw, where)
     expectations = tuple(_expectation(e, where) for e in raw.get("expectations", []))
-    _require(expectations != (), where, "bank at least one numbered [[expectations]] entry")
-    ids = [e.id for e in expectations]
-    _require(len(set(ids)) == len(ids), where, f"expectation ids repeat: {ids}")
-    decision = raw.get("decision", {})
-    _require(
-        isinstance(decision, dict)
-        and isinstance(decision.get("rule"), str)
-        and decision["rule"].strip() != "",
-        where,
-        'state the decision rule ([decision] rule = "...")',
-    )
+    rule = decision_rule(raw, expectations, where)
     amendments = tuple(_amendment(a, where) for a in raw.get("amendments", []))
     design = {**DESIGN_DEFAULTS, **design_raw}
     kill = dict(kill_raw)
     for amendment in amendments:
         design.update(amendment.design)
         kill.update(amendment.kill)
-    _require(
+    require(
         isinstance(design["baseline"], str) and design["baseline"] != "",
         where,
         'design.baseline must name the baseline workload (e.g. "demo")',
     )
     return Prereg(
-        raw["question"], tuple(reads), design, kill, expectations, decision["rule"], amendments
+        raw["question"], tuple(reads), design, kill, expectations, rule, amendments
     )
 
 

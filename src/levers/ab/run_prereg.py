@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.ab.freeze import UNCHANGED, FreezeState, check_against_frozen, freeze, sha256_text
-from levers.ab.prereg import CONFIDENCES, PreregError, parse_toml
+from levers.ab.prereg import CONFIDENCES, PreregError, decision_rule, parse_toml, require
 from levers.ab.record import append_event, read_record, record_path_for
 
 TOP_LEVEL_KEYS = (
@@ -110,55 +110,52 @@ class RunPrereg:
         )
 
 
-def _require(cond: bool, where: str, message: str) -> None:
-    if not cond:
-        raise PreregError(f"{where}: {message}")
 
 
 def _check_kill(kill: Any, where: str) -> None:
-    _require(isinstance(kill, dict), where, "[kill] must be a table")
+    require(isinstance(kill, dict), where, "[kill] must be a table")
     unknown = sorted(set(kill) - set(KILL_KEYS))
-    _require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
-    _require(
+    require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
+    require(
         kill.get("nonfinite_loss", True) is True,
         where,
         "kill.nonfinite_loss cannot be turned off: a NaN/inf loss always stops a run",
     )
     for key in ("mem_gate_gib", "step_time_max_ratio"):
         value = kill.get(key)
-        _require(
+        require(
             value is None or (isinstance(value, (int, float)) and value > 0),
             where,
             f"kill.{key} must be a positive number",
         )
     for key in ("window_steps", "step_time_warmup_steps"):
         value = kill.get(key)
-        _require(
+        require(
             value is None or (isinstance(value, int) and value >= 0),
             where,
             f"kill.{key} must be a whole number",
         )
     metrics = kill.get("metrics", [])
-    _require(isinstance(metrics, list), where, "kill.metrics must be a list of [[kill.metrics]]")
+    require(isinstance(metrics, list), where, "kill.metrics must be a list of [[kill.metrics]]")
     for m in metrics:
-        _require(isinstance(m, dict), where, "each [[kill.metrics]] entry must be a table")
+        require(isinstance(m, dict), where, "each [[kill.metrics]] entry must be a table")
         unknown = sorted(set(m) - set(METRIC_KEYS))
-        _require(
+        require(
             not unknown,
             where,
             f"unknown [[kill.metrics]] keys {unknown}; known: {METRIC_KEYS}",
         )
-        _require(
+        require(
             isinstance(m.get("name"), str) and m["name"],
             where,
             "a metric kill line needs a name",
         )
-        _require(
+        require(
             isinstance(m.get("bar"), (int, float)),
             where,
             f"metric {m.get('name')!r} needs a numeric bar",
         )
-        _require(
+        require(
             m.get("better", "lower") in ("lower", "higher"),
             where,
             f"metric {m['name']!r}: better must be \"lower\" or \"higher\"",
@@ -166,12 +163,12 @@ def _check_kill(kill: Any, where: str) -> None:
 
 
 def _check_gates(gates: Any, where: str) -> None:
-    _require(isinstance(gates, dict), where, "[gates] must be a table")
+    require(isinstance(gates, dict), where, "[gates] must be a table")
     unknown = sorted(set(gates) - set(GATE_KEYS))
-    _require(not unknown, where, f"unknown gate keys {unknown}; known: {list(GATE_KEYS)}")
+    require(not unknown, where, f"unknown gate keys {unknown}; known: {list(GATE_KEYS)}")
     banner = gates.get("banner")
     if banner is not None:
-        _require(
+        require(
             isinstance(banner, dict)
             and all(isinstance(v, int) and not isinstance(v, bool) for v in banner.values()),
             where,
@@ -180,24 +177,24 @@ def _check_gates(gates: Any, where: str) -> None:
 
 
 def _read(raw: Any, where: str) -> RunRead:
-    _require(isinstance(raw, dict), where, "each [[reads]] entry must be a table")
+    require(isinstance(raw, dict), where, "each [[reads]] entry must be a table")
     unknown = sorted(set(raw) - set(READ_KEYS))
-    _require(not unknown, where, f"unknown [[reads]] keys {unknown}; known: {READ_KEYS}")
+    require(not unknown, where, f"unknown [[reads]] keys {unknown}; known: {READ_KEYS}")
     missing = [k for k in ("id", "name", "metric", "better", "rule") if k not in raw]
-    _require(not missing, where, f"a read lacks {', '.join(missing)}")
+    require(not missing, where, f"a read lacks {', '.join(missing)}")
     tag = f"read {raw['id']!r}"
-    _require(
+    require(
         isinstance(raw["id"], int) and raw["id"] > 0,
         where,
         f"{tag}: id must be a positive integer",
     )
-    _require(
+    require(
         raw["better"] in ("lower", "higher"),
         where,
         f'{tag}: better must be "lower" or "higher"',
     )
     must_match = raw.get("must_match", [])
-    _require(isinstance(must_match, list), where, f"{tag}: must_match is a list of example ids")
+    require(isinstance(must_match, list), where, f"{tag}: must_match is a list of example ids")
     return RunRead(
         raw["id"],
         raw["name"],
@@ -213,32 +210,32 @@ def _read(raw: Any, where: str) -> RunRead:
 
 
 def _expectation(raw: Any, where: str) -> RunExpectation:
-    _require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
+    require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
     missing = [k for k in ("id", "text", "confidence") if k not in raw]
-    _require(not missing, where, f"an expectation lacks {', '.join(missing)}")
+    require(not missing, where, f"an expectation lacks {', '.join(missing)}")
     tag = f"expectation {raw['id']!r}"
-    _require(
+    require(
         isinstance(raw["id"], int) and raw["id"] > 0,
         where,
         f"{tag}: id must be a positive integer",
     )
-    _require(
+    require(
         raw["confidence"] in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
     )
-    _require(isinstance(raw["text"], str) and raw["text"].strip(), where, f"{tag}: text is empty")
+    require(isinstance(raw["text"], str) and raw["text"].strip(), where, f"{tag}: text is empty")
     return RunExpectation(raw["id"], raw["text"], raw["confidence"])
 
 
 def _amendment(raw: Any, where: str) -> RunAmendment:
-    _require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
+    require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
     unknown = sorted(set(raw) - {"text", "date", "design", "gates", "kill"})
-    _require(
+    require(
         not unknown,
         where,
         f"an amendment may hold text, date, design, gates and kill, not {unknown} (reads, "
         "expectations and the decision rule are banked before data and never amended)",
     )
-    _require(
+    require(
         isinstance(raw.get("text"), str) and raw["text"].strip() != "",
         where,
         "every amendment needs a text saying what changed and why",
@@ -252,38 +249,28 @@ def _amendment(raw: Any, where: str) -> RunAmendment:
 def parse_run_prereg(text: str, where: str = "the run pre-registration") -> RunPrereg:
     """Validate a run pre-registration's text and apply its amendments."""
     raw = parse_toml(text, where)
-    _require(
+    require(
         raw.get("kind") == KIND,
         where,
         f'not a run pre-registration (kind = "{KIND}" missing); an A/B pre-registration is run '
         "by levers ab --prereg",
     )
     unknown = sorted(set(raw) - set(TOP_LEVEL_KEYS))
-    _require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
-    _require(
+    require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
+    require(
         isinstance(raw.get("question"), str) and raw["question"].strip() != "",
         where,
         'state the question (question = "...")',
     )
     design, gates, kill = raw.get("design", {}), raw.get("gates", {}), raw.get("kill", {})
-    _require(isinstance(design, dict), where, "[design] must be a table")
+    require(isinstance(design, dict), where, "[design] must be a table")
     _check_gates(gates, where)
     _check_kill(kill, where)
     reads = tuple(_read(r, where) for r in raw.get("reads", []))
     read_ids = [r.id for r in reads]
-    _require(len(set(read_ids)) == len(read_ids), where, f"read ids repeat: {read_ids}")
+    require(len(set(read_ids)) == len(read_ids), where, f"read ids repeat: {read_ids}")
     expectations = tuple(_expectation(e, where) for e in raw.get("expectations", []))
-    _require(expectations != (), where, "bank at least one numbered [[expectations]] entry")
-    ids = [e.id for e in expectations]
-    _require(len(set(ids)) == len(ids), where, f"expectation ids repeat: {ids}")
-    decision = raw.get("decision", {})
-    _require(
-        isinstance(decision, dict)
-        and isinstance(decision.get("rule"), str)
-        and decision["rule"].strip() != "",
-        where,
-        'state the decision rule ([decision] rule = "...")',
-    )
+    rule = decision_rule(raw, expectations, where)
     amendments = tuple(_amendment(a, where) for a in raw.get("amendments", []))
     design, gates, kill = dict(design), dict(gates), dict(kill)
     for amendment in amendments:
@@ -291,7 +278,7 @@ def parse_run_prereg(text: str, where: str = "the run pre-registration") -> RunP
         gates.update(amendment.overrides["gates"])
         kill.update(amendment.overrides["kill"])
     return RunPrereg(
-        raw["question"], design, gates, kill, reads, expectations, decision["rule"], amendments
+        raw["question"], design, gates, kill, reads, expectations, rule, amendments
     )
 
 
