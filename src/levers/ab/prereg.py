@@ -94,8 +94,6 @@ def require(cond: bool, where: str, message: str) -> None:
         raise PreregError(f"{where}: {message}")
 
 
-
-
 def decision_rule(raw: dict[str, Any], expectations: tuple, where: str) -> str:
     """The frozen decision rule, after checking the numbered expectations it decides on (at
     least one, ids unique); shared by step-time and run pre-registrations."""

@@ -110,8 +110,6 @@ class RunPrereg:
         )
 
 
-
-
 def _check_kill(kill: Any, where: str) -> None:
     require(isinstance(kill, dict), where, "[kill] must be a table")
     unknown = sorted(set(kill) - set(KILL_KEYS))
