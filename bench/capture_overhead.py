@@ -38,6 +38,8 @@ import time
 from typing import Any, Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from levers import Workload
 from levers.capture import capture_step, gpu
@@ -286,6 +288,113 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
     }
 
 
+# --- where the captured step's extra time goes (--breakdown) -----------------------------------
+
+
+class _EmptyMode(TorchDispatchMode):
+    """A dispatch mode that only calls the op: the floor of any Python dispatch mode."""
+
+    def __init__(self, marker: Callable[[int], Any] | None = None) -> None:
+        super().__init__()
+        self.marker = marker
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.marker is None:
+            return func(*args, **kwargs)
+        self.count += 1
+        with self.marker(self.count):
+            return func(*args, **kwargs)
+
+
+def _recorder_stack(workload: Workload, profiled: bool) -> contextlib.ExitStack:
+    """The capture's observers (levers.capture.step.StepCapture.start) with or without the
+    profiler and its per-op ranges."""
+    from levers.capture import step as step_module
+    from levers.capture.calls import CallRecorder, memory_metric_calls
+    from levers.capture.recorder import OpRecorder
+
+    recorder = OpRecorder(workload.model, optimizer=workload.optimizer, live=None,
+                          range_marker=gpu.range_marker() if profiled else None)
+    stack = contextlib.ExitStack()
+    if profiled:
+        stack.enter_context(gpu.kernel_profiler())
+    stack.enter_context(step_module._module_tracking(recorder))
+    stack.enter_context(step_module._optimizer_phase(recorder, workload.optimizer))
+    stack.enter_context(memory_metric_calls(recorder))
+    stack.enter_context(CallRecorder(recorder))
+    stack.enter_context(recorder)
+    return stack
+
+
+def _variant_contexts(workload: Workload) -> dict[str, Callable[[], Any]]:
+    on_cuda = workload.device.type == "cuda"
+    variants: dict[str, Callable[[], Any]] = {
+        "plain": contextlib.nullcontext,
+        "empty dispatch mode": _EmptyMode,
+        "observers, no profiler": lambda: _recorder_stack(workload, profiled=False),
+    }
+    if on_cuda:
+        variants.update({
+            "profiler (kernels)": lambda: profile(
+                activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]),
+            "profiler (kernels + memory)": gpu.kernel_profiler,
+            "profiler + empty mode with op ranges": lambda: _stacked(
+                gpu.kernel_profiler(), _EmptyMode(gpu.range_marker())),
+            "observers + profiler (the capture)": lambda: _recorder_stack(workload, profiled=True),
+        })
+    return variants
+
+
+@contextlib.contextmanager
+def _stacked(*managers: Any):
+    with contextlib.ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield
+
+
+def breakdown(name: str, workload: Workload, *, warmup: int, repeats: int) -> dict[str, Any]:
+    """Median wall and process CPU time of one step under each observer alone and stacked,
+    alternated so that drift hits all alike."""
+    device = workload.device
+    for _ in range(warmup):
+        workload.step()
+    num_ops = len(capture_step(workload, warmup=0, timed=0).ops)
+    variants = _variant_contexts(workload)
+    wall: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(repeats):
+        for variant, make in variants.items():
+            with make():
+                _sync(device)
+                t0, c0 = time.perf_counter(), time.process_time()
+                workload.step()
+                _sync(device)
+                wall[variant].append(time.perf_counter() - t0)
+                cpu[variant].append(time.process_time() - c0)
+    plain_wall = statistics.median(wall["plain"])
+    rows = {}
+    for variant in variants:
+        median = statistics.median(wall[variant])
+        rows[variant] = {
+            "wall": _summary(wall[variant]),
+            "cpu_median_s": statistics.median(cpu[variant]),
+            "ratio": median / plain_wall,
+            "extra_us_per_op": (median - plain_wall) / max(num_ops, 1) * 1e6,
+        }
+        print(f"  {name:14s} {variant:40s} {median * 1e3:8.2f} ms  {median / plain_wall:5.2f}x "
+              f"{rows[variant]['extra_us_per_op']:6.1f} us/op", flush=True)
+    env = environment(device)
+    return {
+        "bench": "capture_breakdown", "shape": name, "num_ops": num_ops, "variants": rows,
+        "commit": env["levers_commit"], "torch": env["torch"], "device_name": env["device_name"],
+        "cpu": env["cpu"], "load_average_1m": os.getloadavg()[0],
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def _write_cprofile(workload: Workload, path: str) -> None:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -328,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a note stored in every row (e.g. which levers the rows measure)")
     parser.add_argument("--cprofile", action="store_true",
                         help="also write a cProfile of one captured step per shape")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="instead: time a step under each of the capture's observers alone "
+                        "and stacked (rows to capture_breakdown.jsonl)")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cpu" if args.smoke or not torch.cuda.is_available()
                                           else "cuda"))
@@ -349,6 +461,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, build in jobs:
         t0 = time.perf_counter()
         workload, shape = build()
+        if args.breakdown:
+            row = breakdown(name, workload, warmup=args.warmup, repeats=args.repeats)
+            row.update(params=shape, smoke=args.smoke, label=args.label)
+            _append_row(os.path.join(args.out, "capture_breakdown.jsonl"), row)
+            if args.cprofile:
+                _write_cprofile(workload, os.path.join(args.out, f"capture_profile_{_slug(name)}.txt"))
+            device_of = workload.device
+            del workload
+            _free(device_of)
+            continue
         cprofile_path = (os.path.join(args.out, f"capture_profile_{_slug(name)}.txt")
                          if args.cprofile else None)
         row = measure(name, workload, shape, warmup=args.warmup, repeats=args.repeats,

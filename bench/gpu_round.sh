@@ -3,6 +3,7 @@
 # wrote into one file (the device returns at most 8 files). Each job has its own time limit.
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
+#       breakdown calibvision attnfreed
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -52,6 +53,13 @@ for job in "$@"; do
             --trace /tmp/levers_trainer_trace.json -- python tests/fixtures/scripts/train_trainer.py \
             --size 1b --max-steps 6 --output-dir /tmp/levers_trainer_run ;;
         ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
+        breakdown) run breakdown 150 python bench/capture_overhead.py --breakdown --cprofile \
+            --out "$R/capture_breakdown_h200" --repeats 5 ;;
+        calibvision) run calibvision 200 python bench/memory_accuracy.py --calibrate \
+            --out "$R/memory_calibration_vision_h200" --jobs 3 --deadline-s 170 \
+            --only vit-b16-timm-b32,vit-b16-timm-b64,vit-b16-timm-b128,resnet50-timm-b32,resnet50-timm-b64,resnet50-timm-b128 ;;
+        attnfreed) run attnfreed 240 python bench/attn_freed.py --out "$R/attn_freed_h200" \
+            --only qwen2-1b-eager,vit-b16-timm-eager --timeout-s 110 ;;
         *) echo "unknown job $job" ;;
     esac
     # packed after every job (to a temporary name, then moved), so a call cut short keeps the

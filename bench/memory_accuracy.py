@@ -84,6 +84,11 @@ CONFIGS = [
     ("vit-b16-standin-b64", VISION + ":vit", {"batch_size": 64, "impl": "standin"}, 30),
     ("resnet50-timm-b64", VISION + ":convnet", {"batch_size": 64, "impl": "timm"}, 24),
     ("resnet50-standin-b64", VISION + ":convnet", {"batch_size": 64, "impl": "standin"}, 24),
+    # other batches of the same models, for the convolution workspaces' dependence on shape
+    ("vit-b16-timm-b32", VISION + ":vit", {"batch_size": 32, "impl": "timm"}, 16),
+    ("vit-b16-timm-b128", VISION + ":vit", {"batch_size": 128, "impl": "timm"}, 56),
+    ("resnet50-timm-b32", VISION + ":convnet", {"batch_size": 32, "impl": "timm"}, 14),
+    ("resnet50-timm-b128", VISION + ":convnet", {"batch_size": 128, "impl": "timm"}, 44),
 ]
 # the tiny shapes of the same workloads, for a CPU check that the configurations build
 SMOKE_CONFIGS = [
@@ -379,6 +384,32 @@ def _sdpa_choice(args, kwargs) -> dict:
     }
 
 
+def _allocations_made() -> tuple[int, int]:
+    """(allocations made so far, bytes they asked for), from the allocator's counters."""
+    import torch
+
+    stats = torch.cuda.memory_stats()
+    return stats.get("allocation.all.allocated", 0), stats.get("requested_bytes.all.allocated", 0)
+
+
+def _call_signature(args: tuple) -> list:
+    """Shapes, strides and dtypes of an op's tensor arguments, and its small other arguments."""
+    import torch
+
+    signature = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            signature.append([list(arg.shape), list(arg.stride()), str(arg.dtype)])
+        elif isinstance(arg, (int, float, bool, type(None))):
+            signature.append(arg)
+        elif isinstance(arg, (list, tuple)) and len(arg) <= 8:
+            signature.append([a if isinstance(a, (int, float, bool, type(None))) else
+                              str(type(a).__name__) for a in arg])
+        else:
+            signature.append(type(arg).__name__)
+    return signature
+
+
 def _instrumented_run(spec: str, params: dict) -> dict:
     """Per-op memory of the real step, and the allocator's own trace."""
     import torch
@@ -397,6 +428,7 @@ def _instrumented_run(spec: str, params: dict) -> dict:
     class OpLog(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             before = torch.cuda.memory_allocated()
+            made_before = _allocations_made()
             torch.cuda.reset_peak_memory_stats()
             out = func(*args, **(kwargs or {}))
             after = torch.cuda.memory_allocated()
@@ -412,20 +444,24 @@ def _instrumented_run(spec: str, params: dict) -> dict:
             if after == before and peak == before and not new_bytes:
                 return out  # a view or an in-place op: nothing to learn
             phase = context.phase()
-            rows.append(
-                [
-                    counter[0],
-                    context.step,
-                    phase[0],
-                    context.module(phase),
-                    str(func),
-                    before,
-                    after,
-                    peak,
-                    torch.cuda.memory_reserved(),
-                    new_bytes,
-                ]
-            )
+            row = [
+                counter[0],
+                context.step,
+                phase[0],
+                context.module(phase),
+                str(func),
+                before,
+                after,
+                peak,
+                torch.cuda.memory_reserved(),
+                new_bytes,
+            ]
+            if peak > max(before, after):  # a buffer inside the kernel: say what it ran on
+                made_after = _allocations_made()
+                # the number and bytes of the op's allocations, outputs and buffers together
+                row.append(_call_signature(args))
+                row.append([made_after[0] - made_before[0], made_after[1] - made_before[1]])
+            rows.append(row)
             return out
 
     torch.cuda.memory._record_memory_history(max_entries=500_000, context=None, stacks="python")

@@ -138,8 +138,10 @@ def _workload(model, name, device, batch_size, image, params) -> Workload:
     )
 
 
-def vit(device="cpu", batch_size=64, size="b16", impl="auto", seed=0) -> Workload:
+def vit(device="cpu", batch_size=64, size="b16", impl="auto", seed=0, fused_attn=True) -> Workload:
+    """``fused_attn`` off writes attention out as matmul-softmax-matmul (timm's switch)."""
     torch.manual_seed(seed)
+    fused = str(fused_attn).lower() not in ("false", "0", "no", "off")
     impl = ("timm" if _has_timm() else "standin") if impl == "auto" else impl
     image, patch, dim, depth, heads = (224, 16, 768, 12, 12) if size == "b16" else (32, 8, 32, 2, 2)
     if impl == "timm":
@@ -151,7 +153,10 @@ def vit(device="cpu", batch_size=64, size="b16", impl="auto", seed=0) -> Workloa
         )
     else:
         model = StandInViT(image, patch, dim, depth, heads)
-    params = {"batch_size": batch_size, "size": size, "impl": impl}
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = fused
+    params = {"batch_size": batch_size, "size": size, "impl": impl, "fused_attn": fused}
     return _workload(model, f"vit-{size}-{impl}", device, batch_size, image, params)
 
 
