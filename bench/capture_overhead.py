@@ -69,9 +69,16 @@ def _adamw(model: torch.nn.Module) -> torch.optim.AdamW:
 # --- the three shapes --------------------------------------------------------------------------
 
 
+# --host-bound: the same models at a batch so small that the GPU waits for the host, so a step's
+# wall time is its host time and each observer's extra time is its host cost
+HOST_BOUND = False
+
+
 def llama_1b(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
     params = {"arch": "llama", "attn": "sdpa", "device": str(device)}
     params.update({"size": "tiny"} if smoke else {"size": "1b", "batch_size": 4, "seq_len": 2048})
+    if HOST_BOUND and not smoke:
+        params.update(batch_size=1, seq_len=64)
     workload = load_workload("hf", params)
     return workload, dict(workload.params)
 
@@ -84,6 +91,8 @@ def gpt2_medium8(device: torch.device, smoke: bool) -> tuple[Workload, dict[str,
         if smoke
         else {"n_layer": 8, "n_embd": 1024, "n_head": 16, "batch": 8, "seq": 1024, "vocab": 50257}
     )
+    if HOST_BOUND and not smoke:
+        shape.update(batch=1, seq=64)
     config = transformers.GPT2Config(
         n_layer=shape["n_layer"], n_embd=shape["n_embd"], n_head=shape["n_head"],
         n_positions=shape["seq"], vocab_size=shape["vocab"], use_cache=False,
@@ -113,6 +122,8 @@ def gpt2_medium8(device: torch.device, smoke: bool) -> tuple[Workload, dict[str,
 
 def vit_b16(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
     batch, image, classes = (2, 32, 10) if smoke else (64, 224, 1000)
+    if HOST_BOUND and not smoke:
+        batch = 1
     torch.manual_seed(0)
     try:
         import timm
@@ -308,18 +319,33 @@ class _EmptyMode(TorchDispatchMode):
             return func(*args, **kwargs)
 
 
-def _recorder_stack(workload: Workload, profiled: bool) -> contextlib.ExitStack:
-    """The capture's observers (levers.capture.step.StepCapture.start) with or without the
-    profiler and its per-op ranges."""
+class _EmptyModeUnguarded(TorchDispatchMode):
+    """``_EmptyMode`` without torch's per-call guard that keeps dynamo out of the handler."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _recorder_stack(workload: Workload, profiler: Any = None, *, gc_off: bool = False,
+                    ranges: bool = True) -> contextlib.ExitStack:
+    """The capture's observers (levers.capture.step.StepCapture.start), under ``profiler`` (with
+    the per-op ranges) or none."""
     from levers.capture import step as step_module
     from levers.capture.calls import CallRecorder, memory_metric_calls
     from levers.capture.recorder import OpRecorder
 
     recorder = OpRecorder(workload.model, optimizer=workload.optimizer, live=None,
-                          range_marker=gpu.range_marker() if profiled else None)
+                          range_marker=gpu.range_marker() if profiler is not None and ranges
+                          else None)
     stack = contextlib.ExitStack()
-    if profiled:
-        stack.enter_context(gpu.kernel_profiler())
+    if gc_off:
+        stack.enter_context(_gc_off())
+    if profiler is not None:
+        stack.enter_context(profiler)
     stack.enter_context(step_module._module_tracking(recorder))
     stack.enter_context(step_module._optimizer_phase(recorder, workload.optimizer))
     stack.enter_context(memory_metric_calls(recorder))
@@ -328,21 +354,46 @@ def _recorder_stack(workload: Workload, profiled: bool) -> contextlib.ExitStack:
     return stack
 
 
+@contextlib.contextmanager
+def _gc_off():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _kernels_profiler() -> Any:
+    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+
+
 def _variant_contexts(workload: Workload) -> dict[str, Callable[[], Any]]:
     on_cuda = workload.device.type == "cuda"
     variants: dict[str, Callable[[], Any]] = {
         "plain": contextlib.nullcontext,
         "empty dispatch mode": _EmptyMode,
-        "observers, no profiler": lambda: _recorder_stack(workload, profiled=False),
+        "empty dispatch mode, unguarded": _EmptyModeUnguarded,
+        "observers, no profiler": lambda: _recorder_stack(workload),
+        "observers, no profiler, gc off": lambda: _recorder_stack(workload, gc_off=True),
     }
     if on_cuda:
         variants.update({
-            "profiler (kernels)": lambda: profile(
-                activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]),
+            "empty mode with op ranges": lambda: _EmptyMode(gpu.range_marker()),
+            "profiler (kernels)": _kernels_profiler,
             "profiler (kernels + memory)": gpu.kernel_profiler,
+            "profiler + empty mode": lambda: _stacked(gpu.kernel_profiler(), _EmptyMode()),
             "profiler + empty mode with op ranges": lambda: _stacked(
                 gpu.kernel_profiler(), _EmptyMode(gpu.range_marker())),
-            "observers + profiler (the capture)": lambda: _recorder_stack(workload, profiled=True),
+            "observers + profiler (kernels)": lambda: _recorder_stack(
+                workload, _kernels_profiler()),
+            "observers + profiler, no op ranges": lambda: _recorder_stack(
+                workload, gpu.kernel_profiler(), ranges=False),
+            "observers + profiler (the capture)": lambda: _recorder_stack(
+                workload, gpu.kernel_profiler()),
+            "the capture, gc off": lambda: _recorder_stack(
+                workload, gpu.kernel_profiler(), gc_off=True),
         })
     return variants
 
@@ -437,10 +488,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="a note stored in every row (e.g. which levers the rows measure)")
     parser.add_argument("--cprofile", action="store_true",
                         help="also write a cProfile of one captured step per shape")
+    parser.add_argument("--host-bound", action="store_true",
+                        help="the three shapes at batch 1 (and seq 64): the GPU waits for the "
+                        "host, so the extra time is levers' host cost")
     parser.add_argument("--breakdown", action="store_true",
                         help="instead: time a step under each of the capture's observers alone "
                         "and stacked (rows to capture_breakdown.jsonl)")
     args = parser.parse_args(argv)
+    global HOST_BOUND
+    HOST_BOUND = args.host_bound
     device = torch.device(args.device or ("cpu" if args.smoke or not torch.cuda.is_available()
                                           else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -463,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         workload, shape = build()
         if args.breakdown:
             row = breakdown(name, workload, warmup=args.warmup, repeats=args.repeats)
-            row.update(params=shape, smoke=args.smoke, label=args.label)
+            row.update(params=shape, smoke=args.smoke, label=args.label,
+                       host_bound=args.host_bound)
             _append_row(os.path.join(args.out, "capture_breakdown.jsonl"), row)
             if args.cprofile:
                 _write_cprofile(workload, os.path.join(args.out, f"capture_profile_{_slug(name)}.txt"))

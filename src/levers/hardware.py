@@ -49,6 +49,9 @@ class GpuSpec:
     tf32_tflops: float = 0.0  # dense
     fp32_tflops: float = 0.0  # non-tensor-core
     hbm_gbps: float = 0.0  # GB/s, decimal
+    # what CUDA's reduction kernels size their cross-block buffers by
+    num_sms: int = 132
+    max_threads_per_sm: int = 2048
 
     @property
     def usable_bytes(self) -> int:
@@ -99,12 +102,12 @@ GPUS = {
     "a100-80gb": GpuSpec(
         "a100-80gb", 81920 * MIB, (8, 0), "NVIDIA A100-SXM4-80GB",
         family="a100", title="NVIDIA A100 SXM", aliases=("a100-sxm",),
-        hbm_gbps=2039.0, **_AMPERE,
+        hbm_gbps=2039.0, num_sms=108, **_AMPERE,
     ),
     "a100-40gb": GpuSpec(
         "a100-40gb", 40960 * MIB, (8, 0), "NVIDIA A100-SXM4-40GB",
         family="a100-40gb", title="NVIDIA A100 SXM 40GB",
-        hbm_gbps=1555.0, **_AMPERE,
+        hbm_gbps=1555.0, num_sms=108, **_AMPERE,
     ),
 }
 

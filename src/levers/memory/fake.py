@@ -92,7 +92,7 @@ def trace_workload(
     book = DeviceBook()
     context = SiteContext()
     shadow = ShadowValues()
-    tracker = StorageTracker(book, context, kernel_model or KernelModel.for_sm(gpu.sm), shadow)
+    tracker = StorageTracker(book, context, kernel_model or KernelModel.for_gpu(gpu), shadow)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     interceptors = {
         F.scaled_dot_product_attention: _sdpa_handler(tracker, sdpa.target_for(gpu.sm)),

@@ -18,6 +18,25 @@ caching allocator, which count in ``memory_allocated`` like any tensor:
 - Memory-efficient attention's backward allocates ``delta`` [B, H, Lq] in float32 and, for a
   head dim above 64 in half precision, a float32 accumulator for ``grad_q``.
 - Embedding backward sorts the indices: two int64 buffers of the number of indices.
+- A reduction (``sum``, ``mean``, ``amax``, a vector norm) that splits each output's inputs across
+  thread blocks sums the blocks' partial results in a float32 buffer of ``num_outputs x blocks
+  per output (x the block's width and output vector size when the block does not reduce along
+  x)`` plus one int per block column: the sizes ``setReduceConfig`` in ``Reduce.cuh`` picks from
+  the shape, the strides and the GPU's SM count. The bias gradient of a linear layer (``sum``
+  over the tokens of a ``[tokens, features]`` gradient) takes such a buffer: 132 MiB for 12,608
+  tokens x 3,072 features in bf16 on an H200, as measured.
+- cuDNN's half-precision convolutions of NCHW tensors run on NHWC kernels: the forward takes a
+  workspace of the input in NHWC (channels padded to a multiple of 8) and the output in NHWC;
+  in backward the data gradient's call takes the output gradient and the input
+  gradient in NHWC, then the weight gradient's call the output gradient and the input. A 1x1
+  convolution of stride 1 on a map of 28x28 or more is a plain matrix product on the NCHW
+  tensors and takes none. (An empirical model, from the allocator's trace on an H200 with
+  torch 2.11 and cuDNN 9, for ResNet-50 and ViT-B/16's patch embedding at batch 32-128: the
+  copies are the bulk of each call's workspace, and the algorithm's own part, left out, adds
+  0-16% or up to 7 MiB; 3x3 convolutions on 14x14 and 7x7 maps take up to 2.5 times the copies,
+  and the backward of 1x1 convolutions on large maps a power-of-two buffer of up to 64 MiB,
+  also left out. Float32 convolutions, channels-last tensors and grouped convolutions are not
+  modelled.)
 
 Sizes of workspaces that vary with the library version (the cuBLAS workspace) come from the
 calibration on an H200 with torch 2.11 (``bench/results/memory_calibration*``).
@@ -46,12 +65,22 @@ class KernelModel:
     # cuBLASLt (addmm with a bias epilogue) keeps its own 1 MiB workspace per thread
     cublaslt_workspace_bytes: int = 1 << 20
 
+    # the GPU's SM count and threads per SM: the grid a reduction's buffer is sized by
+    num_sms: int = 132
+    max_threads_per_sm: int = 2048
+
     @staticmethod
-    def for_sm(sm: tuple[int, int]) -> KernelModel:
+    def for_sm(sm: tuple[int, int], num_sms: int = 132, max_threads_per_sm: int = 2048
+               ) -> KernelModel:
         # CUBLAS_WORKSPACE_CONFIG's default: ":4096:8" on sm90, ":4096:2:16:8" elsewhere
-        if sm == (9, 0):
-            return KernelModel(cublas_workspace_bytes=4096 * 8 * 1024)
-        return KernelModel(cublas_workspace_bytes=4096 * 1024 * 2 + 16 * 1024 * 8)
+        cublas = 4096 * 8 * 1024 if sm == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+        return KernelModel(cublas_workspace_bytes=cublas, num_sms=num_sms,
+                           max_threads_per_sm=max_threads_per_sm)
+
+    @staticmethod
+    def for_gpu(gpu: Any) -> KernelModel:
+        """The model of a :class:`levers.hardware.GpuSpec`."""
+        return KernelModel.for_sm(gpu.sm, gpu.num_sms, gpu.max_threads_per_sm)
 
 
 @dataclass(frozen=True)
@@ -66,7 +95,8 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def workspaces(
-    model: KernelModel, func, args: tuple, out: Any, thread: str, seen: set
+    model: KernelModel, func, args: tuple, out: Any, thread: str, seen: set,
+    kwargs: dict | None = None,
 ) -> list[Workspace]:
     """The buffers ``func`` takes besides its outputs, in allocation order.
 
@@ -75,6 +105,10 @@ def workspaces(
     """
     name = func._schema.name
     found: list[Workspace] = []
+    if name in _REDUCTIONS:
+        found.extend(_reduction_buffers(model, func, args, kwargs or {}))
+    elif name == "aten::convolution" or name == "aten::convolution_backward":
+        found.extend(_convolution_workspace(name, args))
     if name in _MATMULS and ("cublas", thread) not in seen:
         seen.add(("cublas", thread))
         found.append(Workspace(model.cublas_workspace_bytes, True, "cuBLAS workspace"))
@@ -152,4 +186,225 @@ def _efficient_backward(args: tuple) -> list[Workspace]:
         found.append(
             Workspace(batch * heads * q_len * head_dim * 4, False, "efficient grad_q accumulator")
         )
+    return found
+
+
+# --- reductions (Reduce.cuh) ---------------------------------------------------------------------
+
+_REDUCTIONS = {
+    "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::nansum", "aten::prod",
+    "aten::linalg_vector_norm",
+}  # fmt: skip
+# the ops whose buffers are booked only when they run on the GPU (the older entries keep their
+# behaviour: they are booked wherever the op runs)
+GPU_ONLY = _REDUCTIONS | {"aten::convolution", "aten::convolution_backward"}
+_MAX_THREADS = 512  # a reduction block's most threads (256 for complex double, not modelled)
+_MIN_VALUES_PER_THREAD = 16
+_MAX_VALUES_PER_THREAD = 256
+_WARP = 32
+
+
+def _last_pow2(n: int) -> int:
+    return max(1, 1 << (max(int(n), 1).bit_length() - 1))
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _reduced_dims(func, args: tuple, kwargs: dict, ndim: int) -> list[int] | None:
+    """The dimensions ``func`` reduces, or None when they cannot be read."""
+    overload = func._overloadname
+    if overload in ("default", "") and func._schema.name != "aten::linalg_vector_norm":
+        return list(range(ndim))  # a full reduction (sum.default, mean.default)
+    if func._schema.name == "aten::linalg_vector_norm":
+        dims = kwargs.get("dim", args[2] if len(args) > 2 else None)
+    else:
+        dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    try:
+        return sorted({int(d) % ndim for d in dims})
+    except (TypeError, ValueError):
+        return None
+
+
+def _reduction_buffers(model: KernelModel, func, args: tuple, kwargs: dict) -> list[Workspace]:
+    """The cross-block buffer and semaphores of a CUDA reduction, as ``setReduceConfig`` sizes
+    them; none when the reduction fits within blocks."""
+    source = args[0] if args else None
+    if not isinstance(source, torch.Tensor) or source.dim() == 0 or source.numel() == 0:
+        return []
+    if not source.dtype.is_floating_point:
+        return []
+    reduced = _reduced_dims(func, args, kwargs, source.dim())
+    if reduced is None:
+        return []
+    config = _reduce_config(
+        source.shape, source.stride(), set(reduced), source.element_size(),
+        acc_size=8 if source.dtype == torch.float64 else 4,
+        num_sms=model.num_sms, max_threads_per_sm=model.max_threads_per_sm,
+    )
+    if config is None:
+        return []
+    buffer_bytes, semaphore_bytes = config
+    return [
+        Workspace(buffer_bytes, False, "reduction buffer"),
+        Workspace(semaphore_bytes, False, "reduction semaphores"),
+    ]
+
+
+def _iterator_dims(shape, strides, reduced: set[int]) -> list[tuple[int, int, bool]]:
+    """The (size, input stride, reduced) of TensorIterator's dimensions: size-1 dimensions
+    dropped, reduced dimensions first, each group fastest-moving first, then adjacent
+    dimensions that are contiguous in the input coalesced."""
+    dims = [(int(shape[d]), int(strides[d]), d in reduced) for d in range(len(shape))
+            if int(shape[d]) != 1]
+    # reduced dims to the front; within a group by input stride, ties keep the inner dim first
+    order = sorted(range(len(dims)), key=lambda i: (not dims[i][2], dims[i][1], -i))
+    dims = [dims[i] for i in order]
+    merged: list[list] = []
+    for size, stride, is_reduced in dims:
+        if merged:
+            last = merged[-1]
+            if last[2] == is_reduced and stride == last[0] * last[1]:
+                last[0] *= size
+                continue
+        merged.append([size, stride, is_reduced])
+    return [tuple(d) for d in merged]
+
+
+def _reduce_config(
+    shape, strides, reduced: set[int], element_size: int, *, acc_size: int, num_sms: int,
+    max_threads_per_sm: int,
+) -> tuple[int, int] | None:
+    """(global buffer bytes, semaphore bytes) of a reduction, or None when it needs none."""
+    dims = _iterator_dims(shape, strides, reduced)
+    num_reduce_dims = sum(1 for d in dims if d[2])
+    num_outputs = 1
+    inputs_per_output = 1
+    for size, _, is_reduced in dims:
+        if is_reduced:
+            inputs_per_output *= size
+        else:
+            num_outputs *= size
+    if inputs_per_output <= 1:
+        return None
+    if not dims:
+        return None
+    on_fastest = num_reduce_dims == len(dims) or dims[0][1] < dims[num_reduce_dims][1]
+    output_vec_size = 1
+    if on_fastest:
+        dim0, dim1 = inputs_per_output, num_outputs
+        fastest_stride = dims[0][1]
+    else:
+        dim0, dim1 = num_outputs, inputs_per_output
+        fastest_stride = dims[num_reduce_dims][1]
+    if fastest_stride == 1:
+        if on_fastest and dim0 > 128 and num_reduce_dims == 1:
+            dim0 //= 4  # vectorised input loads
+        elif not on_fastest:
+            output_vec_size = 4
+            for n in [dims[num_reduce_dims][0]] + [
+                d[1] for i, d in enumerate(dims) if i != num_reduce_dims
+            ]:
+                while n % output_vec_size:
+                    output_vec_size //= 2
+            dim0 //= output_vec_size
+    max_threads = _MAX_THREADS // output_vec_size
+    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
+    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
+    block_width = min(dim0_pow2, _WARP)
+    block_height = min(dim1_pow2, max_threads // block_width)
+    block_width = min(dim0_pow2, max_threads // block_height)
+    num_threads = block_width * block_height
+    step_input = step_output = 1
+    block_x_reduce = block_y_reduce = False
+    if on_fastest:
+        block_x_reduce = True
+        step_input *= block_width
+    else:
+        step_output *= block_width
+    values_per_thread = _div_up(inputs_per_output, step_input)
+    if values_per_thread >= block_height * 16 or values_per_thread >= _MAX_VALUES_PER_THREAD:
+        block_y_reduce = True
+        step_input *= block_height
+    else:
+        step_output *= block_height
+    target_grid = num_sms * (max_threads_per_sm // num_threads)
+    grid_x = _div_up(num_outputs // output_vec_size, step_output)
+    values_per_thread = _div_up(inputs_per_output, step_input)
+    if not (block_y_reduce and values_per_thread >= _MAX_VALUES_PER_THREAD
+            and grid_x <= target_grid):
+        return None
+    ctas_per_output = max(
+        min(_div_up(target_grid, grid_x), _div_up(values_per_thread, _MIN_VALUES_PER_THREAD)),
+        _div_up(values_per_thread, _MAX_VALUES_PER_THREAD),
+    )
+    if ctas_per_output <= 1:
+        return None
+    buffer = acc_size * num_outputs * ctas_per_output
+    if not block_x_reduce:
+        buffer *= block_width * output_vec_size
+    return buffer, 4 * grid_x
+
+
+# --- cuDNN convolutions ----------------------------------------------------------------------------
+
+_HALF = (torch.float16, torch.bfloat16)
+# a 1x1, stride-1 convolution on a map of at least this many pixels runs on the NCHW tensors as
+# they are (the H200 measured none at 28x28 and 56x56, the NHWC copies at 14x14 and 7x7)
+_POINTWISE_IN_PLACE_MAP = 28 * 28
+
+
+def _nhwc_bytes(t: torch.Tensor, pad_channels: bool) -> int:
+    n, c, *spatial = t.shape
+    if pad_channels:
+        c = _round_up(c, 8)
+    count = n * c
+    for s in spatial:
+        count *= s
+    return count * t.element_size()
+
+
+def _convolution_workspace(name: str, args: tuple) -> list[Workspace]:
+    """cuDNN's NHWC copies of a half-precision NCHW 2-d convolution, one workspace per cuDNN
+    call: the forward's of input and output; in backward, the input gradient's (data grad) of
+    output gradient and input gradient, then the weight gradient's of output gradient and input
+    (see the module docstring)."""
+    if name == "aten::convolution":
+        x, weight = args[0], args[1]
+        stride, padding, transposed, groups = args[3], args[4], args[6], args[8]
+        grad_out, mask = None, None
+    else:
+        grad_out, x, weight = args[0], args[1], args[2]
+        stride, padding, transposed, groups = args[4], args[5], args[7], args[9]
+        mask = args[10] if len(args) > 10 else (True, True, True)
+    if not all(isinstance(t, torch.Tensor) for t in (x, weight)) or x.dim() != 4:
+        return []
+    if x.dtype not in _HALF or transposed or groups != 1:
+        return []
+    if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        return []
+    kernel = tuple(weight.shape[2:])
+    pointwise = kernel == (1, 1) and all(s == 1 for s in stride) and all(p == 0 for p in padding)
+    if pointwise and x.shape[2] * x.shape[3] >= _POINTWISE_IN_PLACE_MAP:
+        return []  # a plain matrix product on the NCHW tensors
+    input_bytes = _nhwc_bytes(x, pad_channels=True)
+    if grad_out is None:
+        n, _, h, w = x.shape
+        out_h = (h + 2 * padding[0] - kernel[0]) // stride[0] + 1
+        out_w = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
+        output_bytes = n * weight.shape[0] * out_h * out_w * x.element_size()
+        return [Workspace(input_bytes + output_bytes, False, "cuDNN convolution NHWC workspace")]
+    grad_out_bytes = _nhwc_bytes(grad_out, pad_channels=False)
+    found = []
+    if mask[0]:
+        found.append(Workspace(grad_out_bytes + _nhwc_bytes(x, pad_channels=False), False,
+                               "cuDNN convolution data-grad NHWC workspace"))
+    if mask[1]:
+        found.append(Workspace(grad_out_bytes + input_bytes, False,
+                               "cuDNN convolution weight-grad NHWC workspace"))
     return found

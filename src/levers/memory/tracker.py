@@ -146,7 +146,7 @@ class StorageTracker(TorchDispatchMode):
         if phase == "backward" and self._accumulates_in_place(func, args, out):
             self._alias(out.untyped_storage(), args[0].untyped_storage())
         self._book_outputs(func, args, kwargs, out, inputs, outputs, phase)
-        self._add_workspaces(func, args, out, phase)
+        self._add_workspaces(func, args, kwargs, out, inputs, phase)
         if self.shadow is not None:
             self.shadow.after(func, args, kwargs, out)
         return out
@@ -303,10 +303,15 @@ class StorageTracker(TorchDispatchMode):
                 next_node for next_node, _ in node.next_functions if next_node is not None
             )
 
-    def _add_workspaces(self, func, args: tuple, out: Any, phase: str) -> None:
+    def _add_workspaces(
+        self, func, args: tuple, kwargs: dict, out: Any, inputs: list, phase: str
+    ) -> None:
         thread = "autograd" if phase == "backward" else "main"
+        on_gpu = self.book.target == GPU or any(self.book.device_of(t) == GPU for t in inputs)
+        if not on_gpu and func._schema.name in kernels.GPU_ONLY:
+            return  # a host op takes no kernel buffer from the GPU's allocator
         found = kernels.workspaces(
-            self.kernel_model, func, args, out, thread, self._workspace_owners
+            self.kernel_model, func, args, out, thread, self._workspace_owners, kwargs
         )
         transient = []
         for workspace in found:
