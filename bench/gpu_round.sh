@@ -3,7 +3,7 @@
 # wrote into one file (the device returns at most 8 files). Each job has its own time limit.
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
-#       breakdown calibvision attnfreed
+#       breakdown breakdown_host calibvision attnfreed
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -55,6 +55,8 @@ for job in "$@"; do
         ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
         breakdown) run breakdown 150 python bench/capture_overhead.py --breakdown --cprofile \
             --out "$R/capture_breakdown_h200" --repeats 5 ;;
+        breakdown_host) run breakdown_host 150 python bench/capture_overhead.py --breakdown --cprofile \
+            --host-bound --out "$R/capture_breakdown_host_h200" --repeats 7 ;;
         calibvision) run calibvision 200 python bench/memory_accuracy.py --calibrate \
             --out "$R/memory_calibration_vision_h200" --jobs 3 --deadline-s 170 \
             --only vit-b16-timm-b32,vit-b16-timm-b64,vit-b16-timm-b128,resnet50-timm-b32,resnet50-timm-b64,resnet50-timm-b128 ;;
