@@ -336,9 +336,9 @@ def _recorder_stack(workload: Workload, profiler: Any = None, *, gc_off: bool = 
     the per-op ranges) or none."""
     from levers.capture import step as step_module
     from levers.capture.calls import CallRecorder, memory_metric_calls
-    from levers.capture.recorder import OpRecorder
+    from levers.capture.recorder import make_recorder
 
-    recorder = OpRecorder(workload.model, optimizer=workload.optimizer, live=None,
+    recorder = make_recorder(workload.model, optimizer=workload.optimizer, live=None,
                           range_marker=gpu.range_marker() if profiler is not None and ranges
                           else None)
     stack = contextlib.ExitStack()

@@ -33,8 +33,8 @@ for job in "$@"; do
         capture) run capture 200 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
         windowed) run windowed 60 python bench/windowed_peak.py --out "$R/windowed_peak_h200" ;;
         memvision) run memvision 170 python bench/memory_accuracy.py --out "$R/memory_vision_h200" \
-            --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64 \
-            --jobs 2 --deadline-s 150 ;;
+            --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64,vit-b16-timm-b32,vit-b16-timm-b128,resnet50-timm-b32,resnet50-timm-b128 \
+            --jobs 3 --deadline-s 150 ;;
         memsegments) run memsegments 170 python bench/memory_accuracy.py --out "$R/memory_segments_h200" \
             --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64 \
             --segments --jobs 4 --deadline-s 120 ;;

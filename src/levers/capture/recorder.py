@@ -21,6 +21,7 @@ result is returned untouched.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import weakref
 from typing import Any, Callable, Iterable
@@ -36,6 +37,7 @@ _TAG = "levers_op"  # key in autograd Node.metadata: the index of the forward op
 _PROGRESS_EVERY_S = 0.2
 _Tensor = torch.Tensor
 _perf_counter = time.perf_counter
+_weakref = weakref.ref
 _current_graph_task_id = torch._C._current_graph_task_id
 _is_grad_enabled = torch.is_grad_enabled
 # one C call that says whether any autocast is on (absent on some versions: then always ask)
@@ -101,6 +103,10 @@ class OpRecorder(TorchDispatchMode):
         self.autocast_seen: set[str] = set()  # "cuda:bfloat16" for every autocast state seen
         self._autocast_states: set[tuple[str, torch.dtype]] = set()
         self._in_optimizer = 0
+        # (weak reference to an output, index of the op that made it) of the latest op, until
+        # the next op tags the output's grad_fn (autograd sets it after this mode returns). Weak:
+        # a strong reference would change how the autograd engine treats the tensor (it steals
+        # a gradient that nothing else holds and detaches one that something does)
         self._pending: list[tuple[weakref.ref, int]] = []
         self._loss_targets: list[tuple[int, torch.Tensor, int]] = []
         self._module_paths = {id(m): name for name, m in model.named_modules()}
@@ -201,7 +207,7 @@ class OpRecorder(TorchDispatchMode):
         owners = {self._param_owner.get(id(t)) for t in inputs} - {None}
         return owners.pop() if len(owners) == 1 else None
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def _dispatch(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         info = op_info(func)
         if self.paused or info.is_profiler:
@@ -222,6 +228,10 @@ class OpRecorder(TorchDispatchMode):
         except Exception as exc:  # levers' own bookkeeping failed: not the user's step
             raise CaptureInternalError(f"levers could not record {func}: {exc!r}") from exc
         return out
+
+    # torch wraps this (in TorchDispatchMode.__init_subclass__) so that dynamo never compiles
+    # it: a step with compiled code needs that; see UnguardedOpRecorder for the others
+    __torch_dispatch__ = _dispatch
 
     def _record(self, func, info, args, kwargs, out, index: int, phase: str, t0: float,
                 wall_us: float) -> None:
@@ -258,7 +268,9 @@ class OpRecorder(TorchDispatchMode):
         if recompute:
             self.num_recomputed += 1
         if phase != "backward" and _is_grad_enabled():
-            self._pending.extend((weakref.ref(t), index) for t in outputs)
+            pending = self._pending
+            for t in outputs:
+                pending.append((_weakref(t), index))
         if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
             self._last_progress = t0
             self.progress(len(self._rows), phase)
@@ -330,9 +342,14 @@ class OpRecorder(TorchDispatchMode):
             )
         )
 
+    def release(self) -> None:
+        """Forget the latest op's outputs (the step is over)."""
+        self._pending.clear()
+
     def finish_calls(self) -> list[CallRecord]:
         """Fill in what could only be read after the step (ignored target fractions)."""
         self.paused = True  # the reads below are levers' own ops, not the step's
+        self.release()
         calls = list(self.calls)
         for index, target, ignore_index in self._loss_targets:
             num_targets = target.numel()
@@ -344,6 +361,38 @@ class OpRecorder(TorchDispatchMode):
             calls[index] = dataclasses.replace(calls[index], args=args)
         self._loss_targets.clear()
         return calls
+
+
+class UnguardedOpRecorder(OpRecorder):
+    """An OpRecorder without torch's per-op guard that keeps dynamo out of the handler (a few
+    microseconds per op). Only for a process where dynamo has compiled nothing: the step has
+    run (warm-up) without compiling, so no compiled frame can reach the handler."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    __torch_dispatch__ = OpRecorder._dispatch
+
+
+def dynamo_has_compiled() -> bool:
+    """Whether torch.compile has compiled any frame in this process."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        return False
+    try:
+        from torch._dynamo.utils import counters
+
+        return counters["frames"]["total"] > 0
+    except Exception:  # noqa: BLE001 - an unknown dynamo: assume it compiled
+        return True
+
+
+def make_recorder(model: torch.nn.Module, **kwargs: Any) -> OpRecorder:
+    """The op recorder for a step: unguarded when nothing has been compiled (see
+    :class:`UnguardedOpRecorder`)."""
+    cls = OpRecorder if dynamo_has_compiled() else UnguardedOpRecorder
+    return cls(model, **kwargs)
 
 
 _SDPA_BACKENDS = {

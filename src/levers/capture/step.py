@@ -26,7 +26,12 @@ from levers.capture.calls import CallRecorder, memory_metric_calls
 from levers.capture.env import environment, settings
 from levers.capture.loss import find_loss
 from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
-from levers.capture.recorder import CaptureInternalError, LiveStorages, OpRecorder
+from levers.capture.recorder import (
+    CaptureInternalError,
+    LiveStorages,
+    OpRecorder,
+    make_recorder,
+)
 from levers.errors import StepError, user_traceback
 from levers.workload import Workload
 from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
@@ -206,26 +211,26 @@ class StepCapture:
         workload = self.workload
         device = workload.device
         on_cuda = device.type == "cuda"
-        if on_cuda:
-            _synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            self._start_bytes = torch.cuda.memory_allocated(device)
-        else:
-            self._live = LiveStorages()
-            for t in _state_tensors(workload):
-                self._live.track(t)
-            self._start_bytes = self._live.live_bytes
-        recorder = OpRecorder(
-            workload.model,
-            optimizer=workload.optimizer,
-            live=self._live,
-            range_marker=gpu.range_marker() if on_cuda else None,
-            progress=self.progress,
-        )
-        self.recorder = recorder
-        self._profiler = gpu.kernel_profiler() if on_cuda else contextlib.nullcontext()
         stack = contextlib.ExitStack()
         try:
+            if on_cuda:
+                _synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+                self._start_bytes = torch.cuda.memory_allocated(device)
+            else:
+                self._live = LiveStorages()
+                for t in _state_tensors(workload):
+                    self._live.track(t)
+                self._start_bytes = self._live.live_bytes
+            recorder = make_recorder(
+                workload.model,
+                optimizer=workload.optimizer,
+                live=self._live,
+                range_marker=gpu.range_marker() if on_cuda else None,
+                progress=self.progress,
+            )
+            self.recorder = recorder
+            self._profiler = gpu.kernel_profiler() if on_cuda else contextlib.nullcontext()
             stack.enter_context(self._profiler)
             stack.enter_context(_module_tracking(recorder))
             if self.optimizer_hooks:
@@ -247,6 +252,7 @@ class StepCapture:
         if self._stack is not None:
             if self.recorder is not None:
                 self.recorder.paused = True
+                self.recorder.release()
             self._stack.close()
             self._stack = None
 

@@ -1,0 +1,90 @@
+"""What the capture does to keep its host cost per op down, and that it changes nothing: the
+dynamo guard on the recorder only where compiled code can reach it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import fixture_models
+import torch
+
+from levers.capture import capture_step
+from levers.capture.recorder import OpRecorder, UnguardedOpRecorder, make_recorder
+from levers.workload import Workload
+
+
+def _run_python(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_without_compiled_code_the_recorder_skips_the_dynamo_guard():
+    # a fresh process: nothing compiled, so no compiled frame can reach the handler
+    assert _run_python(
+        """
+        import torch
+        from levers.capture.recorder import make_recorder
+        print(type(make_recorder(torch.nn.Linear(2, 2), live=None)).__name__)
+        """
+    ) == "UnguardedOpRecorder"
+
+
+def test_after_torch_compile_the_recorder_keeps_the_guard_and_captures_the_compiled_step():
+    out = _run_python(
+        """
+        import torch
+        from levers.capture import capture_step
+        from levers.capture.recorder import make_recorder
+        from levers.workload import Workload
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        compiled = torch.compile(model, backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8)
+
+        def step():
+            loss = compiled(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        workload = Workload(model=model, step=step, optimizer=opt, name="compiled")
+        capture = capture_step(workload, warmup=1, timed=0)
+        kind = type(make_recorder(model, live=None)).__name__
+        names = [op.name for op in capture.ops]
+        print(kind, "aten.addmm.default" in names, len(names) > 5)
+        """
+    )
+    assert out == "OpRecorder True True"
+
+
+def test_both_recorders_record_the_same_ops():
+    def names_with(cls) -> list[tuple]:
+        import levers.capture.step as step_module
+
+        saved = step_module.make_recorder
+        step_module.make_recorder = lambda model, **kw: cls(model, **kw)
+        try:
+            capture = capture_step(fixture_models.linear(), warmup=1, timed=0)
+        finally:
+            step_module.make_recorder = saved
+        return [(op.name, op.phase, op.module, op.forward_op) for op in capture.ops]
+
+    assert names_with(OpRecorder) == names_with(UnguardedOpRecorder)
+    assert UnguardedOpRecorder.__torch_dispatch__ is OpRecorder._dispatch
+    assert OpRecorder.__torch_dispatch__ is not OpRecorder._dispatch  # torch's guard
+
+
+def test_make_recorder_passes_its_arguments():
+    model = torch.nn.Linear(2, 2)
+    recorder = make_recorder(model, live=None)
+    assert isinstance(recorder, OpRecorder) and recorder.live is None
