@@ -327,3 +327,19 @@ def test_autocast_state_recorded():
     assert capture.settings["autocast"] == ["cpu:bfloat16"]
     plain = capture_step(fixture_models.linear(), warmup=0, timed=0)
     assert plain.settings["autocast"] == []
+
+
+def test_autocast_around_a_loss_outside_any_module_is_recorded():
+    model = torch.nn.Linear(8, 4)
+    target = torch.tensor([0, 3])
+
+    def step():
+        logits = model(torch.randn(2, 8))  # the module runs without autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(logits, target)
+        loss.float().backward()
+
+    from levers import Workload
+
+    capture = capture_step(Workload(model=model, step=step), warmup=0, timed=0)
+    assert capture.settings["autocast"] == ["cpu:bfloat16"]

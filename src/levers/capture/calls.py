@@ -184,11 +184,14 @@ class CallRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.recorder.paused:
-            self.recorder.note_autocast()
-        kind, name = self._classify(func, args, kwargs)
+        known = _CALL_KINDS.get(func)  # inline: this runs for every torch call of the step
+        if known is None and func not in _MAYBE_SYNC_CALLS:
+            return func(*args, **kwargs)
+        kind, name = known if known is not None else self._classify(func, args, kwargs)
         if kind is None:
             return func(*args, **kwargs)
+        if not self.recorder.paused:
+            self.recorder.note_autocast()
         record_args: dict[str, Any] = {}
         target = None
         if kind == "sdpa":

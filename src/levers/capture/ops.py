@@ -131,6 +131,8 @@ class OpInfo(NamedTuple):
     allocates_only: bool  # its output is garbage until written: no bytes written
     has_flops: bool  # op_flops can count it
     is_profiler: bool  # the profiler's own record_function ops: not part of the step
+    # the op's C++ entry point: what ``func(...)`` calls, without OpOverload.__call__'s frame
+    call: Any
 
 
 _op_infos: dict[Any, OpInfo] = {}
@@ -148,6 +150,7 @@ def op_info(func: torch._ops.OpOverload) -> OpInfo:
             allocates_only=func in _ALLOCATING,
             has_flops=packet in _SDPA_FORWARD or packet in _SDPA_BACKWARD or packet in flop_registry,
             is_profiler=func.namespace == "profiler",
+            call=getattr(func, "_op", func),
         )
     return info
 

@@ -38,6 +38,7 @@ _PROGRESS_EVERY_S = 0.2
 _Tensor = torch.Tensor
 _perf_counter = time.perf_counter
 _weakref = weakref.ref
+_getframe = sys._getframe
 _current_graph_task_id = torch._C._current_graph_task_id
 _is_grad_enabled = torch.is_grad_enabled
 # one C call that says whether any autocast is on (absent on some versions: then always ask)
@@ -130,6 +131,8 @@ class OpRecorder(TorchDispatchMode):
 
     def push_module(self, module: torch.nn.Module, *_: Any) -> None:
         self.module_stack.append(module)
+        if not self.paused:
+            self.note_autocast()  # a module call samples the autocast state its ops run under
 
     def pop_module(self, module: torch.nn.Module, *_: Any) -> None:
         # pop the innermost frame of this module (forward hooks always pair, checkpoint included)
@@ -160,8 +163,11 @@ class OpRecorder(TorchDispatchMode):
         return None
 
     def note_autocast(self) -> None:
-        """Record the autocast state; called from the function mode, above the dispatcher (below
-        it the autocast keys are excluded and autocast always reads as off)."""
+        """Record the autocast state. Called above the dispatcher (below it the autocast keys are
+        excluded and autocast always reads as off): when a module is called and, from the
+        function mode, for the calls it records (losses, attention, norms, syncs), which run
+        outside modules too; sampled there rather than at every torch call, which costs
+        microseconds per op."""
         if not _any_autocast():
             return
         for device_type in ("cuda", "cpu"):
@@ -216,12 +222,13 @@ class OpRecorder(TorchDispatchMode):
             self._tag_pending()
         index = len(self._rows)
         phase = self.current_phase()
+        call = info.call
         t0 = _perf_counter()
         if self.range_marker is not None:
             with self.range_marker(index):
-                out = func(*args, **kwargs)
+                out = call(*args, **kwargs)
         else:
-            out = func(*args, **kwargs)
+            out = call(*args, **kwargs)
         wall_us = (_perf_counter() - t0) * 1e6
         try:
             self._record(func, info, args, kwargs, out, index, phase, t0, wall_us)
@@ -244,9 +251,9 @@ class OpRecorder(TorchDispatchMode):
         if phase == "backward":
             module, source, forward_op, node_name, recompute = self._backward_attribution(inputs)
         elif phase == "optimizer":
-            module, source = self._optimizer_module(inputs), user_frame()
-        else:
-            module, source = self.current_module(), user_frame()
+            module, source = self._optimizer_module(inputs), user_frame(_getframe(2))
+        else:  # the walk starts above this frame and _dispatch's
+            module, source = self.current_module(), user_frame(_getframe(2))
         input_metas, read_bytes = self._metas.of_all(inputs)
         output_metas, write_bytes = self._metas.of_all(outputs)
         # first-order traffic: views move nothing; an allocation writes nothing yet
