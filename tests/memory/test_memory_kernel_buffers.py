@@ -115,6 +115,16 @@ def _pointwise_on_a_large_map(x: torch.Tensor, weight: torch.Tensor, stride) -> 
     )
 
 
+def _predicted_for(case: tuple, op) -> tuple:
+    """(aten arguments, input, weight, predicted workspaces, measured transient) of a measured
+    convolution call (``args[0]`` is the input in the forward, ``args[1]`` in backward)."""
+    _, signature, _, transient, _ = case
+    args = _conv_call(signature)
+    first = 0 if op is torch.ops.aten.convolution.default else 1
+    found = kernels.workspaces(H200, op, args, None, "autograd", set())
+    return args, args[first], args[first + 1], found, transient
+
+
 def _small_map_3x3(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return weight.shape[-1] == 3 and x.shape[-1] <= 14
 
@@ -123,12 +133,7 @@ def _small_map_3x3(x: torch.Tensor, weight: torch.Tensor) -> bool:
     "case", CONV_FORWARD, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][0][0]))}"
 )
 def test_a_convolution_forward_takes_the_workspace_the_h200_allocated(case):
-    config, signature, _, transient, _ = case
-    args = _conv_call(signature)
-    x, weight = args[0], args[1]
-    found = kernels.workspaces(
-        H200, torch.ops.aten.convolution.default, args, None, "main", set()
-    )
+    args, x, weight, found, transient = _predicted_for(case, torch.ops.aten.convolution.default)
     predicted = sum(w.nbytes for w in found)
     if _pointwise_on_a_large_map(x, weight, args[3]):
         assert predicted == 0 and transient <= MIB  # a plain matrix product
@@ -144,12 +149,8 @@ def test_a_convolution_forward_takes_the_workspace_the_h200_allocated(case):
     "case", CONV_BACKWARD, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][1][0]))}"
 )
 def test_a_convolution_backward_workspace_is_never_over_what_the_h200_allocated(case):
-    config, signature, _, transient, _ = case
-    args = _conv_call(signature)
-    x, weight = args[1], args[2]
-    found = kernels.workspaces(
-        H200, torch.ops.aten.convolution_backward.default, args, None, "autograd", set()
-    )
+    op = torch.ops.aten.convolution_backward.default
+    args, x, weight, found, transient = _predicted_for(case, op)
     # the data-gradient and weight-gradient calls' workspaces are live one after the other
     predicted = max((w.nbytes for w in found), default=0)
     if _pointwise_on_a_large_map(x, weight, args[4]):
