@@ -178,3 +178,18 @@ def test_channels_last_float32_and_grouped_convolutions_take_no_modelled_workspa
     assert kernels.workspaces(H200, conv, (x32, w32, *base[2:]), None, "main", set()) == []
     grouped = (x, torch.empty(64, 1, 3, 3, dtype=torch.bfloat16, device="meta"), *base[2:8], 64)
     assert kernels.workspaces(H200, conv, grouped, None, "main", set()) == []
+
+
+def test_the_reduced_dimensions_come_from_the_schema():
+    grad = torch.empty(12608, 3072, dtype=torch.bfloat16, device="meta")
+    aten = torch.ops.aten
+
+    def sizes(op, *args, **kwargs):
+        return [w.nbytes for w in kernels.workspaces(H200, op, args, None, "main", set(), kwargs)]
+
+    over_rows = sizes(aten.sum.dim_IntList, grad, [0])
+    assert over_rows and sizes(aten.mean.dim, grad, [0], True) == over_rows
+    assert sizes(aten.sum.dim_IntList, grad, dim=[0]) == over_rows  # dim given by keyword
+    assert sizes(aten.linalg_vector_norm.default, grad, 2, [0]) == over_rows
+    assert sizes(aten.sum.dim_IntList, grad, [1]) == []  # along the rows: within blocks
+    assert sizes(aten.amax.default, grad, [0]) == []  # accumulates in bf16: not modelled

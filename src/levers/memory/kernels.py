@@ -18,7 +18,7 @@ caching allocator, which count in ``memory_allocated`` like any tensor:
 - Memory-efficient attention's backward allocates ``delta`` [B, H, Lq] in float32 and, for a
   head dim above 64 in half precision, a float32 accumulator for ``grad_q``.
 - Embedding backward sorts the indices: two int64 buffers of the number of indices.
-- A reduction (``sum``, ``mean``, ``amax``, a vector norm) that splits each output's inputs across
+- A reduction (``sum``, ``mean``, ``prod``, a vector norm) that splits each output's inputs across
   thread blocks sums the blocks' partial results in a float32 buffer of ``num_outputs x blocks
   per output (x the block's width and output vector size when the block does not reduce along
   x)`` plus one int per block column: the sizes ``setReduceConfig`` in ``Reduce.cuh`` picks from
@@ -191,9 +191,10 @@ def _efficient_backward(args: tuple) -> list[Workspace]:
 
 # --- reductions (Reduce.cuh) ---------------------------------------------------------------------
 
+# the reductions that accumulate in float32 for half-precision inputs (max and min accumulate in
+# the input's own type, which this model does not cover)
 _REDUCTIONS = {
-    "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::nansum", "aten::prod",
-    "aten::linalg_vector_norm",
+    "aten::sum", "aten::mean", "aten::nansum", "aten::prod", "aten::linalg_vector_norm",
 }  # fmt: skip
 # the ops whose buffers are booked only when they run on the GPU (the older entries keep their
 # behaviour: they are booked wherever the op runs)
@@ -213,14 +214,13 @@ def _div_up(a: int, b: int) -> int:
 
 
 def _reduced_dims(func, args: tuple, kwargs: dict, ndim: int) -> list[int] | None:
-    """The dimensions ``func`` reduces, or None when they cannot be read."""
-    overload = func._overloadname
-    if overload in ("default", "") and func._schema.name != "aten::linalg_vector_norm":
-        return list(range(ndim))  # a full reduction (sum.default, mean.default)
-    if func._schema.name == "aten::linalg_vector_norm":
-        dims = kwargs.get("dim", args[2] if len(args) > 2 else None)
-    else:
-        dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    """The dimensions ``func`` reduces (all of them when its schema takes no ``dim`` or it is
+    empty), or None when they cannot be read."""
+    names = [a.name for a in func._schema.arguments]
+    if "dim" not in names:
+        return list(range(ndim))  # sum.default, mean.default, prod.default
+    position = names.index("dim")
+    dims = kwargs["dim"] if "dim" in kwargs else (args[position] if len(args) > position else None)
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(ndim))
     if isinstance(dims, int):
