@@ -84,15 +84,23 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+# (shape, dtype, device) -> (TensorMeta, bytes), shared by every capture of the process (the
+# warm-up capture fills it for the measured one); emptied when it grows past this many entries
+_KNOWN_METAS: dict[tuple, tuple[TensorMeta, int]] = {}
+_MAX_KNOWN_METAS = 200_000
+
+
 class MetaCache:
     """``(meta_of(t), nbytes(t))`` of tensors, one entry per (shape, dtype, device).
 
     A step has few distinct tensor signatures and thousands of tensors, so each TensorMeta is
-    built once (and shared: it is frozen).
+    built once (and shared: it is frozen), and kept for the next capture of the same step.
     """
 
     def __init__(self) -> None:
-        self._known: dict[tuple, tuple[TensorMeta, int]] = {}
+        if len(_KNOWN_METAS) > _MAX_KNOWN_METAS:
+            _KNOWN_METAS.clear()
+        self._known = _KNOWN_METAS
 
     def of(self, t: torch.Tensor) -> tuple[TensorMeta, int]:
         key = (t.shape, t.dtype, t.device)
