@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "src"))
 GIB = 1 << 30
 NUM_STEPS = 3
 VISION = str(ROOT / "bench" / "vision_workloads.py")
+TEXT = str(ROOT / "bench" / "text_workloads.py")
 
 # name, spec, params, rough GiB on the GPU (for scheduling concurrent measurements)
 CONFIGS = [
@@ -84,6 +85,8 @@ CONFIGS = [
     ("vit-b16-standin-b64", VISION + ":vit", {"batch_size": 64, "impl": "standin"}, 30),
     ("resnet50-timm-b64", VISION + ":convnet", {"batch_size": 64, "impl": "timm"}, 24),
     ("resnet50-standin-b64", VISION + ":convnet", {"batch_size": 64, "impl": "standin"}, 24),
+    # transformers GPT-2 (bench/text_workloads.py): a bias gradient on every linear
+    ("gpt2-medium8-b8", TEXT + ":gpt2", {"batch_size": 8, "size": "medium8"}, 30),
     # other batches of the same models, for the convolution workspaces' dependence on shape
     ("vit-b16-timm-b32", VISION + ":vit", {"batch_size": 32, "impl": "timm"}, 16),
     ("vit-b16-timm-b128", VISION + ":vit", {"batch_size": 128, "impl": "timm"}, 56),
@@ -94,6 +97,7 @@ CONFIGS = [
 SMOKE_CONFIGS = [
     ("vit-tiny-standin-b2", VISION + ":vit", {"batch_size": 2, "size": "tiny", "impl": "standin"}),
     ("convnet-tiny-standin-b2", VISION + ":convnet", {"batch_size": 2, "size": "tiny", "impl": "standin"}),
+    ("gpt2-tiny-b2", TEXT + ":gpt2", {"batch_size": 2, "size": "tiny"}),
 ]
 
 

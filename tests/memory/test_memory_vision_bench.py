@@ -1,5 +1,5 @@
-"""The vision and convolution workloads of bench/memory_accuracy.py build and predict on a CPU
-(tiny shapes), so that the GPU run of the benchmark does not fail on a typo."""
+"""The vision, convolution and GPT-2 workloads of bench/memory_accuracy.py build and predict on
+a CPU (tiny shapes), so that the GPU run of the benchmark does not fail on a typo."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _bench_module():
     return module
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_the_smoke_vision_configs_predict_on_the_cpu(index):
     bench = _bench_module()
     name, spec, params = bench.SMOKE_CONFIGS[index]
