@@ -1,7 +1,8 @@
 """The buffers CUDA reductions and cuDNN convolutions take inside an op, predicted on fake
-tensors, against what the H200 measured per op (torch 2.11, cuDNN 9: the per-op log of
+tensors, against what the H200 measured per op (torch 2.11, cuDNN 9: the per-op logs of
 ``bench/memory_accuracy.py --calibrate`` for timm ViT-B/16 and ResNet-50 at batch 32, 64 and
-128, in ``bench/results/memory_calibration_vision_h200``)."""
+128, in ``bench/results/memory_calibration_vision_h200``, and for transformers GPT-2, in
+``bench/results/memory_gpt2_h200``)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ import torch
 from levers.hardware import resolve_gpu
 from levers.memory import kernels
 
+RESULTS = Path(__file__).parents[2] / "bench" / "results"
 OPLOGS = (
-    Path(__file__).parents[2]
-    / "bench"
-    / "results"
-    / "memory_calibration_vision_h200"
-    / "memory_oplogs.json.gz"
+    RESULTS / "memory_calibration_vision_h200" / "memory_oplogs.json.gz",
+    RESULTS / "memory_gpt2_h200" / "memory_oplogs.json.gz",
 )
 H200 = kernels.KernelModel.for_gpu(resolve_gpu("h200"))
 MIB = 1 << 20
@@ -30,7 +29,9 @@ _DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float32": torch.float32}
 def _measured_ops(func_name: str) -> list[tuple[str, list, list, int, int]]:
     """(config, signature, [allocations, bytes asked], transient bytes, output bytes) of every
     measured call of ``func_name`` that took a buffer, one per distinct signature."""
-    logs = json.load(gzip.open(OPLOGS, "rt"))
+    logs = {}
+    for path in OPLOGS:
+        logs.update(json.load(gzip.open(path, "rt")))
     found: dict[str, tuple] = {}
     for config, log in logs.items():
         for row in log["ops"]:
@@ -56,7 +57,9 @@ CONV_BACKWARD = _measured_ops("aten.convolution_backward.default")
 
 
 def test_the_calibration_has_the_cases_the_models_are_checked_on():
-    assert len(SUMS) >= 3  # the bias gradients of ViT's 768-, 2304- and 3072-wide linears
+    # the bias gradients of ViT's 768-, 2304- and 3072-wide linears, and GPT-2's 1024-, 3072-
+    # and 4096-wide ones
+    assert len(SUMS) >= 6
     assert len(CONV_FORWARD) >= 20 and len(CONV_BACKWARD) >= 20
 
 
