@@ -72,7 +72,7 @@ def test_both_recorders_record_the_same_ops():
         import levers.capture.step as step_module
 
         saved = step_module.make_recorder
-        step_module.make_recorder = lambda model, **kw: cls(model, **kw)
+        step_module.make_recorder = lambda model, guarded=False, **kw: cls(model, **kw)
         try:
             capture = capture_step(fixture_models.linear(), warmup=1, timed=0)
         finally:
@@ -82,6 +82,22 @@ def test_both_recorders_record_the_same_ops():
     assert names_with(OpRecorder) == names_with(UnguardedOpRecorder)
     assert UnguardedOpRecorder.__torch_dispatch__ is OpRecorder._dispatch
     assert OpRecorder.__torch_dispatch__ is not OpRecorder._dispatch  # torch's guard
+
+
+def test_a_step_that_has_not_run_yet_is_captured_with_the_guard():
+    # it may compile during the capture, so compiled frames could reach the recorder
+    from levers.capture.step import StepCapture
+
+    for ran_before, expected in ((False, OpRecorder), (True, UnguardedOpRecorder)):
+        capture = StepCapture(fixture_models.linear(), ran_before=ran_before)
+        capture.start()
+        try:
+            kind = type(capture.recorder)
+        finally:
+            capture.abort()
+        if expected is UnguardedOpRecorder and kind is OpRecorder:
+            continue  # this test process compiled something earlier: guarded either way
+        assert kind is expected
 
 
 def test_make_recorder_passes_its_arguments():

@@ -399,10 +399,11 @@ def dynamo_has_compiled() -> bool:
         return True
 
 
-def make_recorder(model: torch.nn.Module, **kwargs: Any) -> OpRecorder:
+def make_recorder(model: torch.nn.Module, *, guarded: bool = False, **kwargs: Any) -> OpRecorder:
     """The op recorder for a step: unguarded when nothing has been compiled (see
-    :class:`UnguardedOpRecorder`)."""
-    cls = OpRecorder if dynamo_has_compiled() else UnguardedOpRecorder
+    :class:`UnguardedOpRecorder`); ``guarded`` keeps the guard anyway (a step that has not run
+    yet may compile during the capture)."""
+    cls = OpRecorder if guarded or dynamo_has_compiled() else UnguardedOpRecorder
     return cls(model, **kwargs)
 
 

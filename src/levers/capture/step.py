@@ -163,7 +163,7 @@ def capture_step(
     for _ in range(warmup):
         _run_step(workload)
     step_s = tuple(_timed_step(workload) for _ in range(timed))
-    capture = StepCapture(workload, progress=progress)
+    capture = StepCapture(workload, progress=progress, ran_before=warmup + timed > 0)
     capture.start()
     try:
         returned = _run_step(workload)
@@ -180,7 +180,8 @@ class StepCapture:
     starts it in one ``optimizer.step()``'s post hook and stops it in the next one's: there a
     new optimizer hook cannot be registered (torch is iterating over the hooks), so with
     ``optimizer_hooks=False`` the caller drives :meth:`enter_optimizer` / :meth:`exit_optimizer`
-    from hooks of its own. ``workload.step`` is not called here.
+    from hooks of its own. ``workload.step`` is not called here. ``ran_before`` says whether the
+    step has run before the capture (so anything it compiles is compiled by then).
     """
 
     def __init__(
@@ -189,10 +190,12 @@ class StepCapture:
         *,
         progress: Callable[[int, str], None] | None = None,
         optimizer_hooks: bool = True,
+        ran_before: bool = True,
     ) -> None:
         self.workload = workload
         self.progress = progress
         self.optimizer_hooks = optimizer_hooks
+        self.ran_before = ran_before
         self.recorder: OpRecorder | None = None
         self._stack: contextlib.ExitStack | None = None
         self._live: LiveStorages | None = None
@@ -224,6 +227,7 @@ class StepCapture:
                 self._start_bytes = self._live.live_bytes
             recorder = make_recorder(
                 workload.model,
+                guarded=not self.ran_before,
                 optimizer=workload.optimizer,
                 live=self._live,
                 range_marker=gpu.range_marker() if on_cuda else None,

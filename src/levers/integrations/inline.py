@@ -79,7 +79,7 @@ def capture_step(
         name=name,
     )
     step = CapturedStep()
-    capture = StepCapture(workload)
+    capture = StepCapture(workload, ran_before=False)  # the block may be the first step
     capture.start()
     try:
         yield step
