@@ -3,7 +3,8 @@
 On a GPU the captured step is host-bound: its extra time is about (number of aten ops) x (levers'
 host cost per op), plus the profiler. For each shape this script builds the workload, runs
 warm-up steps, then alternates plain, profiled-plain and captured steps
-(``capture_step(..., warmup=0, timed=0)`` records exactly one step) so drift hits all alike. One
+(``_capture_one``: one captured step, as ``capture_step`` takes it after its warm-up) so drift
+hits all alike. One
 JSON row per shape goes to ``OUT_DIR/capture_overhead.jsonl``: commit, torch version, device and
 GPU name, shapes, the median and p10/p90 of each kind of step, the number of ops, the overhead
 ratios and the host cost per op. ``--cprofile`` also writes one cProfile of a captured step per
@@ -42,13 +43,27 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from levers import Workload
-from levers.capture import capture_step, gpu
+from levers.capture import gpu
+from levers.capture.step import StepCapture
 from levers.capture.env import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
 
 SHAPES = ("llama-1b", "gpt2-medium8", "vit-b16")
 LEARNING_RATE = 1e-4
+
+
+def _capture_one(workload: Workload) -> Any:
+    """One captured step of a workload whose step has already run, as ``capture_step`` captures
+    it after its warm-up (``capture_step(warmup=0, timed=0)`` would take it for a first step)."""
+    capture = StepCapture(workload, ran_before=True)
+    capture.start()
+    try:
+        returned = workload.step()
+    except BaseException:
+        capture.abort()
+        raise
+    return capture.stop(returned=returned)
 
 
 def _sync(device: torch.device) -> None:
@@ -217,7 +232,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
     on_cuda = device.type == "cuda"
     for _ in range(warmup):
         workload.step()
-    capture_step(workload, warmup=0, timed=0)  # first capture fills levers' caches
+    _capture_one(workload)  # the first capture fills levers' caches
     plain_s: list[float] = []
     profiled_s: list[float] = []  # a plain step under the capture's profiler: its share alone
     captured_s: list[float] = []  # capture_step end to end: the step plus assembling records
@@ -246,7 +261,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
         t0, c0 = time.perf_counter(), time.process_time()
         workload.step = cpu_timed_step
         try:
-            capture = capture_step(workload, warmup=0, timed=0)
+            capture = _capture_one(workload)
         finally:
             workload.step = step
         captured_s.append(time.perf_counter() - t0)
@@ -412,7 +427,7 @@ def breakdown(name: str, workload: Workload, *, warmup: int, repeats: int) -> di
     device = workload.device
     for _ in range(warmup):
         workload.step()
-    num_ops = len(capture_step(workload, warmup=0, timed=0).ops)
+    num_ops = len(_capture_one(workload).ops)
     variants = _variant_contexts(workload)
     wall: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[float]] = {v: [] for v in variants}
@@ -449,7 +464,7 @@ def breakdown(name: str, workload: Workload, *, warmup: int, repeats: int) -> di
 def _write_cprofile(workload: Workload, path: str) -> None:
     profiler = cProfile.Profile()
     profiler.enable()
-    capture_step(workload, warmup=0, timed=0)
+    _capture_one(workload)
     profiler.disable()
     text = io.StringIO()
     stats = pstats.Stats(profiler, stream=text)
