@@ -43,8 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from levers import Workload
-from levers.capture import gpu
-from levers.capture.step import StepCapture
+from levers.capture import capture_step, gpu
 from levers.capture.env import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
@@ -55,15 +54,8 @@ LEARNING_RATE = 1e-4
 
 def _capture_one(workload: Workload) -> Any:
     """One captured step of a workload whose step has already run, as ``capture_step`` captures
-    it after its warm-up (``capture_step(warmup=0, timed=0)`` would take it for a first step)."""
-    capture = StepCapture(workload, ran_before=True)
-    capture.start()
-    try:
-        returned = workload.step()
-    except BaseException:
-        capture.abort()
-        raise
-    return capture.stop(returned=returned)
+    it after its warm-up."""
+    return capture_step(workload, warmup=0, timed=0, ran_before=True)
 
 
 def _sync(device: torch.device) -> None:
@@ -99,40 +91,13 @@ def llama_1b(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any
 
 
 def gpt2_medium8(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
-    import transformers
+    import text_workloads  # bench/text_workloads.py, beside this script
 
-    shape = (
-        {"n_layer": 2, "n_embd": 64, "n_head": 4, "batch": 2, "seq": 32, "vocab": 512}
-        if smoke
-        else {"n_layer": 8, "n_embd": 1024, "n_head": 16, "batch": 8, "seq": 1024, "vocab": 50257}
-    )
-    if HOST_BOUND and not smoke:
-        shape.update(batch=1, seq=64)
-    config = transformers.GPT2Config(
-        n_layer=shape["n_layer"], n_embd=shape["n_embd"], n_head=shape["n_head"],
-        n_positions=shape["seq"], vocab_size=shape["vocab"], use_cache=False,
-        bos_token_id=shape["vocab"] - 1, eos_token_id=shape["vocab"] - 1,
-    )
-    torch.manual_seed(0)
-    with device:
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    model.train()
-    optimizer = _adamw(model)
-    generator = torch.Generator(device=device).manual_seed(0)
-
-    def step() -> torch.Tensor:
-        ids_bt = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq"]),
-                               generator=generator, device=device)
-        with _autocast(device):
-            loss = model(input_ids=ids_bt, labels=ids_bt).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    workload = Workload(model=model, step=step, optimizer=optimizer, name="gpt2-medium8",
-                        tokens_per_step=shape["batch"] * shape["seq"], device=device)
-    return workload, {"model": type(model).__name__, "attn": "sdpa", **shape}
+    size = "tiny" if smoke else "medium8"
+    batch, seq = (1, 64) if HOST_BOUND and not smoke else (2 if smoke else 8, None)
+    workload = text_workloads.gpt2(device=str(device), batch_size=batch, size=size, seq_len=seq)
+    shape = dict(text_workloads.SIZES[size], batch=batch, seq=workload.params["seq_len"])
+    return workload, {"model": type(workload.model).__name__, "attn": "sdpa", **shape}
 
 
 def vit_b16(device: torch.device, smoke: bool) -> tuple[Workload, dict[str, Any]]:
@@ -349,23 +314,18 @@ def _recorder_stack(workload: Workload, profiler: Any = None, *, gc_off: bool = 
                     ranges: bool = True) -> contextlib.ExitStack:
     """The capture's observers (levers.capture.step.StepCapture.start), under ``profiler`` (with
     the per-op ranges) or none."""
-    from levers.capture import step as step_module
-    from levers.capture.calls import CallRecorder, memory_metric_calls
     from levers.capture.recorder import make_recorder
+    from levers.capture.step import enter_observers
 
     recorder = make_recorder(workload.model, optimizer=workload.optimizer, live=None,
-                          range_marker=gpu.range_marker() if profiler is not None and ranges
-                          else None)
+                             range_marker=gpu.range_marker() if profiler is not None and ranges
+                             else None)
     stack = contextlib.ExitStack()
     if gc_off:
         stack.enter_context(_gc_off())
     if profiler is not None:
         stack.enter_context(profiler)
-    stack.enter_context(step_module._module_tracking(recorder))
-    stack.enter_context(step_module._optimizer_phase(recorder, workload.optimizer))
-    stack.enter_context(memory_metric_calls(recorder))
-    stack.enter_context(CallRecorder(recorder))
-    stack.enter_context(recorder)
+    enter_observers(stack, recorder, workload.optimizer)
     return stack
 
 

@@ -5,7 +5,7 @@ bench/memory_accuracy.py.
 has a bias gradient, and it uses SDPA attention), built from a config with random weights,
 trained under bf16 autocast with a fused AdamW on the GPU. ``size="medium8"`` is GPT-2 medium's
 width (1024, 16 heads) with 8 layers at batch 8 x seq 1024; ``size="tiny"`` runs on a CPU in a
-second.
+second. bench/capture_overhead.py times the same model.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ SIZES = {
 }
 
 
-def gpt2(device="cpu", batch_size=8, size="medium8", seed=0) -> Workload:
+def gpt2(device="cpu", batch_size=8, size="medium8", seed=0, seq_len=None) -> Workload:
+    """``seq_len`` (default: the size's) also sets the model's positions."""
     import transformers
 
-    shape = SIZES[size]
+    shape = dict(SIZES[size], **({"seq": int(seq_len)} if seq_len is not None else {}))
     torch.manual_seed(seed)
     config = transformers.GPT2Config(
         n_layer=shape["n_layer"], n_embd=shape["n_embd"], n_head=shape["n_head"],
@@ -47,5 +48,5 @@ def gpt2(device="cpu", batch_size=8, size="medium8", seed=0) -> Workload:
     return Workload(
         model=model, step=step, optimizer=optimizer, name=f"gpt2-{size}",
         tokens_per_step=int(batch_size) * shape["seq"],
-        params={"batch_size": batch_size, "size": size},
+        params={"batch_size": batch_size, "size": size, "seq_len": shape["seq"]},
     )

@@ -3,7 +3,6 @@ dynamo guard on the recorder only where compiled code can reach it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,8 +17,7 @@ from levers.workload import Workload
 
 def _run_python(code: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]

@@ -184,12 +184,13 @@ class CallRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        known = _CALL_KINDS.get(func)  # inline: this runs for every torch call of the step
-        if known is None and func not in _MAYBE_SYNC_CALLS:
-            return func(*args, **kwargs)
-        kind, name = known if known is not None else self._classify(func, args, kwargs)
-        if kind is None:
-            return func(*args, **kwargs)
+        known = _CALL_KINDS.get(func)  # one lookup: this runs for every torch call of the step
+        if known is None:
+            name = _MAYBE_SYNC_CALLS.get(func)
+            if name is None or not _conditional_sync(func, args, kwargs):
+                return func(*args, **kwargs)
+            known = ("sync", name)
+        kind, name = known
         if not self.recorder.paused:
             self.recorder.note_autocast()
         record_args: dict[str, Any] = {}
@@ -214,16 +215,6 @@ class CallRecorder(TorchFunctionMode):
             user_frame(), target,
         )
         return out
-
-    @staticmethod
-    def _classify(func: Callable, args: tuple, kwargs: dict) -> tuple[str | None, str]:
-        known = _CALL_KINDS.get(func)  # one lookup: this runs for every torch call of the step
-        if known is not None:
-            return known
-        name = _MAYBE_SYNC_CALLS.get(func)
-        if name is not None and _conditional_sync(func, args, kwargs):
-            return "sync", name
-        return None, ""
 
 
 @contextlib.contextmanager

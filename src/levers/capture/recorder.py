@@ -221,11 +221,7 @@ class OpRecorder(TorchDispatchMode):
         if self._pending:
             self._tag_pending()
         index = len(self._rows)
-        if _current_graph_task_id() != -1:  # current_phase(), inline: it runs for every op
-            self._seen_backward = True
-            phase = "backward"
-        else:
-            phase = self.current_phase()
+        phase = self.current_phase()
         call = info.call
         t0 = _perf_counter()
         if self.range_marker is not None:

@@ -145,14 +145,37 @@ def _module_tracking(recorder: OpRecorder) -> Iterator[None]:
         post.remove()
 
 
+def enter_observers(
+    stack: contextlib.ExitStack,
+    recorder: OpRecorder,
+    optimizer: torch.optim.Optimizer | None,
+    *,
+    optimizer_hooks: bool = True,
+) -> None:
+    """Enter the capture's observers of a step on ``stack``, innermost last: module tracking,
+    the optimizer phase, the memory-metric and torch-call recorders, the op recorder. (The
+    profiler, on a GPU, is the caller's.)"""
+    stack.enter_context(_module_tracking(recorder))
+    if optimizer_hooks:
+        stack.enter_context(_optimizer_phase(recorder, optimizer))
+    else:
+        stack.enter_context(_zero_grad_phase(recorder, optimizer))
+    stack.enter_context(memory_metric_calls(recorder))
+    stack.enter_context(CallRecorder(recorder))
+    stack.enter_context(recorder)
+
+
 def capture_step(
     workload: Workload,
     *,
     warmup: int = 1,
     timed: int = 3,
     progress: Callable[[int, str], None] | None = None,
+    ran_before: bool | None = None,
 ) -> Capture:
     """Run ``warmup`` plain steps, ``timed`` timed plain steps, then capture one step.
+    ``ran_before`` (default: whether any plain step ran here) says whether the step has run
+    before the capture (see :class:`StepCapture`).
 
     Raises:
         ValueError: warmup or timed is negative.
@@ -163,7 +186,9 @@ def capture_step(
     for _ in range(warmup):
         _run_step(workload)
     step_s = tuple(_timed_step(workload) for _ in range(timed))
-    capture = StepCapture(workload, progress=progress, ran_before=warmup + timed > 0)
+    if ran_before is None:
+        ran_before = warmup + timed > 0
+    capture = StepCapture(workload, progress=progress, ran_before=ran_before)
     capture.start()
     try:
         returned = _run_step(workload)
@@ -236,14 +261,9 @@ class StepCapture:
             self.recorder = recorder
             self._profiler = gpu.kernel_profiler() if on_cuda else contextlib.nullcontext()
             stack.enter_context(self._profiler)
-            stack.enter_context(_module_tracking(recorder))
-            if self.optimizer_hooks:
-                stack.enter_context(_optimizer_phase(recorder, workload.optimizer))
-            else:
-                stack.enter_context(_zero_grad_phase(recorder, workload.optimizer))
-            stack.enter_context(memory_metric_calls(recorder))
-            stack.enter_context(CallRecorder(recorder))
-            stack.enter_context(recorder)
+            enter_observers(
+                stack, recorder, workload.optimizer, optimizer_hooks=self.optimizer_hooks
+            )
         except BaseException:
             stack.close()
             raise

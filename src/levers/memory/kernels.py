@@ -243,7 +243,7 @@ def _reduction_buffers(model: KernelModel, func, args: tuple, kwargs: dict) -> l
     if reduced is None:
         return []
     config = _reduce_config(
-        source.shape, source.stride(), set(reduced), source.element_size(),
+        source.shape, source.stride(), set(reduced),
         acc_size=8 if source.dtype == torch.float64 else 4,
         num_sms=model.num_sms, max_threads_per_sm=model.max_threads_per_sm,
     )
@@ -277,10 +277,10 @@ def _iterator_dims(shape, strides, reduced: set[int]) -> list[tuple[int, int, bo
 
 
 def _reduce_config(
-    shape, strides, reduced: set[int], element_size: int, *, acc_size: int, num_sms: int,
-    max_threads_per_sm: int,
+    shape, strides, reduced: set[int], *, acc_size: int, num_sms: int, max_threads_per_sm: int,
 ) -> tuple[int, int] | None:
-    """(global buffer bytes, semaphore bytes) of a reduction, or None when it needs none."""
+    """(global buffer bytes, semaphore bytes) of a reduction, or None when it needs none.
+    ``strides`` are in elements."""
     dims = _iterator_dims(shape, strides, reduced)
     num_reduce_dims = sum(1 for d in dims if d[2])
     num_outputs = 1
@@ -290,9 +290,7 @@ def _reduce_config(
             inputs_per_output *= size
         else:
             num_outputs *= size
-    if inputs_per_output <= 1:
-        return None
-    if not dims:
+    if inputs_per_output <= 1:  # also when every dimension has size 1
         return None
     on_fastest = num_reduce_dims == len(dims) or dims[0][1] < dims[num_reduce_dims][1]
     output_vec_size = 1

@@ -163,13 +163,7 @@ class StorageTracker(TorchDispatchMode):
             new.append((tensor, storage))
         if not new:
             return
-        device = self.book.target
-        if device is None:
-            device = HOST
-            for tensor in inputs:
-                if self.book.device_of(tensor) == GPU:
-                    device = GPU
-                    break
+        device = self._op_device(inputs)
         state_derived = phase == "optimizer" and any(self._is_state(t) for t in inputs)
         flops = op_flops(func, args, kwargs, out) if phase == "forward" else 0
         for tensor, storage in new:
@@ -190,6 +184,13 @@ class StorageTracker(TorchDispatchMode):
             if phase == "backward":
                 self._node_of[handle] = id(torch._C._current_autograd_node())
             self._attach(storage, handle)
+
+    def _op_device(self, inputs: list) -> str:
+        """Where an op runs: the book's target when one is set, else the GPU when an input is
+        on it."""
+        if self.book.target is not None:
+            return self.book.target
+        return GPU if any(self.book.device_of(t) == GPU for t in inputs) else HOST
 
     def _attach(self, storage: torch.UntypedStorage, handle: int) -> None:
         self._handles[storage] = handle
@@ -307,8 +308,7 @@ class StorageTracker(TorchDispatchMode):
         self, func, args: tuple, kwargs: dict, out: Any, inputs: list, phase: str
     ) -> None:
         thread = "autograd" if phase == "backward" else "main"
-        on_gpu = self.book.target == GPU or any(self.book.device_of(t) == GPU for t in inputs)
-        if not on_gpu and func._schema.name in kernels.GPU_ONLY:
+        if func._schema.name in kernels.GPU_ONLY and self._op_device(inputs) != GPU:
             return  # a host op takes no kernel buffer from the GPU's allocator
         found = kernels.workspaces(
             self.kernel_model, func, args, out, thread, self._workspace_owners, kwargs
