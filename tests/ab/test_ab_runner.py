@@ -89,7 +89,7 @@ def test_a_wrong_fix_is_damaged_however_fast(clock, wrong_fix):
     if wrong_fix == "scaled_loss":  # |2L - L| / 2L
         assert first_loss.rel_diff == pytest.approx(0.5)
         assert first_loss.candidate == pytest.approx(2 * first_loss.baseline)
-    assert "loss after step 1 differs by" in result.read("parity").note
+    assert "loss after step 1 differs from the float64 run by" in result.read("parity").note
 
 
 def test_a_correct_rewrite_passes_parity_as_numerics_changing(clock):

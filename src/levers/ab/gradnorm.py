@@ -24,8 +24,11 @@ def grad_norm_probe(model: torch.nn.Module) -> Iterator[Callable[[], torch.Tenso
     norms: dict[int, torch.Tensor] = {}
 
     def hook(param: torch.Tensor) -> None:
-        # float32 accumulation: a bf16 norm over millions of elements loses the digits we compare
-        norms[id(param)] = torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float32)
+        # float32 accumulation at least: a bf16 norm over millions of elements loses the digits
+        # we compare (and the float64 reference keeps its own precision)
+        grad = param.grad.detach()
+        dtype = torch.float64 if grad.dtype == torch.float64 else torch.float32
+        norms[id(param)] = torch.linalg.vector_norm(grad, dtype=dtype)
 
     handles = [
         p.register_post_accumulate_grad_hook(hook) for p in model.parameters() if p.requires_grad

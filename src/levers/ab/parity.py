@@ -3,33 +3,46 @@
 Both sides are built from the same seed (same weights), and the global RNG is reseeded to the
 same value before each side's k-th parity step (same random batches, same dropout masks). After
 step 1 and after step K the gate compares the loss and the total gradient norm; after step K it
-also compares the parameters when both models name and shape them alike. Tolerances are
-relative and depend on the declared exactness of the change and on the compute dtype:
+also compares the parameters when both models name and shape them alike.
 
-- ``exact``: the change must not alter the math; only non-deterministic kernels may differ.
-  Parameter differences gate too.
-- ``changes-numerics``: rounding may differ (fused kernels, other reduction orders).
-  Parameter differences are reported as evidence but do not gate, since Adam-like optimizers
-  turn rounding noise in near-zero gradients into full-size updates.
+Two rules judge a loss or a gradient norm, and each check records which one did:
+
+- **float64 reference** (changes-numerics, the default): the baseline's workload is run once more
+  in float64 (``levers.ab.reference``), and the candidate passes when its relative error against
+  that run is at most ``REFERENCE_MARGIN`` times the baseline's own error plus a floor (the fixed
+  tolerance below for the precision the step computes in): a correct change under bf16 is about as
+  far from the float64 run as the baseline is, however far two bf16 runs drift apart; a wrong one
+  is farther. The floor covers a candidate that computes in lower precision than the baseline
+  (bf16 autocast against fp32), whose rounding the baseline's error cannot show.
+- **fixed tolerance** (``exact``, or when no float64 run can be made, with the reason): the
+  relative difference between the two sides against the tolerance for the declared exactness and
+  the compute dtype. ``exact`` means the change must not alter the math, so the sides are held to
+  each other directly, parameters included.
+
+Parameter differences gate only an ``exact`` candidate (against the baseline); for a
+changes-numerics one they are reported as evidence, since Adam-like optimizers turn rounding
+noise in near-zero gradients into full-size updates.
 
 The parity steps run on the same objects that are timed afterwards, before any timing: both
 sides then enter warm-up having taken the same number of steps (so lazily created optimizer
-state exists on both), and any divergence of their weights is within the tolerance checked here.
+state exists on both). The float64 reference runs before the sides are built, on its own build.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable
 
 import torch
 
 from levers.ab.gradnorm import grad_norm_probe
 from levers.ab.killlines import Kill, KillLines, KillSignal, check_loss, check_time
 from levers.ab.precision import LOW_PRECISION, autocast_probe
+from levers.ab.reference import Reference, run_reference, unavailable
 from levers.ab.steps import run_step
 from levers.workload import Workload
-from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
+from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES, fix_safety
 
 EXACTNESS = FIX_SAFETIES
 
@@ -41,6 +54,15 @@ RTOL = {
     (CHANGES_NUMERICS, True): (1e-2, 2e-2),
 }
 
+# The candidate's error against the float64 run may be this many times the baseline's own (as
+# PyTorch's compile accuracy checks allow for bf16/fp16 and for small tensors: our quantities are
+# scalars, whose rounding error is noisier than a whole tensor's RMS).
+REFERENCE_MARGIN = 3.0
+
+RULE_REFERENCE = "float64-reference"
+RULE_TOLERANCE = "tolerance"
+EXACT_REASON = "declared exact: held to the baseline directly"
+
 _LOW_PRECISION_NAMES = {"bf16", "bfloat16", "fp16", "float16", "half"}
 
 
@@ -51,6 +73,8 @@ class Tolerance:
     rtol_first: float  # after step 1
     rtol_last: float  # after step K
     autocast: str | None = None  # the autocast dtype seen in the step ("bfloat16"), if any
+    # the float64-reference rule's factor on the baseline's error (None: the fixed tolerance)
+    margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,9 +86,14 @@ class ParityCheck:
     baseline: float | None  # for "params": the L2 norm of all of that side's parameters
     candidate: float | None
     rel_diff: float | None  # |candidate - baseline| / max(|.|); for "params" ||b - a|| / ||a||
-    rtol: float
+    rtol: float  # the fixed tolerance; under the float64-reference rule, the floor
     passed: bool | None  # None: could not be compared
     gating: bool  # False: reported as evidence only
+    rule: str = RULE_TOLERANCE  # which rule judged it (records before the reference read so)
+    reference: float | None = None  # the float64 run's value
+    baseline_error: float | None = None  # |baseline - reference| / |reference|
+    candidate_error: float | None = None  # |candidate - reference| / |reference|
+    allowed_error: float | None = None  # margin * baseline_error + rtol
 
 
 @dataclass(frozen=True)
@@ -78,6 +107,11 @@ class ParityResult:
     baseline_grad_norms: tuple[float | None, ...]
     candidate_grad_norms: tuple[float | None, ...]
     notes: tuple[str, ...] = ()
+    rule: str = RULE_TOLERANCE  # float64-reference when it judged every loss and grad norm check
+    reference_losses: tuple[float | None, ...] = ()
+    reference_grad_norms: tuple[float | None, ...] = ()
+    # why the fixed tolerance judged (declared exact, no float64 run and why); "" otherwise
+    tolerance_reason: str = ""
 
 
 def is_low_precision(workload: Workload) -> bool:
@@ -108,6 +142,14 @@ def rel_diff(baseline: float, candidate: float) -> float:
     return 0.0 if scale == 0.0 else abs(candidate - baseline) / scale
 
 
+def error_against(value: float, reference: float) -> float:
+    """|value - reference| / |reference| (the absolute difference when the reference is 0)."""
+    if not math.isfinite(value):
+        return math.inf
+    diff = abs(value - reference)
+    return diff / abs(reference) if reference != 0.0 else diff
+
+
 def _check(
     step: int, quantity: str, a: float | None, b: float | None, rtol: float, gating: bool
 ) -> ParityCheck:
@@ -115,6 +157,31 @@ def _check(
         return ParityCheck(step, quantity, a, b, None, rtol, None, gating)
     diff = rel_diff(a, b)
     return ParityCheck(step, quantity, a, b, diff, rtol, diff <= rtol, gating)
+
+
+def _reference_check(
+    step: int, quantity: str, a: float | None, b: float | None, ref: float | None, floor: float
+) -> ParityCheck:
+    """The float64-reference rule; the fixed tolerance where this point has no reference value."""
+    if ref is None or not math.isfinite(ref) or a is None or b is None:
+        return _check(step, quantity, a, b, floor, True)
+    error_a, error_b = error_against(a, ref), error_against(b, ref)
+    allowed = REFERENCE_MARGIN * error_a + floor
+    return ParityCheck(
+        step,
+        quantity,
+        a,
+        b,
+        rel_diff(a, b),
+        floor,
+        error_b <= allowed,
+        True,
+        rule=RULE_REFERENCE,
+        reference=ref,
+        baseline_error=error_a,
+        candidate_error=error_b,
+        allowed_error=allowed,
+    )
 
 
 def _param_check(
@@ -154,8 +221,13 @@ def run_parity(
     exactness: str,
     seed: int,
     lines: KillLines,
+    reference: Reference | None = None,
 ) -> tuple[ParityResult, Kill | None]:
-    """Run ``num_steps`` steps of each side, compare, and return the evidence."""
+    """Run ``num_steps`` steps of each side, compare, and return the evidence.
+
+    ``reference`` is the float64 run of the same steps (:func:`reference_for`); without one, or
+    for an ``exact`` candidate, the fixed tolerance judges.
+    """
     sides = (("baseline", baseline), ("candidate", candidate))
     losses: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
     norms: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
@@ -173,8 +245,75 @@ def run_parity(
     )
     seen = [str(dtype).removeprefix("torch.") for dtype in autocast if dtype is not None]
     tolerance = tolerance_for(exactness, low_precision, seen[0] if seen else None)
-    result = _judge(baseline, candidate, tolerance, losses, norms, num_steps, kill)
+    if reference is None:
+        reference = unavailable("no float64 run was made")
+    result = _judge(baseline, candidate, tolerance, losses, norms, num_steps, kill, reference)
     return result, kill
+
+
+def reference_for(
+    build: Callable[[], Workload],
+    *,
+    num_steps: int,
+    exactness: str,
+    seed: int,
+    lines: KillLines | None = None,
+) -> tuple[Reference, Kill | None]:
+    """The float64 run the gate judges a changes-numerics candidate against.
+
+    ``build`` builds the baseline as the runner does (seeded). An ``exact`` candidate is held to
+    the baseline directly, so it gets no reference (and costs none).
+    """
+    if exactness == EXACT:
+        return unavailable(EXACT_REASON), None
+    return run_reference(build, num_steps=num_steps, seed=seed, lines=lines)
+
+
+def parity_gate(
+    build_baseline: Callable[[], Workload],
+    build_candidate: Callable[[], Workload],
+    *,
+    num_steps: int = 3,
+    exactness: str = CHANGES_NUMERICS,
+    seed: int = 0,
+    lines: KillLines | None = None,
+) -> ParityResult:
+    """The parity gate alone, on fresh builds: for callers that only need to know whether a
+    change keeps parity (``levers tune`` keeps only levers that do).
+
+    Each build is called with the global RNG seeded to ``seed`` (same weights); the float64
+    reference is built first and freed before the two sides. A kill (the time budget of
+    ``lines``, a non-finite loss, a step that raises) ends the gate early; the result then holds
+    what was compared and ``passed`` is False or None.
+    """
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be at least 1 for a parity gate, got {num_steps}")
+    lines = lines or KillLines()
+
+    def seeded(build: Callable[[], Workload]) -> Workload:
+        torch.manual_seed(seed)
+        return build()
+
+    reference, kill = reference_for(
+        lambda: seeded(build_baseline),
+        num_steps=num_steps,
+        exactness=exactness,
+        seed=seed,
+        lines=lines,
+    )
+    if kill is not None:
+        raise KillSignal(kill)
+    baseline, candidate = seeded(build_baseline), seeded(build_candidate)
+    result, _ = run_parity(
+        baseline,
+        candidate,
+        num_steps=num_steps,
+        exactness=exactness,
+        seed=seed,
+        lines=lines,
+        reference=reference,
+    )
+    return result
 
 
 def _steps(
@@ -211,23 +350,30 @@ def _judge(
     norms: dict[str, list[float | None]],
     num_steps: int,
     kill: Kill | None,
+    reference: Reference,
 ) -> ParityResult:
     num_done = min(len(losses["baseline"]), len(losses["candidate"]))
-    checkpoints = sorted({s for s in (1, num_done) if s >= 1})
+    # no step completed on both sides (--parity-steps 0, or a kill in the first step): nothing
+    # to compare
+    checkpoints = sorted({1, num_done}) if num_done >= 1 else []
+    by_reference = reference.available and tolerance.exactness != EXACT
+    refs = {"loss": reference.losses, "grad_norm": reference.grad_norms}
+    series = {"loss": losses, "grad_norm": norms}
     checks: list[ParityCheck] = []
     for step in checkpoints:
         rtol = tolerance.rtol_first if step == 1 else tolerance.rtol_last
         i = step - 1
-        checks.append(
-            _check(step, "loss", losses["baseline"][i], losses["candidate"][i], rtol, True)
-        )
-        checks.append(
-            _check(step, "grad_norm", norms["baseline"][i], norms["candidate"][i], rtol, True)
-        )
+        for quantity in ("loss", "grad_norm"):
+            a, b = series[quantity]["baseline"][i], series[quantity]["candidate"][i]
+            if by_reference:
+                ref = refs[quantity][i] if i < len(refs[quantity]) else None
+                checks.append(_reference_check(step, quantity, a, b, ref, rtol))
+            else:
+                checks.append(_check(step, quantity, a, b, rtol, True))
     notes = []
     if num_done and kill is None:
         param_check = _param_check(
-            baseline, candidate, num_done, tolerance.rtol_last, tolerance.exactness == "exact"
+            baseline, candidate, num_done, tolerance.rtol_last, tolerance.exactness == EXACT
         )
         if param_check is None:
             notes.append("parameters not compared: the two models name or shape them differently")
@@ -239,6 +385,21 @@ def _judge(
     passed = None if not gating else all(gating)
     if num_steps == 0:
         notes.append("the parity gate was skipped (--parity-steps 0)")
+    judged = [c for c in checks if c.quantity != "params" and c.passed is not None]
+    rule = (
+        RULE_REFERENCE
+        if judged and all(c.rule == RULE_REFERENCE for c in judged)
+        else RULE_TOLERANCE
+    )
+    if rule == RULE_REFERENCE:
+        tolerance = replace(tolerance, margin=REFERENCE_MARGIN)
+        why_tolerance = ""
+    elif by_reference and judged:
+        why_tolerance = "the float64 run has no value to compare at some step"
+    elif tolerance.exactness == EXACT:
+        why_tolerance = EXACT_REASON
+    else:
+        why_tolerance = reference.why_not or ""
     return ParityResult(
         passed=passed,
         num_steps=num_done,
@@ -249,4 +410,47 @@ def _judge(
         baseline_grad_norms=tuple(norms["baseline"]),
         candidate_grad_norms=tuple(norms["candidate"]),
         notes=tuple(notes),
+        rule=rule,
+        reference_losses=reference.losses,
+        reference_grad_norms=reference.grad_norms,
+        tolerance_reason=why_tolerance,
     )
+
+
+def parity_from_dict(document: dict[str, Any]) -> ParityResult:
+    """A ParityResult from its JSON form (``result["parity"]`` of a record line or ``--json``).
+
+    Records written before the float64 reference existed lack its fields; they read as judged
+    by the fixed tolerance, which is what judged them.
+    """
+    tol = dict(document["tolerance"])
+    tol["exactness"] = fix_safety(tol["exactness"])
+    tolerance = Tolerance(**{k: v for k, v in tol.items() if k in _fields(Tolerance)})
+    checks = tuple(
+        ParityCheck(**{k: v for k, v in c.items() if k in _fields(ParityCheck)})
+        for c in document.get("checks", ())
+    )
+    sequences = (
+        "baseline_losses",
+        "candidate_losses",
+        "baseline_grad_norms",
+        "candidate_grad_norms",
+        "notes",
+        "reference_losses",
+        "reference_grad_norms",
+    )
+    plain = {
+        k: v
+        for k, v in document.items()
+        if k in _fields(ParityResult) and k not in ("tolerance", "checks", *sequences)
+    }
+    return ParityResult(
+        tolerance=tolerance,
+        checks=checks,
+        **plain,
+        **{k: tuple(document.get(k, ())) for k in sequences},
+    )
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from levers.ab.parity import ParityResult
+from levers.ab.parity import REFERENCE_MARGIN, RULE_REFERENCE, ParityCheck, ParityResult
 from levers.ab.stats import RatioCI, Summary, paired_ratio_ci, summarize
 from levers.ab.timing import SideSamples
 from levers.ab.verdict import NOT_MEASURED, parity_verdict, ratio_verdict
@@ -88,6 +88,52 @@ def _tolerance_words(parity: ParityResult) -> str:
     return f"{tol.exactness}, {precision}"
 
 
+def _rule_words(parity: ParityResult) -> str:
+    """Which rule judged, in words: the verdict never hides that the fixed tolerance did."""
+    if parity.rule == RULE_REFERENCE:
+        return f"against a float64 run, {_tolerance_words(parity)}"
+    why = f": {parity.tolerance_reason}" if parity.tolerance_reason else ""
+    return f"fixed tolerance, {_tolerance_words(parity)}{why}"
+
+
+def _allowed_words(check: ParityCheck) -> str:
+    return (
+        f"allowed {check.allowed_error:.3g} = {REFERENCE_MARGIN:g} x the baseline's "
+        f"{check.baseline_error:.3g} + {check.rtol:g}"
+    )
+
+
+def _failed_words(check: ParityCheck, parity: ParityResult) -> str:
+    if check.rule == RULE_REFERENCE:
+        return (
+            f"{check.quantity} after step {check.step} differs from the float64 run by "
+            f"{check.candidate_error:.3g} ({_allowed_words(check)}; {_rule_words(parity)})"
+        )
+    rule = _rule_words(parity) if check.quantity != "params" else _tolerance_words(parity)
+    return (
+        f"{check.quantity} after step {check.step} differs by {check.rel_diff:.3g} "
+        f"(tolerance {check.rtol:g}, {rule})"
+    )
+
+
+def _passed_words(parity: ParityResult) -> str:
+    compared = [c for c in parity.checks if c.gating and c.passed is not None]
+    by_reference = [c for c in compared if c.rule == RULE_REFERENCE]
+    if by_reference:
+        # the check closest to failing, as a share of what it was allowed
+        worst = max(by_reference, key=lambda c: c.candidate_error / max(c.allowed_error, 1e-300))
+        return (
+            f"{parity.num_steps} step(s); the candidate is at most {worst.candidate_error:.3g} "
+            f"from the float64 run ({worst.quantity} after step {worst.step}: "
+            f"{_allowed_words(worst)}; {_rule_words(parity)})"
+        )
+    largest = max(c.rel_diff for c in compared if c.rel_diff is not None)
+    return (
+        f"{parity.num_steps} step(s); largest relative difference {largest:.3g} "
+        f"(tolerance {parity.tolerance.rtol_last:g}, {_rule_words(parity)})"
+    )
+
+
 def parity_read(parity: ParityResult | None) -> Read:
     if parity is None:
         return Read("parity", "", None, None, None, None, NOT_MEASURED, "parity gate not run")
@@ -96,20 +142,12 @@ def parity_read(parity: ParityResult | None) -> Read:
         # The first failure in step order (checks are kept in that order), not the largest:
         # the earliest divergence is where to look, and which difference is "largest" can hang
         # on how float32 rounding breaks a tie between two checks that differ alike.
-        first = failed[0]
         more = len(failed) - 1
-        note = (
-            f"{first.quantity} after step {first.step} differs by {first.rel_diff:.3g} "
-            f"(tolerance {first.rtol:g}, {_tolerance_words(parity)})"
-            + (f"; {more} more check{'s' if more > 1 else ''} failed" if more else "")
+        note = _failed_words(failed[0], parity) + (
+            f"; {more} more check{'s' if more > 1 else ''} failed" if more else ""
         )
     elif parity.passed:
-        compared = [c for c in parity.checks if c.gating and c.rel_diff is not None]
-        largest = max(c.rel_diff for c in compared)
-        note = (
-            f"{parity.num_steps} step(s); largest relative difference {largest:.3g} "
-            f"(tolerance {parity.tolerance.rtol_last:g}, {_tolerance_words(parity)})"
-        )
+        note = _passed_words(parity)
     else:
         note = "; ".join(parity.notes) or "nothing could be compared"
     return Read("parity", "", None, None, None, None, parity_verdict(parity.passed), note)

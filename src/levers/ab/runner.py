@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from levers.ab.killlines import GIB, Kill, KillLines
-from levers.ab.parity import EXACTNESS, ParityResult, run_parity
+from levers.ab.parity import EXACTNESS, ParityResult, reference_for, run_parity
 from levers.ab.quality import QualityRead, quality_read
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
@@ -183,17 +183,29 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
         time_budget_s=config.time_budget_s,
         started_s=time.perf_counter(),
     )
-    a, b = _build(baseline, config.seed), _build(candidate, config.seed)
-    _check_one_device(a, b)
-    sides = (("baseline", a), ("candidate", b))
-    parity, kill = run_parity(
-        a,
-        b,
+    # the float64 reference of the parity steps is built, run and freed before the sides exist,
+    # so that its memory never adds to theirs
+    reference, kill = reference_for(
+        lambda: _build(baseline, config.seed),
         num_steps=config.num_parity_steps,
         exactness=config.exactness,
         seed=config.seed,
         lines=lines,
     )
+    a, b = _build(baseline, config.seed), _build(candidate, config.seed)
+    _check_one_device(a, b)
+    sides = (("baseline", a), ("candidate", b))
+    parity: ParityResult | None = None
+    if kill is None:
+        parity, kill = run_parity(
+            a,
+            b,
+            num_steps=config.num_parity_steps,
+            exactness=config.exactness,
+            seed=config.seed,
+            lines=lines,
+            reference=reference,
+        )
     samples = None
     if kill is None:
         kill = warm_up(sides, config.num_warmup, lines)

@@ -1,0 +1,225 @@
+"""The float64 reference of the parity steps: the baseline's workload run in float64.
+
+Two runs of one training step in bf16 differ by more than a fixed tolerance can allow (a
+correct compiled step under bf16 autocast drifts a few percent from eager in three Adam steps),
+while a wrong change can differ by less. What tells them apart is the distance of each side to a
+run of the same step in higher precision: a correct candidate is about as far from it as the
+baseline is; a wrong one is farther. PyTorch's own compile accuracy checks judge compiled models
+against a float64 run the same way.
+
+The reference is the baseline's factory called again with the same seed (same weights, same
+batches), its floating parameters and buffers cast to float64, and each of the parity steps run
+with the global RNG reseeded as for the sides. Inside the step a torch-function mode casts every
+floating tensor that reaches an op to float64 (batches the factory made in float32, targets,
+``.float()`` and ``dtype=`` requests), except the tensor an in-place op writes to, so that a
+mutation is never made on a copy. Autocast leaves float64 tensors alone, so a step that enters
+``torch.autocast`` computes in float64 all the same; a compiled model runs eagerly
+(``torch.compiler.set_stance("force_eager")``), since the reference is the eager math.
+
+A reference that cannot be made says why and the gate falls back to the fixed tolerances: a
+device without float64 (MPS), an op without a float64 kernel (a Triton or other fused kernel
+written for bf16/fp32), a module whose output is still not float64 (a workload that hard-codes
+its dtype past the cast), a non-finite reference loss, or a reference that does not fit on the
+device. It runs before the sides are built and is freed before they are, so its memory (twice an
+fp32 side's weights, optimizer state and activations) never adds to theirs; its cost is one more
+build and the parity steps in float64, never the timed steps.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
+
+from levers.ab.gradnorm import grad_norm_probe
+from levers.ab.killlines import Kill, KillLines, KillSignal, check_time
+from levers.ab.steps import loss_of
+from levers.workload import Workload
+
+_LOWER_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# methods that ask for a lower float dtype by name
+_DOWNCASTS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+# methods whose dtype argument reinterprets bits rather than converting values
+_BIT_VIEWS = {torch.Tensor.view}
+_MAX_REASON_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The float64 run's loss and total gradient norm after each parity step, or why there is none."""
+
+    losses: tuple[float | None, ...] = ()
+    grad_norms: tuple[float | None, ...] = ()
+    why_not: str | None = None  # None: the reference ran
+
+    @property
+    def available(self) -> bool:
+        return self.why_not is None
+
+
+def unavailable(why: str) -> Reference:
+    return Reference(why_not=why)
+
+
+def _to_float64(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype in _LOWER_FLOATS:
+        return value.to(torch.float64)
+    if isinstance(value, torch.dtype) and value in _LOWER_FLOATS:
+        return torch.float64
+    return value
+
+
+def _writes_first_argument(func: Callable[..., Any]) -> bool:
+    name = getattr(func, "__name__", "")
+    in_place = name.endswith("_") and not name.startswith("__")
+    return in_place or name in ("__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+
+
+class Float64Mode(TorchFunctionMode):
+    """Every floating tensor and dtype that reaches a torch op becomes float64."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _DOWNCASTS:
+            return args[0].to(torch.float64)
+        if func in _BIT_VIEWS:
+            return func(*args, **kwargs)
+        out = kwargs.pop("out", None)
+        if args and _writes_first_argument(func):
+            # an in-place op writes to its first argument: casting it would mutate a copy
+            args = (args[0], *tree_map(_to_float64, tuple(args[1:])))
+        else:
+            args = tree_map(_to_float64, tuple(args))
+        kwargs = tree_map(_to_float64, kwargs)
+        if out is not None:
+            kwargs["out"] = out
+        return func(*args, **kwargs)
+
+
+def _device_has_float64(device: torch.device) -> str | None:
+    try:
+        torch.zeros(1, dtype=torch.float64, device=device).sum().item()  # sync point (untimed)
+    except (RuntimeError, TypeError) as exc:
+        return f"the device {device} has no float64 ({_short(exc)})"
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
+
+
+@contextmanager
+def _output_dtype_watch(model: torch.nn.Module) -> Iterator[list[str]]:
+    """Yield a list that receives 'module -> dtype' for the first module output not in float64."""
+    seen: list[str] = []
+    names = {id(m): name or "the model" for name, m in model.named_modules()}
+
+    def hook(module: torch.nn.Module, args: object, output: object) -> None:
+        if seen:
+            return
+        for leaf in torch.utils._pytree.tree_leaves(output):
+            if isinstance(leaf, torch.Tensor) and leaf.dtype in _LOWER_FLOATS:
+                seen.append(f"{names.get(id(module), type(module).__name__)} -> {leaf.dtype}")
+                return
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _force_eager():
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else nullcontext()
+
+
+def _not_float64(workload: Workload) -> str | None:
+    """Why the optimizer would still update lower-precision tensors, if it would."""
+    if workload.optimizer is None:
+        return None
+    for group in workload.optimizer.param_groups:
+        for param in group["params"]:
+            if param.dtype in _LOWER_FLOATS:
+                return (
+                    f"the optimizer holds a {param.dtype} parameter that is not in the model "
+                    "(model.to(torch.float64) cannot reach it)"
+                )
+    return None
+
+
+def run_reference(
+    build: Callable[[], Workload], *, num_steps: int, seed: int, lines: KillLines | None = None
+) -> tuple[Reference, Kill | None]:
+    """Build the baseline again, run ``num_steps`` parity steps in float64, and free it.
+
+    ``build`` must seed and build as the runner does for a side (same weights). A kill line
+    (the time budget) that fires during the reference is returned as the run's kill.
+    """
+    if num_steps <= 0:
+        return unavailable("no parity steps"), None
+    workload: Workload | None = None
+    try:
+        workload = build()
+        why = _device_has_float64(torch.device(workload.device))
+        if why:
+            return unavailable(why), None
+        if workload.optimizer is not None and workload.optimizer.state:
+            return unavailable("the factory's optimizer has already stepped (its state is not float64)"), None
+        workload.model.to(torch.float64)
+        why = _not_float64(workload)
+        if why:
+            return unavailable(why), None
+        return _steps(workload, num_steps, seed, lines)
+    except KillSignal as signal:
+        return unavailable("the run was stopped during the reference"), signal.kill
+    except KeyboardInterrupt:
+        raise
+    except torch.OutOfMemoryError as exc:
+        return unavailable(f"the float64 run does not fit on the device ({_short(exc)})"), None
+    except Exception as exc:  # an op without a float64 kernel, a factory that insists on a dtype
+        return unavailable(f"the float64 run failed ({_short(exc)})"), None
+    finally:
+        del workload
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _steps(
+    workload: Workload, num_steps: int, seed: int, lines: KillLines | None
+) -> tuple[Reference, Kill | None]:
+    losses: list[float | None] = []
+    norms: list[float | None] = []
+    with ExitStack() as stack:
+        take = stack.enter_context(grad_norm_probe(workload.model))
+        lower = stack.enter_context(_output_dtype_watch(workload.model))
+        stack.enter_context(_force_eager())
+        for step in range(1, num_steps + 1):
+            if lines is not None:
+                check_time(lines, "parity", "reference", step)
+            torch.manual_seed(seed + step)  # the same batches and dropout as the sides' k-th step
+            with Float64Mode():
+                loss = loss_of(workload.step())
+            if isinstance(loss, torch.Tensor) and loss.dtype in _LOWER_FLOATS:
+                return unavailable(f"the step's loss is {loss.dtype}, not float64"), None
+            if lower:
+                return unavailable(
+                    f"a module still computes in low precision ({lower[0]}): the workload "
+                    "hard-codes its dtype"
+                ), None
+            value = None if loss is None else float(loss)  # sync point (the reference is untimed)
+            if value is not None and not math.isfinite(value):
+                return unavailable(f"the float64 loss is {value} at step {step}"), None
+            norm = take()
+            losses.append(value)
+            norms.append(None if norm is None else float(norm))  # sync point
+    return Reference(tuple(losses), tuple(norms)), None
