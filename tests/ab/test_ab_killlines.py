@@ -48,15 +48,16 @@ def test_nan_loss_in_the_baseline_is_killed_too(clock):
 
 
 def test_the_time_budget_stops_the_run(clock):
-    # every step takes 1 s on the fake clock: 6 parity steps, 4 warm-up steps, then timed steps
+    # every step takes 1 s on the fake clock: 3 float64 reference steps, 6 parity steps, 4 warm-up
+    # steps, then timed steps
     result = run_ab(
         side(clock=clock, step_ms=1000.0),
         side(clock=clock, step_ms=1000.0),
-        AbConfig(**FAST, time_budget_s=14.5),
+        AbConfig(**FAST, time_budget_s=17.5),
     )
     kill = result.killed
     assert (kill.kind, kill.phase, kill.side, kill.step) == ("time_budget", "timed", "candidate", 3)
-    assert "time budget of 14.5 s spent" in kill.reason
+    assert "time budget of 17.5 s spent" in kill.reason
     assert len(result.samples["baseline"].dur_ms) == 3
     assert len(result.samples["candidate"].dur_ms) == 2
     # only complete pairs enter the ratio

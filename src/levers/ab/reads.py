@@ -109,10 +109,9 @@ def _failed_words(check: ParityCheck, parity: ParityResult) -> str:
             f"{check.quantity} after step {check.step} differs from the float64 run by "
             f"{check.candidate_error:.3g} ({_allowed_words(check)}; {_rule_words(parity)})"
         )
-    rule = _rule_words(parity) if check.quantity != "params" else _tolerance_words(parity)
     return (
         f"{check.quantity} after step {check.step} differs by {check.rel_diff:.3g} "
-        f"(tolerance {check.rtol:g}, {rule})"
+        f"(tolerance {check.rtol:g}, {_rule_words(parity)})"
     )
 
 
