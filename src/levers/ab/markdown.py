@@ -73,7 +73,17 @@ def to_markdown(
     if result.parity is not None and result.parity.checks:
         lines += ["", "<details><summary>parity evidence</summary>", ""]
         lines += _table(
-            ("step", "quantity", "baseline", "candidate", "relative diff", "tolerance", "passed"),
+            (
+                "step",
+                "quantity",
+                "baseline",
+                "candidate",
+                "relative diff",
+                "float64 run",
+                "error b / c (allowed)",
+                "tolerance",
+                "passed",
+            ),
             [
                 (
                     str(c.step),
@@ -81,7 +91,11 @@ def to_markdown(
                     f"{c.baseline:.6g}" if c.baseline is not None else "n/a",
                     f"{c.candidate:.6g}" if c.candidate is not None else "n/a",
                     f"{c.rel_diff:.3g}" if c.rel_diff is not None else "n/a",
-                    f"{c.rtol:g}",
+                    f"{c.reference:.6g}" if c.reference is not None else "n/a",
+                    f"{c.baseline_error:.3g} / {c.candidate_error:.3g} ({c.allowed_error:.3g})"
+                    if c.allowed_error is not None
+                    else "n/a",
+                    f"{c.rtol:g}" + (" (floor)" if c.allowed_error is not None else ""),
                     {True: "yes", False: "NO", None: "n/a"}[c.passed]
                     + ("" if c.gating else " (info)"),
                 )
