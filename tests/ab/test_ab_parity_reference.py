@@ -215,3 +215,32 @@ def test_a_kill_before_any_parity_step_compares_nothing():
         build(), build(), num_steps=0, exactness="changes-numerics", seed=0, lines=KillLines()
     )
     assert result.checks == () and result.passed is None
+
+
+def _draws_in_the_step(seed: int = 0) -> Workload:
+    """Batches drawn inside the step and dropout: the float64 run must draw the same numbers."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(32, 1)
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+
+    def step():
+        x = torch.randn(16, 8, dtype=torch.float32)
+        noise = torch.rand_like(x)
+        loss = (model(x + noise) - 1.0).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return Workload(model=model, step=step, optimizer=optimizer)
+
+
+def test_the_float64_run_draws_the_random_numbers_the_step_draws():
+    # a float64 draw would take other numbers (errors of 1e-2 and more); the same numbers leave
+    # only float32 rounding
+    result = parity_gate(_draws_in_the_step, _draws_in_the_step, num_steps=2)
+    assert result.rule == RULE_REFERENCE
+    errors = [c.baseline_error for c in result.checks if c.rule == RULE_REFERENCE]
+    assert len(errors) == 4 and max(errors) < 1e-5

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
@@ -47,6 +48,20 @@ _LOWER_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _DOWNCASTS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
 # methods whose dtype argument reinterprets bits rather than converting values
 _BIT_VIEWS = {torch.Tensor.view}
+# random draws: a float64 draw takes other numbers from the generator than the step's own, so
+# they run as the step asked (its dtype) and only their result becomes float64
+_DRAWS = {
+    torch.randn,
+    torch.rand,
+    torch.normal,
+    torch.randint,
+    torch.randperm,
+    torch.bernoulli,
+    torch.multinomial,
+    torch.poisson,
+}
+_DRAWS_LIKE = {torch.randn_like, torch.rand_like}
+_DROPOUTS = {F.dropout, torch.dropout}
 _MAX_REASON_CHARS = 200
 
 
@@ -90,6 +105,14 @@ class Float64Mode(TorchFunctionMode):
             return args[0].to(torch.float64)
         if func in _BIT_VIEWS:
             return func(*args, **kwargs)
+        if func in _DRAWS:
+            return _to_float64(func(*args, **kwargs))
+        if func in _DRAWS_LIKE:
+            # the input is float64 by now: draw as a float32 step would
+            kwargs.setdefault("dtype", torch.float32)
+            return _to_float64(func(*args, **kwargs))
+        if func in _DROPOUTS:
+            return _dropout(*args, **kwargs)
         out = kwargs.pop("out", None)
         if args and _writes_first_argument(func):
             # an in-place op writes to its first argument: casting it would mutate a copy
@@ -100,6 +123,16 @@ class Float64Mode(TorchFunctionMode):
         if out is not None:
             kwargs["out"] = out
         return func(*args, **kwargs)
+
+
+def _dropout(
+    input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> torch.Tensor:
+    """Dropout with the mask a float32 step draws (same generator state, same numbers)."""
+    if not training or p == 0.0:
+        return input
+    mask = F.dropout(torch.ones_like(input, dtype=torch.float32), p, True).to(input.dtype)
+    return input.mul_(mask) if inplace else input * mask
 
 
 def _device_has_float64(device: torch.device) -> str | None:
