@@ -73,11 +73,17 @@ class TinyLM(torch.nn.Module):
         return self.head(x)
 
 
-def build(seed: int = 0, lever: str = "none", autocast: bool = False, lr: float = 0.05):
+def build(
+    seed: int = 0,
+    lever: str = "none",
+    autocast: bool = False,
+    lr: float = 0.05,
+    device: str = "cpu",
+):
     if lever not in ("none", *WRONG, *CORRECT):
         raise ValueError(f"unknown lever {lever!r}")
     torch.manual_seed(seed)
-    model = TinyLM(lever)
+    model = TinyLM(lever).to(device)
     params = [p for name, p in model.named_parameters() if name != "up.weight"]
     optimizer = torch.optim.AdamW(
         params if lever == "stale_weight" else model.parameters(),
@@ -86,11 +92,12 @@ def build(seed: int = 0, lever: str = "none", autocast: bool = False, lr: float 
         fused=True if lever == "fused_optimizer" else None,
     )
     generator = torch.Generator().manual_seed(seed + 1)
-    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=generator)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=generator).to(device)
+    device_type = torch.device(device).type
     in_autocast = autocast or lever == "autocast"
 
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=in_autocast):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=in_autocast):
             logits = model(tokens[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), tokens[:, 1:].reshape(-1))
         if lever == "scaled_loss":

@@ -33,9 +33,7 @@ from levers.ab.reads import parity_read
 from levers.ab.reference import Float64Mode, run_reference
 from levers.cli import main
 
-RECORD = (
-    Path(__file__).parents[2] / "bench/results/ab_demo_cpu/fixed_all.toml.record.jsonl"
-)
+RECORD = Path(__file__).parents[2] / "bench/results/ab_demo_cpu/fixed_all.toml.record.jsonl"
 
 
 def gate(lever: str, *, autocast: bool = False, exactness: str = "changes-numerics"):
@@ -49,7 +47,8 @@ def gate(lever: str, *, autocast: bool = False, exactness: str = "changes-numeri
 
 def margin_used(result) -> float:
     """The largest share of its allowance any reference check used (> 1: failed)."""
-    return max(c.candidate_error / c.allowed_error for c in result.checks if c.rule == RULE_REFERENCE)
+    judged = [c for c in result.checks if c.rule == RULE_REFERENCE]
+    return max(c.candidate_error / c.allowed_error for c in judged)
 
 
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
@@ -190,7 +189,8 @@ def test_the_runner_judges_by_the_reference_and_records_it(tmp_path, capsys):
     doc = json.loads(path.read_text())
     assert doc["parity"]["rule"] == RULE_REFERENCE
     assert len(doc["parity"]["reference_losses"]) == 2
-    assert all(math.isfinite(c["reference"]) for c in doc["parity"]["checks"] if c["quantity"] != "params")
+    checks = [c for c in doc["parity"]["checks"] if c["quantity"] != "params"]
+    assert all(math.isfinite(c["reference"]) for c in checks)
     assert "against a float64 run" in out
 
 
@@ -244,3 +244,38 @@ def test_the_float64_run_draws_the_random_numbers_the_step_draws():
     assert result.rule == RULE_REFERENCE
     errors = [c.baseline_error for c in result.checks if c.rule == RULE_REFERENCE]
     assert len(errors) == 4 and max(errors) < 1e-5
+
+
+def test_the_time_budget_counts_the_float64_run_and_can_stop_it(clock):
+    from ab_helpers import side
+
+    from levers.ab.runner import AbConfig, run_ab
+
+    # every step takes 1 s on the fake clock; the float64 run's third step starts at 2 s
+    result = run_ab(
+        side(clock=clock, step_ms=1000.0),
+        side(clock=clock, step_ms=1000.0),
+        AbConfig(num_steps=4, num_parity_steps=3, num_resamples=200, time_budget_s=1.5),
+    )
+    kill = result.killed
+    where = (kill.kind, kill.phase, kill.side, kill.step)
+    assert where == ("time_budget", "parity", "reference", 3)
+    assert result.parity is None and result.samples is None
+    assert result.decision == "KILLED"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "lever, verdict",
+    [("fused_optimizer", "PARITY"), ("autocast", "PARITY"), *[(w, "DAMAGED") for w in WRONG]],
+)
+def test_on_a_gpu_under_bf16_autocast_the_float64_run_tells_rounding_from_bugs(lever, verdict):
+    autocast = lever != "autocast"  # "autocast": a bf16 candidate against the fp32 baseline
+    result = parity_gate(
+        partial(build, autocast=autocast, device="cuda"),
+        partial(build, lever=lever, autocast=autocast, device="cuda"),
+        num_steps=3,
+    )
+    assert result.rule == RULE_REFERENCE, result.tolerance_reason
+    assert parity_read(result).verdict == verdict

@@ -144,7 +144,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         dest="exactness",
         action="store_const",
         const="exact",
-        help="the change must not alter the math (tight parity tolerance)",
+        help="the change must not alter the math (held to the baseline, tight tolerance)",
     )
     exactness.add_argument(
         "--changes-numerics",
@@ -153,7 +153,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         dest="exactness",
         action="store_const",
         const=CHANGES_NUMERICS,
-        help="the change may alter rounding (default, looser tolerance)",
+        help="the change may alter rounding (default; judged against a float64 run)",
     )
     parser.add_argument(
         "--json",

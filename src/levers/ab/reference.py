@@ -67,7 +67,7 @@ _MAX_REASON_CHARS = 200
 
 @dataclass(frozen=True)
 class Reference:
-    """The float64 run's loss and total gradient norm after each parity step, or why there is none."""
+    """The float64 run's loss and total gradient norm after each parity step, or why not."""
 
     losses: tuple[float | None, ...] = ()
     grad_norms: tuple[float | None, ...] = ()
@@ -206,7 +206,8 @@ def run_reference(
         if why:
             return unavailable(why), None
         if workload.optimizer is not None and workload.optimizer.state:
-            return unavailable("the factory's optimizer has already stepped (its state is not float64)"), None
+            why = "the factory's optimizer has already stepped (its state is not float64)"
+            return unavailable(why), None
         workload.model.to(torch.float64)
         why = _not_float64(workload)
         if why:
