@@ -279,3 +279,8 @@ def test_on_a_gpu_under_bf16_autocast_the_float64_run_tells_rounding_from_bugs(l
     )
     assert result.rule == RULE_REFERENCE, result.tolerance_reason
     assert parity_read(result).verdict == verdict
+
+
+def test_a_non_finite_baseline_allows_nothing():
+    check = _reference_check(1, "loss", float("nan"), 1.0, 1.0, 0.01)
+    assert check.rule == RULE_TOLERANCE and check.passed is False

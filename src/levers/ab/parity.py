@@ -61,6 +61,7 @@ REFERENCE_MARGIN = 3.0
 
 RULE_REFERENCE = "float64-reference"
 RULE_TOLERANCE = "tolerance"
+RULE_MIXED = "mixed"  # the float64 run where it had a value, the fixed tolerance elsewhere
 EXACT_REASON = "declared exact: held to the baseline directly"
 
 _LOW_PRECISION_NAMES = {"bf16", "bfloat16", "fp16", "float16", "half"}
@@ -107,7 +108,7 @@ class ParityResult:
     baseline_grad_norms: tuple[float | None, ...]
     candidate_grad_norms: tuple[float | None, ...]
     notes: tuple[str, ...] = ()
-    rule: str = RULE_TOLERANCE  # float64-reference when it judged every loss and grad norm check
+    rule: str = RULE_TOLERANCE  # float64-reference, tolerance, or mixed (each check says)
     reference_losses: tuple[float | None, ...] = ()
     reference_grad_norms: tuple[float | None, ...] = ()
     # why the fixed tolerance judged (declared exact, no float64 run and why); "" otherwise
@@ -166,6 +167,9 @@ def _reference_check(
     if ref is None or not math.isfinite(ref) or a is None or b is None:
         return _check(step, quantity, a, b, floor, True)
     error_a, error_b = error_against(a, ref), error_against(b, ref)
+    if not math.isfinite(error_a):
+        # a non-finite baseline would allow anything: hold the sides to each other instead
+        return _check(step, quantity, a, b, floor, True)
     allowed = REFERENCE_MARGIN * error_a + floor
     return ParityCheck(
         step,
@@ -386,16 +390,14 @@ def _judge(
     if num_steps == 0:
         notes.append("the parity gate was skipped (--parity-steps 0)")
     judged = [c for c in checks if c.quantity != "params" and c.passed is not None]
-    rule = (
-        RULE_REFERENCE
-        if judged and all(c.rule == RULE_REFERENCE for c in judged)
-        else RULE_TOLERANCE
-    )
-    if rule == RULE_REFERENCE:
+    rules = {c.rule for c in judged}
+    rule = RULE_MIXED if len(rules) > 1 else rules.pop() if rules else RULE_TOLERANCE
+    if rule != RULE_TOLERANCE:
         tolerance = replace(tolerance, margin=REFERENCE_MARGIN)
+    if rule == RULE_REFERENCE:
         why_tolerance = ""
-    elif by_reference and judged:
-        why_tolerance = "the float64 run has no value to compare at some step"
+    elif rule == RULE_MIXED:
+        why_tolerance = "a side or the float64 run had no finite value at some check"
     elif tolerance.exactness == EXACT:
         why_tolerance = EXACT_REASON
     else:

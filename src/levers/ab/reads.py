@@ -9,7 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from levers.ab.parity import REFERENCE_MARGIN, RULE_REFERENCE, ParityCheck, ParityResult
+from levers.ab.parity import (
+    REFERENCE_MARGIN,
+    RULE_MIXED,
+    RULE_REFERENCE,
+    ParityCheck,
+    ParityResult,
+)
 from levers.ab.stats import RatioCI, Summary, paired_ratio_ci, summarize
 from levers.ab.timing import SideSamples
 from levers.ab.verdict import NOT_MEASURED, parity_verdict, ratio_verdict
@@ -92,6 +98,11 @@ def _rule_words(parity: ParityResult) -> str:
     """Which rule judged, in words: the verdict never hides that the fixed tolerance did."""
     if parity.rule == RULE_REFERENCE:
         return f"against a float64 run, {_tolerance_words(parity)}"
+    if parity.rule == RULE_MIXED:
+        return (
+            f"against a float64 run where it had a value, else the fixed tolerance, "
+            f"{_tolerance_words(parity)}: {parity.tolerance_reason}"
+        )
     why = f": {parity.tolerance_reason}" if parity.tolerance_reason else ""
     return f"fixed tolerance, {_tolerance_words(parity)}{why}"
 
