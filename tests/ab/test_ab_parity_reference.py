@@ -24,7 +24,7 @@ from levers.ab.parity import (
     REFERENCE_MARGIN,
     RULE_REFERENCE,
     RULE_TOLERANCE,
-    _reference_check,
+    reference_check,
     parity_from_dict,
     parity_gate,
     run_parity,
@@ -90,11 +90,11 @@ def test_the_issue_case_reads_parity_by_the_reference_and_damaged_by_the_toleran
     # two bf16 sides 0.056 apart after step 3 (the fixed tolerance is 0.02), each a few
     # percent from the float64 run: rounding, not a bug
     ref, baseline, candidate = 1.0, 1.03, 1.03 - 0.056 * 1.03
-    check = _reference_check(3, "grad_norm", baseline, candidate, ref, 0.02)
+    check = reference_check(3, "grad_norm", baseline, candidate, ref, 0.02)
     assert check.rel_diff > 0.02
     assert check.passed is True
     assert check.allowed_error == pytest.approx(REFERENCE_MARGIN * 0.03 + 0.02)
-    wrong = _reference_check(3, "grad_norm", baseline, 1.5, ref, 0.02)
+    wrong = reference_check(3, "grad_norm", baseline, 1.5, ref, 0.02)
     assert wrong.passed is False
 
 
@@ -282,5 +282,5 @@ def test_on_a_gpu_under_bf16_autocast_the_float64_run_tells_rounding_from_bugs(l
 
 
 def test_a_non_finite_baseline_allows_nothing():
-    check = _reference_check(1, "loss", float("nan"), 1.0, 1.0, 0.01)
+    check = reference_check(1, "loss", float("nan"), 1.0, 1.0, 0.01)
     assert check.rule == RULE_TOLERANCE and check.passed is False

@@ -160,7 +160,7 @@ def _check(
     return ParityCheck(step, quantity, a, b, diff, rtol, diff <= rtol, gating)
 
 
-def _reference_check(
+def reference_check(
     step: int, quantity: str, a: float | None, b: float | None, ref: float | None, floor: float
 ) -> ParityCheck:
     """The float64-reference rule; the fixed tolerance where this point has no reference value."""
@@ -371,7 +371,7 @@ def _judge(
             a, b = series[quantity]["baseline"][i], series[quantity]["candidate"][i]
             if by_reference:
                 ref = refs[quantity][i] if i < len(refs[quantity]) else None
-                checks.append(_reference_check(step, quantity, a, b, ref, rtol))
+                checks.append(reference_check(step, quantity, a, b, ref, rtol))
             else:
                 checks.append(_check(step, quantity, a, b, rtol, True))
     notes = []
