@@ -1,8 +1,9 @@
 """The parity gate against a float64 run: planted wrong levers read DAMAGED, correct ones PARITY.
 
-The planted errors are large against rounding (each misses its allowance by a factor of 2.5 or
-more on this model) and the correct changes are exactly equivalent in real arithmetic (each uses
-at most 0.1 of its allowance), so no verdict here hangs on how the CPU rounds.
+The planted errors are large against rounding (on the development CPU each missed its allowance
+by a factor of 2.6 or more, 130 or more in fp32) and the correct changes are exactly equivalent
+in real arithmetic (each used under 0.08 of its allowance); the tests ask for 1.5 and 0.5, so no
+verdict here hangs on how a CPU rounds.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def test_a_planted_wrong_lever_reads_damaged_against_the_float64_run(lever, auto
     result = gate(lever, autocast=autocast)
     assert result.rule == RULE_REFERENCE
     assert result.passed is False
-    assert margin_used(result) > 2.5
+    assert margin_used(result) > 1.5
     assert parity_read(result).verdict == "DAMAGED"
 
 
@@ -81,7 +82,7 @@ def test_a_correct_change_reads_parity_against_the_float64_run(lever, autocast):
     result = gate(lever, autocast=autocast)
     assert result.rule == RULE_REFERENCE
     assert result.passed is True
-    assert margin_used(result) < 0.1
+    assert margin_used(result) < 0.5
     note = parity_read(result).note
     assert "from the float64 run" in note and "against a float64 run" in note
 
