@@ -12,7 +12,10 @@ batches), its floating parameters and buffers cast to float64, and each of the p
 with the global RNG reseeded as for the sides. Inside the step a torch-function mode casts every
 floating tensor that reaches an op to float64 (batches the factory made in float32, targets,
 ``.float()`` and ``dtype=`` requests), except the tensor an in-place op writes to, so that a
-mutation is never made on a copy. Autocast leaves float64 tensors alone, so a step that enters
+mutation is never made on a copy. Random draws (``torch.randn``, ``rand_like``, dropout masks)
+run in the dtype the step asked for and are cast afterwards, since a float64 draw takes other
+numbers from the generator (known limits: a ``*_like`` draw and a dropout mask are drawn as float32
+would draw them, and attention's own ``dropout_p`` draws in float64). Autocast leaves float64 tensors alone, so a step that enters
 ``torch.autocast`` computes in float64 all the same; a compiled model runs eagerly
 (``torch.compiler.set_stance("force_eager")``), since the reference is the eager math.
 
