@@ -8,6 +8,7 @@ handed to every analysis (as Holistic Trace Analysis holds one parsed trace for 
     audited = step.audit(target="h100")             # findings ranked, with the memory model's numbers
     plan = step.memory(gpu="h200")                  # a MemoryPlan (predicted without a GPU)
     result = step.ab("rms-norm-fused,fused-optimizer")   # an AbResult (levers, or a candidate spec)
+    tuned = step.tune(budget="10m")                 # a TuneResult: the fastest proven stack
 
 ``levers audit`` calls this object; the in-loop capture (:func:`levers.capture_step`) and the
 Trainer and Lightning callbacks hand their captures to the same audit
@@ -258,6 +259,66 @@ class Step:
         )
         baseline, candidate_side, chosen = design_mod.sides(design)
         return run_ab(baseline, candidate_side, design_mod.config(design, kill, chosen))
+
+
+    def tune(
+        self,
+        *,
+        budget: str | float = "10m",
+        levers: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] = (),
+        steps: int | None = None,
+        warmup: int | None = None,
+        parity_steps: int | None = None,
+        resamples: int | None = None,
+        seed: int = 0,
+        audit: bool = True,
+        record: Any = None,
+        measure: Callable[..., Any] | None = None,
+        progress: Callable[[str], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> Any:
+        """``levers tune``: the fastest stack of levers that keeps parity on this step, found by
+        paired A/Bs (greedy, best expected saving first) within ``budget`` ("10m", "90s" or
+        seconds). Returns a :class:`levers.tune.result.TuneResult`; its ``stack`` is empty when
+        nothing pays. ``levers`` restricts the search to these ids, ``exclude`` leaves ids out;
+        ``steps`` .. ``seed`` are each A/B's design; ``audit=False`` takes the candidates from
+        the catalogue alone; ``record`` is a JSON-lines file each A/B and the result are
+        appended to. ``measure`` replaces the A/B (a test's fake, see
+        :data:`levers.tune.trial.Measure`), ``clock`` the budget's clock.
+
+        Raises:
+            TypeError: the Step is not of a spec (each side is built again from it).
+            ValueError: an unreadable budget, an unknown lever id, a design that cannot run.
+        """
+        import time
+
+        from levers.levers.handle import parse_ids
+        from levers.tune.budget import parse_duration_s
+        from levers.tune.measure import TrialDesign
+        from levers.tune.run import tune_step
+
+        budget_s = parse_duration_s(budget)
+        defaults = TrialDesign()
+        design = TrialDesign(
+            steps=defaults.steps if steps is None else steps,
+            warmup=defaults.warmup if warmup is None else warmup,
+            parity_steps=defaults.parity_steps if parity_steps is None else parity_steps,
+            resamples=defaults.resamples if resamples is None else resamples,
+            seed=seed,
+        )
+        return tune_step(
+            self,
+            budget_s=budget_s,
+            only=None if levers is None else parse_ids(levers),
+            exclude=parse_ids(exclude) if exclude else (),
+            design=design,
+            use_audit=audit,
+            record_path=record,
+            measure=measure,
+            say=progress or (lambda _message: None),
+            clock=clock or time.monotonic,
+        )
 
 
 def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None, list[str]]:
