@@ -172,20 +172,28 @@ class Step:
         memory_model: bool = True,
         set_items: Sequence[str] = (),
         progress: Any = None,
+        measure: bool | Callable[..., Any] | None = None,
     ) -> Any:
         """The audit of the captured step (captured now with the defaults if :meth:`capture`
         was not called): an :class:`levers.audit.run.AuditedStep` with the priced findings,
         the ranked report and the memory model's prediction (None with
         ``memory_model=False`` or for a Step of a built Workload).
 
+        ``measure``: A/B each lever of the recommended stack on this step, then the stack, and
+        put the measured savings in place of the estimates (:mod:`levers.tune.claims`; the
+        result's ``claims`` holds them). None (the default) measures when the capture ran on a
+        GPU, no ``target`` is given and the Step is of a spec; a callable is the A/B to use
+        (:data:`levers.tune.trial.Measure`, a test's fake).
+
         Raises:
             ValueError: a selector that matches no rule, an unknown target or torch version.
+            TypeError: ``measure=True`` on a Step of a built Workload.
         """
         from levers.audit.run import audit_step
 
         capture = self._current_capture()
         source = self._memory_source() if memory_model else None
-        return audit_step(
+        audited = audit_step(
             capture,
             workload=self.workload(),
             source=source,
@@ -201,6 +209,38 @@ class Step:
             set_items=set_items,
             progress=progress,
         )
+        measure_ab = self._claims_measure(measure, capture, target)
+        if measure_ab is None:
+            return audited
+        from levers.tune.claims import measured_audit
+
+        say = progress.say if progress is not None else (lambda _message: None)
+        return measured_audit(
+            audited,
+            measure_ab,
+            workload_spec=self.spec,
+            set_items=list(set_items) or [f"{k}={v}" for k, v in self.params.items()],
+            say=say,
+        )
+
+    def _claims_measure(self, measure: Any, capture: Any, target: str | None) -> Any:
+        """The A/B that measures the audit's claims, or None to keep the estimates."""
+        if callable(measure):
+            return measure
+        if measure is None:
+            from levers.audit.config import capture_on_gpu
+
+            measure = capture_on_gpu(capture) and target is None and self.spec is not None
+        if not measure:
+            return None
+        if self.spec is None:
+            raise TypeError(
+                "Step.audit(measure=True) A/Bs the levers by building the workload again: make "
+                "the Step from a spec such as 'demo' or 'path/file.py:factory'"
+            )
+        from levers.tune.measure import ab_measure
+
+        return ab_measure(self.spec, self.params)
 
     def _predict_for_audit(self, gpu: str, whatifs: bool) -> Any:
         return self.memory(gpu=gpu, whatifs=whatifs)

@@ -52,6 +52,7 @@ class FakeAb:
             tokens_per_s_ci95=(ratio - 0.01, ratio + 0.01),
             step_time_ratio=1 / ratio,
             step_time_ci95=(1 / (ratio + 0.01), 1 / (ratio - 0.01)),
+            step_ms=(10.0, 10.0 / ratio),
             parity="DAMAGED" if bad else "PARITY",
             parity_note="loss after step 2 differs by 0.5 (tolerance 0.02)" if bad else "ok",
             wall_s=self.cost_s,

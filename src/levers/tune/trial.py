@@ -37,6 +37,7 @@ class Trial:
     parity_note: str = ""
     quality: str = NOT_MEASURED
     quality_note: str = ""
+    step_ms: tuple[float, float] | None = None  # median step times (baseline, candidate)
     peak_allocated_bytes: tuple[float, float] | None = None  # medians (baseline, candidate)
     peak_verdict: str = NOT_MEASURED
     killed: str | None = None  # the kill line's reason
@@ -49,6 +50,13 @@ class Trial:
     @property
     def added(self) -> Stack:
         return tuple(lever for lever in self.stack if lever not in self.base)
+
+    @property
+    def saved_ms(self) -> float | None:
+        """Median step time saved per step (negative when the candidate is slower)."""
+        if self.step_ms is None:
+            return None
+        return self.step_ms[0] - self.step_ms[1]
 
     @property
     def out_of_time(self) -> bool:
@@ -122,6 +130,10 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
     peaks = None
     if peak.baseline is not None and peak.candidate is not None:
         peaks = (peak.baseline.median, peak.candidate.median)
+    timed = result.read("step_time")
+    step_ms = None
+    if timed.baseline is not None and timed.candidate is not None:
+        step_ms = (timed.baseline.median, timed.candidate.median)
     quality = result.quality
     return Trial(
         base=base,
@@ -135,6 +147,7 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         parity_note=parity.note,
         quality=quality.verdict if quality is not None else NOT_MEASURED,
         quality_note=quality.note if quality is not None else "",
+        step_ms=step_ms,
         peak_allocated_bytes=peaks,
         peak_verdict=peak.verdict,
         killed=result.killed.reason if result.killed is not None else None,
