@@ -317,6 +317,7 @@ class Step:
         measure: Callable[..., Any] | None = None,
         progress: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
+        set_items: Sequence[str] = (),
     ) -> Any:
         """``levers tune``: the fastest stack of levers that keeps parity on this step, found by
         paired A/Bs (greedy, best expected saving first) within ``budget`` ("10m", "90s" or
@@ -325,7 +326,8 @@ class Step:
         ``steps`` .. ``seed`` are each A/B's design; ``audit=False`` takes the candidates from
         the catalogue alone; ``record`` is a JSON-lines file each A/B and the result are
         appended to. ``measure`` replaces the A/B (a test's fake, see
-        :data:`levers.tune.trial.Measure`), ``clock`` the budget's clock.
+        :data:`levers.tune.trial.Measure`), ``clock`` the budget's clock; ``set_items`` are the
+        ``--set`` items as typed, for the printed ``levers ab`` command.
 
         Raises:
             TypeError: the Step is not of a spec (each side is built again from it).
@@ -358,6 +360,7 @@ class Step:
             measure=measure,
             say=progress or (lambda _message: None),
             clock=clock or time.monotonic,
+            set_items=set_items,
         )
 
 

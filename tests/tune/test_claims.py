@@ -96,3 +96,24 @@ def test_nothing_that_pays_leaves_no_stack(step):
     assert audited.claims.stack == () and not audited.claims.proven
     rec = audited.result.recommendation
     assert rec.levers == () and rec.command is None
+
+
+def test_measuring_is_on_by_default_only_for_a_gpu_capture_of_a_spec_without_a_target(monkeypatch):
+    from types import SimpleNamespace
+
+    import levers.tune.measure
+
+    sentinel = object()
+    monkeypatch.setattr(levers.tune.measure, "ab_measure", lambda spec, params: sentinel)
+    gpu = SimpleNamespace(env={"device": "cuda:0"})
+    cpu = SimpleNamespace(env={"device": "cpu"})
+    step = levers.Step("demo", params={"size": "tiny"})
+    assert step._claims_measure(None, gpu, None) is sentinel
+    assert step._claims_measure(None, gpu, "h100") is None  # --target: estimates
+    assert step._claims_measure(None, cpu, None) is None
+    assert step._claims_measure(False, gpu, None) is None
+    assert step._claims_measure(True, cpu, None) is sentinel
+    built = levers.Step(step.workload())
+    assert built._claims_measure(None, gpu, None) is None
+    with pytest.raises(TypeError, match="make the Step from a spec"):
+        built._claims_measure(True, gpu, None)

@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
                 audit=args.audit,
                 record=args.record,
                 progress=progress.say,
+                set_items=list(args.set_items or ()),
             )
     except ValueError as exc:
         raise LeversError(str(exc)) from None

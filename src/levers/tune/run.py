@@ -79,6 +79,7 @@ def tune_step(
     measure: Measure | None = None,
     say: Callable[[str], None] = _ignore,
     clock: Callable[[], float] = time.monotonic,
+    set_items: Sequence[str] = (),
 ) -> TuneResult:
     """Search the fastest proven stack for ``step`` (a :class:`levers.Step` of a spec)."""
     import torch
@@ -136,7 +137,7 @@ def tune_step(
     result = TuneResult(
         workload=step.spec,
         params=dict(step.params),
-        set_items=tuple(f"{k}={v}" for k, v in step.params.items()),
+        set_items=tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items()),
         design=design,
         device=str(workload.device),
         search=found,
