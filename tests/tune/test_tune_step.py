@@ -88,3 +88,19 @@ def test_end_to_end_on_a_factory_file_with_ab(tmp_path):
         assert result.proof.base == () and result.proof.tokens_per_s_ci95[0] > 1.0
     kinds = [e["event"] for e in _events(record)]
     assert kinds == ["tune-trial"] * len(trials) + ["tune-result"]
+
+
+def test_the_audit_that_orders_the_candidates_measures_nothing_itself(monkeypatch):
+    seen = {}
+    real = levers.Step.audit
+
+    def audit(self, **kwargs):
+        seen.update(kwargs)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(levers.Step, "audit", audit)
+    fake = FakeAb({})
+    levers.Step("demo", params={"size": "tiny"}).tune(
+        measure=fake, clock=fake.clock, levers="inplace-scatter"
+    )
+    assert seen["measure"] is False

@@ -31,7 +31,8 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
     """The audit's findings and step time; none (with a note) when the audit cannot run."""
     say("tune: auditing the step for candidate levers")
     try:
-        audited = step.audit(memory_model=False)
+        # the estimates order the candidates; the search's own A/Bs are the measurements
+        audited = step.audit(memory_model=False, measure=False)
     except Exception as exc:  # noqa: BLE001 - the catalogue still gives candidates
         first = (str(exc).strip().splitlines() or [""])[0]
         return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
