@@ -137,3 +137,10 @@ def test_nothing_pays_is_an_answer_with_every_reason():
     assert result.stack == () and result.proof is None
     assert [o.lever for o in result.outcomes] == ["a", "b"]
     assert all(o.reason for o in result.outcomes)
+
+
+def test_an_alternative_of_the_first_group_needs_no_time_for_a_final_proof():
+    # 25 s: the first compile form (10 s), then its rival needs one A/B (10 s) and no proof
+    fake = FakeAb({"compile-blocks": 1.2, "compile-model": 1.4}, cost_s=10.0)
+    result = _run(fake, ["compile-blocks", "compile-model"], budget_s=25.0)
+    assert result.stack == ("compile-model",) and len(fake.calls) == 2

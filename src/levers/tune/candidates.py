@@ -25,6 +25,7 @@ EXCLUSIVE: tuple[frozenset[str], ...] = (
     frozenset({"compile-blocks", "compile-model"}),
     frozenset({"ac-full", "ac-selective", "ac-budget"}),
 )
+GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def _left_out(lever: Any, applies_of: Callable[[Any], str | None], on_gpu: bool)
             f"baseline's; prove it on its own with levers ab WORKLOAD --lever {lever.id}"
         )
     if getattr(lever, "needs_gpu", False) and not on_gpu:
-        return "its speed-up exists only on a GPU; run levers tune on one"
+        return f"{GPU_ONLY_PREFIX}; run levers tune on one"
     try:
         reason = applies_of(lever)
     except Exception as exc:  # noqa: BLE001 - a lever whose check fails on this model is left out

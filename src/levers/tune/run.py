@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from levers.tune.candidates import candidates
+from levers.tune.candidates import GPU_ONLY_PREFIX, candidates
 from levers.tune.measure import TrialDesign, ab_measure
 from levers.tune.result import TuneResult
 from levers.tune.search import search
@@ -118,6 +118,13 @@ def tune_step(
         only=only,
         exclude=exclude,
     )
+
+    gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
+    if gpu_only:
+        notes.append(
+            f"{len(gpu_only)} lever(s) whose speed-up exists only on a GPU were left out on this "
+            f"{workload.device} run ({', '.join(gpu_only)}): run levers tune on a GPU for them"
+        )
 
     def recorded(trial: Trial) -> None:
         if record_path is not None:

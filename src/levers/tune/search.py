@@ -106,8 +106,9 @@ def search(
                     source=candidate.source,
                 )
                 continue
-            # one more A/B, and the final proof once the stack would hold two levers
-            needed_s = longest_s * (2 if stack or paid else 1)
+            # one more A/B, and the final proof once the stack would hold two levers (an
+            # alternative of this group replaces its rival, so it adds no lever of its own)
+            needed_s = longest_s * (2 if stack else 1)
             if stopped or left_s() <= 0 or left_s() < needed_s:
                 stopped = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
