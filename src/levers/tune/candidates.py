@@ -94,6 +94,16 @@ def catalogue_expectations(rows: Iterable[Any]) -> dict[str, tuple[float, str]]:
     }
 
 
+def check_ids(registry: Mapping[str, Any], ids: Iterable[str]) -> None:
+    """Refuse an id the catalogue does not hold (ValueError, with the ids it holds)."""
+    for name in ids:
+        if name not in registry:
+            raise ValueError(
+                f"unknown lever {name!r}; available: {', '.join(sorted(registry))} "
+                "(levers list shows them)"
+            )
+
+
 def candidates(
     registry: Mapping[str, Any],
     applies_of: Callable[[Any], str | None],
@@ -110,12 +120,7 @@ def candidates(
     ``only`` restricts the search to these ids (``--lever``); ``exclude`` leaves ids out
     (``--exclude``). Unknown ids in either are refused (ValueError) before anything runs.
     """
-    for name in [*(only or ()), *exclude]:
-        if name not in registry:
-            raise ValueError(
-                f"unknown lever {name!r}; available: {', '.join(sorted(registry))} "
-                "(levers list shows them)"
-            )
+    check_ids(registry, [*(only or ()), *exclude])
     from_audit = audit_expectations(findings, step_ms)
     from_catalogue = catalogue_expectations(catalogue_rows)
     tried: list[tuple[tuple, Candidate]] = []

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from levers.tune.candidates import GPU_ONLY_PREFIX, candidates
+from levers.tune.candidates import GPU_ONLY_PREFIX, candidates, check_ids
 from levers.tune.measure import TrialDesign, ab_measure
 from levers.tune.result import TuneResult
 from levers.tune.search import search
@@ -98,12 +98,7 @@ def tune_step(
 
         check_record(record_path)  # before any long work
     registry = load_all()
-    for name in [*(only or ()), *exclude]:
-        if name not in registry:
-            raise ValueError(
-                f"unknown lever {name!r}; available: {', '.join(sorted(registry))} "
-                "(levers list shows them)"
-            )
+    check_ids(registry, [*(only or ()), *exclude])  # before the workload is built
     say(f"tune: building {step.spec}")
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
