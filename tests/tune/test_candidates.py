@@ -41,16 +41,16 @@ REGISTRY = {
 }
 
 
-def test_audit_levers_first_by_saving_then_catalogue_by_effect_then_the_rest():
+def test_the_largest_expected_saving_first_the_audit_s_on_a_tie():
     ordered, skipped = candidates(
         REGISTRY, _applies,
         findings=[_finding("X001", "b", 1.0), _finding("X002", "c", 3.0)], step_ms=10.0,
         catalogue_rows=[_row("a", 1.1), _row("d", 1.4), _row("d", 1.2)],
     )
-    assert [c.lever for c in ordered] == ["c", "b", "d", "a"]
+    assert [c.lever for c in ordered] == ["c", "d", "b", "a"]
     assert ordered[0].expected == pytest.approx(0.3)
     assert ordered[0].source == "audit X002: 3 ms estimated"
-    assert ordered[2].expected == pytest.approx(0.3)  # median of 1.4 and 1.2, less 1
+    assert ordered[1].expected == pytest.approx(0.3)  # median of 1.4 and 1.2, less 1
     reasons = {s.lever: s.reason for s in skipped}
     assert reasons["no"] == "does not apply: no blocks"
     assert reasons["gpu-only"].startswith("its speed-up exists only on a GPU")

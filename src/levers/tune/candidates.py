@@ -3,8 +3,9 @@
 Candidates come from two places: the audit's findings (each finding names the levers that fix
 it; its expected saving is the finding's priced saving as a share of the step) and the catalogue
 (every lever whose ``applies`` says yes on this workload; its expected saving is its measured
-effect in the committed catalogue, when it has one). Audit candidates come first, by expected
-saving, then catalogue ones, then levers with no figure at all, by id.
+effect in the committed catalogue, when it has one). The largest expected saving is tried first;
+for a lever both name, the audit's figure (of this step) is the one used; on a tie the audit's
+candidates go first, then the catalogue's, then levers with no figure at all, by id.
 
 Levers that exclude each other (two forms of compile, two checkpointing policies, a pair that
 fails together) form one *group*: the search tries the members as alternatives at the place of
@@ -142,7 +143,8 @@ def candidates(
             (share, source), tier = from_catalogue[lever_id], 1
         else:
             share, source, tier = None, "no audit finding or catalogue measurement", 2
-        key = (tier, -(share if share is not None else 0.0), lever_id)
+        # the largest expected saving first; on a tie the audit's (of this step) first
+        key = (-(share if share is not None else 0.0), tier, lever_id)
         tried.append((key, Candidate(lever_id, share, source)))
     return [c for _, c in sorted(tried, key=lambda kc: kc[0])], skipped
 
