@@ -144,7 +144,7 @@ def candidates(
         else:
             share, source, tier = None, "no audit finding or catalogue measurement", 2
         # the largest expected saving first; on a tie the audit's (of this step) first
-        key = (-(share if share is not None else 0.0), tier, lever_id)
+        key = (-round(share if share is not None else 0.0, 6), tier, lever_id)
         tried.append((key, Candidate(lever_id, share, source)))
     return [c for _, c in sorted(tried, key=lambda kc: kc[0])], skipped
 
