@@ -144,3 +144,12 @@ def test_an_alternative_of_the_first_group_needs_no_time_for_a_final_proof():
     fake = FakeAb({"compile-blocks": 1.2, "compile-model": 1.4}, cost_s=10.0)
     result = _run(fake, ["compile-blocks", "compile-model"], budget_s=25.0)
     assert result.stack == ("compile-model",) and len(fake.calls) == 2
+
+
+def test_a_lever_that_a_kept_one_covers_is_not_tried():
+    fake = FakeAb({"compile-blocks": 1.3, "rms-norm-fused": 1.1})
+    result = _run(fake, ["compile-blocks", "rms-norm-fused"])
+    assert result.stack == ("compile-blocks",) and len(fake.calls) == 1
+    assert "compile-blocks, which was kept, already does what it does" in _reason(
+        result, "rms-norm-fused"
+    )

@@ -62,6 +62,14 @@ def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
     return None
 
 
+def covered_by(lever: str, stack: Iterable[str]) -> str | None:
+    """The lever of ``stack`` that already does what ``lever`` does (a regional compile fuses
+    the norms a fused-norm lever targets), or None: the audit's table."""
+    from levers.audit.recommend import COVERS
+
+    return next((other for other in stack if lever in COVERS.get(other, ())), None)
+
+
 def audit_expectations(
     findings: Sequence[Any], step_ms: float
 ) -> dict[str, tuple[float, str]]:

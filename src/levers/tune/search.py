@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from levers.tune.budget import format_duration
-from levers.tune.candidates import Candidate, Skipped, exclusive_with, groups
+from levers.tune.candidates import Candidate, Skipped, covered_by, exclusive_with, groups
 from levers.tune.trial import Measure, Stack, Trial, judge, speed_of
 
 OUT_OF_BUDGET = "not tried: the time budget ran out"
@@ -103,6 +103,13 @@ def search(
             if clash is not None:
                 outcomes[lever] = Outcome(
                     lever, False, f"not tried: it does not stack with {clash}, which was kept",
+                    source=candidate.source,
+                )
+                continue
+            cover = covered_by(lever, stack)
+            if cover is not None:
+                outcomes[lever] = Outcome(
+                    lever, False, f"not tried: {cover}, which was kept, already does what it does",
                     source=candidate.source,
                 )
                 continue
