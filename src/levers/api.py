@@ -8,6 +8,7 @@ handed to every analysis (as Holistic Trace Analysis holds one parsed trace for 
     audited = step.audit(target="h100")             # findings ranked, with the memory model's numbers
     plan = step.memory(gpu="h200")                  # a MemoryPlan (predicted without a GPU)
     result = step.ab("rms-norm-fused,fused-optimizer")   # an AbResult (levers, or a candidate spec)
+    tuned = step.tune(budget="10m")                 # a TuneResult: the fastest proven stack
 
 ``levers audit`` calls this object; the in-loop capture (:func:`levers.capture_step`) and the
 Trainer and Lightning callbacks hand their captures to the same audit
@@ -171,20 +172,28 @@ class Step:
         memory_model: bool = True,
         set_items: Sequence[str] = (),
         progress: Any = None,
+        measure: bool | Callable[..., Any] | None = None,
     ) -> Any:
         """The audit of the captured step (captured now with the defaults if :meth:`capture`
         was not called): an :class:`levers.audit.run.AuditedStep` with the priced findings,
         the ranked report and the memory model's prediction (None with
         ``memory_model=False`` or for a Step of a built Workload).
 
+        ``measure``: A/B each lever of the recommended stack on this step, then the stack, and
+        put the measured savings in place of the estimates (:mod:`levers.tune.claims`; the
+        result's ``claims`` holds them). None (the default) measures when the capture ran on a
+        GPU, no ``target`` is given and the Step is of a spec; a callable is the A/B to use
+        (:data:`levers.tune.trial.Measure`, a test's fake).
+
         Raises:
             ValueError: a selector that matches no rule, an unknown target or torch version.
+            TypeError: ``measure=True`` on a Step of a built Workload.
         """
         from levers.audit.run import audit_step
 
         capture = self._current_capture()
         source = self._memory_source() if memory_model else None
-        return audit_step(
+        audited = audit_step(
             capture,
             workload=self.workload(),
             source=source,
@@ -200,6 +209,38 @@ class Step:
             set_items=set_items,
             progress=progress,
         )
+        measure_ab = self._claims_measure(measure, capture, target)
+        if measure_ab is None:
+            return audited
+        from levers.tune.claims import measured_audit
+
+        say = progress.say if progress is not None else (lambda _message: None)
+        return measured_audit(
+            audited,
+            measure_ab,
+            workload_spec=self.spec,
+            set_items=list(set_items) or [f"{k}={v}" for k, v in self.params.items()],
+            say=say,
+        )
+
+    def _claims_measure(self, measure: Any, capture: Any, target: str | None) -> Any:
+        """The A/B that measures the audit's claims, or None to keep the estimates."""
+        if callable(measure):
+            return measure
+        if measure is None:
+            from levers.audit.config import capture_on_gpu
+
+            measure = capture_on_gpu(capture) and target is None and self.spec is not None
+        if not measure:
+            return None
+        if self.spec is None:
+            raise TypeError(
+                "Step.audit(measure=True) A/Bs the levers by building the workload again: make "
+                "the Step from a spec such as 'demo' or 'path/file.py:factory'"
+            )
+        from levers.tune.measure import ab_measure
+
+        return ab_measure(self.spec, self.params)
 
     def _predict_for_audit(self, gpu: str, whatifs: bool) -> Any:
         return self.memory(gpu=gpu, whatifs=whatifs)
@@ -258,6 +299,69 @@ class Step:
         )
         baseline, candidate_side, chosen = design_mod.sides(design)
         return run_ab(baseline, candidate_side, design_mod.config(design, kill, chosen))
+
+
+    def tune(
+        self,
+        *,
+        budget: str | float = "10m",
+        levers: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] = (),
+        steps: int | None = None,
+        warmup: int | None = None,
+        parity_steps: int | None = None,
+        resamples: int | None = None,
+        seed: int = 0,
+        audit: bool = True,
+        record: Any = None,
+        measure: Callable[..., Any] | None = None,
+        progress: Callable[[str], None] | None = None,
+        clock: Callable[[], float] | None = None,
+        set_items: Sequence[str] = (),
+    ) -> Any:
+        """``levers tune``: the fastest stack of levers that keeps parity on this step, found by
+        paired A/Bs (greedy, best expected saving first) within ``budget`` ("10m", "90s" or
+        seconds). Returns a :class:`levers.tune.result.TuneResult`; its ``stack`` is empty when
+        nothing pays. ``levers`` restricts the search to these ids, ``exclude`` leaves ids out;
+        ``steps`` .. ``seed`` are each A/B's design; ``audit=False`` takes the candidates from
+        the catalogue alone; ``record`` is a JSON-lines file each A/B and the result are
+        appended to. ``measure`` replaces the A/B (a test's fake, see
+        :data:`levers.tune.trial.Measure`), ``clock`` the budget's clock; ``set_items`` are the
+        ``--set`` items as typed, for the printed ``levers ab`` command.
+
+        Raises:
+            TypeError: the Step is not of a spec (each side is built again from it).
+            ValueError: an unreadable budget, an unknown lever id, a design that cannot run.
+        """
+        import time
+
+        from levers.levers.handle import parse_ids
+        from levers.tune.budget import parse_duration_s
+        from levers.tune.measure import TrialDesign
+        from levers.tune.run import tune_step
+
+        budget_s = parse_duration_s(budget)
+        defaults = TrialDesign()
+        design = TrialDesign(
+            steps=defaults.steps if steps is None else steps,
+            warmup=defaults.warmup if warmup is None else warmup,
+            parity_steps=defaults.parity_steps if parity_steps is None else parity_steps,
+            resamples=defaults.resamples if resamples is None else resamples,
+            seed=seed,
+        )
+        return tune_step(
+            self,
+            budget_s=budget_s,
+            only=None if levers is None else parse_ids(levers),
+            exclude=parse_ids(exclude) if exclude else (),
+            design=design,
+            use_audit=audit,
+            record_path=record,
+            measure=measure,
+            say=progress or (lambda _message: None),
+            clock=clock or time.monotonic,
+            set_items=set_items,
+        )
 
 
 def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None, list[str]]:

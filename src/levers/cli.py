@@ -32,6 +32,7 @@ VERB_MODULES = (
     "levers.ab.compare_cli",
     "levers.ab.prereg_cli",
     "levers.levers.list_cli",
+    "levers.tune.cli",
 )
 
 # 70 (EX_SOFTWARE): 1 is `levers audit --fail-on`'s "findings remain", which a CI gate reads

@@ -39,6 +39,10 @@ class Recommendation:
     missing: tuple[str, ...]  # levers of the stack that are not implemented yet
     command: str | None  # the `levers ab` command; None when the stack is empty
     notes: tuple[str, ...]  # levers left out, and why
+    # "proven" (the stack's own A/B on this step paid, levers.tune.claims) or "estimated"
+    provenance: str = "estimated"
+    proof: str = ""  # the stack's A/B in words, when it was measured
+    tune_command: str | None = None  # the `levers tune` command that searches further
 
 
 def implemented_levers() -> frozenset[str]:
@@ -119,4 +123,30 @@ def recommend(
             parts += ["--set", *set_items]
         parts += ["--lever", ",".join(levers)]
         command = " ".join(shlex.quote(p) for p in parts)
-    return Recommendation(levers, tuple(code for _, code in kept), missing, command, tuple(notes))
+    return Recommendation(
+        levers, tuple(code for _, code in kept), missing, command, tuple(notes),
+        tune_command=tune_command(workload_spec, set_items),
+    )
+
+
+# --- measured or estimated (the figures come from levers.tune.claims) -----------------------
+
+STACK_PROVEN = "proven"
+
+
+def provenance_line(rec: Recommendation) -> str:
+    """Whether the stack was measured on this step, and the search that goes further."""
+    tune = f"; {rec.tune_command} searches for the fastest proven stack" if rec.tune_command else ""
+    if rec.provenance == STACK_PROVEN:
+        return f"proven on this step: {rec.proof}{tune}"
+    return f"estimated, not measured on this step{tune}"
+
+
+def tune_command(workload_spec: str | None, set_items: Sequence[str] = ()) -> str | None:
+    """``levers tune SPEC --set ...``; None without a spec (a script or a built Workload)."""
+    if not workload_spec:
+        return None
+    parts = ["levers", "tune", workload_spec]
+    if set_items:
+        parts += ["--set", *set_items]
+    return " ".join(shlex.quote(p) for p in parts)

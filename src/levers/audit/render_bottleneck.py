@@ -11,7 +11,7 @@ from rich.text import Text
 from rich import box
 
 from levers.audit.bottleneck import LAUNCH, Bottleneck, ClassTime, explain_gap
-from levers.audit.recommend import Recommendation
+from levers.audit.recommend import Recommendation, provenance_line
 from levers.units import format_bytes
 
 
@@ -88,6 +88,7 @@ def stack_lines(rec: Recommendation) -> list[str]:
     if not rec.levers:
         return ["no lever to recommend: nothing the audit found pays"]
     out = [f"stack: {', '.join(f'{lever} ({code})' for lever, code in zip(rec.levers, rec.codes))}"]
+    out.append(provenance_line(rec))
     if rec.missing:
         out.append(f"not implemented yet: {', '.join(rec.missing)}")
     out += list(rec.notes)

@@ -38,6 +38,7 @@ class AuditedStep:
     result: Any  # levers.audit.AuditResult
     report: Any  # levers.audit.report.FindingsReport
     memory: Any = None  # levers.audit.config.PredictedMemory
+    claims: Any = None  # levers.tune.claims.MeasuredClaims, when the levers were measured
 
     @property
     def findings(self) -> tuple:

@@ -1,0 +1,185 @@
+"""The levers ``levers tune`` tries, in the order it tries them, and those it leaves out (why).
+
+Candidates come from two places: the audit's findings (each finding names the levers that fix
+it; its expected saving is the finding's priced saving as a share of the step) and the catalogue
+(every lever whose ``applies`` says yes on this workload; its expected saving is its measured
+effect in the committed catalogue, when it has one). The largest expected saving is tried first;
+for a lever both name, the audit's figure (of this step) is the one used; on a tie the audit's
+candidates go first, then the catalogue's, then levers with no figure at all, by id.
+
+Levers that exclude each other (two forms of compile, two checkpointing policies, a pair that
+fails together) form one *group*: the search tries the members as alternatives at the place of
+the group's first member and keeps at most one of them.
+
+This module is pure: the workload is seen only through ``applies_of(lever) -> reason | None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+# levers of which a stack holds at most one: they do the same job in different ways
+EXCLUSIVE: tuple[frozenset[str], ...] = (
+    frozenset({"compile-blocks", "compile-model"}),
+    frozenset({"ac-full", "ac-selective", "ac-budget"}),
+)
+GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    lever: str
+    expected: float | None  # expected saving as a share of the step (0.1: 10% faster)
+    source: str  # where the expectation comes from, in words
+
+
+@dataclass(frozen=True)
+class Skipped:
+    lever: str
+    reason: str
+
+
+def conflicts() -> dict[frozenset[str], str]:
+    """Pairs of levers that fail together (the audit's table), with why."""
+    from levers.audit.recommend import CONFLICTS
+
+    return dict(CONFLICTS)
+
+
+def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
+    """The first of ``others`` that ``lever`` cannot be stacked with, or None."""
+    pairs = conflicts()
+    for other in others:
+        if other == lever:
+            continue
+        if any({lever, other} <= group for group in EXCLUSIVE):
+            return other
+        if frozenset({lever, other}) in pairs:
+            return other
+    return None
+
+
+def covered_by(lever: str, stack: Iterable[str]) -> str | None:
+    """The lever of ``stack`` that already does what ``lever`` does (a regional compile fuses
+    the norms a fused-norm lever targets), or None: the audit's table."""
+    from levers.audit.recommend import COVERS
+
+    return next((other for other in stack if lever in COVERS.get(other, ())), None)
+
+
+def audit_expectations(
+    findings: Sequence[Any], step_ms: float
+) -> dict[str, tuple[float, str]]:
+    """lever -> (expected share, source) from the findings that name it (the largest saving)."""
+    from levers.audit.recommend import lever_ids
+
+    out: dict[str, tuple[float, str]] = {}
+    for finding in findings:
+        cost = getattr(finding, "cost", None)
+        saved_ms = cost.saved_ms if cost is not None else 0.0
+        share = saved_ms / step_ms if step_ms > 0 else 0.0
+        how = cost.provenance if cost is not None else "unpriced"
+        for lever in lever_ids(finding):
+            if lever not in out or share > out[lever][0]:
+                out[lever] = (share, f"audit {finding.code}: {saved_ms:.3g} ms {how}")
+    return out
+
+
+def catalogue_expectations(rows: Iterable[Any]) -> dict[str, tuple[float, str]]:
+    """lever -> (expected share, source) from the catalogue's single-lever rows that ran: the
+    median tokens/s ratio less 1 (negative for a lever measured slower)."""
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        if row.status != "ok" or row.tokens_per_s_ratio is None or len(row.levers) != 1:
+            continue
+        ratios.setdefault(row.lever, []).append(float(row.tokens_per_s_ratio))
+    return {
+        lever: (median(values) - 1.0, f"catalogue: {median(values):.2f}x tokens/s "
+                f"(median of {len(values)} measurement{'s' if len(values) > 1 else ''})")
+        for lever, values in ratios.items()
+    }
+
+
+def check_ids(registry: Mapping[str, Any], ids: Iterable[str]) -> None:
+    """Refuse an id the catalogue does not hold (ValueError, with the ids it holds)."""
+    for name in ids:
+        if name not in registry:
+            raise ValueError(
+                f"unknown lever {name!r}; available: {', '.join(sorted(registry))} "
+                "(levers list shows them)"
+            )
+
+
+def candidates(
+    registry: Mapping[str, Any],
+    applies_of: Callable[[Any], str | None],
+    *,
+    findings: Sequence[Any] = (),
+    step_ms: float = 0.0,
+    catalogue_rows: Iterable[Any] = (),
+    on_gpu: bool = False,
+    only: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+) -> tuple[list[Candidate], list[Skipped]]:
+    """The levers to try, best expected first, and those left out with the reason.
+
+    ``only`` restricts the search to these ids (``--lever``); ``exclude`` leaves ids out
+    (``--exclude``). Unknown ids in either are refused (ValueError) before anything runs.
+    """
+    check_ids(registry, [*(only or ()), *exclude])
+    from_audit = audit_expectations(findings, step_ms)
+    from_catalogue = catalogue_expectations(catalogue_rows)
+    tried: list[tuple[tuple, Candidate]] = []
+    skipped: list[Skipped] = []
+    for lever_id in sorted(registry):
+        lever = registry[lever_id]
+        if only is not None and lever_id not in only:
+            continue
+        if lever_id in exclude:
+            skipped.append(Skipped(lever_id, "left out with --exclude"))
+            continue
+        reason = _left_out(lever, applies_of, on_gpu)
+        if reason is not None:
+            skipped.append(Skipped(lever_id, reason))
+            continue
+        if lever_id in from_audit:
+            (share, source), tier = from_audit[lever_id], 0
+        elif lever_id in from_catalogue:
+            (share, source), tier = from_catalogue[lever_id], 1
+        else:
+            share, source, tier = None, "no audit finding or catalogue measurement", 2
+        # the largest expected saving first; on a tie the audit's (of this step) first
+        key = (-round(share if share is not None else 0.0, 6), tier, lever_id)
+        tried.append((key, Candidate(lever_id, share, source)))
+    return [c for _, c in sorted(tried, key=lambda kc: kc[0])], skipped
+
+
+def _left_out(lever: Any, applies_of: Callable[[Any], str | None], on_gpu: bool) -> str | None:
+    if getattr(lever, "choose_params", None) is not None:
+        return (
+            "it changes the factory's parameters (the batch), so its steps are not the "
+            f"baseline's; prove it on its own with levers ab WORKLOAD --lever {lever.id}"
+        )
+    if getattr(lever, "needs_gpu", False) and not on_gpu:
+        return f"{GPU_ONLY_PREFIX}; run levers tune on one"
+    try:
+        reason = applies_of(lever)
+    except Exception as exc:  # noqa: BLE001 - a lever whose check fails on this model is left out
+        return f"its applies check raised {type(exc).__name__}: {exc}"
+    return None if reason is None else f"does not apply: {reason}"
+
+
+def groups(ordered: Sequence[Candidate]) -> list[list[Candidate]]:
+    """The candidates as groups of alternatives, in the order of each group's first member."""
+    out: list[list[Candidate]] = []
+    for candidate in ordered:
+        for group in out:
+            if any(exclusive_with(candidate.lever, [member.lever]) for member in group):
+                group.append(candidate)
+                break
+        else:
+            out.append([candidate])
+    return out

@@ -1,0 +1,214 @@
+"""Claims from measurement: on a GPU, the audit's savings replaced by A/Bs of its levers.
+
+The audit's rules are pure functions of a capture and price each finding by a roofline or a
+microbenchmark. Here, after the audit, each lever of its recommended stack is A/B'd on the
+user's own step (the same :data:`levers.tune.trial.Measure` tune uses: ab's runner, its parity
+gate and CI95), then the stack as a stack. Then:
+
+- every finding that names a measured lever carries the measurement (``details["measured"]``);
+  when the lever paid, the findings' costs become the measured saving (shared between the
+  findings that asked for the lever in proportion to their estimates), provenance "measured";
+  when it did not, the finding is not recommended and its message says what was measured;
+- the findings are ranked again and the stack recommended again from them; its provenance is
+  "proven" when the stack's own A/B against the baseline paid, and says what was measured.
+
+On a CPU capture or with ``--target`` nothing is measured: the estimates stay, marked estimated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from levers.tune.trial import Measure, Stack, Trial, judge
+
+MEASURED_KEY = "measured"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One lever of the audit's stack, measured alone against the baseline."""
+
+    lever: str
+    codes: tuple[str, ...]  # the finding codes that asked for it
+    claimed_ms: float  # the audit's estimate: the sum of those findings' savings
+    measured_ms: float | None  # median step time saved in the A/B (negative: slower)
+    pays: bool
+    why: str  # judge's words: "pays: tokens/s 1.21x [1.18, 1.24]", "failed parity (...)"
+    trial: Trial
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lever": self.lever, "codes": list(self.codes), "claimed_ms": self.claimed_ms,
+            "measured_ms": self.measured_ms, "pays": self.pays, "why": self.why,
+            "tokens_per_s_ratio": self.trial.tokens_per_s_ratio,
+            "tokens_per_s_ci95": self.trial.tokens_per_s_ci95, "parity": self.trial.parity,
+        }
+
+
+@dataclass(frozen=True)
+class MeasuredClaims:
+    claims: tuple[Claim, ...]
+    stack: Stack  # the stack recommended after the measurements
+    stack_trial: Trial | None  # its A/B against the baseline (the lever's own for one lever)
+    proven: bool
+    notes: tuple[str, ...] = ()
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+def _claimed_ms(findings: Sequence[Any], lever: str) -> tuple[float, tuple[str, ...]]:
+    from levers.audit.recommend import lever_ids
+
+    asking = [f for f in findings if lever in lever_ids(f)]
+    total = sum(f.cost.saved_ms for f in asking if f.cost is not None)
+    return total, tuple(dict.fromkeys(f.code for f in asking))
+
+
+def measure_levers(
+    findings: Sequence[Any], stack: Stack, measure: Measure, say: Callable[[str], None] = _ignore
+) -> list[Claim]:
+    """Each lever of ``stack`` A/B'd alone against the baseline."""
+    claims = []
+    for lever in stack:
+        say(f"measuring {lever} on this step (A/B against the baseline)")
+        trial = measure((), (lever,), None)
+        pays, why = judge(trial)
+        claimed, codes = _claimed_ms(findings, lever)
+        claims.append(Claim(lever, codes, claimed, trial.saved_ms, pays, why, trial))
+    return claims
+
+
+def _measured_cost(finding: Any, claim: Claim, share: float) -> Any:
+    from levers.audit.finding import Cost
+    from levers.vocab import MEASURED
+
+    saved = (claim.measured_ms or 0.0) * share
+    now = claim.trial.step_ms[0] if claim.trial.step_ms else None
+    old = finding.cost
+    estimate = f"{old.saved_ms:.3g} ms {old.provenance}" if old is not None else "unpriced"
+    return Cost(
+        provenance=MEASURED,
+        now_ms=now,
+        fixed_ms=None if now is None else now - saved,
+        saved_bytes=old.saved_bytes if old is not None else 0,
+        basis=(
+            f"measured: {claim.lever} A/B'd on this step, {claim.why}; parity "
+            f"{claim.trial.parity}; its {claim.measured_ms:.3g} ms saved per step is shared by "
+            f"the finding(s) {', '.join(claim.codes)} (this one's estimate was {estimate})"
+        ),
+    )
+
+
+def apply_claims(findings: Sequence[Any], claims: Sequence[Claim]) -> list[Any]:
+    """The findings with the measurements attached (costs, recommendation, message)."""
+    from levers.audit.recommend import lever_ids
+
+    by_lever = {c.lever: c for c in claims}
+    out = []
+    for finding in findings:
+        claim = next((by_lever[i] for i in lever_ids(finding) if i in by_lever), None)
+        if claim is None:
+            out.append(finding)
+            continue
+        details = {**finding.details, MEASURED_KEY: claim.to_dict()}
+        if not claim.pays or claim.measured_ms is None:
+            out.append(dataclasses.replace(
+                finding,
+                message=f"{finding.message} Measured on this step: {claim.lever} {claim.why}; "
+                "not recommended.",
+                details={**details, "recommended": False},
+            ))
+            continue
+        own = finding.cost.saved_ms if finding.cost is not None else 0.0
+        share = own / claim.claimed_ms if claim.claimed_ms > 0 else 1.0 / max(len(claim.codes), 1)
+        out.append(dataclasses.replace(
+            finding, cost=_measured_cost(finding, claim, share), details=details
+        ))
+    return out
+
+
+def measured_audit(
+    audited: Any,
+    measure: Measure,
+    *,
+    workload_spec: str | None,
+    set_items: Sequence[str] = (),
+    say: Callable[[str], None] = _ignore,
+) -> Any:
+    """``audited`` (a :class:`levers.audit.run.AuditedStep`) with its claims measured: the
+    findings priced by A/B, ranked again, and the stack recommended again and proven."""
+    from levers.audit.rank import memory_weight, rank
+    from levers.audit.recommend import STACK_PROVEN, recommend
+    from levers.audit.report import build_report
+
+    result = audited.result
+    capture = audited.capture
+    estimated = result.recommendation
+    if estimated is None or not estimated.levers:
+        return dataclasses.replace(audited, claims=MeasuredClaims((), (), None, False))
+    claims = measure_levers(result.findings, tuple(estimated.levers), measure, say)
+    weight = memory_weight(result.bottleneck.bound) if result.bottleneck else memory_weight("")
+    findings = rank(
+        apply_claims(result.findings, claims),
+        step_ms=result.step_ms, peak_bytes=capture.memory.peak_bytes, weight=weight,
+    )
+    rec = recommend(
+        findings, capture, step_ms=result.step_ms, weight=weight,
+        workload_spec=workload_spec, set_items=set_items,
+    )
+    paid = {c.lever: c for c in claims if c.pays}
+    notes = [f"{c.lever} measured on this step: {c.why}; not recommended" for c in claims
+             if not c.pays]
+    stack = tuple(lever for lever in rec.levers if lever in paid)
+    if len(stack) != len(rec.levers):
+        unmeasured = [lever for lever in rec.levers if lever not in paid]
+        notes.append(f"not measured: {', '.join(unmeasured)} (left out of the proven stack)")
+    stack_trial: Trial | None = paid[stack[0]].trial if len(stack) == 1 else None
+    if len(stack) > 1:
+        say(f"measuring the stack {','.join(stack)} on this step")
+        stack_trial = measure((), stack, None)
+        pays, why = judge(stack_trial)
+        if not pays:
+            best = max((paid[lever] for lever in stack), key=lambda c: c.measured_ms or 0.0)
+            notes.append(
+                f"the stack {','.join(stack)} measured as a stack: {why}; the proven stack is "
+                f"its best lever alone, {best.lever}"
+            )
+            stack, stack_trial = (best.lever,), best.trial
+    proven = bool(stack)
+    proof = ""
+    if proven:
+        _, proof = judge(stack_trial)
+        proof = proof.removeprefix("pays: ") + f", parity {stack_trial.parity}"
+    rec = _restacked(rec, stack, proof, proven, notes, STACK_PROVEN)
+    result = dataclasses.replace(result, findings=tuple(findings), recommendation=rec)
+    return dataclasses.replace(
+        audited,
+        result=result,
+        report=build_report(capture, result),
+        claims=MeasuredClaims(tuple(claims), stack, stack_trial, proven, tuple(notes)),
+    )
+
+
+def _restacked(rec: Any, stack: Stack, proof: str, proven: bool, notes: list[str],
+               proven_word: str) -> Any:
+    """The recommendation cut to the proven ``stack``, its command rewritten to name it."""
+    codes = tuple(code for lever, code in zip(rec.levers, rec.codes) if lever in stack)
+    command = rec.command
+    if command is not None and rec.levers:
+        old = ",".join(rec.levers)
+        command = command.replace(f"--lever {old}", f"--lever {','.join(stack)}") if stack else None
+    return dataclasses.replace(
+        rec,
+        levers=tuple(lever for lever in rec.levers if lever in stack),
+        codes=codes,
+        command=command,
+        notes=(*rec.notes, *notes),
+        provenance=proven_word if proven else rec.provenance,
+        proof=proof,
+    )

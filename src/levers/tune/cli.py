@@ -1,0 +1,143 @@
+"""``levers tune``: the fastest stack of levers that keeps parity on this step, by paired A/B.
+
+    levers tune WORKLOAD [--set K=V ...] [--budget 10m] [--lever A,B] [--exclude C]
+                [--steps N] [--warmup W] [--parity-steps K] [--resamples R] [--seed S]
+                [--record FILE] [--json FILE] [--no-audit]
+
+Parses, calls :meth:`levers.Step.tune`, renders; nothing else (the logic is in
+:mod:`levers.tune`). Exit codes: 0 the search ran (a stack, or "nothing pays here"); 2 bad input;
+3 the workload's step raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from levers.errors import LeversError
+from levers.loader import add_set_argument
+
+DEFAULT_RECORD = "levers-tune.record.jsonl"
+
+SCRIPT_NOT_YET = (
+    "levers tune cannot tune a script after -- yet: each of its A/Bs builds the step again, "
+    "with and without the levers, and a script builds its model as it runs. Wrap the model, "
+    "optimizer and step in a factory (def factory(): ... return levers.Workload(model=..., "
+    "step=..., optimizer=...)) and run levers tune path/to/train.py:factory. For the script "
+    "itself, levers audit -- python train.py names the levers to try, and levers.apply(model, "
+    "'A,B', optimizer=opt) applies a stack inside it"
+)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "tune",
+        help="what should I turn on, here? the fastest stack that keeps parity, by A/B",
+        description=(
+            "Search the fastest stack of levers that keeps parity on this step: candidates from "
+            "the audit's findings and the catalogue, each added to the stack only when its "
+            "paired A/B pays (CI95 of the tokens/s ratio above 1, parity held), the whole stack "
+            "proven against the baseline, within a time budget. Prints the stack, the line that "
+            "applies it and the levers ab command that reproduces it; appends a record."
+        ),
+        epilog="Example: levers tune demo --budget 2m | levers tune train.py:factory --set batch_size=8",
+    )
+    parser.add_argument(
+        "workload",
+        nargs="?",
+        metavar="WORKLOAD",
+        help="built-in name, path/to/file.py:factory or package.module:factory",
+    )
+    add_set_argument(parser, help="a factory parameter")
+    parser.add_argument(
+        "--budget", default="10m", metavar="TIME",
+        help="time for the whole search: 10m, 90s, 1h (default 10m)",
+    )
+    parser.add_argument(
+        "--lever", dest="levers", action="append", default=[], metavar="IDS",
+        help="try only these levers (repeatable, or comma-separated)",
+    )
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="IDS",
+        help="never try these levers (repeatable, or comma-separated)",
+    )
+    parser.add_argument("--steps", type=_count, metavar="N", help="timed steps per side per A/B (default 20)")
+    parser.add_argument("--warmup", type=_count, metavar="W", help="untimed steps per side per A/B (default 3)")
+    parser.add_argument("--parity-steps", type=_count, metavar="K", help="steps the parity gate compares (default 3)")
+    parser.add_argument("--resamples", type=_count, metavar="R", help="bootstrap resamples per CI (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workloads and the bootstrap")
+    parser.add_argument(
+        "--no-audit", dest="audit", action="store_false",
+        help="take the candidates from the catalogue alone (no capture of the step)",
+    )
+    parser.add_argument(
+        "--record", type=Path, default=Path(DEFAULT_RECORD), metavar="FILE",
+        help=f"append each A/B and the result to this JSON-lines file (default {DEFAULT_RECORD})",
+    )
+    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE", help="write the result as JSON")
+    parser.set_defaults(func=run, takes_script=True)
+    return parser
+
+
+def _ids(values: list[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    import levers
+    from levers.capture.json_io import check_writable
+    from levers.loader import parse_set
+    from levers.output.console import say_wrote
+    from levers.output.progress import progress_status
+    from levers.tune.budget import parse_duration_s
+    from levers.tune.render import print_tune
+
+    if getattr(args, "script_command", None) is not None:
+        raise LeversError(SCRIPT_NOT_YET)
+    if args.workload is None:
+        raise LeversError("name the WORKLOAD to tune (e.g. levers tune demo --budget 2m)")
+    try:
+        parse_duration_s(args.budget)
+    except ValueError as exc:
+        raise LeversError(f"--budget: {exc}") from None
+    if args.json_path is not None:
+        check_writable(args.json_path, make_parents=True)
+    params = parse_set(args.set_items) if args.set_items else {}
+    step = levers.Step(args.workload, params=params)
+    try:
+        with progress_status() as progress:
+            result = step.tune(
+                budget=args.budget,
+                levers=_ids(args.levers) or None,
+                exclude=_ids(args.exclude),
+                steps=args.steps,
+                warmup=args.warmup,
+                parity_steps=args.parity_steps,
+                resamples=args.resamples,
+                seed=args.seed,
+                audit=args.audit,
+                record=args.record,
+                progress=progress.say,
+                set_items=list(args.set_items or ()),
+            )
+    except ValueError as exc:
+        raise LeversError(str(exc)) from None
+    print_tune(result)
+    say_wrote(args.record)
+    if args.json_path is not None:
+        from levers.ab.record import to_json
+        from levers.output.atomic import atomic_write_text
+
+        atomic_write_text(args.json_path, to_json(result.to_dict()) + "\n", make_parents=True)
+        say_wrote(args.json_path)
+    return 0

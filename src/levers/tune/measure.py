@@ -1,0 +1,95 @@
+"""The real measurement behind ``levers tune``: each trial is one ``levers ab`` comparison.
+
+The two sides are built as ``levers ab`` builds them (:func:`levers.ab.design.sides`, so the
+parameters, the seed and the levers' options are the same), and compared by
+:func:`levers.ab.runner.run_ab`: its parity gate, warm-up, alternating timed steps, paired
+bootstrap CI95 and quality read. An increment (``stack + [lever]`` against ``stack``) builds its
+baseline side as the candidate of a design with ``stack``; a trial against the baseline is
+exactly ``levers ab WORKLOAD --lever STACK``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from levers.tune.trial import Measure, Stack, Trial, failed, from_ab
+
+# per trial: short enough that a budget of minutes holds several, long enough for a CI95
+DEFAULT_STEPS = 20
+DEFAULT_WARMUP = 3
+DEFAULT_PARITY_STEPS = 3
+DEFAULT_RESAMPLES = 2_000
+
+
+@dataclass(frozen=True)
+class TrialDesign:
+    """The A/B design every trial of one search shares (recorded with the result)."""
+
+    steps: int = DEFAULT_STEPS
+    warmup: int = DEFAULT_WARMUP
+    parity_steps: int = DEFAULT_PARITY_STEPS
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from levers.ab.runner import AbConfig
+
+        AbConfig(  # the same checks ab applies, before the search starts
+            num_steps=self.steps,
+            num_warmup=self.warmup,
+            num_parity_steps=self.parity_steps,
+            num_resamples=self.resamples,
+            seed=self.seed,
+        )
+
+
+def _design(spec: str, params: dict[str, Any], stack: Stack, design: TrialDesign) -> dict:
+    from levers.ab import design as design_mod
+
+    given = {
+        "baseline": spec,
+        "params": dict(params),
+        "levers": list(stack),
+        "steps": design.steps,
+        "warmup": design.warmup,
+        "parity_steps": design.parity_steps,
+        "resamples": design.resamples,
+        "seed": design.seed,
+    }
+    resolved, _ = design_mod.resolve(given, {}, None)
+    return resolved
+
+
+def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDesign()) -> Measure:
+    """A :data:`levers.tune.trial.Measure` that runs ab on the workload ``spec`` (a built-in,
+    a file or module factory) with ``params``."""
+    from levers.ab import design as design_mod
+    from levers.ab.runner import run_ab
+    from levers.errors import LeversError
+
+    def measure(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+        started = time.perf_counter()
+        try:
+            candidate_design = _design(spec, params, stack, design)
+            baseline_side, candidate_side, exactness = design_mod.sides(candidate_design)
+            if base:
+                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, design))
+            kill = {"time_budget_s": time_budget_s} if time_budget_s else {}
+            config = design_mod.config(candidate_design, kill, exactness)
+            result = run_ab(baseline_side, candidate_side, config)
+        except LeversError as exc:  # a lever that does not apply on top of the stack, say
+            return failed(base, stack, _one_line(exc), time.perf_counter() - started)
+        except Exception as exc:  # noqa: BLE001 - a lever that breaks this model is an answer
+            return failed(
+                base, stack, f"the stack raised {type(exc).__name__}: {_one_line(exc)}",
+                time.perf_counter() - started,
+            )
+        return from_ab(base, stack, result)
+
+    return measure
+
+
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

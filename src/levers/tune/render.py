@@ -1,0 +1,73 @@
+"""The terminal view of a ``levers tune`` result: the proven stack, then every lever's fate."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from levers.ab.verdict import NOT_MEASURED
+from levers.output.console import make_console
+from levers.tune.budget import format_duration
+from levers.tune.result import TuneResult
+from levers.tune.trial import Trial
+from levers.units import format_bytes
+
+
+def proof_lines(proof: Trial) -> list[str]:
+    """The proof's reads: tokens/s (or step time) with CI95, peak memory, parity, quality."""
+    lines = []
+    if proof.tokens_per_s_ci95 is not None and proof.tokens_per_s_ratio is not None:
+        low, high = proof.tokens_per_s_ci95
+        lines.append(f"tokens/s     {proof.tokens_per_s_ratio:.3f}x  CI95 [{low:.3f}, {high:.3f}]")
+    if proof.step_time_ci95 is not None and proof.step_time_ratio is not None:
+        low, high = proof.step_time_ci95
+        lines.append(f"step time    {proof.step_time_ratio:.3f}x  CI95 [{low:.3f}, {high:.3f}]")
+    if proof.peak_allocated_bytes is not None:
+        base, cand = proof.peak_allocated_bytes
+        lines.append(
+            f"peak         {format_bytes(cand)} (baseline {format_bytes(base)}, "
+            f"{proof.peak_verdict})"
+        )
+    else:
+        lines.append("peak         not measured (no caching allocator on a CPU)")
+    lines.append(f"parity       {proof.parity}" + (f": {proof.parity_note}" if proof.parity_note else ""))
+    if proof.quality != NOT_MEASURED:
+        lines.append(f"quality      {proof.quality}: {proof.quality_note}")
+    elif proof.quality_note:
+        lines.append(f"quality      not measured: {proof.quality_note}")
+    return lines
+
+
+def print_tune(result: TuneResult, console: Console | None = None) -> None:
+    console = console or make_console()
+
+    def say(text: str = "", style: str | None = None) -> None:
+        console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+    search = result.search
+    say(
+        f"levers tune {result.workload} on {result.device}: {len(search.trials)} A/B(s) in "
+        f"{format_duration(search.spent_s)} of a {format_duration(search.budget_s)} budget"
+        + (" (the budget ran out)" if search.out_of_budget else ""),
+    )
+    say()
+    if result.nothing_pays:
+        say("nothing pays here: no lever made this step faster with parity held", style="bold")
+    else:
+        say(f"proven stack: {','.join(result.stack)}", style="bold green")
+        for line in proof_lines(result.proof):
+            say("  " + line)
+        say()
+        say("apply it in your script:")
+        say(f"  {result.apply_line}")
+        if result.wraps_step:
+            say("  (a lever wraps the step: call handle.step() in place of train_step())")
+        say("reproduce the proof:")
+        say(f"  {result.ab_command}")
+    say()
+    say("levers considered:")
+    for outcome in search.outcomes:
+        mark = "kept   " if outcome.kept else "dropped"
+        source = f" [expected from {outcome.source}]" if outcome.source else ""
+        say(f"  {mark} {outcome.lever}: {outcome.reason}{source}")
+    for note in (*search.notes, *result.notes):
+        say(f"note: {note}", style="yellow")

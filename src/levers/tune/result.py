@@ -1,0 +1,83 @@
+"""What ``levers tune`` answers: the proven stack, how it was found, and how to use it.
+
+:class:`TuneResult` is what :meth:`levers.Step.tune` returns and what the command prints and
+records. ``apply_line`` is the line that applies the stack in the user's own script;
+``ab_command`` the ``levers ab`` command that reproduces its proof.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from levers.tune.measure import TrialDesign
+from levers.tune.search import Outcome, SearchResult
+from levers.tune.trial import Stack, Trial
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    workload: str  # the spec as given
+    params: dict[str, Any]
+    set_items: tuple[str, ...]  # the --set items as given, for the printed command
+    design: TrialDesign
+    device: str
+    search: SearchResult
+    wraps_step: bool = False  # a lever of the stack wraps the step: the script calls handle.step
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def stack(self) -> Stack:
+        return self.search.stack
+
+    @property
+    def proof(self) -> Trial | None:
+        return self.search.proof
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return self.search.outcomes
+
+    @property
+    def nothing_pays(self) -> bool:
+        return not self.stack
+
+    @property
+    def apply_line(self) -> str | None:
+        """``handle = levers.apply(model, "a,b", optimizer=opt)``; None for an empty stack."""
+        if not self.stack:
+            return None
+        step = ", step=train_step" if self.wraps_step else ""
+        return f'handle = levers.apply(model, "{",".join(self.stack)}", optimizer=opt{step})'
+
+    @property
+    def ab_command(self) -> str | None:
+        """The ``levers ab`` command that reproduces the proof; None for an empty stack."""
+        if not self.stack:
+            return None
+        parts = ["levers", "ab", self.workload]
+        if self.set_items:
+            parts += ["--set", *self.set_items]
+        parts += ["--lever", ",".join(self.stack), "--steps", str(self.design.steps)]
+        return " ".join(shlex.quote(p) for p in parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        search = self.search
+        return {
+            "workload": self.workload,
+            "params": dict(self.params),
+            "device": self.device,
+            "design": dict(self.design.__dict__),
+            "stack": list(self.stack),
+            "nothing_pays": self.nothing_pays,
+            "proof": self.proof.to_dict() if self.proof is not None else None,
+            "apply_line": self.apply_line,
+            "ab_command": self.ab_command,
+            "outcomes": [dict(o.__dict__) for o in search.outcomes],
+            "trials": [t.to_dict() for t in search.trials],
+            "budget_s": search.budget_s,
+            "spent_s": search.spent_s,
+            "out_of_budget": search.out_of_budget,
+            "notes": [*search.notes, *self.notes],
+        }

@@ -1,0 +1,159 @@
+"""``levers tune`` composed: candidates from the audit and the catalogue, the search, the record.
+
+:meth:`levers.Step.tune` calls :func:`tune_step`. The workload is built once (for the levers'
+``applies`` and the audit's capture); every A/B builds its own sides again from the spec, as
+``levers ab`` does. Nothing here times anything: the trials are ab's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from levers.tune.candidates import GPU_ONLY_PREFIX, candidates, check_ids
+from levers.tune.measure import TrialDesign, ab_measure
+from levers.tune.result import TuneResult
+from levers.tune.search import search
+from levers.tune.trial import Measure, Trial
+
+RECORD_EVENT_TRIAL = "tune-trial"
+RECORD_EVENT_RESULT = "tune-result"
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], float, list[str]]:
+    """The audit's findings and step time; none (with a note) when the audit cannot run."""
+    say("tune: auditing the step for candidate levers")
+    try:
+        # the estimates order the candidates; the search's own A/Bs are the measurements
+        audited = step.audit(memory_model=False, measure=False)
+    except Exception as exc:  # noqa: BLE001 - the catalogue still gives candidates
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
+                         "candidates are the catalogue's alone"]
+    return audited.findings, audited.result.step_ms, []
+
+
+def _catalogue_rows() -> list[Any]:
+    from levers.levers.catalogue import read_catalogue
+
+    try:
+        return read_catalogue()
+    except (OSError, ValueError, KeyError):
+        return []  # no committed measurements: every lever is tried without an expectation
+
+
+def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
+    """Whether applying ``stack`` replaces the workload's step (so the script must call the
+    handle's step); applied to the built workload and undone."""
+    if not stack:
+        return False
+    from levers.levers.handle import apply
+
+    before = workload.step
+    try:
+        handle = apply(workload, list(stack))
+    except Exception:  # noqa: BLE001 - only a hint for the printed line
+        return False
+    try:
+        return handle.step is not before
+    finally:
+        handle.undo()
+        workload.step = before
+
+
+def tune_step(
+    step: Any,
+    *,
+    budget_s: float,
+    only: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    design: TrialDesign = TrialDesign(),
+    use_audit: bool = True,
+    record_path: str | os.PathLike | None = None,
+    measure: Measure | None = None,
+    say: Callable[[str], None] = _ignore,
+    clock: Callable[[], float] = time.monotonic,
+    set_items: Sequence[str] = (),
+) -> TuneResult:
+    """Search the fastest proven stack for ``step`` (a :class:`levers.Step` of a spec)."""
+    import torch
+
+    from levers.levers import load_all
+    from levers.levers.lever import target_of
+
+    if step.spec is None:
+        raise TypeError(
+            "Step.tune builds each side of its A/Bs from the workload spec: make the Step from "
+            "a spec such as 'demo' or 'path/file.py:factory'"
+        )
+    if record_path is not None:
+        from levers.ab.record import check_record
+
+        check_record(record_path)  # before any long work
+    registry = load_all()
+    check_ids(registry, [*(only or ()), *exclude])  # before the workload is built
+    say(f"tune: building {step.spec}")
+    workload = step.workload()
+    on_gpu = torch.device(workload.device).type == "cuda"
+    findings, step_ms, notes = _findings(step, say) if use_audit else ((), 0.0, [])
+    ordered, skipped = candidates(
+        registry,
+        lambda lever: lever.applies(target_of(workload)),
+        findings=findings,
+        step_ms=step_ms,
+        catalogue_rows=_catalogue_rows(),
+        on_gpu=on_gpu,
+        only=only,
+        exclude=exclude,
+    )
+
+    gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
+    if gpu_only:
+        notes.append(
+            f"{len(gpu_only)} lever(s) whose speed-up exists only on a GPU were left out on this "
+            f"{workload.device} run ({', '.join(gpu_only)}): run levers tune on a GPU for them"
+        )
+
+    def recorded(trial: Trial) -> None:
+        if record_path is not None:
+            from levers.ab.record import append_event
+
+            append_event(record_path, {"event": RECORD_EVENT_TRIAL, "workload": step.spec,
+                                       "params": step.params, **trial.to_dict()})
+
+    found = search(
+        ordered,
+        measure or ab_measure(step.spec, step.params, design),
+        budget_s=budget_s,
+        skipped=skipped,
+        clock=clock,
+        say=say,
+        on_trial=recorded,
+    )
+    result = TuneResult(
+        workload=step.spec,
+        params=dict(step.params),
+        set_items=tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items()),
+        design=design,
+        device=str(workload.device),
+        search=found,
+        wraps_step=_wraps_step(workload, found.stack),
+        notes=tuple(notes),
+    )
+    if record_path is not None:
+        from levers.ab.environment import environment
+        from levers.ab.record import append_event
+
+        append_event(
+            Path(record_path),
+            {"event": RECORD_EVENT_RESULT, **result.to_dict(),
+             "environment": environment(result.device)},
+        )
+    return result

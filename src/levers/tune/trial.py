@@ -1,0 +1,158 @@
+"""One trial of the search: a paired A/B of a stack of levers against a smaller one, as data.
+
+A :class:`Trial` keeps what the search and the report read from ab's
+:class:`levers.ab.runner.AbResult` (the ratios with their CI95, parity, quality, peak memory, a
+kill or an error), in plain values that go into the record as they are. :func:`judge` is the one
+rule for whether adding the levers paid.
+
+``Measure`` is the A/B the search calls: ``measure(base, stack, time_budget_s)`` compares
+``stack`` (the candidate) with ``base`` (the baseline, ``()`` for the workload as given), both
+built from the workload; the real one is :func:`levers.tune.measure.ab_measure`, tests pass a
+fake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
+
+Stack = tuple[str, ...]
+Measure = Callable[[Stack, Stack, "float | None"], "Trial"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One A/B: ``stack`` against ``base``; every ratio is candidate over baseline."""
+
+    base: Stack
+    stack: Stack
+    decision: str  # ab's one word: IMPROVED / PARITY / DAMAGED / KILLED / N/A, or "FAILED"
+    tokens_per_s_ratio: float | None = None
+    tokens_per_s_ci95: tuple[float, float] | None = None
+    step_time_ratio: float | None = None
+    step_time_ci95: tuple[float, float] | None = None
+    parity: str = NOT_MEASURED
+    parity_note: str = ""
+    quality: str = NOT_MEASURED
+    quality_note: str = ""
+    step_ms: tuple[float, float] | None = None  # median step times (baseline, candidate)
+    peak_allocated_bytes: tuple[float, float] | None = None  # medians (baseline, candidate)
+    peak_verdict: str = NOT_MEASURED
+    killed: str | None = None  # the kill line's reason
+    killed_kind: str | None = None  # "time_budget", "step_error", ...
+    error: str | None = None  # the stack could not be built (a lever does not apply, raised)
+    wall_s: float = 0.0
+    warnings: tuple[str, ...] = ()
+    ab: Any = field(default=None, repr=False, compare=False)  # the AbResult, when there is one
+
+    @property
+    def added(self) -> Stack:
+        return tuple(lever for lever in self.stack if lever not in self.base)
+
+    @property
+    def saved_ms(self) -> float | None:
+        """Median step time saved per step (negative when the candidate is slower)."""
+        if self.step_ms is None:
+            return None
+        return self.step_ms[0] - self.step_ms[1]
+
+    @property
+    def out_of_time(self) -> bool:
+        return self.killed_kind == "time_budget"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("ab")
+        data["pays"], data["why"] = judge(self)
+        return data
+
+
+def _ci_words(ratio: float, ci: tuple[float, float], what: str) -> str:
+    return f"{what} {ratio:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def judge(trial: Trial) -> tuple[bool, str]:
+    """(paid, why): paid only when the A/B ran to its end, parity held (and quality did not
+    drop), and the CI95 of the tokens/s ratio lies above 1 (of the step-time ratio below 1 when
+    the workload counts no tokens)."""
+    if trial.error is not None:
+        return False, trial.error
+    if trial.killed is not None:
+        return False, f"the A/B was stopped: {trial.killed}"
+    if trial.parity != PARITY:
+        why = "failed parity" if trial.parity == DAMAGED else "parity could not be checked"
+        return False, f"{why} ({trial.parity_note})" if trial.parity_note else why
+    if trial.quality == DAMAGED:
+        return False, f"quality dropped ({trial.quality_note})"
+    if trial.tokens_per_s_ci95 is not None and trial.tokens_per_s_ratio is not None:
+        words = _ci_words(trial.tokens_per_s_ratio, trial.tokens_per_s_ci95, "tokens/s")
+        low, high = trial.tokens_per_s_ci95
+        if low > 1.0:
+            return True, f"pays: {words}"
+        return False, f"slower: {words}" if high < 1.0 else f"does not pay: {words} holds 1"
+    if trial.step_time_ci95 is not None and trial.step_time_ratio is not None:
+        words = _ci_words(trial.step_time_ratio, trial.step_time_ci95, "step time")
+        low, high = trial.step_time_ci95
+        if high < 1.0:
+            return True, f"pays: {words}"
+        return False, f"slower: {words}" if low > 1.0 else f"does not pay: {words} holds 1"
+    return False, "not timed"
+
+
+def speed_of(trial: Trial) -> float:
+    """The point speed-up, for choosing between alternatives that both paid."""
+    if trial.tokens_per_s_ratio is not None:
+        return trial.tokens_per_s_ratio
+    if trial.step_time_ratio:
+        return 1.0 / trial.step_time_ratio
+    return 0.0
+
+
+def failed(base: Stack, stack: Stack, error: str, wall_s: float = 0.0) -> Trial:
+    return Trial(base=base, stack=stack, decision="FAILED", error=error, wall_s=wall_s)
+
+
+def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
+    """The trial an :class:`levers.ab.runner.AbResult` says."""
+
+    def ratio(name: str) -> tuple[float | None, tuple[float, float] | None]:
+        read = result.read(name)
+        if read.ci is None:
+            return None, None
+        return read.ci.ratio, (read.ci.lo, read.ci.hi)
+
+    tokens, tokens_ci = ratio("tokens_per_s")
+    step, step_ci = ratio("step_time")
+    parity = result.read("parity")
+    peak = result.read("peak_allocated")
+    peaks = None
+    if peak.baseline is not None and peak.candidate is not None:
+        peaks = (peak.baseline.median, peak.candidate.median)
+    timed = result.read("step_time")
+    step_ms = None
+    if timed.baseline is not None and timed.candidate is not None:
+        step_ms = (timed.baseline.median, timed.candidate.median)
+    quality = result.quality
+    return Trial(
+        base=base,
+        stack=stack,
+        decision=result.decision,
+        tokens_per_s_ratio=tokens,
+        tokens_per_s_ci95=tokens_ci,
+        step_time_ratio=step,
+        step_time_ci95=step_ci,
+        parity=parity.verdict,
+        parity_note=parity.note,
+        quality=quality.verdict if quality is not None else NOT_MEASURED,
+        quality_note=quality.note if quality is not None else "",
+        step_ms=step_ms,
+        peak_allocated_bytes=peaks,
+        peak_verdict=peak.verdict,
+        killed=result.killed.reason if result.killed is not None else None,
+        killed_kind=result.killed.kind if result.killed is not None else None,
+        wall_s=result.wall_s,
+        warnings=tuple(result.warnings),
+        ab=result,
+    )

@@ -1,0 +1,63 @@
+"""A fake A/B for the search: each lever has a speed factor and a parity verdict; a stack's
+speed is the product of its levers' factors, and the clock advances a fixed time per A/B."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from levers.tune.candidates import Candidate
+from levers.tune.trial import Trial, failed
+
+
+@dataclass
+class Clock:
+    now_s: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@dataclass
+class FakeAb:
+    speed: dict[str, float]  # lever -> tokens/s factor it brings (1.0 when not named)
+    clock: Clock = field(default_factory=Clock)
+    cost_s: float = 10.0  # clock time one A/B takes
+    damaged: frozenset[str] = frozenset()  # levers that fail parity
+    broken: dict[str, str] = field(default_factory=dict)  # lever -> why it cannot be built
+    # stack -> its speed against the baseline, where the increments' gains do not add up
+    together: dict[tuple[str, ...], float] = field(default_factory=dict)
+    calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+
+    def factor(self, stack: tuple[str, ...]) -> float:
+        out = 1.0
+        for lever in stack:
+            out *= self.speed.get(lever, 1.0)
+        return out
+
+    def __call__(self, base, stack, time_budget_s):
+        self.calls.append((tuple(base), tuple(stack)))
+        self.clock.now_s += self.cost_s
+        for lever in stack:
+            if lever in self.broken:
+                return failed(base, stack, self.broken[lever])
+        ratio = self.factor(tuple(stack)) / self.factor(tuple(base))
+        if not base and tuple(stack) in self.together:
+            ratio = self.together[tuple(stack)]
+        bad = any(lever in self.damaged for lever in stack)
+        return Trial(
+            base=tuple(base),
+            stack=tuple(stack),
+            decision="DAMAGED" if bad else "IMPROVED",
+            tokens_per_s_ratio=ratio,
+            tokens_per_s_ci95=(ratio - 0.01, ratio + 0.01),
+            step_time_ratio=1 / ratio,
+            step_time_ci95=(1 / (ratio + 0.01), 1 / (ratio - 0.01)),
+            step_ms=(10.0, 10.0 / ratio),
+            parity="DAMAGED" if bad else "PARITY",
+            parity_note="loss after step 2 differs by 0.5 (tolerance 0.02)" if bad else "ok",
+            wall_s=self.cost_s,
+        )
+
+
+def ordered(*ids: str) -> list[Candidate]:
+    return [Candidate(lever, None, "test") for lever in ids]

@@ -1,0 +1,91 @@
+"""Which levers the search tries, in which order, and why the others are left out."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from levers.audit.finding import Cost, Finding, Receipt
+from levers.levers.catalogue import Measurement
+from levers.tune.candidates import candidates, groups, exclusive_with
+
+
+def _lever(id, *, needs_gpu=False, choose_params=None, applies=None):
+    return SimpleNamespace(id=id, needs_gpu=needs_gpu, choose_params=choose_params,
+                           applies_reason=applies)
+
+
+def _applies(lever):
+    return lever.applies_reason
+
+
+def _finding(code, lever, saved_ms):
+    return Finding(
+        code=code, name="n", message="m", fix_title="f",
+        receipts=(Receipt("x.py", 1, "x"),), severity="low", effort="S", risk="low",
+        lever=lever, cost=Cost("estimated", now_ms=saved_ms, fixed_ms=0.0),
+    )
+
+
+def _row(lever, ratio, status="ok"):
+    return Measurement(lever, (lever,), "hf", "s", "b", status, ratio, (ratio, ratio),
+                       None, None, None, "h200", "2.11", "c", "d")
+
+
+REGISTRY = {
+    "a": _lever("a"), "b": _lever("b"), "c": _lever("c"), "d": _lever("d"),
+    "gpu-only": _lever("gpu-only", needs_gpu=True),
+    "batch": _lever("batch", choose_params=lambda *a: None),
+    "no": _lever("no", applies="no blocks"),
+}
+
+
+def test_the_largest_expected_saving_first_the_audit_s_on_a_tie():
+    ordered, skipped = candidates(
+        REGISTRY, _applies,
+        findings=[_finding("X001", "b", 1.0), _finding("X002", "c", 3.0)], step_ms=10.0,
+        catalogue_rows=[_row("a", 1.1), _row("d", 1.4), _row("d", 1.2)],
+    )
+    assert [c.lever for c in ordered] == ["c", "d", "b", "a"]
+    assert ordered[0].expected == pytest.approx(0.3)
+    assert ordered[0].source == "audit X002: 3 ms estimated"
+    assert ordered[1].expected == pytest.approx(0.3)  # median of 1.4 and 1.2, less 1
+    reasons = {s.lever: s.reason for s in skipped}
+    assert reasons["no"] == "does not apply: no blocks"
+    assert reasons["gpu-only"].startswith("its speed-up exists only on a GPU")
+    assert "changes the factory's parameters" in reasons["batch"]
+
+
+def test_gpu_levers_are_tried_on_a_gpu():
+    ordered, _ = candidates(REGISTRY, _applies, on_gpu=True)
+    assert "gpu-only" in [c.lever for c in ordered]
+
+
+def test_only_and_exclude_restrict_the_search_and_unknown_ids_are_refused():
+    ordered, skipped = candidates(REGISTRY, _applies, only=["a", "b"], exclude=["b"])
+    assert [c.lever for c in ordered] == ["a"]
+    assert [s.reason for s in skipped] == ["left out with --exclude"]
+    with pytest.raises(ValueError, match="unknown lever 'zzz'"):
+        candidates(REGISTRY, _applies, only=["zzz"])
+
+
+def test_an_applies_check_that_raises_leaves_the_lever_out_with_why():
+    def boom(lever):
+        raise RuntimeError("probe failed")
+
+    _, skipped = candidates({"a": _lever("a")}, boom)
+    assert skipped[0].reason == "its applies check raised RuntimeError: probe failed"
+
+
+def test_compile_forms_checkpointing_policies_and_known_clashes_are_alternatives():
+    assert exclusive_with("compile-model", ["compile-blocks"]) == "compile-blocks"
+    assert exclusive_with("ac-full", ["x", "ac-budget"]) == "ac-budget"
+    assert exclusive_with("liger-kernels", ["compile-blocks"]) == "compile-blocks"
+    assert exclusive_with("rms-norm-fused", ["fused-optimizer"]) is None
+    from levers.tune.candidates import Candidate
+
+    ordered = [Candidate(i, None, "") for i in ("compile-blocks", "x", "compile-model", "ac-full")]
+    assert [[c.lever for c in g] for g in groups(ordered)] == [
+        ["compile-blocks", "compile-model"], ["x"], ["ac-full"],
+    ]

@@ -1,0 +1,119 @@
+"""Claims from measurement (levers.tune.claims), on a CPU with a fake A/B: the audit's levers
+measured on the step, the estimates replaced, the stack proven or not."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import FakeAb
+
+import levers
+from levers.audit.recommend import provenance_line
+
+SPEEDS = {
+    "compile-blocks": 1.3,
+    "inplace-scatter": 1.1,
+    "sdpa-attention": 0.9,
+    "sdpa-cudnn-backend": 1.0,
+    "ac-full": 0.7,
+    "loss-valid-rows": 1.2,
+}
+
+
+@pytest.fixture(scope="module")
+def step():
+    step = levers.Step("demo", params={"size": "tiny"})
+    step.capture()
+    return step
+
+
+def _measured(step, fake):
+    return step.audit(memory_model=False, measure=fake)
+
+
+def test_a_cpu_capture_keeps_its_estimates_and_says_so(step):
+    audited = step.audit(memory_model=False)
+    assert audited.claims is None
+    rec = audited.result.recommendation
+    assert rec.provenance == "estimated"
+    assert provenance_line(rec).startswith("estimated, not measured on this step")
+
+
+def test_each_lever_is_measured_alone_and_the_stack_as_a_stack(step):
+    fake = FakeAb(SPEEDS, damaged=frozenset({"loss-valid-rows"}))
+    audited = _measured(step, fake)
+    estimated = step.audit(memory_model=False).result.recommendation.levers
+    assert fake.calls[: len(estimated)] == [((), (lever,)) for lever in estimated]
+    claims = audited.claims
+    assert claims.stack == ("compile-blocks", "inplace-scatter")
+    assert fake.calls[-1] == ((), ("compile-blocks", "inplace-scatter"))
+    assert claims.proven
+    rec = audited.result.recommendation
+    assert rec.levers == ("compile-blocks", "inplace-scatter")
+    assert rec.provenance == "proven"
+    assert rec.command.endswith("--lever compile-blocks,inplace-scatter")
+    assert provenance_line(rec).startswith("proven on this step: tokens/s 1.430x")
+    assert "levers tune demo --set size=tiny" in provenance_line(rec)
+
+
+def test_a_measured_saving_replaces_the_estimate_on_the_findings(step):
+    audited = _measured(step, FakeAb(SPEEDS))
+    by_lever = {c.lever: c for c in audited.claims.claims}
+    compile_claim = by_lever["compile-blocks"]
+    assert compile_claim.measured_ms == pytest.approx(10.0 - 10.0 / 1.3)
+    asking = [f for f in audited.findings if "measured" in f.details
+              and f.details["measured"]["lever"] == "compile-blocks"]
+    assert asking and all(f.cost.provenance == "measured" for f in asking)
+    # the measured saving is shared between the findings that asked for the lever
+    assert sum(f.cost.saved_ms for f in asking) == pytest.approx(compile_claim.measured_ms)
+    assert "measured: compile-blocks A/B'd on this step" in asking[0].cost.basis
+
+
+def test_a_lever_measured_not_to_pay_is_not_recommended_and_says_what_was_measured(step):
+    fake = FakeAb(SPEEDS, damaged=frozenset({"loss-valid-rows"}))
+    audited = _measured(step, fake)
+    loss = next(f for f in audited.findings if f.code == "LOSS001")
+    assert loss.details["recommended"] is False
+    assert "Measured on this step: loss-valid-rows failed parity" in loss.message
+    slow = next(f for f in audited.findings if f.code == "ATTN002")
+    assert "sdpa-attention slower: tokens/s 0.900x" in slow.message
+    assert "sdpa-attention" not in audited.result.recommendation.levers
+
+
+def test_a_stack_that_does_not_pay_together_falls_back_to_its_best_lever(step):
+    fake = FakeAb(
+        SPEEDS, damaged=frozenset({"loss-valid-rows"}),
+        together={("compile-blocks", "inplace-scatter"): 0.97},
+    )
+    audited = _measured(step, fake)
+    assert audited.claims.stack == ("compile-blocks",)
+    rec = audited.result.recommendation
+    assert rec.levers == ("compile-blocks",) and rec.provenance == "proven"
+    assert any("measured as a stack" in note for note in rec.notes)
+
+
+def test_nothing_that_pays_leaves_no_stack(step):
+    audited = _measured(step, FakeAb({lever: 0.95 for lever in SPEEDS}))
+    assert audited.claims.stack == () and not audited.claims.proven
+    rec = audited.result.recommendation
+    assert rec.levers == () and rec.command is None
+
+
+def test_measuring_is_on_by_default_only_for_a_gpu_capture_of_a_spec_without_a_target(monkeypatch):
+    from types import SimpleNamespace
+
+    import levers.tune.measure
+
+    sentinel = object()
+    monkeypatch.setattr(levers.tune.measure, "ab_measure", lambda spec, params: sentinel)
+    gpu = SimpleNamespace(env={"device": "cuda:0"})
+    cpu = SimpleNamespace(env={"device": "cpu"})
+    step = levers.Step("demo", params={"size": "tiny"})
+    assert step._claims_measure(None, gpu, None) is sentinel
+    assert step._claims_measure(None, gpu, "h100") is None  # --target: estimates
+    assert step._claims_measure(None, cpu, None) is None
+    assert step._claims_measure(False, gpu, None) is None
+    assert step._claims_measure(True, cpu, None) is sentinel
+    built = levers.Step(step.workload())
+    assert built._claims_measure(None, gpu, None) is None
+    with pytest.raises(TypeError, match="make the Step from a spec"):
+        built._claims_measure(True, gpu, None)
