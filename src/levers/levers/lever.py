@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import torch
 
+from levers.errors import LeversError
 from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
 from levers.workload import Workload
 
@@ -59,8 +60,12 @@ class Target:
     options: dict[str, Any] = field(default_factory=dict)  # the lever's options, by name
 
 
-class NotApplicable(ValueError):
-    """A lever asked to apply where it has nothing to change; the message says why."""
+class NotApplicable(LeversError, ValueError):
+    """A lever that exists, asked to apply where it has nothing to change; the message says why.
+
+    Not a lookup failure (the lever is in the catalogue): a user error with exit 2. A
+    ``ValueError`` too, as every refusal of a lever's input is.
+    """
 
 
 @dataclass(frozen=True)
