@@ -67,3 +67,25 @@ def test_not_recommended_and_no_payoff_are_left_out_and_implemented_preferred():
 
 def test_empty_stack_has_no_command():
     assert _stack([]).command is None
+
+
+def test_on_a_cpu_levers_that_need_a_cuda_device_are_left_out_and_said_why():
+    findings = [
+        _finding("MEM003", ("raise-batch",), 60),
+        _finding("FUSE002", ("liger-kernels",), 30),
+        _finding("NORM001", ("rms-norm-fused",), 8),
+    ]
+    everything = frozenset({"raise-batch", "liger-kernels", "rms-norm-fused"})
+    rec = recommend(
+        findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo",
+        implemented=everything, on_gpu=False,
+    )
+    assert rec.levers == ("rms-norm-fused",)
+    assert rec.command == "levers ab demo --lever rms-norm-fused"
+    assert any("raise-batch left out: it needs a CUDA GPU" in note for note in rec.notes)
+    assert any("levers memory WORKLOAD --gpu GPU --fit batch_size" in note for note in rec.notes)
+    assert any("liger-kernels left out: it needs a CUDA GPU" in note for note in rec.notes)
+    on_gpu = recommend(
+        findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo", implemented=everything,
+    )
+    assert on_gpu.levers == ("raise-batch", "liger-kernels", "rms-norm-fused")

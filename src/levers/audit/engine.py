@@ -108,6 +108,7 @@ def audit(
         weight=memory_weight(bottleneck.bound),
         workload_spec=workload_spec,
         set_items=set_items,
+        on_gpu=config.on_gpu,
     )
     return AuditResult(
         config, tuple(ranked), tuple(right), codes, step_ms, how, bottleneck, stack

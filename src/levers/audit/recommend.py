@@ -4,8 +4,10 @@ The stack takes the ranked findings in order: each finding the audit recommends 
 positive and its rule did not mark it ``recommended: False``) adds the first of its levers
 (``details["levers"]``, else ``lever``) that is implemented, does not clash with a lever already
 in the stack, and is not already covered by one (a regional compile fuses the norm, RoPE and
-SwiGLU chains that the fused-kernel levers target). The command replays the workload as the user
-gave it, with ``--lever`` naming the stack:
+SwiGLU chains that the fused-kernel levers target). On a CPU capture a lever that cannot run
+without a CUDA device (its ``runs_on_cpu`` is False: ``raise-batch``) is left out, with a note
+that says why, so that the command runs where the audit ran. The command replays the workload as
+the user gave it, with ``--lever`` naming the stack:
 
     levers ab hf --set size=1b --lever compile-blocks,fused-linear-cross-entropy,raise-batch
 """
@@ -50,6 +52,26 @@ def implemented_levers() -> frozenset[str]:
     return frozenset(load_all())
 
 
+def cuda_only_levers() -> frozenset[str]:
+    """Ids of the levers that refuse to run without a CUDA device, from their declarations."""
+    try:
+        from levers.levers import load_all
+    except ImportError:  # a build without the lever catalogue
+        return frozenset()
+    return frozenset(lever.id for lever in load_all().values() if not lever.runs_on_cpu)
+
+
+def _cuda_only_note(lever: str, code: str) -> str:
+    if lever == "raise-batch":
+        how = (
+            "it fits the batch to the GPU it runs on; predict the fit here with "
+            "levers memory WORKLOAD --gpu GPU --fit batch_size, and run it on the GPU"
+        )
+    else:
+        how = "run it on a GPU"
+    return f"{code}: {lever} left out: it needs a CUDA GPU to run and this step ran on a CPU ({how})"
+
+
 def lever_ids(finding: Finding) -> tuple[str, ...]:
     ids = finding.details.get("levers") or ([finding.lever] if finding.lever else [])
     return tuple(ids)
@@ -78,8 +100,11 @@ def recommend(
     workload_spec: str | None = None,
     set_items: Sequence[str] = (),
     implemented: frozenset[str] | None = None,
+    on_gpu: bool = True,
 ) -> Recommendation:
+    """``on_gpu`` is False for a CPU capture: levers that need a CUDA device are left out."""
     have = implemented_levers() if implemented is None else implemented
+    cuda_only = frozenset() if on_gpu else cuda_only_levers()
     stack: list[str] = []
     codes: list[str] = []
     notes: list[str] = []
@@ -96,6 +121,9 @@ def recommend(
         choices = sorted(ids, key=lambda i: (i not in have, ids.index(i)))
         pick = None
         for lever in choices:
+            if lever in cuda_only:
+                notes.append(_cuda_only_note(lever, finding.code))
+                continue
             clash = _clash(lever, stack)
             if clash is None:
                 pick = lever

@@ -78,6 +78,7 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+    runs_on_cpu: bool = True  # False: it refuses to run without a CUDA device (raise-batch)
     options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
     choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
     known_problems: str = ""  # combinations that fail, shapes where it does not help
