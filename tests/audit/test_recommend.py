@@ -89,3 +89,30 @@ def test_on_a_cpu_levers_that_need_a_cuda_device_are_left_out_and_said_why():
         findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo", implemented=everything,
     )
     assert on_gpu.levers == ("raise-batch", "liger-kernels", "rms-norm-fused")
+
+
+SCRIPT_CAPTURE = Capture(
+    schema_version=1, workload="plain_train.py",
+    workload_params={"command": "python plain_train.py --steps 9"}, tokens_per_step=None,
+    env={}, provenance={}, timing=StepTiming((), 0.1), memory=MemoryStats("tracked", 0, 1, 0),
+    ops=(), calls=(),
+)
+
+
+def test_a_script_gets_no_levers_ab_of_itself_but_what_works(monkeypatch):
+    import levers.audit.recommend as recommend_mod
+
+    monkeypatch.setattr(recommend_mod, "tune_verb_exists", lambda: False)
+    findings = [_finding("NORM001", ("rms-norm-fused",), 8), _finding("COPY001", ("inplace-scatter",), 4)]
+    rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
+    assert rec.levers == ("rms-norm-fused", "inplace-scatter")
+    assert rec.command is None  # `levers ab plain_train.py` would run the script's training
+    text = "\n".join(rec.next_steps)
+    assert 'levers.apply(model, "rms-norm-fused,inplace-scatter", optimizer=optimizer)' in text
+    assert "README.md, section Workloads" in text
+    assert "levers ab path/to/file.py:factory --lever rms-norm-fused,inplace-scatter" in text
+    assert "levers tune" not in text
+    monkeypatch.setattr(recommend_mod, "tune_verb_exists", lambda: True)
+    rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
+    assert rec.next_steps[-1].endswith("levers tune -- python plain_train.py --steps 9")
+

@@ -39,8 +39,11 @@ class Recommendation:
     levers: tuple[str, ...]  # the stack, in the order of the findings that asked for it
     codes: tuple[str, ...]  # the finding codes each lever comes from, same order
     missing: tuple[str, ...]  # levers of the stack that are not implemented yet
-    command: str | None  # the `levers ab` command; None when the stack is empty
+    command: str | None  # the `levers ab` command; None when the stack is empty or no spec replays
     notes: tuple[str, ...]  # levers left out, and why
+    # when no workload spec can replay the step (a script after --, an in-loop capture): what
+    # works instead, one line each
+    next_steps: tuple[str, ...] = ()
 
 
 def implemented_levers() -> frozenset[str]:
@@ -140,11 +143,53 @@ def recommend(
     levers = tuple(lever for lever, _ in kept)
     missing = tuple(lever for lever in levers if lever not in have)
     command = None
-    if levers:
-        spec = workload_spec or capture.workload
-        parts = ["levers", "ab", spec]
+    next_steps: tuple[str, ...] = ()
+    if levers and workload_spec:
+        parts = ["levers", "ab", workload_spec]
         if set_items:
             parts += ["--set", *set_items]
         parts += ["--lever", ",".join(levers)]
         command = " ".join(shlex.quote(p) for p in parts)
-    return Recommendation(levers, tuple(code for _, code in kept), missing, command, tuple(notes))
+    elif levers:
+        next_steps = without_spec_steps(levers, capture)
+    return Recommendation(
+        levers, tuple(code for _, code in kept), missing, command, tuple(notes), next_steps
+    )
+
+
+def script_command(capture: Capture) -> str | None:
+    """The ``python train.py ...`` a script capture ran (after ``levers audit --``), else None."""
+    command = capture.workload_params.get("command")
+    return command if isinstance(command, str) and command.startswith("python") else None
+
+
+def tune_verb_exists() -> bool:
+    """Whether this installation has the ``levers tune`` verb (its command-line module)."""
+    import importlib.util
+
+    for name in ("levers.cli.tune", "levers.tune.cli"):
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except (ImportError, ValueError):  # a parent that is a module, not a package
+            continue
+    return False
+
+
+def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ...]:
+    """What proves or applies the stack when no workload spec replays the step: ``levers ab``
+    builds each side from a factory, and a script (or the loop that captured in-line) has none.
+    Naming the script to ``levers ab`` would import it, run its training, then refuse it."""
+    stack = ",".join(levers)
+    script = script_command(capture)
+    where = "your script" if script else "your training code"
+    steps = [
+        f'apply them in {where}: with levers.apply(model, "{stack}", optimizer=optimizer): '
+        "(the loop runs inside; undone on exit)",
+        "prove them with levers ab: it builds each side from a factory, so write one that "
+        "returns levers.Workload(model=..., step=...) (README.md, section Workloads), then "
+        f"levers ab path/to/file.py:factory --lever {stack}",
+    ]
+    if script and tune_verb_exists():
+        steps.append(f"or search the stack that pays on it: levers tune -- {script}")
+    return tuple(steps)

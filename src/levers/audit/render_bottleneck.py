@@ -91,7 +91,9 @@ def stack_lines(rec: Recommendation) -> list[str]:
     if rec.missing:
         out.append(f"not implemented yet: {', '.join(rec.missing)}")
     out += list(rec.notes)
-    out.append(f"prove it on your step: {rec.command}")
+    if rec.command:
+        out.append(f"prove it on your step: {rec.command}")
+    out += list(rec.next_steps)
     return out
 
 

@@ -91,7 +91,10 @@ def findings_markdown(
         from levers.audit.render_bottleneck import stack_lines
 
         lines += ["### Recommended stack", ""]
-        lines += [f"- {line}" for line in stack_lines(report.recommendation)[:-1]]
+        lines += [
+            f"- {line}" for line in stack_lines(report.recommendation)
+            if not line.startswith("prove it on your step:")  # the command goes below, as code
+        ]
         if report.recommendation.command:
             lines += ["", "```sh", report.recommendation.command, "```"]
         lines.append("")
