@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from levers.capture.records import Capture
 from levers.audit.finding import Finding
 from levers.audit.rank import payoff
+from levers.audit.script_step import script_command
 
 # pairs that fail together, with why
 CONFLICTS = {
@@ -155,12 +156,6 @@ def recommend(
     return Recommendation(
         levers, tuple(code for _, code in kept), missing, command, tuple(notes), next_steps
     )
-
-
-def script_command(capture: Capture) -> str | None:
-    """The ``python train.py ...`` a script capture ran (after ``levers audit --``), else None."""
-    command = capture.workload_params.get("command")
-    return command if isinstance(command, str) and command.startswith("python") else None
 
 
 def tune_verb_exists() -> bool:

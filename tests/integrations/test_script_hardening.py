@@ -1,0 +1,41 @@
+"""``levers audit -- python train.py`` on loops that a single captured step can misread: a sync
+on some steps only, two optimizers, a step that raises."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from levers.cli import main
+
+HEADER = """\
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+x, y = torch.randn(4, 8), torch.randn(4, 1)
+"""
+
+
+def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(HEADER + textwrap.dedent(body))
+    return path
+
+
+def test_a_sync_on_every_second_step_is_not_claimed_absent_from_the_run(tmp_path, capsys):
+    script = _script(tmp_path, """\
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(8):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if step % 2 == 0:  # the captured step (after 2 warm-up steps) is not one of these
+                print("loss", loss.item())
+    """)
+    code = main(["audit", "--select", "SYNC001", "--", "python", str(script)])
+    out = capsys.readouterr().out
+    assert code == 0
+    right = " ".join(out.split("Already right")[1].split())  # the console wraps lines
+    assert "no host-device syncs in the captured step" in right
+    assert "one step of the script was captured" in right and "check the loop" in right
