@@ -39,3 +39,33 @@ def test_a_sync_on_every_second_step_is_not_claimed_absent_from_the_run(tmp_path
     right = " ".join(out.split("Already right")[1].split())  # the console wraps lines
     assert "no host-device syncs in the captured step" in right
     assert "one step of the script was captured" in right and "check the loop" in right
+
+
+def test_two_optimizers_capture_one_whole_iteration_and_say_so(tmp_path, capsys):
+    import json
+
+    script = _script(tmp_path, """\
+        opt_a = torch.optim.SGD(model[0].parameters(), lr=0.1)
+        opt_b = torch.optim.Adam(model[2].parameters(), lr=0.1)
+        for step in range(8):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt_a.step()
+            if step % 2 == 0:  # not in the captured iteration (after 2 warm-up steps)
+                opt_b.step()
+            opt_a.zero_grad()
+            opt_b.zero_grad()
+    """)
+    capture = tmp_path / "capture.json"
+    code = main(["audit", "--select", "SYNC001", "--json", str(capture), "--", "python", str(script)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0
+    said = (
+        "one whole iteration of 2 optimizers: from SGD.step() to its next, with Adam.step() "
+        "0 times (it steps on other iterations) inside it"
+    )
+    assert said in out
+    data = json.loads(capture.read_text())
+    assert data["workload_params"]["captured"] == said
+    # the model covers both optimizers' parameters, not the half the first one trains
+    assert data["modules"][""] == "Sequential" and "2" in data["modules"]
