@@ -69,3 +69,28 @@ def test_two_optimizers_capture_one_whole_iteration_and_say_so(tmp_path, capsys)
     assert data["workload_params"]["captured"] == said
     # the model covers both optimizers' parameters, not the half the first one trains
     assert data["modules"][""] == "Sequential" and "2" in data["modules"]
+
+
+def test_a_step_that_raises_under_capture_shows_the_scripts_frames_not_levers(tmp_path, capsys):
+    script = _script(tmp_path, """\
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(8):
+            out = model(x)
+            if step == 2:  # the captured step: torch.cat runs under levers' capture modes
+                out = torch.cat([out, torch.randn(3, 2)])
+            loss = torch.nn.functional.mse_loss(out, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    code = main(["audit", "--", "python", str(script)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback (most recent call last):" in err
+    assert "out = torch.cat([out, torch.randn(3, 2)])" in err
+    assert "RuntimeError: Sizes of tensors must match" in err
+    import levers
+
+    levers_dir = str(Path(levers.__file__).resolve().parent)
+    frames = [line for line in err.splitlines() if line.lstrip().startswith('File "')]
+    assert frames and not [line for line in frames if levers_dir in line], frames
