@@ -138,3 +138,13 @@ def test_short_path_site_packages():
 def test_long_code_is_shortened():
     assert shorten_code("x" * 44) == "x" * 44
     assert shorten_code("x" * 50) == "x" * 43 + "…"
+
+
+def test_receipts_name_a_file_as_the_tables_do(tmp_path, monkeypatch):
+    from levers.audit.report import relative_path
+
+    monkeypatch.chdir(tmp_path)
+    site = "/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py"
+    assert relative_path(site) == "transformers/models/llama/modeling_llama.py"
+    for path in (site, f"{tmp_path}{os.sep}train.py", "/elsewhere/train.py", "train.py"):
+        assert short_path(f"{path}:7") == f"{relative_path(path)}:7"

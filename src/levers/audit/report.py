@@ -11,7 +11,6 @@ Every cost says how it was obtained: "measured" (GPU device time, GPU microbench
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from levers.audit.cost.step import MFU_FORMULA, estimated_step_us, mfu, model_fl
 from levers.audit.finding import Finding
 from levers.audit.rank import MEMORY_WEIGHT, memory_weight, payoff
 from levers.audit import summary
+from levers.audit.paths import display_path
 from levers.units import format_bytes, format_count, format_flops, format_seconds
 from levers.vocab import ESTIMATED, MEASURED
 
@@ -32,14 +32,8 @@ PathStyle = Callable[[str], str]
 
 
 def relative_path(path: str) -> str:
-    """``path`` relative to the current directory when inside it, else as it is."""
-    if not os.path.isabs(path):
-        return path
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+    """``path`` as every table names it (:func:`levers.audit.paths.display_path`)."""
+    return display_path(path)
 
 
 @dataclass(frozen=True)
