@@ -6,13 +6,12 @@ from levers.audit.report import (
     FindingsReport,
     PathStyle,
     cost_line,
-    format_percent,
     lever_text,
     receipt_where,
     relative_path,
     saves_text,
 )
-from levers.units import format_bytes, format_count, format_flops, format_seconds
+from levers.units import format_bytes, format_count, format_flops, format_seconds, format_share
 
 
 def _cell(text: str) -> str:
@@ -42,7 +41,7 @@ def findings_markdown(
     mfu = (
         "n/a"
         if head.mfu is None
-        else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
+        else f"{format_share(head.mfu)} ({head.mfu_provenance})"
     )
     lines.append(
         f"- **MFU**: {mfu}; {format_flops(head.model_flops)} per step. {head.mfu_formula}"

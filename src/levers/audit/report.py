@@ -25,7 +25,7 @@ from levers.audit.finding import Finding
 from levers.audit.rank import MEMORY_WEIGHT, memory_weight, payoff
 from levers.audit import summary
 from levers.audit.paths import display_path
-from levers.units import format_bytes, format_count, format_flops, format_seconds
+from levers.units import format_bytes, format_count, format_flops, format_ms, format_seconds, format_share
 from levers.vocab import ESTIMATED, MEASURED
 
 PathStyle = Callable[[str], str]
@@ -144,15 +144,6 @@ def build_report(capture: Capture, result: AuditResult) -> FindingsReport:
 # --- words shared by the renderers ----------------------------------------------------------
 
 
-def format_percent(fraction: float) -> str:
-    """Three significant figures: ``41.2%``, ``0.0312%``."""
-    return f"{fraction * 100:.3g}%"
-
-
-def format_ms(ms: float | None) -> str:
-    if ms is None:
-        return "?"
-    return format_seconds(ms / 1e3)
 
 
 def cost_line(finding: Finding) -> str:
@@ -250,7 +241,7 @@ def _head_text(head: StepHead) -> Text:
     mfu_text = (
         "n/a"
         if head.mfu is None
-        else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
+        else f"{format_share(head.mfu)} ({head.mfu_provenance})"
     )
     text.append(f"{mfu_text}; {format_flops(head.model_flops)} per step\n")
     text.append("              ")
