@@ -73,7 +73,7 @@ def test_top_tables(capture):
     ):
         assert title in text
     assert _line(text, "enc.fc") == "enc.fc 3.10 kFLOP 99.7% 3"
-    assert _line(text, "<outside model>") == "<outside model> 10 FLOP 0.3% 1"
+    assert _line(text, "<outside model>") == "<outside model> 10 FLOP 0.32% 1"
     assert _line(text, "/home/me/proj/model.py:10") == (
         "/home/me/proj/model.py:10 3.00 kFLOP 96.5% 2 y = x @ self.w"
     )
