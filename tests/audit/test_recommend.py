@@ -78,12 +78,13 @@ def test_on_a_cpu_levers_that_need_a_cuda_device_are_left_out_and_said_why():
     everything = frozenset({"raise-batch", "liger-kernels", "rms-norm-fused"})
     rec = recommend(
         findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo",
-        implemented=everything, on_gpu=False,
+        implemented=everything, on_gpu=False, gpu="h100-80gb",
     )
     assert rec.levers == ("rms-norm-fused",)
     assert rec.command == "levers ab demo --lever rms-norm-fused"
     assert any("raise-batch left out: it needs a CUDA GPU" in note for note in rec.notes)
-    assert any("levers memory WORKLOAD --gpu GPU --fit batch_size" in note for note in rec.notes)
+    # a command that runs as printed, on this machine
+    assert any("levers memory demo --gpu h100-80gb --fit batch_size" in note for note in rec.notes)
     assert any("liger-kernels left out: it needs a CUDA GPU" in note for note in rec.notes)
     on_gpu = recommend(
         findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo", implemented=everything,

@@ -109,6 +109,7 @@ def audit(
         workload_spec=workload_spec,
         set_items=set_items,
         on_gpu=config.on_gpu,
+        gpu=config.gpu.name,
     )
     return AuditResult(
         config, tuple(ranked), tuple(right), codes, step_ms, how, bottleneck, stack

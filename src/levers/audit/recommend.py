@@ -65,12 +65,15 @@ def cuda_only_levers() -> frozenset[str]:
     return frozenset(lever.id for lever in load_all().values() if not lever.runs_on_cpu)
 
 
-def _cuda_only_note(lever: str, code: str) -> str:
-    if lever == "raise-batch":
+def _cuda_only_note(lever: str, code: str, spec: str | None, gpu: str | None) -> str:
+    if lever == "raise-batch" and spec:
         how = (
             "it fits the batch to the GPU it runs on; predict the fit here with "
-            "levers memory WORKLOAD --gpu GPU --fit batch_size, and run it on the GPU"
+            f"levers memory {shlex.quote(spec)} --gpu {gpu or 'h100'} --fit batch_size, and run "
+            "it on the GPU"
         )
+    elif lever == "raise-batch":
+        how = "it fits the batch to the GPU it runs on: run the audit there"
     else:
         how = "run it on a GPU"
     return f"{code}: {lever} left out: it needs a CUDA GPU to run and this step ran on a CPU ({how})"
@@ -105,8 +108,10 @@ def recommend(
     set_items: Sequence[str] = (),
     implemented: frozenset[str] | None = None,
     on_gpu: bool = True,
+    gpu: str | None = None,
 ) -> Recommendation:
-    """``on_gpu`` is False for a CPU capture: levers that need a CUDA device are left out."""
+    """``on_gpu`` is False for a CPU capture: levers that need a CUDA device are left out, and
+    the note names ``gpu`` (the target's memory-model name) for the prediction to run instead."""
     have = implemented_levers() if implemented is None else implemented
     cuda_only = frozenset() if on_gpu else cuda_only_levers()
     stack: list[str] = []
@@ -126,7 +131,7 @@ def recommend(
         pick = None
         for lever in choices:
             if lever in cuda_only:
-                notes.append(_cuda_only_note(lever, finding.code))
+                notes.append(_cuda_only_note(lever, finding.code, workload_spec, gpu))
                 continue
             clash = _clash(lever, stack)
             if clash is None:
