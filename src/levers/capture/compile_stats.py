@@ -41,14 +41,33 @@ def _limit_messages(counters: Any) -> int:
     return sum(n for msg, n in counters["unimplemented"].items() if "recompile limit" in msg)
 
 
+def _items(failures: Any) -> list[tuple[Any, Any]]:
+    """The guard-failure records as a list. Dynamo keys them weakly by code object, and a code
+    object freed while the mapping is walked raises ReferenceError: retry, then give up."""
+    for _ in range(3):
+        try:
+            return [(code, list(v)) for code, v in list(failures.items())]
+        except (ReferenceError, RuntimeError):  # freed or resized while walked
+            continue
+    return []
+
+
 def snapshot() -> Snapshot:
+    """Dynamo's counts now. It never raises: it runs inside the user's optimizer hooks."""
+    try:
+        return _snapshot()
+    except Exception:  # noqa: BLE001 - a torch that moved these records yields no stats
+        return Snapshot()
+
+
+def _snapshot() -> Snapshot:
     records = _records()
     if records is None:
         return Snapshot()
     counters, failures, reasons = records
     return Snapshot(
         frames_ok=counters["frames"]["ok"],
-        guard_failures={id(code): len(v) for code, v in failures.items()},
+        guard_failures={id(code): len(v) for code, v in _items(failures)},
         num_graph_break_reasons=len(reasons),
         limit_messages=_limit_messages(counters),
     )
@@ -65,15 +84,23 @@ def _where(code: Any) -> dict[str, Any]:
 
 
 def since(before: Snapshot) -> dict[str, Any] | None:
-    """What dynamo compiled since ``before``; None when it compiled nothing."""
+    """What dynamo compiled since ``before``; None when it compiled nothing (or when its
+    records cannot be read: this never raises into the user's step)."""
+    try:
+        return _since(before)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _since(before: Snapshot) -> dict[str, Any] | None:
     records = _records()
     if records is None:
         return None
     counters, failures, reasons = records
     frames = counters["frames"]["ok"] - before.frames_ok
     recompiles = []
-    for code, failed in failures.items():
-        new = list(failed)[before.guard_failures.get(id(code), 0):]
+    for code, failed in _items(failures):
+        new = failed[before.guard_failures.get(id(code), 0):]
         if new:
             recompiles.append(
                 {**_where(code), "count": len(new),

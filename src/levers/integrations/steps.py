@@ -36,6 +36,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from levers.capture import compile_stats
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture
 from levers.errors import LeversError
@@ -133,6 +134,8 @@ class StepWatcher:
         self.workload: Workload | None = None
         self.primary: torch.optim.Optimizer | None = None
         self.optimizers: list[torch.optim.Optimizer] = []  # every one seen, in order of first step
+        # what torch.compile did from here on is the script's (not an earlier run's in this process)
+        self.compiled_before = compile_stats.snapshot()
         self._steps_in_capture: dict[int, int] = {}  # id(optimizer) -> steps in the captured step
         self._depth = 0
         self._innermost: torch.optim.Optimizer | None = None
@@ -293,5 +296,8 @@ class StepWatcher:
             name=self.name,
             params=self.params,
         )
-        self._active = StepCapture(self.workload, progress=self.progress, optimizer_hooks=False)
+        self._active = StepCapture(
+            self.workload, progress=self.progress, optimizer_hooks=False,
+            compiled_before=self.compiled_before,
+        )
         self._active.start()
