@@ -124,6 +124,8 @@ def apply_variant(workload, variant: str, options: dict[str, Any], row: dict[str
             if chosen is not None:
                 row["compile_mode"] = chosen
                 row["compile_mode_reasons"] = undo.__defaults__[0].reasons
+        # the compile levers set a dynamo flag while on: the next row starts without it
+        return handle.undo
     elif variant != "default":
         raise ValueError(f"unknown variant {variant}")
     return None

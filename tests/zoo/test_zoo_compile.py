@@ -84,7 +84,9 @@ def test_integer_block_attributes_are_not_specialised_per_block():
     assert torch._dynamo.config.allow_unspec_int_on_nn_module is before
 
 
-@pytest.mark.parametrize("name", ("gpt2", "vit", "nanogpt"))
+# not gpt2: transformers logs a warning once per process from its forward, a graph break only
+# the first time, so its frame count depends on what ran before in the process
+@pytest.mark.parametrize("name", ("vit", "nanogpt", "llama"))
 def test_compile_model_compiles_the_model_once(name):
     assert frames_compiled(name, "compile-model", 4) == frames_compiled(name, "compile-model", 2)
 

@@ -18,7 +18,9 @@ that a model as shipped compiles once, not once per block; each returns its undo
   ``inline_inbuilt_nn_modules`` (the default since torch 2.5) already makes the parameters
   graph inputs, which is why blocks of one class share one graph at all; it does not cover
   plain int attributes. The flag is read when dynamo traces, so it is set while the lever is on
-  and put back by the undo (a per-call ``config.patch`` around each block costs ~15 us a call).
+  and put back by the undo (a per-call ``config.patch`` around each block costs ~15 us a call),
+  and only where the blocks differ in an int attribute (:func:`differing_int_attributes`):
+  blocks that do not are traced exactly as a plain ``block.compile()`` traces them.
 """
 
 from __future__ import annotations
@@ -51,6 +53,19 @@ def training_cache_off(model: torch.nn.Module) -> Undo:
             config.use_cache = True
 
     return undo
+
+
+def differing_int_attributes(blocks: list[torch.nn.Module]) -> list[str]:
+    """The int attributes (``"self_attn.layer_idx"``) whose value differs between blocks of one
+    class: the ones dynamo would specialise per block if a forward reads them."""
+    values: dict[tuple[type, str], set[int]] = {}
+    for block in blocks:
+        for path, module in block.named_modules():
+            for name, value in vars(module).items():
+                if type(value) is int:  # not bool
+                    key = (type(block), f"{path}.{name}" if path else name)
+                    values.setdefault(key, set()).add(value)
+    return sorted({name for (_, name), seen in values.items() if len(seen) > 1})
 
 
 def unspecialised_int_attributes() -> Undo:

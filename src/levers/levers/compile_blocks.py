@@ -9,7 +9,8 @@ control flow, a host read) costs nothing inside the blocks. The undo drops the c
 On a model as shipped the blocks would still compile once per block; the lever prevents it
 (:mod:`levers.levers._compile_setup`): a Hugging Face config's KV cache is turned off while the
 lever is on (``use_cache=False``, as Hugging Face's gradient checkpointing does in training;
-put back by the undo), and integer module attributes (``layer_idx``) are traced unspecialised.
+put back by the undo), and integer module attributes that differ between blocks (``layer_idx``)
+are traced unspecialised.
 
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
 
@@ -26,6 +27,7 @@ import torch
 from levers.blocks import repeated_blocks
 from levers.levers import register
 from levers.levers._compile_setup import (
+    differing_int_attributes,
     is_compiled,
     liger_patched,
     training_cache_off,
@@ -57,7 +59,8 @@ def patch(target: Target) -> Callable[[], None]:
     options = {k: v for k, v in target.options.items() if k in OPTIONS}
     blocks = [b.module for b in repeated_blocks(target.model)]
     undo_cache = training_cache_off(target.model)
-    undo_ints = unspecialised_int_attributes()
+    differing = differing_int_attributes(blocks)
+    undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
     for block in blocks:
         block.compile(**options)
 
@@ -68,6 +71,7 @@ def patch(target: Target) -> Callable[[], None]:
         undo_ints()
         undo_cache()
 
+    undo.differing_int_attributes = differing  # type: ignore[attr-defined]
     return undo
 
 

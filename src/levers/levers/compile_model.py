@@ -30,7 +30,9 @@ from typing import Any, Callable
 import torch
 
 from levers.levers import register
+from levers.blocks import repeated_blocks
 from levers.levers._compile_setup import (
+    differing_int_attributes,
     is_compiled,
     liger_patched,
     training_cache_off,
@@ -105,7 +107,9 @@ def patch(target: Target) -> Callable[[], None]:
     if mode != "default":
         options["mode"] = mode
     undo_cache = training_cache_off(target.model)
-    undo_ints = unspecialised_int_attributes()
+    blocks = [b.module for b in repeated_blocks(target.model)]
+    differing = differing_int_attributes(blocks)
+    undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
     target.model.compile(**options)
     if mode in CUDA_GRAPH_MODES and target.step is not None:
         target.step = _graph_step(target.step)

@@ -56,6 +56,7 @@ the fix can remove should be acted on.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,8 +78,12 @@ MIN_RECOMPILES = 2
 def _telling(reasons: list[str], marks: tuple[str, ...]) -> str:
     """The first guard failure that shows the cause (else the first one)."""
     # a guard line ends with "# <source> # <file:line> ...": the guard alone reads the same anywhere
+    # and starts with dynamo's compile id ("2/1: "), which depends on what the process compiled
     lines = [
-        line.split("  #")[0].strip() for r in reasons for line in r.splitlines() if line.strip()
+        re.sub(r"^\d+/\d+: ", "", line.split("  #")[0].strip())
+        for r in reasons
+        for line in r.splitlines()
+        if line.strip()
     ]
     return next((line for line in lines if any(m in line for m in marks)), lines[0] if lines else "?")
 

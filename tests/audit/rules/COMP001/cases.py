@@ -42,6 +42,8 @@ class PlainModel(BreakingModel):
 
 def _workload(model, compile_blocks=False, compile_model=False):
     torch.manual_seed(0)
+    # dynamo's caches as a fresh process has them: what other tests compiled stays out
+    torch._dynamo.reset()
     if compile_blocks:
         for block in model:
             block.compile(backend="eager")
