@@ -37,3 +37,20 @@ def test_freed_code_objects_do_not_break_a_snapshot():
     stats = compile_stats.since(before)
     assert stats is not None and stats["frames_compiled"] >= 1
     assert isinstance(compile_stats.snapshot(), compile_stats.Snapshot)
+
+
+def test_the_model_is_found_beside_a_dead_weak_proxy():
+    import weakref
+
+    from levers.integrations.steps import find_model
+
+    class Holder:
+        pass
+
+    held = Holder()
+    proxy = weakref.proxy(held)
+    del held  # the proxy now raises ReferenceError on any attribute, isinstance included
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert find_model(optimizer) is model
+    assert proxy is not None

@@ -66,6 +66,14 @@ def _no_step() -> None:
     raise RuntimeError("the step of a running script is run by the script itself")
 
 
+def _is_module(obj: Any) -> bool:
+    # a weakref.proxy whose referent is gone (torch.compile keeps some) raises on isinstance
+    try:
+        return isinstance(obj, torch.nn.Module)
+    except ReferenceError:
+        return False
+
+
 def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
     """The smallest live ``nn.Module`` whose parameters include all of the ``optimizers``'.
 
@@ -79,7 +87,7 @@ def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
     best_module = None
     with warnings.catch_warnings():  # isinstance on some deprecated torch objects warns
         warnings.simplefilter("ignore")
-        modules = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
+        modules = [obj for obj in gc.get_objects() if _is_module(obj)]
     for obj in modules:
         params = [id(p) for p in obj.parameters()]
         covered = len(wanted.intersection(params))
