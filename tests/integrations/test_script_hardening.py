@@ -94,3 +94,24 @@ def test_a_step_that_raises_under_capture_shows_the_scripts_frames_not_levers(tm
     levers_dir = str(Path(levers.__file__).resolve().parent)
     frames = [line for line in err.splitlines() if line.lstrip().startswith('File "')]
     assert frames and not [line for line in frames if levers_dir in line], frames
+
+
+def test_an_error_raised_by_levers_own_hook_keeps_its_frames(tmp_path, capsys, monkeypatch):
+    from levers.integrations import steps
+
+    # the step watcher's own code fails (None is not callable), inside the script's opt.step()
+    monkeypatch.setattr(steps, "Workload", None)
+    script = _script(tmp_path, """\
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(8):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    code = main(["audit", "--", "python", str(script)])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "TypeError: 'NoneType' object is not callable" in err
+    assert "raised inside levers, not by the script" in err
+    assert "integrations/steps.py" in err

@@ -215,9 +215,28 @@ def _print_script_traceback(exc: BaseException) -> None:
     the exception and of those chained to it)."""
     sys.stdout.flush()
     shown = traceback.TracebackException.from_exception(exc)
-    _drop_runner_frames(shown, set())
+    raised_in_levers = bool(shown.stack) and _in_levers(shown.stack[-1].filename)
+    if not raised_in_levers:
+        _drop_runner_frames(shown, set())
     sys.stderr.write("".join(shown.format()))
+    if raised_in_levers:  # levers' own hook failed: its frames are the evidence, not noise
+        sys.stderr.write(
+            "levers: this error was raised inside levers, not by the script (a defect in "
+            "levers: please report it with the traceback above)\n"
+        )
     sys.stderr.flush()
+
+
+# the capture's observers call the op the script called: an error that torch raises there (a
+# shape mismatch) is the script's, so these frames do not make an error levers' own
+_PASS_THROUGH_DIR = os.path.join(_LEVERS_DIR, "capture") + os.sep
+
+
+def _in_levers(filename: str) -> bool:
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    return path.startswith(_LEVERS_DIR) and not path.startswith(_PASS_THROUGH_DIR)
 
 
 def _drop_runner_frames(shown: traceback.TracebackException, seen: set[int]) -> None:
