@@ -30,8 +30,8 @@ MAX_EVALUATIONS = 24
 STOPPED_AT_CAP, STOPPED_EVALUATIONS = "cap", "evaluations"
 # a guess from the line is pushed this far past it, so that it brackets the budget from above
 OVERSHOOT = 1.02
-# the first step up when nothing else says how fast the peak grows
-FIRST_STEP = 2
+# the step up when the peaks so far do not grow (small batches share the allocator's blocks)
+FIRST_STEP = 8
 
 
 @dataclass(frozen=True)
