@@ -346,3 +346,12 @@ def test_budget_predicts_the_gpu_step_whatever_the_side_runs_on() -> None:
     assert "device" not in gpu_params(workload.params)
     lever = load_all()["ac-budget"]
     apply(workload, lever, {"budget": "1GiB", "workload": "llama"})  # predicted, applied
+
+
+def test_a_bad_budget_is_refused_when_the_spec_is_read() -> None:
+    # levers ab reads --lever specs before it builds anything: exit 2, not a bug report
+    from levers.levers.handle import find_specs
+
+    with pytest.raises(ValueError, match="budget 'abc' is not a size"):
+        find_specs(["ac-budget:budget=abc:workload=hf"])
+    assert find_specs(["ac-budget:budget=22GiB:workload=hf"])[0][1]["budget"] == "22GiB"

@@ -462,5 +462,6 @@ LEVER = register(
         applies=applies,
         patch=patch,
         options=("budget", "sac_op_overhead_us", "inputs", "workload", "gpu"),
+        check=check_options,
     )
 )
