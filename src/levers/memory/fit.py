@@ -3,7 +3,7 @@ peak fits the GPU with a margin.
 
 The search assumes the peak grows with the parameter (true of batch size, sequence length and
 layer count). It brackets the budget (a value that fits and one that does not), then narrows
-the bracket until the two are neighbours. Given the budget it guesses each next value from the
+the bracket until the two are neighbours (or, for large values, within 0.1% of each other). Given the budget it guesses each next value from the
 peaks already predicted (the peak is close to linear in the batch: a fixed part, parameters and
 optimizer state, plus activations per sample), so a fit that doubling and bisection would find in
 20 predictions takes about 5; a guess that fails to halve the bracket is followed by a midpoint,
@@ -30,6 +30,9 @@ MAX_EVALUATIONS = 24
 STOPPED_AT_CAP, STOPPED_EVALUATIONS = "cap", "evaluations"
 # a guess from the line is pushed this far past it, so that it brackets the budget from above
 OVERSHOOT = 1.02
+# the bracket is closed when it is this narrow (relative to the fit): a batch of 200,000 is not
+# worth ten more predictions, each of a 200,000-sample step, to pin its last 0.1%
+TOLERANCE = 0.001
 # the step up when the peaks so far do not grow (small batches share the allocator's blocks)
 FIRST_STEP = 8
 
@@ -63,12 +66,14 @@ def search(
     max_evaluations: int = MAX_EVALUATIONS,
     budget: int | None = None,
     known: Sequence[FitPoint] = (),
+    tolerance: float = 0.0,
 ) -> Search:
     """The largest ``value >= 1`` with ``evaluate(value).fits``, for a monotone predicate.
 
     ``upper`` caps the search from above (inclusive). ``budget`` (the reserved bytes a point
     must stay under) lets the search guess from the peaks; without it, it doubles and bisects.
     ``known`` are points already predicted (the plan's own), reused rather than predicted again.
+    ``tolerance``: the search ends when the bracket is narrower than this share of the fit.
     """
     if start < 1:
         raise ValueError(f"the search must start at a value >= 1, got {start}")
@@ -116,7 +121,7 @@ def search(
             if low is None:
                 return Search(None, tuple(curve), "", high)
         halved = True
-        while high - low > 1:
+        while high - low > max(1, int(low * tolerance)):
             guess = _interpolate(cache, low, high, budget) if halved else None
             middle = guess if guess is not None else (low + high) // 2
             width = high - low
@@ -213,7 +218,8 @@ def fit_param(
         return point
 
     found = search(
-        evaluate, start, upper=upper, max_evaluations=max_evaluations, budget=budget, known=known
+        evaluate, start, upper=upper, max_evaluations=max_evaluations, budget=budget, known=known,
+        tolerance=TOLERANCE,
     )
     return FitResult(
         param=param,

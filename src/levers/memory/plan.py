@@ -126,6 +126,8 @@ class FitResult:
                 f"at least {self.best} (the search stopped after {len(self.curve)} "
                 f"predictions{above})"
             )
+        if self.not_fitting is not None and self.not_fitting > self.best + 1:
+            return f"{self.best} ({self.not_fitting} does not fit; the search closes within 0.1%)"
         return str(self.best)
 
 
