@@ -110,3 +110,19 @@ def test_expectation_refuses_unknown_read_and_negative_size():
         expectation_met("latency", "lower", 0.0, ci(0.9, 0.95), None)
     with pytest.raises(ValueError, match=">= 0"):
         expectation_met("step_time", "lower", -0.1, ci(0.9, 0.95), None)
+
+
+def test_a_comparison_whose_tokens_per_step_differ_is_judged_per_token():
+    # raise-batch: the step is longer, the memory it fills was the point, one-step parity
+    # cannot hold; tokens/s is what improved
+    from levers.ab.verdict import judged_reads
+
+    verdicts = {
+        "step_time": "DAMAGED",
+        "tokens_per_s": "IMPROVED",
+        "peak_allocated": "DAMAGED",
+        "parity": "DAMAGED",
+    }
+    assert decision(judged_reads(verdicts, tokens_differ=True)) == "IMPROVED"
+    assert decision(judged_reads(verdicts, tokens_differ=False)) == "DAMAGED"
+    assert decision(judged_reads({**verdicts, "tokens_per_s": "DAMAGED"}, True)) == "DAMAGED"

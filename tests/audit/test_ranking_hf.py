@@ -52,6 +52,12 @@ def test_throughput_bound_with_a_batch_fit():
     _, memory, result = audited()
     assert result.bottleneck.bound == "throughput-bound"
     assert memory.batch_now == 4 and memory.batch_fit == 64  # the fit's cap: 16x the batch
+    # one fit, read by MEM001 and MEM003 alike, its cap stated where they print it
+    assert memory.batch_fit_cap == 64 and "16x the batch now" in memory.batch_fit_note
+    mem003 = next(f for f in result.findings if f.code == "MEM003")
+    assert "batch_size=64 or more (the search stops at 16x the batch now)" in mem003.message
+    mem001 = next(f for f in result.findings if f.code == "MEM001")
+    assert mem001.details["batch_fit_checkpointed"] <= 64  # the same cap, not a line to 265k
 
 
 def test_ranked_by_tokens_per_second_and_mem001_last():

@@ -325,3 +325,33 @@ def test_verified_choice_tries_the_smallest_plan_when_a_larger_one_overshoots() 
 
     plan, peak = choose_verified(inputs, 900, predict_peak, sac_op_overhead_us=10.0)
     assert (plan.num_full, plan.num_selective, peak) == (4, 0, 840)
+
+
+def test_budget_options_are_checked_before_the_prediction() -> None:
+    # budget=abc used to reach the prediction first and hide behind its message
+    workload = load_workload("llama", {"size": "tiny", "device": "cpu"})
+    lever = load_all()["ac-budget"]
+    with pytest.raises(ValueError, match="budget 'abc' is not a size or a fraction"):
+        apply(workload, lever, {"budget": "abc", "workload": "llama"})
+    with pytest.raises(ValueError, match="fractional budget must be in"):
+        apply(workload, lever, {"budget": "150%", "workload": "llama"})
+
+
+def test_budget_predicts_the_gpu_step_whatever_the_side_runs_on() -> None:
+    # the side runs on the CPU (device=cpu): the prediction still builds it on the stand-in GPU,
+    # not with "the factory kept parameters on the CPU"
+    from levers.levers.ac_budget import gpu_params
+
+    workload = load_workload("llama", {"size": "tiny", "batch_size": 2, "device": "cpu"})
+    assert "device" not in gpu_params(workload.params)
+    lever = load_all()["ac-budget"]
+    apply(workload, lever, {"budget": "1GiB", "workload": "llama"})  # predicted, applied
+
+
+def test_a_bad_budget_is_refused_when_the_spec_is_read() -> None:
+    # levers ab reads --lever specs before it builds anything: exit 2, not a bug report
+    from levers.levers.handle import find_specs
+
+    with pytest.raises(ValueError, match="budget 'abc' is not a size"):
+        find_specs(["ac-budget:budget=abc:workload=hf"])
+    assert find_specs(["ac-budget:budget=22GiB:workload=hf"])[0][1]["budget"] == "22GiB"

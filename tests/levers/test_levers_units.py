@@ -293,13 +293,47 @@ def test_liger_kernels_scopes_module_globals_to_the_model(monkeypatch):
 
 
 def test_raise_batch_picks_the_largest_predicted_fit_and_says_so():
+    from levers.levers.raise_batch import fit_batch
+
     lever = REGISTRY["raise-batch"]
-    params, said = lever.choose_params(
-        "llama", {"size": "tiny"}, {"gpu": "2GiB", "max_batch_size": 64}
-    )
+    params, said = fit_batch("llama", {"size": "tiny"}, {"gpu": "2GiB", "max_batch_size": 64})
     assert params["batch_size"] == 64  # the tiny llama fits 2 GiB far beyond the cap
     assert said.startswith("raise-batch: batch_size 2 -> 64")
+    assert "at least 64 (the search stopped at its cap, 64)" in said
     with pytest.raises(ValueError, match="there is none here"):
         lever.choose_params("llama", {"size": "tiny"}, {})
     with pytest.raises(NotApplicable, match="factory parameters"):
         levers.apply(llama.build(), "raise-batch")
+
+
+def test_raise_batch_never_runs_a_gpu_batch_on_the_host():
+    # a batch fitted to a GPU's memory, run on the CPU, is killed by the kernel: refused first
+    lever = REGISTRY["raise-batch"]
+    with pytest.raises(ValueError, match="would run here, on the CPU") as caught:
+        lever.choose_params("llama", {"size": "tiny", "device": "cpu"}, {"gpu": "h100"})
+    assert "levers memory llama --gpu h100 --fit batch_size" in str(caught.value)
+
+
+def _factory_batch(device="cpu", batch=4, seq_len=8):
+    raise AssertionError("not built")
+
+
+def _factory_hf(per_device_train_batch_size=8, lr=1e-3):
+    raise AssertionError("not built")
+
+
+def _factory_none(width=8, depth=2):
+    raise AssertionError("not built")
+
+
+def test_raise_batch_finds_the_batch_parameter_as_factories_name_it():
+    from levers.levers.raise_batch import batch_param
+
+    assert batch_param("llama", {}) == "batch_size"
+    assert batch_param(_factory_batch, {}) == "batch"
+    assert batch_param(_factory_hf, {}) == "per_device_train_batch_size"
+    assert batch_param(_factory_batch, {"param": "seq_len"}) == "seq_len"
+    with pytest.raises(ValueError, match=r"its parameters: width, depth\); name it with raise-batch:param=NAME"):
+        batch_param(_factory_none, {})
+    with pytest.raises(ValueError, match="takes no parameter 'rows'"):
+        batch_param(_factory_none, {"param": "rows"})

@@ -105,3 +105,22 @@ def test_fit_defaults_to_the_batch_size(capsys):
     )
     assert code == 0, err
     assert "--fit batch_size: largest that fits = " in out
+
+
+def test_a_batch_too_large_for_the_host_is_refused_before_allocating(capsys):
+    # the demo's layout is built in Python on the host, fake tensors or not: 10**10 samples
+    # used to allocate 10 GB and hang; it is refused first, with the largest batch it takes
+    code, _out, err = run(capsys, "demo", "--set", "batch_size=10000000000", "--no-whatifs")
+    assert code == 2
+    assert "use batch_size <= " in err
+
+
+def test_the_fit_brackets_the_budget_and_says_when_it_stopped(capsys):
+    code, out, err = run(
+        capsys, f"{FACTORIES}:stack", "--set", "batch_size=256", "width=1024", "depth=2",
+        "--gpu", "0.6GiB", "--fit", "--no-whatifs", "--steps", "1",
+    )
+    assert code == 0, err
+    line = next(l for l in out.splitlines() if "largest that fits" in l)
+    # the search closed (one that fits, the next one up does not), so no "at least"
+    assert "at least" not in line

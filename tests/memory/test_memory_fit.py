@@ -5,9 +5,9 @@ from __future__ import annotations
 import memory_factories as factories
 import pytest
 
-from levers.memory.fit import fit_param, search_largest
+from levers.memory.fit import fit_param, search, search_largest
 from levers.hardware import GpuSpec
-from levers.memory.plan import FitPoint
+from levers.memory.plan import FitPoint, FitResult
 from levers.memory.prediction import run_prediction, source_of
 
 
@@ -44,6 +44,46 @@ def test_nothing_fits_and_the_cap_holds():
     assert calls == [3, 6, 10]
 
 
+def _linear(largest_bytes: int, fixed: int = 1000, per_value: int = 3):
+    calls = []
+
+    def evaluate(value: int) -> FitPoint:
+        calls.append(value)
+        peak = fixed + per_value * value
+        return FitPoint(value, peak, peak, peak <= largest_bytes)
+
+    return evaluate, calls
+
+
+def test_a_far_boundary_is_bracketed_not_cut_off_after_16_predictions():
+    # the boundary is 2**20 above the start: doubling alone needs 21 predictions, and the old
+    # search printed the last value it doubled to after 16
+    budget = 1000 + 3 * 1_500_000
+    evaluate, calls = _linear(budget)
+    found = search(evaluate, 1, budget=budget)
+    assert found.best == 1_500_000
+    assert found.stopped == "" and found.not_fitting == 1_500_001
+    assert len(calls) <= 12
+
+
+def test_a_search_that_runs_out_says_at_least():
+    evaluate, _ = _limit(10**9)
+    found = search(evaluate, 1, max_evaluations=5)
+    assert found.stopped == "evaluations" and found.best == 16
+    result = FitResult("batch_size", found.best, 100, 0.05, found.curve, found.stopped)
+    assert result.statement().startswith("at least 16 (the search stopped")
+
+
+def test_a_cap_that_fits_is_one_prediction_and_said():
+    budget = 10**9
+    evaluate, calls = _linear(budget)
+    found = search(evaluate, 4, upper=64, budget=budget, known=(evaluate(4),))
+    assert found.best == 64 and found.stopped == "cap"
+    assert calls == [4, 64]  # the known start is not predicted again
+    result = FitResult("batch_size", 64, budget, 0.05, found.curve, "cap", upper=64)
+    assert result.statement() == "at least 64 (the search stopped at its cap, 64)"
+
+
 def test_a_start_below_one_is_refused():
     evaluate, _ = _limit(3)
     with pytest.raises(ValueError, match=">= 1"):
@@ -62,9 +102,13 @@ def test_fit_a_workload_to_a_budget():
     by_value = {p.value: p for p in result.curve}
     assert by_value[result.best].fits
     assert by_value[result.best].peak_reserved_bytes <= result.budget_bytes
-    next_up = run_prediction(source.with_params(batch_size=result.best + 1), gpu, num_steps=1)
+    # closed: the next value known not to fit is within 0.1% of the fit
+    assert result.exact and result.not_fitting - result.best <= max(1, result.best // 1000)
+    next_up = run_prediction(source.with_params(batch_size=result.not_fitting), gpu, num_steps=1)
     assert next_up.replay.peak_reserved_bytes > result.budget_bytes
-    assert [p.value for p in result.curve][:3] == [256, 512, 1024]
+    # the reserved peak is a staircase here (12 MiB segments): no worse than doubling and
+    # bisection, which take 16
+    assert len(result.curve) <= 16
 
 
 def _gpu(usable: int) -> GpuSpec:

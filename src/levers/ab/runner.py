@@ -21,7 +21,7 @@ from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
 from levers.ab.timing import SideSamples, run_timed, warm_up
 from levers.ab.stats import MIN_RESAMPLES
-from levers.ab.verdict import decision
+from levers.ab.verdict import decision, judged_reads
 from levers.errors import LeversError
 from levers.workload import Workload
 from levers.vocab import CHANGES_NUMERICS, fix_safety
@@ -147,10 +147,11 @@ def _warnings(
     notes = []
     if config.mem_gate_gib is not None and torch.device(a.device).type != "cuda":
         notes.append("the memory gate is not enforced on a CPU: memory is not measured there")
-    if a.tokens_per_step != b.tokens_per_step:
+    if _tokens_differ(a, b):
         notes.append(
             f"tokens per step differ (baseline {a.tokens_per_step}, candidate "
-            f"{b.tokens_per_step}): compare tokens/s, not step time"
+            f"{b.tokens_per_step}): the decision reads tokens/s (and quality); step time, peak "
+            "memory and one-step parity differ by design and are shown, not judged"
         )
     for side, s in (samples or {}).items():
         if s.resident_bytes_start != s.resident_bytes_end:
@@ -173,6 +174,14 @@ def _warnings(
             f"look tight); use --steps {DEFAULT_STEPS} or more"
         )
     return notes
+
+
+def _tokens_differ(a: Any, b: Any) -> bool:
+    return (
+        a.tokens_per_step is not None
+        and b.tokens_per_step is not None
+        and a.tokens_per_step != b.tokens_per_step
+    )
 
 
 def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
@@ -234,7 +243,9 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
         parity=parity,
         samples=samples,
         reads=reads,
-        decision=decision(verdicts, killed=kill is not None),
+        decision=decision(
+            judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None
+        ),
         killed=kill,
         warnings=tuple(_warnings(config, a, b, samples)),
         started_at=started_at,

@@ -67,6 +67,21 @@ def decision(verdicts: dict[str, str], killed: bool = False) -> str:
     return PARITY
 
 
+# what a comparison whose tokens per step differ (raise-batch) is judged on: the work per token.
+# Its step time, peak memory and one-step parity differ by design (another batch is another
+# step, and the memory it fills was the point); they are shown, and the kill lines (--mem-gate)
+# hold its memory to the budget
+PER_TOKEN_READS = ("tokens_per_s", "quality")
+
+
+def judged_reads(verdicts: dict[str, str], tokens_differ: bool) -> dict[str, str]:
+    """The verdicts the decision reads: all of them, or the per-token ones when the two sides
+    do not process the same tokens per step."""
+    if not tokens_differ:
+        return dict(verdicts)
+    return {name: v for name, v in verdicts.items() if name in PER_TOKEN_READS}
+
+
 def expectation_met(
     read: str, direction: str, size: float, ci: RatioCI | None, parity_passed: bool | None
 ) -> bool | None:

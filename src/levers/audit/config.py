@@ -76,6 +76,11 @@ class PredictedMemory:
     batch_now: int | None = None
     batch_fit: int | None = None
     fit_budget_bytes: int = 0
+    # the fit stopped at this cap (it fits, so the largest is at least batch_fit); None when the
+    # search closed below it
+    batch_fit_cap: int | None = None
+    # why batch_fit is a lower bound ("the search stops at 16x the batch now"); "" when exact
+    batch_fit_note: str = ""
 
 
 def _whatif_numbers(plan: Any, name: str) -> tuple[bool, int, int, str]:

@@ -172,13 +172,24 @@ def predicted_memory(
 
 
 def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch: int) -> Any:
-    """``predicted`` with levers memory's fit of the batch parameter on the plan's GPU."""
+    """``predicted`` with levers memory's fit of the batch parameter on the plan's GPU.
+
+    The one fit MEM001 and MEM003 read: the plan is its first point (not predicted again), and
+    the search tries the cap (``MAX_FIT_FACTOR`` times the batch now) first, so a step with room
+    to spare costs one prediction; a fit that stops at the cap is "at least" the cap.
+    """
     from levers.memory.fit import fit_param
+    from levers.memory.plan import FitPoint
     from levers.memory.prediction import source_of
 
+    budget = int(plan.gpu.usable_bytes * (1.0 - plan.margin))
+    known = FitPoint(
+        batch, plan.peak_allocated_bytes, plan.peak_reserved_bytes,
+        plan.peak_reserved_bytes <= budget,
+    )
     fit = fit_param(
         source_of(workload, params), plan.gpu, BATCH_PARAM, margin=plan.margin, start=batch,
-        num_steps=plan.num_steps, upper=batch * MAX_FIT_FACTOR,
+        num_steps=plan.num_steps, upper=batch * MAX_FIT_FACTOR, known=(known,),
     )
     return dataclasses.replace(
         predicted,
@@ -186,6 +197,11 @@ def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch
         batch_now=batch,
         batch_fit=fit.best,
         fit_budget_bytes=fit.budget_bytes,
+        batch_fit_cap=fit.upper if fit.stopped == "cap" else None,
+        batch_fit_note=(
+            f"the search stops at {MAX_FIT_FACTOR}x the batch now" if fit.stopped == "cap"
+            else fit.statement().partition(" (")[2].rstrip(")")
+        ),
     )
 
 

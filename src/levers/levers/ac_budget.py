@@ -384,7 +384,8 @@ def _inputs_of(target: Target) -> BudgetInputs:
     if inputs is not None:
         return inputs
     return predict_inputs(
-        target.options["workload"], target.params, str(target.options.get("gpu", "h200"))
+        target.options["workload"], gpu_params(target.params),
+        str(target.options.get("gpu", "h200")),
     )
 
 
@@ -392,7 +393,7 @@ def _predictor_of(target: Target, inputs: BudgetInputs) -> Callable[[BudgetPlan]
     if "workload" not in target.options:
         return None
     gpu = str(target.options.get("gpu", "h200"))
-    return plan_peak_predictor(target.options["workload"], target.params, inputs, gpu)
+    return plan_peak_predictor(target.options["workload"], gpu_params(target.params), inputs, gpu)
 
 
 def applies(target: Target) -> str | None:
@@ -422,7 +423,29 @@ def _overhead_of(options: dict[str, Any]) -> float:
     return value
 
 
+def gpu_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The factory parameters of the predicted step: a device given for the side that runs here
+    (device=cpu) is dropped, so the factory gets the GPU the memory model stands in for."""
+    return {k: v for k, v in params.items() if k != "device"}
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Refuse a bad option before any prediction (a budget that is not a size or a fraction,
+    an unknown GPU, a negative overhead), each with its own message."""
+    from types import SimpleNamespace
+
+    from levers.hardware import resolve_gpu
+
+    if "budget" in options:
+        # a fraction is checked for its range only here: the inputs that scale it come later
+        budget_bytes(options["budget"], SimpleNamespace(fixed_bytes=0, activation_bytes=1))
+    if "gpu" in options:
+        resolve_gpu(str(options["gpu"]))
+    _overhead_of(options)
+
+
 def patch(target: Target) -> Undo:
+    check_options(target.options)
     overhead = _overhead_of(target.options)
     inputs = _inputs_of(target)
     return checkpoint_within(
@@ -439,5 +462,6 @@ LEVER = register(
         applies=applies,
         patch=patch,
         options=("budget", "sac_op_overhead_us", "inputs", "workload", "gpu"),
+        check=check_options,
     )
 )

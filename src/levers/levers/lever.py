@@ -82,6 +82,9 @@ class Lever:
     options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
     choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
     known_problems: str = ""  # combinations that fail, shapes where it does not help
+    # checks the values of its options (raises ValueError), when the spec is read: before any
+    # workload is built or predicted
+    check: Callable[[dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
@@ -128,6 +131,8 @@ def check_options(lever: Lever, options: dict[str, Any]) -> None:
         raise ValueError(
             f"lever {lever.id} has no option(s) {', '.join(unknown)}; it accepts: {accepted}"
         )
+    if lever.check is not None:
+        lever.check(options)
 
 
 def apply(

@@ -10,8 +10,11 @@ WORKLOAD --lever raise-batch`` builds the candidate with the chosen ``batch_size
 
 Options: ``gpu`` (a name or budget levers memory knows; default the current CUDA device),
 ``margin`` (0.05), ``max_batch_size`` (cap of the search), ``max_evaluations`` (predictions
-the search may make, 16; the best fit so far stands when they run out), ``levers`` (ids applied
-while predicting).
+the search may make, 24; the best fit so far stands, said "at least", when they run out),
+``param`` (the factory's batch parameter; default the first of ``batch_size``, ``batch``,
+``bs``, ``per_device_train_batch_size``, ``micro_batch_size``, ... in its signature),
+``levers`` (ids applied while predicting). A batch predicted for a GPU is never run on the
+host: with ``gpu=`` named and the candidate on the CPU, it refuses before the search.
 
 Fix safety: changes numerics, and more: another batch size is another training step (the
 optimizer sees other gradients per step; tune the learning rate if it matters). No parity
@@ -53,60 +56,132 @@ def _gpu(options: dict[str, Any]):
     return spec
 
 
+# the names factories give their batch parameter, in the order they are looked for
+BATCH_PARAMS = (
+    "batch_size",
+    "batch",
+    "bs",
+    "per_device_train_batch_size",
+    "micro_batch_size",
+    "train_batch_size",
+    "micro_batch",
+    "mbs",
+    "batch_size_per_device",
+)
+
+
+def batch_param(spec: Any, options: dict[str, Any]) -> str:
+    """The factory's batch parameter: ``param=NAME`` when given, else the first of
+    :data:`BATCH_PARAMS` in its signature."""
+    import inspect
+
+    from levers.loader import resolve_factory
+
+    factory = resolve_factory(spec) if isinstance(spec, str) else spec
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    names = [n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    listed = ", ".join(names) or "none"
+    label = spec if isinstance(spec, str) else getattr(spec, "__name__", "the factory")
+    named = options.get("param")
+    if named:
+        if named in names or takes_any:
+            return str(named)
+        raise ValueError(
+            f"raise-batch:param={named}: {label} takes no parameter {named!r} (its parameters: "
+            f"{listed}); name its batch parameter with raise-batch:param=NAME"
+        )
+    for name in BATCH_PARAMS:
+        if name in names:
+            return name
+    raise ValueError(
+        f"raise-batch found no batch parameter in {label}'s signature (looked for "
+        f"{', '.join(BATCH_PARAMS)}; its parameters: {listed}); name it with "
+        "raise-batch:param=NAME"
+    )
+
+
+def _runs_on_host(params: dict[str, Any]) -> bool:
+    """The built side runs on this machine's CPU (not a CUDA device)."""
+    device = params.get("device")
+    if device is not None:
+        return not str(device).startswith("cuda")
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def choose_params(
     spec: Any, params: dict[str, Any], options: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
-    """The parameters with the largest fitting batch size, and a sentence saying what it chose."""
-    from levers.memory.fit import MAX_EVALUATIONS, search_largest
-    from levers.memory.plan import FitPoint
-    from levers.memory.predict import run_prediction, source_of
+    """The parameters with the largest fitting batch, and a sentence saying what it chose.
 
+    Raises:
+        ValueError: no GPU here and none named; a GPU named while the side would run on the
+            host (a batch predicted for a GPU is never run on the CPU); no batch parameter.
+    """
     gpu = _gpu(options)
-    margin = float(options.get("margin", DEFAULT_MARGIN))
+    param = batch_param(spec, options)
+    if _runs_on_host(params):
+        name = spec if isinstance(spec, str) else "WORKLOAD"
+        raise ValueError(
+            f"raise-batch picks {param} for {gpu.name} (gpu={options.get('gpu')}), but the "
+            "candidate would run here, on the CPU, where a batch sized for that GPU's memory "
+            "does not fit: run levers ab on that GPU, or predict the batch without running it: "
+            f"levers memory {name} --gpu {options.get('gpu')} --fit {param}"
+        )
+    return fit_batch(spec, params, options, gpu=gpu, param=param)
+
+
+def fit_batch(
+    spec: Any,
+    params: dict[str, Any],
+    options: dict[str, Any],
+    *,
+    gpu: Any = None,
+    param: str | None = None,
+) -> tuple[dict[str, Any], str]:
+    """The fit :func:`choose_params` applies, without the check of where the side runs."""
+    from levers.memory.fit import MAX_EVALUATIONS, fit_param
+    from levers.memory.predict import check_margin, run_prediction, source_of
+
+    gpu = gpu if gpu is not None else _gpu(options)
+    param = param or batch_param(spec, options)
+    margin = check_margin(float(options.get("margin", DEFAULT_MARGIN)))
     # the prediction is of the GPU run: a device given for this machine (device=cpu) is dropped,
     # so the factory gets the GPU the memory model stands in for
     source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
     lever_ids = [i for i in options.get("levers", ()) if i not in NOT_PREDICTED]
-    budget = int(gpu.usable_bytes * (1.0 - margin))
 
     def transform(workload) -> None:
         from levers.levers.handle import apply_to_workload
 
         apply_to_workload(workload, lever_ids, quiet=True, kernel="chunked")
 
-    def evaluate(value: int) -> FitPoint:
-        prediction = run_prediction(
-            source.with_params(**{PARAM: value}), gpu, num_steps=1,
-            transform=transform if lever_ids else None,
-        )
-        peak = prediction.replay.peak_reserved_bytes
-        return FitPoint(
-            value=value,
-            peak_allocated_bytes=prediction.replay.peak_allocated_bytes,
-            peak_reserved_bytes=peak,
-            fits=peak <= budget,
-        )
-
-    if params.get(PARAM):
-        start = int(params[PARAM])
+    if params.get(param):
+        start = int(params[param])
     else:  # the factory's default, as the prediction records it
-        start = int(run_prediction(source, gpu, num_steps=1).params.get(PARAM) or 1)
+        start = int(run_prediction(source, gpu, num_steps=1).params.get(param) or 1)
     upper = options.get("max_batch_size")
-    best, curve = search_largest(
-        evaluate,
-        start,
+    fit = fit_param(
+        source, gpu, param, margin=margin, start=start, num_steps=1,
         upper=int(upper) if upper else None,
         max_evaluations=int(options.get("max_evaluations", MAX_EVALUATIONS)),
+        transform=transform if lever_ids else None,
     )
-    if best is None:
-        return dict(params), f"raise-batch: even {PARAM}=1 is predicted not to fit {gpu.name}"
-    peak = next(p.peak_reserved_bytes for p in curve if p.value == best)
+    if fit.best is None:
+        return dict(params), f"raise-batch: even {param}=1 is predicted not to fit {gpu.name}"
+    peak = next(p.peak_reserved_bytes for p in fit.curve if p.value == fit.best)
     with_levers = f" with {', '.join(lever_ids)}" if lever_ids else ""
     said = (
-        f"raise-batch: {PARAM} {start} -> {best} (predicted reserved peak{with_levers} "
-        f"{peak / 2**30:.1f} GiB of {budget / 2**30:.1f} GiB: {gpu.name} less {margin:.0%})"
+        f"raise-batch: {param} {start} -> {fit.best} (predicted reserved peak{with_levers} "
+        f"{peak / 2**30:.1f} GiB of {fit.budget_bytes / 2**30:.1f} GiB: {gpu.name} less "
+        f"{margin:.0%}; largest that fits: {fit.statement()})"
     )
-    return {**params, PARAM: best}, said
+    return {**params, param: fit.best}, said
 
 
 def applies(target: Target) -> str | None:
@@ -122,7 +197,7 @@ def patch(target: Target) -> Callable[[], None]:
 
 LEVER = register(
     Lever(
-        options=("gpu", "margin", "max_batch_size", "max_evaluations"),
+        options=("gpu", "margin", "max_batch_size", "max_evaluations", "param"),
         id="raise-batch",
         title="Raise the batch to the largest that fits the GPU with a 5% margin",
         safety=CHANGES_NUMERICS,

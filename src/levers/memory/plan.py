@@ -103,6 +103,32 @@ class FitResult:
     budget_bytes: int  # usable GPU memory times (1 - margin)
     margin: float
     curve: tuple[FitPoint, ...]  # every value evaluated, in the order tried
+    # "" (the next value up was predicted not to fit), "cap" (the cap fits: the largest is at
+    # least best) or "evaluations" (the predictions allowed ran out first)
+    stopped: str = ""
+    upper: int | None = None  # the cap of the search, when it had one
+    not_fitting: int | None = None  # the smallest value predicted not to fit, when one was
+
+    @property
+    def exact(self) -> bool:
+        """The search closed: ``best`` fits and ``best + 1`` does not."""
+        return not self.stopped
+
+    def statement(self) -> str:
+        """The largest that fits, as a reader must take it ("at least N" when it stopped)."""
+        if self.best is None:
+            return "none (even the smallest value tried is over)"
+        if self.stopped == "cap":
+            return f"at least {self.best} (the search stopped at its cap, {self.upper})"
+        if self.stopped:
+            above = f"; {self.not_fitting} does not" if self.not_fitting is not None else ""
+            return (
+                f"at least {self.best} (the search stopped after {len(self.curve)} "
+                f"predictions{above})"
+            )
+        if self.not_fitting is not None and self.not_fitting > self.best + 1:
+            return f"{self.best} ({self.not_fitting} does not fit; the search closes within 0.1%)"
+        return str(self.best)
 
 
 @dataclass(frozen=True)

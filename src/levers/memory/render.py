@@ -222,7 +222,7 @@ def _whatifs(plan: MemoryPlan) -> Table:
 
 
 def _fit(fit: FitResult) -> Table:
-    best = "none (even the smallest value tried is over)" if fit.best is None else str(fit.best)
+    best = fit.statement()
     table = _table(
         f"--fit {fit.param}: largest that fits = {best} (reserved ≤ {format_bytes(fit.budget_bytes)}, "
         f"margin {fit.margin:.0%})"

@@ -54,6 +54,24 @@ class DemoBatch:
     layout: DemoLayout
 
 
+# the layout is built in plain Python on the host, fake tensors or not: about 4 list entries per
+# token (28 bytes each, and as many again in the tensors made from them). Past this many tokens
+# per step it would take gigabytes of host memory and minutes before the step runs
+MAX_LAYOUT_TOKENS = 1 << 25
+
+
+def check_layout_size(cfg: DemoConfig) -> None:
+    """Refuse a batch whose host-side layout would not fit a laptop, before building it."""
+    tokens = cfg.batch_size * (cfg.suffix_len + cfg.num_patches)
+    if tokens > MAX_LAYOUT_TOKENS:
+        largest = MAX_LAYOUT_TOKENS // (cfg.suffix_len + cfg.num_patches)
+        raise ValueError(
+            f"demo: batch_size={cfg.batch_size} is {tokens:,} tokens per step, and the demo "
+            f"builds each step's layout in Python on the host (about {tokens * 4 * 56 / 2**30:.0f} "
+            f"GiB, even under levers memory's fake tensors); use batch_size <= {largest:,}"
+        )
+
+
 def make_layout(cfg: DemoConfig, seed: int, device: torch.device) -> DemoLayout:
     """Place the image tokens and give each sample a suffix length from 30% to 70% of T.
 
@@ -62,6 +80,7 @@ def make_layout(cfg: DemoConfig, seed: int, device: torch.device) -> DemoLayout:
     so a layout can be made under a fake-tensor mode too.
     """
     batch, suffix_len = cfg.batch_size, cfg.suffix_len
+    check_layout_size(cfg)
     shortest, longest = 0.3 * suffix_len, 0.7 * suffix_len
     step = (longest - shortest) / max(batch - 1, 1)
     lengths = [round(shortest + sample * step) for sample in range(batch)]

@@ -156,7 +156,10 @@ def checkpointed_fit(memory: PredictedMemory, freed_bytes: int) -> int | None:
     fixed = memory.peak_reserved_bytes - memory.activation_bytes
     if per_sample_ac <= 0:
         return None
-    return max(int((memory.fit_budget_bytes - fixed) // per_sample_ac), memory.batch_now)
+    fit = max(int((memory.fit_budget_bytes - fixed) // per_sample_ac), memory.batch_now)
+    # the fit without checkpointing stopped at a cap: the same cap holds with it, so both sides
+    # of the comparison are computed the same way
+    return fit if memory.batch_fit_cap is None else min(fit, memory.batch_fit_cap)
 
 
 def _with_verdict(
@@ -167,9 +170,19 @@ def _with_verdict(
 
     b: Bottleneck = step_bottleneck(capture, config)
     memory = config.memory
-    # memory binds, or nothing says it does not: checkpointing is the lever it always was
-    if b.bound == MEMORY_BOUND or memory is None or b.bound != "throughput-bound":
+    # memory binds: checkpointing is the lever it always was
+    if b.bound == MEMORY_BOUND:
         return replace(finding, details={**finding.details, "recommended": True, "bound": b.bound})
+    # nothing says memory binds (a script's capture, no prediction): said, at low severity
+    if memory is None or b.bound != "throughput-bound":
+        return replace(
+            finding,
+            message=finding.message + " Memory is not known to bind here (no prediction of the "
+            "step on the GPU): checkpoint only if the step runs out of memory or a larger batch "
+            "is wanted.",
+            severity="low",
+            details={**finding.details, "recommended": False, "bound": b.bound},
+        )
     recompute = _recompute_ms(finding, capture, config)
     fit_ac = checkpointed_fit(memory, headroom.freed_bytes)
     verdict = {"bound": b.bound, "recompute_ms": recompute}
@@ -188,8 +201,11 @@ def _with_verdict(
             tokens_per_s_ratio_fit=plain, tokens_per_s_ratio_checkpointed=with_ac,
         )
         text += (
-            f"; without it {memory.batch_param}={memory.batch_fit} fits ({plain:.2f}x tokens/s), "
-            f"with it about {memory.batch_param}={fit_ac} ({with_ac:.2f}x, predicted)"
+            f"; without it {memory.batch_param}={memory.batch_fit}"
+            f"{f' or more ({memory.batch_fit_note})' if memory.batch_fit_note else ''} fits ({plain:.2f}x tokens/s), "
+            f"with it about {memory.batch_param}={fit_ac} ({with_ac:.2f}x, predicted"
+            + (", at the same cap" if memory.batch_fit_cap is not None else "")
+            + ")"
         )
     if recommended:
         return replace(

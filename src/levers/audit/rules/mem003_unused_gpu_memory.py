@@ -81,7 +81,8 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     message = (
         f"{fmt_bytes(free)} of {fmt_bytes(memory.usable_bytes)} usable on {memory.gpu} stay free at "
         f"the predicted {fmt_bytes(memory.peak_reserved_bytes)} reserved peak; levers memory's fit "
-        f"predicts {memory.batch_param}={fit} fits (budget {fmt_bytes(memory.fit_budget_bytes)}, "
+        f"predicts {memory.batch_param}={fit}"
+        f"{f' or more ({memory.batch_fit_note})' if memory.batch_fit_note else ''} fits (budget {fmt_bytes(memory.fit_budget_bytes)}, "
         f"now {now}). The step's fixed time ({b.fixed_ms:.3g} ms of {b.step_ms:.3g} ms, "
         f"{b.provenance}: optimizer and launch gaps) is paid once per step, so {memory.batch_param}="
         f"{fit} is predicted at {ratio:.2f}x the tokens/s."
