@@ -24,8 +24,8 @@ from levers.workload import Workload
 
 if TYPE_CHECKING:
     from levers.api import Step
-    from levers.ab.guards import MetricBar, RunGuard, RunKilled
-    from levers.ab.resume import misplaced_step_tensors, rehome_step_tensors
+    from levers.runs.guards import MetricBar, RunGuard, RunKilled
+    from levers.runs.resume import misplaced_step_tensors, rehome_step_tensors
     from levers.levers.handle import apply
     from levers.memory import MemoryPlan, predict_memory
 
@@ -38,13 +38,13 @@ _LAZY = {
     "predict_memory": "levers.memory",
     "MemoryPlan": "levers.memory",
     # run guards (docs/guards.md)
-    "RunGuard": "levers.ab.guards",
-    "RunKilled": "levers.ab.guards",
-    "MetricBar": "levers.ab.guards",
-    "rehome_step_tensors": "levers.ab.resume",
+    "RunGuard": "levers.runs.guards",
+    "RunKilled": "levers.runs.guards",
+    "MetricBar": "levers.runs.guards",
+    "rehome_step_tensors": "levers.runs.resume",
     # capture a step from inside a training loop (docs: README, zero-code and in-loop capture)
     "capture_step": "levers.integrations.inline",
-    "misplaced_step_tensors": "levers.ab.resume",
+    "misplaced_step_tensors": "levers.runs.resume",
     # apply levers to a model or workload, with undo (docs/levers.md)
     "apply": "levers.levers.handle",
 }
