@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from levers.cli import audit_findings as findings_cli
-from levers.loader import add_set_argument
+from levers.cli.options import add_set_argument
 from levers.output.progress import progress_status
 from levers.cli.script import (
     SCRIPT_HELP,

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
-from levers.loader import add_set_argument
+from levers.cli.options import add_set_argument
 from levers.output.atomic import atomic_write_text
-from levers.memory.fake import DEFAULT_NUM_STEPS
+from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.hardware import GPUS
 
 DEFAULT_GPU = "h100-80gb"
