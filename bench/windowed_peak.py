@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("windowed_peak needs a CUDA device: the windowed peak is the CUDA allocator's")
         return 2
-    from levers.ab.guards import RunGuard
+    from levers.runs.guards import RunGuard
     from levers.capture.env import git_commit
     from levers.output.atomic import atomic_write_text
 

@@ -133,3 +133,28 @@ def test_the_base_errors_module_imports_nothing_heavy():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "['levers.errors', 'levers.user_code']\n"
+
+
+def test_argparse_is_imported_only_under_cli():
+    # the command line lives in levers/cli/ alone; every other layer is called with values
+    offenders = []
+    for module, path in MODULES.items():
+        if module == "levers.cli" or module.startswith("levers.cli."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )
+            offenders += [f"{module} imports {n}" for n in names if n.split(".")[0] == "argparse"]
+    assert offenders == []
+
+
+def test_the_help_imports_no_torch():
+    # `levers --help` and a usage error answer in well under a second: no torch behind the parser
+    code = (
+        "import sys; from levers.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "[]\n"

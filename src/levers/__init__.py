@@ -20,12 +20,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from levers.workload import Workload
-
 if TYPE_CHECKING:
+    from levers.workload import Workload
     from levers.api import Step
-    from levers.ab.guards import MetricBar, RunGuard, RunKilled
-    from levers.ab.resume import misplaced_step_tensors, rehome_step_tensors
+    from levers.runs.guards import MetricBar, RunGuard, RunKilled
+    from levers.runs.resume import misplaced_step_tensors, rehome_step_tensors
     from levers.levers.handle import apply
     from levers.memory import MemoryPlan, predict_memory
 
@@ -33,18 +32,20 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
 _LAZY = {
+    # a workload holds a torch module: loaded on first use, so that `levers --help` needs no torch
+    "Workload": "levers.workload",
     # the front object over the analyses (capture, audit, memory, ab)
     "Step": "levers.api",
     "predict_memory": "levers.memory",
     "MemoryPlan": "levers.memory",
     # run guards (docs/guards.md)
-    "RunGuard": "levers.ab.guards",
-    "RunKilled": "levers.ab.guards",
-    "MetricBar": "levers.ab.guards",
-    "rehome_step_tensors": "levers.ab.resume",
+    "RunGuard": "levers.runs.guards",
+    "RunKilled": "levers.runs.guards",
+    "MetricBar": "levers.runs.guards",
+    "rehome_step_tensors": "levers.runs.resume",
     # capture a step from inside a training loop (docs: README, zero-code and in-loop capture)
     "capture_step": "levers.integrations.inline",
-    "misplaced_step_tensors": "levers.ab.resume",
+    "misplaced_step_tensors": "levers.runs.resume",
     # apply levers to a model or workload, with undo (docs/levers.md)
     "apply": "levers.levers.handle",
 }

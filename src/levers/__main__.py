@@ -2,7 +2,7 @@
 
 import sys
 
-from levers.cli import main
+from levers.cli.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

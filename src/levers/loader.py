@@ -44,22 +44,6 @@ _FORMS = (
 )
 
 
-def add_set_argument(
-    parser: Any, flag: str = "--set", *, dest: str = "set_items", help: str | None = None
-) -> None:
-    """Add a ``--set KEY=VALUE ...`` option (read with :func:`parse_set`) to an argparse parser."""
-    parser.add_argument(
-        flag,
-        dest=dest,
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help=help
-        or "a factory parameter; values are Python literals (4, 1e-3, True) or plain strings (1b)",
-    )
-
-
 def parse_set(items: list[str] | None) -> dict[str, Any]:
     """Parse ``--set key=value`` items into keyword arguments.
 

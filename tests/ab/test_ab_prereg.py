@@ -149,7 +149,7 @@ def test_an_older_file_spelling_numerics_changing_is_still_read():
 
 
 def test_the_older_spelling_reads_in_the_config_and_on_the_command_line():
-    from levers.ab.cli import add_parser
+    from levers.cli.ab import add_parser
     from levers.ab.runner import AbConfig
     import argparse
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from levers.ab.compare import compare
-from levers.ab.metric_files import MetricColumn, MetricFileError, read_metric
+from levers.runs.compare import compare
+from levers.runs.metric_files import MetricColumn, MetricFileError, read_metric
 from levers.ab.stats import paired_difference_ci
 from levers.ab.verdict import DAMAGED, IMPROVED, PARITY
 from levers.cli import main

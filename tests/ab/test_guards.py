@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import levers
-from levers.ab.guards import GuardKill, MetricBar, RunGuard, RunKilled
+from levers.runs.guards import GuardKill, MetricBar, RunGuard, RunKilled
 from levers.ab.killlines import GIB
 from levers.ab.record import read_record
 from levers.errors import LeversError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from levers.ab import resume
-from levers.ab.guards import RunGuard
+from levers.runs import resume
+from levers.runs.guards import RunGuard
 from levers.ab.record import read_record
 
 

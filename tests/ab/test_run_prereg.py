@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from levers.ab.guards import MetricBar, RunGuard, RunKilled
+from levers.runs.guards import MetricBar, RunGuard, RunKilled
 from levers.ab.prereg import PreregError
 from levers.ab.record import read_record, record_path_for
-from levers.ab.run_prereg import parse_run_prereg, template
+from levers.runs.prereg import parse_run_prereg, template
 from levers.cli import main
 
 FILLED = (

@@ -1,7 +1,7 @@
 """``levers ab``: pre-registered, parity-gated A/B comparisons of training steps.
 
 The programmatic entry point is :func:`run_ab` with two :class:`Side`\\ s and an
-:class:`AbConfig`; the command line lives in ``levers.ab.cli``. See ``docs/ab.md``.
+:class:`AbConfig`; the command line lives in ``levers.cli.ab``. See ``docs/ab.md``.
 """
 
 from levers.ab.runner import AbConfig, AbResult, Side, run_ab

@@ -7,7 +7,7 @@
   collective and DDP bucket), or the error it raised.
 - :mod:`levers.distributed.merge`: the merged report (stragglers, communication against compute).
 - :mod:`levers.distributed.render`: terminal, JSON and Markdown of the merged report.
-- :mod:`levers.distributed.audit`: ``levers audit`` under torchrun.
+- :mod:`levers.cli.audit_distributed`: ``levers audit`` under torchrun.
 
 Distribution itself is PyTorch's (torch.distributed, DDP, FSDP2); levers adds no collective
 to the user's process groups.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from levers.distributed.audit import RanksFailed, _rank_error
+from levers.distributed.failures import RanksFailed, rank_error
 from levers.distributed.exchange import connect
 from levers.distributed.merge import merge
 from levers.distributed.summary import error_text
@@ -99,7 +99,7 @@ def run_ab_distributed(baseline: Any, candidate: Any, config: Any, world: World,
     if not world.is_leader:
         outcome = exchange.outcome(TAG)
         if error is not None:
-            raise _rank_error(world, error)
+            raise rank_error(world, error)
         if not outcome.get("ok"):
             raise RanksFailed(f"rank {world.rank}: stopped, rank 0 reported a failed rank")
         return None

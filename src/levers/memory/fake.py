@@ -50,9 +50,8 @@ from levers.memory.tracker import (
     install_module_hooks,
     install_optimizer_hooks,
 )
+from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.workload import Workload
-
-DEFAULT_NUM_STEPS = 3
 
 
 def with_gpu_device(factory: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:

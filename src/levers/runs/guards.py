@@ -51,11 +51,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from levers.ab import resume
+from levers.runs import resume
 from levers.ab.killlines import GIB
 from levers.ab.record import append_event
 from levers.ab.stats import quantile
-from levers.ab.windowed_peak import CudaPeakReader, MemoryWindow, PeakReader, WindowedPeak
+from levers.runs.windowed_peak import CudaPeakReader, MemoryWindow, PeakReader, WindowedPeak
 from levers.errors import LeversError
 
 LINES = ("nonfinite_loss", "metric_bar", "memory_gate", "step_time_regression", "banner_gate")
@@ -214,7 +214,7 @@ class RunGuard:
         (``checkpoint``, ``log``, ``memory_reader``, ``device``, ``clock``,
         ``nonfinite_check_every``); kill lines and gates come from the file alone.
         """
-        from levers.ab.run_prereg import guard_settings, load_frozen_run_prereg
+        from levers.runs.prereg import guard_settings, load_frozen_run_prereg
 
         prereg, state = load_frozen_run_prereg(path)
         settings = guard_settings(prereg)

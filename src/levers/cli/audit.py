@@ -6,7 +6,7 @@
 
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
 go, by phase, module and source line; ``--json`` keeps the whole capture and the findings. The
-findings (see ``docs/rules.md`` and :mod:`levers.audit.cli_findings`) follow the summary.
+findings (see ``docs/rules.md`` and :mod:`levers.cli.audit_findings`) follow the summary.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from levers.audit import cli_findings as findings_cli
-from levers.loader import add_set_argument
+from levers.cli import audit_findings as findings_cli
+from levers.cli.options import add_set_argument
 from levers.output.progress import progress_status
-from levers.integrations.script_cli import (
+from levers.cli.script import (
     SCRIPT_HELP,
     SCRIPT_TIMED,
     SCRIPT_WARMUP,
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
     script = getattr(args, "script_command", None) is not None
     if script:
-        from levers.integrations.script_cli import reject_workload
+        from levers.cli.script import reject_workload
 
         reject_workload(args, "audit")
         args.no_memory_model = True  # the memory model builds a workload from a factory
@@ -174,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
         args.timed = DEFAULT_TIMED if args.timed is None else args.timed
     world = world_from_env()
     if world.is_distributed and not script:
-        # under torchrun: every rank captures, rank 0 merges (levers.distributed.audit)
-        from levers.distributed import audit as distributed_audit
+        # under torchrun: every rank captures, rank 0 merges (levers.cli.audit_distributed)
+        from levers.cli import audit_distributed as distributed_audit
 
         return distributed_audit.run(args, world)
     params = parse_set(args.set_items)
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             check_writable(path)
     findings_cli.check_arguments(args)
     if script:
-        from levers.integrations.script_cli import capture_script
+        from levers.cli.script import capture_script
 
         ran = capture_script(
             args,

@@ -43,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _init(args: argparse.Namespace) -> int:
-    from levers.ab.run_prereg import template
+    from levers.runs.prereg import template
     from levers.output.atomic import atomic_write_text
     from levers.output.console import say_wrote
 
@@ -57,7 +57,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _freeze(args: argparse.Namespace) -> int:
-    from levers.ab.run_prereg import freeze_run_prereg
+    from levers.runs.prereg import freeze_run_prereg
 
     prereg, state = freeze_run_prereg(args.path)
     words = {
@@ -74,7 +74,7 @@ def _freeze(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from levers.ab.run_prereg import guard_settings, load_frozen_run_prereg
+    from levers.runs.prereg import guard_settings, load_frozen_run_prereg
 
     prereg, state = load_frozen_run_prereg(args.path)
     settings = guard_settings(prereg)
@@ -96,7 +96,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _note(args: argparse.Namespace) -> int:
-    from levers.ab.run_prereg import append_note
+    from levers.runs.prereg import append_note
 
     append_note(args.path, args.text)
     print(f"note appended to the record of {args.path}")

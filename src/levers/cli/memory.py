@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
-from levers.loader import add_set_argument
+from levers.cli.options import add_set_argument
 from levers.output.atomic import atomic_write_text
-from levers.memory.fake import DEFAULT_NUM_STEPS
+from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.hardware import GPUS
 
 DEFAULT_GPU = "h100-80gb"
@@ -85,7 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )
-    from levers.integrations.script_cli import SCRIPT_HELP, add_script_arguments
+    from levers.cli.script import SCRIPT_HELP, add_script_arguments
 
     add_script_arguments(parser, warmup=True)
     parser.epilog = f"{parser.epilog} {SCRIPT_HELP}"
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()
     if getattr(args, "script_command", None) is not None:
-        from levers.integrations.script_cli import reject_workload, run_memory
+        from levers.cli.script import reject_workload, run_memory
 
         reject_workload(args, "memory")
         return run_memory(args, console)

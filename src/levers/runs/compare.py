@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from levers.ab.metric_files import MetricColumn, MetricFileError
+from levers.runs.metric_files import MetricColumn, MetricFileError
 from levers.ab.stats import DifferenceCI, paired_difference_ci, unpaired_difference_ci
 from levers.ab.verdict import difference_verdict
 

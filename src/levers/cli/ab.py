@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError, StepError
-from levers.loader import add_set_argument
+from levers.cli.options import add_set_argument
 from levers.vocab import CHANGES_NUMERICS
 
 EXIT_KILLED = 4

@@ -20,28 +20,13 @@ import argparse
 import sys
 
 from levers.distributed.exchange import Gathered, RankTimeout, connect
+from levers.distributed.failures import RanksFailed, rank_error
 from levers.distributed.merge import DistributedReport, merge
 from levers.distributed.summary import failed, summarize
 from levers.distributed.world import World
 from levers.errors import LeversError, StepError
 
 TAG = "audit"
-
-
-class RanksFailed(LeversError):
-    """Some rank raised, hung or died; the message names each."""
-
-    exit_code = 3
-
-
-def _rank_error(world: World, exc: BaseException) -> BaseException:
-    """This rank's own error, its message prefixed with the rank."""
-    if isinstance(exc, LeversError):
-        kind = StepError if isinstance(exc, StepError) else LeversError
-        renamed = kind(f"rank {world.rank}: {exc}", user_traceback=exc.user_traceback)
-        renamed.exit_code = exc.exit_code
-        return renamed
-    return exc
 
 
 def _capture(args: argparse.Namespace, world: World):
@@ -60,7 +45,7 @@ def _capture(args: argparse.Namespace, world: World):
 
 
 def run(args: argparse.Namespace, world: World) -> int:
-    from levers.audit import cli_findings
+    from levers.cli import audit_findings as cli_findings
 
     if world.is_leader:
         _check_outputs(args)
@@ -100,10 +85,10 @@ def _follow(exchange, world: World, error: BaseException | None) -> int:
         outcome = exchange.outcome(TAG)
     except RankTimeout:
         if error is not None:
-            raise _rank_error(world, error) from None
+            raise rank_error(world, error) from None
         raise
     if error is not None:
-        raise _rank_error(world, error)
+        raise rank_error(world, error)
     # another rank failed: rank 0 has named it; this rank only exits non-zero
     return 0 if outcome.get("ok") else RanksFailed.exit_code
 
@@ -124,7 +109,7 @@ def _lead(
     gathered: Gathered,
 ) -> int:
     """Rank 0: its own audit, then the merged report; writes the requested files."""
-    from levers.audit import cli_findings
+    from levers.cli import audit_findings as cli_findings
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
     from levers.capture.json_io import write_capture

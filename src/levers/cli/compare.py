@@ -118,7 +118,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _from_prereg(args: argparse.Namespace) -> dict[str, Any]:
     """The read's settings from a frozen run pre-registration; conflicting options are refused."""
-    from levers.ab.run_prereg import load_frozen_run_prereg
+    from levers.runs.prereg import load_frozen_run_prereg
 
     prereg, _ = load_frozen_run_prereg(args.prereg)
     read = prereg.read(args.read_id)
@@ -189,8 +189,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from levers.ab.compare import compare, comparison_document, summary_lines, to_markdown
-    from levers.ab.metric_files import read_metric
+    from levers.runs.compare import compare, comparison_document, summary_lines, to_markdown
+    from levers.runs.metric_files import read_metric
     from levers.ab.record import append_event, to_json
     from levers.output.atomic import atomic_write_text
     from levers.output.console import say_wrote
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     state = None
     if args.prereg is not None:
-        from levers.ab.run_prereg import frozen_state
+        from levers.runs.prereg import frozen_state
 
         # checked before any work: a record that cannot vouch for the file takes no result
         state = frozen_state(args.prereg, freeze_command="levers prereg freeze")

@@ -282,7 +282,7 @@ def parse_run_prereg(text: str, where: str = "the run pre-registration") -> RunP
 
 def guard_settings(prereg: RunPrereg) -> dict[str, Any]:
     """The RunGuard arguments a pre-registration's kill lines and gates give."""
-    from levers.ab.guards import MetricBar
+    from levers.runs.guards import MetricBar
 
     kill = prereg.kill
     settings: dict[str, Any] = {

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from levers.errors import LeversError
-from levers.loader import add_set_argument
+from levers.cli.options import add_set_argument
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
 

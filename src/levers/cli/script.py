@@ -13,10 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.errors import LeversError
-
-# a script's first optimizer steps pay for compilation, allocator growth and data workers
-SCRIPT_WARMUP = 2
-SCRIPT_TIMED = 0
+from levers.integrations.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 
 SCRIPT_HELP = (
     "After --, the command that runs your training script unchanged: -- python train.py [args] "
