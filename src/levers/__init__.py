@@ -20,9 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from levers.workload import Workload
-
 if TYPE_CHECKING:
+    from levers.workload import Workload
     from levers.api import Step
     from levers.ab.guards import MetricBar, RunGuard, RunKilled
     from levers.ab.resume import misplaced_step_tensors, rehome_step_tensors
@@ -33,6 +32,9 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
 _LAZY = {
+    # the workload record names torch's types, so it is loaded on first use too: `levers --help`
+    # and `levers list` must not pay for importing torch
+    "Workload": "levers.workload",
     # the front object over the analyses (capture, audit, memory, ab)
     "Step": "levers.api",
     "predict_memory": "levers.memory",

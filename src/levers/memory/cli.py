@@ -16,8 +16,11 @@ from typing import Any
 from levers.errors import LeversError
 from levers.loader import add_set_argument
 from levers.output.atomic import atomic_write_text
-from levers.memory.fake import DEFAULT_NUM_STEPS
 from levers.hardware import GPUS
+
+# levers.memory.fake's default, named here because that module imports torch and the parser
+# must not (tests/cli/test_startup.py checks that the two agree)
+DEFAULT_NUM_STEPS = 3
 
 DEFAULT_GPU = "h100-80gb"
 DEFAULT_FIT_START = 1
