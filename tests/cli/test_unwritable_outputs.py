@@ -80,3 +80,12 @@ def test_compare_prints_its_read_before_a_write_fails(tmp_path, monkeypatch, cap
 def test_a_record_path_that_is_a_directory_is_a_levers_error(tmp_path):
     with pytest.raises(LeversError, match="directory"):
         append_event(tmp_path, {"event": "x"})
+
+
+def test_compare_labels_its_means_with_the_examples_compared(tmp_path, capsys):
+    ids = np.arange(20)
+    np.savez(tmp_path / "a.npz", loss=ids / 10.0, id=ids)
+    np.savez(tmp_path / "b.npz", loss=ids[2:] / 10.0, id=ids[2:])
+    main(["compare", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--metric", "loss"])
+    out = capsys.readouterr().out
+    assert "20 rows, mean" in out and "over the 18 compared" in out

@@ -157,7 +157,8 @@ def _from_prereg(args: argparse.Namespace) -> dict[str, Any]:
     if conflicts:
         raise LeversError(
             f"options contradict read {read.id} of {args.prereg}: {'; '.join(conflicts)}. Drop "
-            "them, or amend the pre-registration's reads (a new read id)"
+            "them, or pre-register the read you want in a new pre-registration (levers prereg "
+            "init): a frozen read is never amended"
         )
     for key in ("baseline", "candidate"):
         if frozen[key] is None:
