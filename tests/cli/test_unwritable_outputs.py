@@ -89,3 +89,10 @@ def test_compare_labels_its_means_with_the_examples_compared(tmp_path, capsys):
     main(["compare", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--metric", "loss"])
     out = capsys.readouterr().out
     assert "20 rows, mean" in out and "over the 18 compared" in out
+
+
+@pytest.mark.parametrize("flag", ["--json", "--md", "--html", "--trace", "--findings-json"])
+def test_audit_output_that_cannot_be_written_exits_2_before_the_capture(blocked, flag, capsys):
+    assert main(["audit", "demo", flag, str(blocked / "x")]) == 2
+    out, err = capsys.readouterr()
+    assert "cannot write" in err and out == ""  # refused before anything ran
