@@ -110,7 +110,10 @@ def test_no_private_name_is_imported_from_another_package():
             if not isinstance(node, ast.ImportFrom):
                 continue
             base = _absolute(module, node)
-            if base not in MODULES or _package(base) == _package(module):
+            # a package's private names are its own and its sub-packages'
+            if base not in MODULES or _package(module) == _package(base) or _package(
+                module
+            ).startswith(_package(base) + "."):
                 continue
             offenders += [
                 f"{module} imports {base}.{a.name}"

@@ -327,3 +327,37 @@ def test_builtin_rejects_bad_value_without_traceback():
         load_workload("demo", {"size": "huge"})
     assert str(info.value).startswith("workload 'demo': size='huge' is not supported; use one of:")
     assert info.value.user_traceback is None
+
+
+def test_a_file_without_the_factory_is_refused_without_running_its_module_level(tmp_path):
+    # a script that trains at module level: importing it would run its whole training
+    script = tmp_path / "plain_train.py"
+    ran = tmp_path / "ran"
+    script.write_text(
+        "import pathlib\n"
+        "def helper():\n    pass\n"
+        f"pathlib.Path({str(ran)!r}).write_text('trained')\n"
+    )
+    for spec in (str(script), f"{script}:factory"):
+        with pytest.raises(WorkloadNotFound) as info:
+            load_workload(spec, {})
+        message = str(info.value)
+        assert "did not import it" in message
+        assert f"levers audit -- python {script}" in message
+        assert "README.md, section Workloads" in message and "levers.apply(model" in message
+        assert "Functions defined there: helper" in message
+    assert not ran.exists()
+
+
+def test_a_factory_bound_under_a_top_level_if_or_by_import_is_found(tmp_path):
+    source = tmp_path / "src_mod.py"
+    source.write_text("def build():\n    return None\n")
+    conditional = tmp_path / "conditional.py"
+    conditional.write_text(
+        "import sys\nif sys.platform:\n    def workload():\n        return 1\n"
+        "from src_mod import build as factory\n"
+    )
+    from levers.loader import resolve_factory
+
+    assert callable(resolve_factory(str(conditional)))
+    assert callable(resolve_factory(f"{conditional}:factory"))

@@ -132,6 +132,7 @@ def _resolve(spec: str) -> tuple[Callable[..., Any], str, bool, str | None]:
     # a directory reads the same with or without its trailing slash
     if _looks_like_path(target) or Path(target).expanduser().is_dir():
         path = Path(target).expanduser()
+        _check_file_defines(path, attr or DEFAULT_FACTORY, spec, explicit=bool(attr))
         module = _import_file(path, spec)
         factory = _get_factory(module, attr or DEFAULT_FACTORY, spec, explicit=bool(attr))
         return factory, f"{target}:{attr or DEFAULT_FACTORY}", False, str(path.resolve().parent)
@@ -213,6 +214,75 @@ def _import_file(path: Path, spec: str) -> Any:
         del sys.modules[module_name]
         _raise_import_failure(exc, str(path), spec, own_module=None)
     return module
+
+
+def _check_file_defines(path: Path, attr: str, spec: str, *, explicit: bool) -> None:
+    """Refuse a workload file that does not define ``attr`` before running any of it.
+
+    Importing a file runs its module level; a training script that trains there (no
+    ``if __name__ == "__main__":`` guard) would train to its end before levers could say it has
+    no factory. The file's syntax tree says whether the name is bound at module level (a
+    ``def``, a class, an assignment or an import, also under a top-level ``if`` or ``try``); a
+    module-level ``__getattr__`` or a star import may bind it at run time, so those are imported.
+    """
+    if not path.is_file():
+        return  # _import_file says what is wrong with the path
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError):
+        return  # the import reports the syntax error with its traceback
+    bound, dynamic = _module_level_names(tree.body)
+    if attr in bound or dynamic:
+        return
+    functions = sorted(
+        node.name for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
+    )
+    listed = ", ".join(functions) if functions else "none"
+    if explicit:
+        head = f"{path} has no attribute {attr!r} at module level (workload {spec!r})"
+    else:
+        head = (
+            f"{path} defines no function named {attr!r}, the default factory; name one with "
+            f"{spec}:FACTORY"
+        )
+    raise WorkloadNotFound(
+        f"{head}; levers did not import it (a script that trains at module level would have run "
+        f"its training). To audit the script as it is, run levers audit -- python {path}; to "
+        "A/B levers on it, add a factory that returns levers.Workload(model=..., step=...) "
+        "(README.md, section Workloads), or apply them in the script with "
+        f'levers.apply(model, "LEVER,...", optimizer=optimizer). Functions defined there: {listed}'
+    )
+
+
+def _module_level_names(body: list[ast.stmt]) -> tuple[set[str], bool]:
+    """Names bound by statements at module level (through top-level if/try/with blocks), and
+    whether the module may bind names at run time (``__getattr__``, ``from x import *``)."""
+    names: set[str] = set()
+    dynamic = False
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            dynamic |= node.name == "__getattr__"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    dynamic = True
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                inner += handler.body
+            more, more_dynamic = _module_level_names(inner)
+            names |= more
+            dynamic |= more_dynamic
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.NamedExpr):
+            names.add(node.value.target.id)
+    return names, dynamic
 
 
 def _identifier(text: str) -> str:

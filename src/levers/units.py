@@ -1,7 +1,10 @@
 """Human-readable numbers: FLOPs, bytes, durations, rates and shares (reports, findings, plans).
 
 Bytes use binary prefixes (KiB, MiB, GiB) as PyTorch's memory tools do; FLOPs and rates use
-decimal prefixes (GFLOP, TFLOP), as hardware data sheets do.
+decimal prefixes (GFLOP, TFLOP), as hardware data sheets do. One format per unit, each with three
+significant figures: a duration picks s, ms, µs or ns (never ``0.000944 ms``), a share keeps two
+significant figures below 1% (``0.0041%``, never ``0.0%`` beside ``0.00408%``), a parameter
+count takes B, M or k (``1.24B``, ``132k``, never ``0.00B``).
 """
 
 from __future__ import annotations
@@ -39,12 +42,29 @@ def format_bytes(num_bytes: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """``1.23 s``, ``45.6 ms`` or ``789 µs``."""
+    """``1.23 s``, ``45.6 ms``, ``789 µs`` or ``42.8 ns``."""
     if abs(seconds) >= 1.0:
         return f"{_num(seconds)} s"
     if abs(seconds) >= 1e-3:
         return f"{_num(seconds * 1e3)} ms"
-    return f"{_num(seconds * 1e6)} µs"
+    if abs(seconds) >= 1e-6 or seconds == 0:
+        return f"{_num(seconds * 1e6)} µs"
+    return f"{_num(seconds * 1e9)} ns"
+
+
+def format_ms(ms: float | None) -> str:
+    """A duration held in milliseconds, as :func:`format_seconds` writes it; ``?`` for None."""
+    if ms is None:
+        return "?"
+    return format_seconds(ms / 1e3)
+
+
+def format_parameters(n: float) -> str:
+    """``1.24B``, ``12.6M``, ``132k``, ``640``: a parameter count as model cards write it."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{_num(n / scale)}{suffix}"
+    return f"{int(n)}"
 
 
 def _num(x: float) -> str:
@@ -61,5 +81,11 @@ def format_us(dur_us: float) -> str:
 
 
 def format_share(fraction: float) -> str:
-    """A fraction of a total as a percentage, ``12.3%``."""
-    return f"{fraction * 100:.1f}%"
+    """A fraction of a total as a percentage: ``12.3%``, ``1.5%``; below 1% two significant
+    figures (``0.0041%``), so that a small share never reads as ``0.0%``; ``0%`` for none."""
+    percent = fraction * 100
+    if percent == 0:
+        return "0%"
+    if abs(percent) >= 1:
+        return f"{percent:.1f}%"
+    return f"{percent:.2g}%" if abs(percent) >= 1e-4 else f"{percent:.1e}%"

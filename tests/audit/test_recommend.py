@@ -67,3 +67,53 @@ def test_not_recommended_and_no_payoff_are_left_out_and_implemented_preferred():
 
 def test_empty_stack_has_no_command():
     assert _stack([]).command is None
+
+
+def test_on_a_cpu_levers_that_need_a_cuda_device_are_left_out_and_said_why():
+    findings = [
+        _finding("MEM003", ("raise-batch",), 60),
+        _finding("FUSE002", ("liger-kernels",), 30),
+        _finding("NORM001", ("rms-norm-fused",), 8),
+    ]
+    everything = frozenset({"raise-batch", "liger-kernels", "rms-norm-fused"})
+    rec = recommend(
+        findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo",
+        implemented=everything, on_gpu=False, gpu="h100-80gb",
+    )
+    assert rec.levers == ("rms-norm-fused",)
+    assert rec.command == "levers ab demo --lever rms-norm-fused"
+    assert any("raise-batch left out: it needs a CUDA GPU" in note for note in rec.notes)
+    # a command that runs as printed, on this machine
+    assert any("levers memory demo --gpu h100-80gb --fit batch_size" in note for note in rec.notes)
+    assert any("liger-kernels left out: it needs a CUDA GPU" in note for note in rec.notes)
+    on_gpu = recommend(
+        findings, CAPTURE, step_ms=100.0, weight=0.0, workload_spec="demo", implemented=everything,
+    )
+    assert on_gpu.levers == ("raise-batch", "liger-kernels", "rms-norm-fused")
+
+
+SCRIPT_CAPTURE = Capture(
+    schema_version=1, workload="plain_train.py",
+    workload_params={"command": "python plain_train.py --steps 9"}, tokens_per_step=None,
+    env={}, provenance={}, timing=StepTiming((), 0.1), memory=MemoryStats("tracked", 0, 1, 0),
+    ops=(), calls=(),
+)
+
+
+def test_a_script_gets_no_levers_ab_of_itself_but_what_works(monkeypatch):
+    import levers.audit.recommend as recommend_mod
+
+    monkeypatch.setattr(recommend_mod, "tune_verb_exists", lambda: False)
+    findings = [_finding("NORM001", ("rms-norm-fused",), 8), _finding("COPY001", ("inplace-scatter",), 4)]
+    rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
+    assert rec.levers == ("rms-norm-fused", "inplace-scatter")
+    assert rec.command is None  # `levers ab plain_train.py` would run the script's training
+    text = "\n".join(rec.next_steps)
+    assert 'levers.apply(model, "rms-norm-fused,inplace-scatter", optimizer=optimizer)' in text
+    assert "README.md, section Workloads" in text
+    assert "levers ab path/to/file.py:factory --lever rms-norm-fused,inplace-scatter" in text
+    assert "levers tune" not in text
+    monkeypatch.setattr(recommend_mod, "tune_verb_exists", lambda: True)
+    rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
+    assert rec.next_steps[-1].endswith("levers tune -- python plain_train.py --steps 9")
+

@@ -73,7 +73,7 @@ def test_top_tables(capture):
     ):
         assert title in text
     assert _line(text, "enc.fc") == "enc.fc 3.10 kFLOP 99.7% 3"
-    assert _line(text, "<outside model>") == "<outside model> 10 FLOP 0.3% 1"
+    assert _line(text, "<outside model>") == "<outside model> 10 FLOP 0.32% 1"
     assert _line(text, "/home/me/proj/model.py:10") == (
         "/home/me/proj/model.py:10 3.00 kFLOP 96.5% 2 y = x @ self.w"
     )
@@ -138,3 +138,13 @@ def test_short_path_site_packages():
 def test_long_code_is_shortened():
     assert shorten_code("x" * 44) == "x" * 44
     assert shorten_code("x" * 50) == "x" * 43 + "…"
+
+
+def test_receipts_name_a_file_as_the_tables_do(tmp_path, monkeypatch):
+    from levers.audit.report import relative_path
+
+    monkeypatch.chdir(tmp_path)
+    site = "/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py"
+    assert relative_path(site) == "transformers/models/llama/modeling_llama.py"
+    for path in (site, f"{tmp_path}{os.sep}train.py", "/elsewhere/train.py", "train.py"):
+        assert short_path(f"{path}:7") == f"{relative_path(path)}:7"

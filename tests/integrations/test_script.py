@@ -24,6 +24,10 @@ def test_audit_of_a_plain_loop_finds_its_habits_at_its_own_lines(tmp_path, capsy
     assert "training 132032 parameters on cpu" in out
     assert "step 0 loss" in out and "step 1 loss" in out and "step 2 loss" not in out
     assert "done" not in out.splitlines()  # levers stopped the script after the capture
+    # no `levers ab train_loop.py` (it would import the script, run its training, then refuse
+    # it: no factory); what works for a script instead
+    assert "levers ab train_loop.py" not in out and f"levers ab {LOOP}" not in out
+    assert 'with levers.apply(model, "' in out and "README.md, section Workloads" in out
     receipts = receipts_by_code(findings)
     assert receipts == {
         "NORM001": {("train_loop.py", line_of(LOOP, "variance = x.float().pow(2)"))},

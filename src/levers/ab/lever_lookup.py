@@ -18,7 +18,11 @@ from levers.vocab import CHANGES_NUMERICS, EXACT
 
 
 class LeverNotFound(LeversError):
-    """A --lever name that the catalogue does not hold, or one that does not apply."""
+    """A --lever name that the catalogue does not hold, or options it refuses.
+
+    A lever that exists but has nothing to change on the workload raises
+    :class:`levers.levers.lever.NotApplicable` instead (:func:`apply_levers`).
+    """
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,35 @@ def apply_levers(workload: Workload, levers: Sequence[ChosenLever]) -> Workload:
     try:
         apply_chosen(workload, model_levers)
     except NotApplicable as exc:
-        raise LeverNotFound(f"{exc} (to the candidate {workload.name})") from None
+        raise NotApplicable(
+            f"{exc} (to the candidate {workload.name}); {applicable_text(workload)}"
+        ) from None
     return workload
+
+
+def applicable_levers(workload: Workload) -> list[str]:
+    """Ids of the catalogue's model levers that would apply to ``workload`` as it is built."""
+    from levers.levers import load_all
+    from levers.levers.lever import target_of
+
+    ids = []
+    for lever in load_all().values():
+        if lever.choose_params is not None or lever.options:
+            continue  # it chooses parameters, or needs options to say whether it applies
+        try:
+            reason = lever.applies(target_of(workload))
+        except Exception:  # noqa: BLE001 - a check that cannot run here does not list the lever
+            continue
+        if reason is None:
+            ids.append(lever.id)
+    return ids
+
+
+def applicable_text(workload: Workload) -> str:
+    ids = applicable_levers(workload)
+    if not ids:
+        return "no lever of the catalogue applies to it as built (levers list shows them all)"
+    return f"levers that apply to it: {', '.join(ids)}"
 
 
 def declared_exactness(levers: Sequence[Any]) -> str | None:

@@ -44,6 +44,7 @@ from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.cost import roofline
 from levers.audit.cost.step import model_flops
 from levers.audit.patterns import backward_index, base_name, call_op_indices
+from levers.units import format_ms, format_share
 from levers.vocab import ESTIMATED, MEASURED
 
 MATMULS, ATTENTION, NORMS, ELEMENTWISE = "matmuls", "attention", "norms", "elementwise"
@@ -274,12 +275,14 @@ def explain_gap(b: Bottleneck, *, top: int = 3) -> str:
     )[:top]
     total = sum(c.above_ceiling_ms for c in b.classes)
     parts = ", ".join(
-        f"{c.name} {c.above_ceiling_ms:.3g} ms ({c.above_ceiling_ms / b.step_ms:.0%} of the step)"
+        f"{c.name} {format_ms(c.above_ceiling_ms)} "
+        f"({format_share(c.above_ceiling_ms / b.step_ms)} of the step)"
         for c in gaps
     )
     return (
-        f"MFU {b.mfu:.1%} ({b.provenance}); with every class at its roofline ceiling and no gaps "
-        f"it would be {b.ceiling_mfu:.1%}. The {total:.3g} ms above the ceilings are mostly: {parts}."
+        f"MFU {format_share(b.mfu)} ({b.provenance}); with every class at its roofline ceiling "
+        f"and no gaps it would be {format_share(b.ceiling_mfu)}. The {format_ms(total)} above "
+        f"the ceilings are mostly: {parts}."
     )
 
 

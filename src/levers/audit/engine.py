@@ -19,7 +19,7 @@ from levers.audit.config import PredictedMemory, RuleConfig, make_config
 from levers.audit.cost.price import price
 from levers.audit.cost.step import estimated_step_us
 from levers.audit.finding import Finding
-from levers.audit.rank import memory_weight, rank
+from levers.audit.rank import cap_severity, memory_weight, rank
 from levers.audit.recommend import Recommendation, recommend
 from levers.audit.rules.registry import run_rules, select_rules
 from levers.vocab import ESTIMATED, MEASURED
@@ -94,7 +94,7 @@ def audit(
         step_ms, how = estimated_step_us(capture, config) / 1e3, ESTIMATED
     bottleneck = step_bottleneck(capture, config)
     ranked = rank(
-        priced,
+        cap_severity(priced, step_ms=step_ms),
         step_ms=step_ms,
         peak_bytes=capture.memory.peak_bytes,
         weight=memory_weight(bottleneck.bound),
@@ -108,6 +108,8 @@ def audit(
         weight=memory_weight(bottleneck.bound),
         workload_spec=workload_spec,
         set_items=set_items,
+        on_gpu=config.on_gpu,
+        gpu=config.gpu.name,
     )
     return AuditResult(
         config, tuple(ranked), tuple(right), codes, step_ms, how, bottleneck, stack

@@ -8,15 +8,39 @@ the bottleneck: :data:`MEMORY_WEIGHT` when memory binds (or nothing says it does
 step is throughput-bound, since freed memory then buys nothing until it is spent on a larger
 batch (which MEM003 prices in time). Ties go to the higher
 severity, then to the code and the receipt, so the order is stable.
+
+A finding whose fix is priced and saves nothing worth a figure (under
+:data:`NEGLIGIBLE_STEP_SHARE` of the step, no memory freed) is ranked ``low`` whatever its rule's
+default: a medium or high beside "saves 0.00 us" would be a claim its own numbers refute.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from levers.audit.finding import Finding, severity_rank
 
 MEMORY_WEIGHT = 0.5
+# a saving under this share of the step (and no memory freed) is no saving
+NEGLIGIBLE_STEP_SHARE = 1e-3
+
+
+def saves_nothing(finding: Finding, *, step_ms: float) -> bool:
+    """The fix is priced (now and fixed known) and saves no time worth a figure and no memory."""
+    cost = finding.cost
+    if cost is None or cost.now_ms is None or cost.fixed_ms is None or cost.saved_bytes > 0:
+        return False
+    return cost.saved_ms <= NEGLIGIBLE_STEP_SHARE * max(step_ms, 0.0)
+
+
+def cap_severity(findings: Iterable[Finding], *, step_ms: float) -> list[Finding]:
+    """Findings whose fix saves nothing are ranked low (see the module docstring)."""
+    return [
+        dataclasses.replace(f, severity="low")
+        if f.severity != "low" and saves_nothing(f, step_ms=step_ms) else f
+        for f in findings
+    ]
 
 
 def memory_weight(bound: str) -> float:

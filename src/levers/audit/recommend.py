@@ -4,8 +4,10 @@ The stack takes the ranked findings in order: each finding the audit recommends 
 positive and its rule did not mark it ``recommended: False``) adds the first of its levers
 (``details["levers"]``, else ``lever``) that is implemented, does not clash with a lever already
 in the stack, and is not already covered by one (a regional compile fuses the norm, RoPE and
-SwiGLU chains that the fused-kernel levers target). The command replays the workload as the user
-gave it, with ``--lever`` naming the stack:
+SwiGLU chains that the fused-kernel levers target). On a CPU capture a lever that cannot run
+without a CUDA device (its ``runs_on_cpu`` is False: ``raise-batch``) is left out, with a note
+that says why, so that the command runs where the audit ran. The command replays the workload as
+the user gave it, with ``--lever`` naming the stack:
 
     levers ab hf --set size=1b --lever compile-blocks,fused-linear-cross-entropy,raise-batch
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from levers.capture.records import Capture
 from levers.audit.finding import Finding
 from levers.audit.rank import payoff
+from levers.audit.script_step import script_command
 
 # pairs that fail together, with why
 CONFLICTS = {
@@ -37,12 +40,15 @@ class Recommendation:
     levers: tuple[str, ...]  # the stack, in the order of the findings that asked for it
     codes: tuple[str, ...]  # the finding codes each lever comes from, same order
     missing: tuple[str, ...]  # levers of the stack that are not implemented yet
-    command: str | None  # the `levers ab` command; None when the stack is empty
+    command: str | None  # the `levers ab` command; None when the stack is empty or no spec replays
     notes: tuple[str, ...]  # levers left out, and why
     # "proven" (the stack's own A/B on this step paid, levers.tune.claims) or "estimated"
     provenance: str = "estimated"
     proof: str = ""  # the stack's A/B in words, when it was measured
     tune_command: str | None = None  # the `levers tune` command that searches further
+    # when no workload spec can replay the step (a script after --, an in-loop capture): what
+    # works instead, one line each
+    next_steps: tuple[str, ...] = ()
 
 
 def implemented_levers() -> frozenset[str]:
@@ -52,6 +58,29 @@ def implemented_levers() -> frozenset[str]:
     except ImportError:  # a build without the lever catalogue
         return frozenset()
     return frozenset(load_all())
+
+
+def cuda_only_levers() -> frozenset[str]:
+    """Ids of the levers that refuse to run without a CUDA device, from their declarations."""
+    try:
+        from levers.levers import load_all
+    except ImportError:  # a build without the lever catalogue
+        return frozenset()
+    return frozenset(lever.id for lever in load_all().values() if not lever.runs_on_cpu)
+
+
+def _cuda_only_note(lever: str, code: str, spec: str | None, gpu: str | None) -> str:
+    if lever == "raise-batch" and spec:
+        how = (
+            "it fits the batch to the GPU it runs on; predict the fit here with "
+            f"levers memory {shlex.quote(spec)} --gpu {gpu or 'h100'} --fit batch_size, and run "
+            "it on the GPU"
+        )
+    elif lever == "raise-batch":
+        how = "it fits the batch to the GPU it runs on: run the audit there"
+    else:
+        how = "run it on a GPU"
+    return f"{code}: {lever} left out: it needs a CUDA GPU to run and this step ran on a CPU ({how})"
 
 
 def lever_ids(finding: Finding) -> tuple[str, ...]:
@@ -82,8 +111,13 @@ def recommend(
     workload_spec: str | None = None,
     set_items: Sequence[str] = (),
     implemented: frozenset[str] | None = None,
+    on_gpu: bool = True,
+    gpu: str | None = None,
 ) -> Recommendation:
+    """``on_gpu`` is False for a CPU capture: levers that need a CUDA device are left out, and
+    the note names ``gpu`` (the target's memory-model name) for the prediction to run instead."""
     have = implemented_levers() if implemented is None else implemented
+    cuda_only = frozenset() if on_gpu else cuda_only_levers()
     stack: list[str] = []
     codes: list[str] = []
     notes: list[str] = []
@@ -100,6 +134,9 @@ def recommend(
         choices = sorted(ids, key=lambda i: (i not in have, ids.index(i)))
         pick = None
         for lever in choices:
+            if lever in cuda_only:
+                notes.append(_cuda_only_note(lever, finding.code, workload_spec, gpu))
+                continue
             clash = _clash(lever, stack)
             if clash is None:
                 pick = lever
@@ -116,17 +153,48 @@ def recommend(
     levers = tuple(lever for lever, _ in kept)
     missing = tuple(lever for lever in levers if lever not in have)
     command = None
-    if levers:
-        spec = workload_spec or capture.workload
-        parts = ["levers", "ab", spec]
+    next_steps: tuple[str, ...] = ()
+    if levers and workload_spec:
+        parts = ["levers", "ab", workload_spec]
         if set_items:
             parts += ["--set", *set_items]
         parts += ["--lever", ",".join(levers)]
         command = " ".join(shlex.quote(p) for p in parts)
+    elif levers:
+        next_steps = without_spec_steps(levers, capture)
     return Recommendation(
         levers, tuple(code for _, code in kept), missing, command, tuple(notes),
-        tune_command=tune_command(workload_spec, set_items),
+        tune_command=tune_command(workload_spec, set_items), next_steps=next_steps,
     )
+
+
+def tune_verb_exists() -> bool:
+    """Whether this installation's ``levers tune`` takes a script after ``--`` (today it asks
+    for a factory instead, so the audit does not print a command that would refuse)."""
+    try:
+        from levers.tune import TAKES_SCRIPTS
+    except ImportError:
+        return False
+    return bool(TAKES_SCRIPTS)
+
+
+def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ...]:
+    """What proves or applies the stack when no workload spec replays the step: ``levers ab``
+    builds each side from a factory, and a script (or the loop that captured in-line) has none.
+    Naming the script to ``levers ab`` would import it, run its training, then refuse it."""
+    stack = ",".join(levers)
+    script = script_command(capture)
+    where = "your script" if script else "your training code"
+    steps = [
+        f'apply them in {where}: with levers.apply(model, "{stack}", optimizer=optimizer): '
+        "(the loop runs inside; undone on exit)",
+        "prove them with levers ab: it builds each side from a factory, so write one that "
+        "returns levers.Workload(model=..., step=...) (README.md, section Workloads), then "
+        f"levers ab path/to/file.py:factory --lever {stack}",
+    ]
+    if script and tune_verb_exists():
+        steps.append(f"or search the stack that pays on it: levers tune -- {script}")
+    return tuple(steps)
 
 
 # --- measured or estimated (the figures come from levers.tune.claims) -----------------------

@@ -12,7 +12,7 @@ from rich import box
 
 from levers.audit.bottleneck import LAUNCH, Bottleneck, ClassTime, explain_gap
 from levers.audit.recommend import Recommendation, provenance_line
-from levers.units import format_bytes
+from levers.units import format_bytes, format_ms, format_share
 
 
 def _rate(c: ClassTime) -> str:
@@ -33,12 +33,12 @@ def class_rows(b: Bottleneck) -> list[tuple[str, ...]]:
         rows.append((
             c.name,
             f"{c.num_ops:,}" if c.name != LAUNCH else "-",
-            f"{c.time_ms:.3g} ms",
-            f"{c.share:.1%}",
+            format_ms(c.time_ms),
+            format_share(c.share),
             against,
             _rate(c),
-            f"{c.ceiling_ms:.3g} ms" if c.name != LAUNCH else "0",
-            f"{c.above_ceiling_ms:.3g} ms",
+            format_ms(c.ceiling_ms) if c.name != LAUNCH else "0",
+            format_ms(c.above_ceiling_ms),
         ))
     return rows
 
@@ -57,7 +57,7 @@ def render_bottleneck(b: Bottleneck, console) -> None:
     text.append(f": {b.bound_reason}")
     console.print(text)
     title = (
-        f"Where the {b.step_ms:.3g} ms step goes, by op class ({b.provenance} on {b.gpu_title})"
+        f"Where the {format_ms(b.step_ms)} step goes, by op class ({b.provenance} on {b.gpu_title})"
     )
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for i, header in enumerate(HEADERS):
@@ -74,7 +74,7 @@ def bottleneck_markdown(b: Bottleneck) -> list[str]:
         "",
         f"**{b.bound}**: {b.bound_reason}.",
         "",
-        f"Where the {b.step_ms:.3g} ms step goes, by op class ({b.provenance} on {b.gpu_title}):",
+        f"Where the {format_ms(b.step_ms)} step goes, by op class ({b.provenance} on {b.gpu_title}):",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "| " + " | ".join("---" for _ in HEADERS) + " |",
@@ -92,7 +92,9 @@ def stack_lines(rec: Recommendation) -> list[str]:
     if rec.missing:
         out.append(f"not implemented yet: {', '.join(rec.missing)}")
     out += list(rec.notes)
-    out.append(f"prove it on your step: {rec.command}")
+    if rec.command:
+        out.append(f"prove it on your step: {rec.command}")
+    out += list(rec.next_steps)
     return out
 
 

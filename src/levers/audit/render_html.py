@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from levers.capture.records import Capture, OpRecord
+from levers.units import format_share
 
 _MAX_TIMELINE_POINTS = 1500
 _TOP_MODULES = 12
@@ -147,7 +148,7 @@ def _summary_rows(capture: Capture, report: Any) -> list[tuple[str, str]]:
         ("time / step", f"{head.step_s * 1e3:,.2f} ms (measured on {head.device})"
          + (f" · {head.estimated_step_s * 1e3:,.3f} ms estimated on {head.gpu_title}"
             if head.estimated_step_s is not None else "")),
-        ("MFU", f"{head.mfu:.3%} ({head.mfu_provenance})" if head.mfu is not None else "n/a"),
+        ("MFU", f"{format_share(head.mfu)} ({head.mfu_provenance})" if head.mfu is not None else "n/a"),
         ("peak memory", f"{_mib(head.peak_bytes)} ({head.peak_provenance})"),
     ]
     if head.tokens_per_s is not None:

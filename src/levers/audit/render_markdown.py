@@ -6,13 +6,12 @@ from levers.audit.report import (
     FindingsReport,
     PathStyle,
     cost_line,
-    format_percent,
     lever_text,
     receipt_where,
     relative_path,
     saves_text,
 )
-from levers.units import format_bytes, format_count, format_flops, format_seconds
+from levers.units import format_bytes, format_count, format_flops, format_seconds, format_share
 
 
 def _cell(text: str) -> str:
@@ -42,7 +41,7 @@ def findings_markdown(
     mfu = (
         "n/a"
         if head.mfu is None
-        else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
+        else f"{format_share(head.mfu)} ({head.mfu_provenance})"
     )
     lines.append(
         f"- **MFU**: {mfu}; {format_flops(head.model_flops)} per step. {head.mfu_formula}"
@@ -91,7 +90,10 @@ def findings_markdown(
         from levers.audit.render_bottleneck import stack_lines
 
         lines += ["### Recommended stack", ""]
-        lines += [f"- {line}" for line in stack_lines(report.recommendation)[:-1]]
+        lines += [
+            f"- {line}" for line in stack_lines(report.recommendation)
+            if not line.startswith("prove it on your step:")  # the command goes below, as code
+        ]
         if report.recommendation.command:
             lines += ["", "```sh", report.recommendation.command, "```"]
         lines.append("")

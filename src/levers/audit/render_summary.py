@@ -7,7 +7,6 @@ provenance, so a reader never mistakes an estimate for a measurement.
 
 from __future__ import annotations
 
-import os
 
 from rich import box
 from rich.console import Console
@@ -16,6 +15,7 @@ from rich.text import Text
 
 from levers.capture.records import Capture
 from levers.audit import summary
+from levers.audit.paths import display_path
 from levers.units import (
     format_bytes,
     format_count,
@@ -274,14 +274,7 @@ def _sync_table(sites: tuple[summary.SyncSite, ...], top_n: int) -> Table:
 def short_path(label: str) -> str:
     """A ``file:line`` label, relative to the current directory or to site-packages if inside."""
     path, sep, line = label.rpartition(":")
-    if not sep or not os.path.isabs(path):
+    if not sep:
         return label
-    marker = f"{os.sep}site-packages{os.sep}"
-    if marker in path:
-        return path.rsplit(marker, 1)[1] + f":{line}"
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return label
-    return label if rel.startswith("..") else f"{rel}:{line}"
+    return f"{display_path(path)}:{line}"
 

@@ -11,7 +11,6 @@ Every cost says how it was obtained: "measured" (GPU device time, GPU microbench
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,21 +24,16 @@ from levers.audit.cost.step import MFU_FORMULA, estimated_step_us, mfu, model_fl
 from levers.audit.finding import Finding
 from levers.audit.rank import MEMORY_WEIGHT, memory_weight, payoff
 from levers.audit import summary
-from levers.units import format_bytes, format_count, format_flops, format_seconds
+from levers.audit.paths import display_path
+from levers.units import format_bytes, format_count, format_flops, format_ms, format_seconds, format_share
 from levers.vocab import ESTIMATED, MEASURED
 
 PathStyle = Callable[[str], str]
 
 
 def relative_path(path: str) -> str:
-    """``path`` relative to the current directory when inside it, else as it is."""
-    if not os.path.isabs(path):
-        return path
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+    """``path`` as every table names it (:func:`levers.audit.paths.display_path`)."""
+    return display_path(path)
 
 
 @dataclass(frozen=True)
@@ -150,15 +144,6 @@ def build_report(capture: Capture, result: AuditResult) -> FindingsReport:
 # --- words shared by the renderers ----------------------------------------------------------
 
 
-def format_percent(fraction: float) -> str:
-    """Three significant figures: ``41.2%``, ``0.0312%``."""
-    return f"{fraction * 100:.3g}%"
-
-
-def format_ms(ms: float | None) -> str:
-    if ms is None:
-        return "?"
-    return format_seconds(ms / 1e3)
 
 
 def cost_line(finding: Finding) -> str:
@@ -256,7 +241,7 @@ def _head_text(head: StepHead) -> Text:
     mfu_text = (
         "n/a"
         if head.mfu is None
-        else f"{format_percent(head.mfu)} ({head.mfu_provenance})"
+        else f"{format_share(head.mfu)} ({head.mfu_provenance})"
     )
     text.append(f"{mfu_text}; {format_flops(head.model_flops)} per step\n")
     text.append("              ")

@@ -23,6 +23,7 @@ from torch.optim.optimizer import (
 
 from levers.capture import gpu
 from levers.capture.calls import CallRecorder, memory_metric_calls
+from levers.capture import compile_stats
 from levers.capture.env import environment, settings
 from levers.capture.loss import find_loss
 from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
@@ -183,12 +184,15 @@ def capture_step(
     """
     if warmup < 0 or timed < 0:
         raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
+    compiled_before = compile_stats.snapshot()
     for _ in range(warmup):
         _run_step(workload)
     step_s = tuple(_timed_step(workload) for _ in range(timed))
     if ran_before is None:
         ran_before = warmup + timed > 0
-    capture = StepCapture(workload, progress=progress, ran_before=ran_before)
+    capture = StepCapture(
+        workload, progress=progress, ran_before=ran_before, compiled_before=compiled_before
+    )
     capture.start()
     try:
         returned = _run_step(workload)
@@ -207,6 +211,8 @@ class StepCapture:
     ``optimizer_hooks=False`` the caller drives :meth:`enter_optimizer` / :meth:`exit_optimizer`
     from hooks of its own. ``workload.step`` is not called here. ``ran_before`` says whether the
     step has run before the capture (so anything it compiles is compiled by then).
+    ``compiled_before`` is dynamo's state before the step first ran (default: the process's
+    start, as for a script): what torch.compile did from then to the capture is kept.
     """
 
     def __init__(
@@ -216,11 +222,14 @@ class StepCapture:
         progress: Callable[[int, str], None] | None = None,
         optimizer_hooks: bool = True,
         ran_before: bool = True,
+        compiled_before: compile_stats.Snapshot | None = None,
     ) -> None:
         self.workload = workload
         self.progress = progress
         self.optimizer_hooks = optimizer_hooks
         self.ran_before = ran_before
+        self.compiled_before = compiled_before or compile_stats.Snapshot()
+        self._compile: dict[str, Any] | None = None
         self.recorder: OpRecorder | None = None
         self._stack: contextlib.ExitStack | None = None
         self._live: LiveStorages | None = None
@@ -239,6 +248,8 @@ class StepCapture:
         workload = self.workload
         device = workload.device
         on_cuda = device.type == "cuda"
+        # before the capture's own observers: what the user's steps compiled, not the capture's
+        self._compile = compile_stats.since(self.compiled_before)
         stack = contextlib.ExitStack()
         try:
             if on_cuda:
@@ -336,7 +347,11 @@ class StepCapture:
             calls=tuple(calls),
             kernels=tuple(kernels),
             modules={name: type(m).__name__ for name, m in workload.model.named_modules()},
-            settings={**settings(workload, recorder), "loss": _loss_value(returned)},
+            settings={
+                **settings(workload, recorder),
+                "loss": _loss_value(returned),
+                "compile": self._compile,
+            },
         )
 
 

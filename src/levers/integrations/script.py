@@ -198,19 +198,53 @@ def _exit_code_of(exc: SystemExit) -> int:
 
 
 _RUNNER_FILES = (os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>")
+# levers' own package: its capture modes and hooks sit between the script and torch while a step
+# is captured, and a frame of theirs in the script's traceback would read as levers' failure
+_LEVERS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _runner_frame(filename: str) -> bool:
     if filename.startswith("<"):
         return filename in _RUNNER_FILES
-    return os.path.abspath(filename) in _RUNNER_FILES
+    path = os.path.abspath(filename)
+    return path in _RUNNER_FILES or path.startswith(_LEVERS_DIR)
 
 
 def _print_script_traceback(exc: BaseException) -> None:
-    """The traceback Python would print, from the script's first frame on."""
-    tb = exc.__traceback__
-    while tb is not None and _runner_frame(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
+    """The traceback Python would print for the script, without runpy's and levers' frames (of
+    the exception and of those chained to it)."""
     sys.stdout.flush()
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+    shown = traceback.TracebackException.from_exception(exc)
+    raised_in_levers = bool(shown.stack) and _in_levers(shown.stack[-1].filename)
+    if not raised_in_levers:
+        _drop_runner_frames(shown, set())
+    sys.stderr.write("".join(shown.format()))
+    if raised_in_levers:  # levers' own hook failed: its frames are the evidence, not noise
+        sys.stderr.write(
+            "levers: this error was raised inside levers, not by the script (a defect in "
+            "levers: please report it with the traceback above)\n"
+        )
     sys.stderr.flush()
+
+
+# the capture's observers call the op the script called: an error that torch raises there (a
+# shape mismatch) is the script's, so these frames do not make an error levers' own
+_PASS_THROUGH_DIR = os.path.join(_LEVERS_DIR, "capture") + os.sep
+
+
+def _in_levers(filename: str) -> bool:
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    return path.startswith(_LEVERS_DIR) and not path.startswith(_PASS_THROUGH_DIR)
+
+
+def _drop_runner_frames(shown: traceback.TracebackException, seen: set[int]) -> None:
+    if id(shown) in seen:  # a chain that loops back on itself
+        return
+    seen.add(id(shown))
+    kept = [frame for frame in shown.stack if not _runner_frame(frame.filename)]
+    shown.stack = traceback.StackSummary.from_list(kept)
+    for chained in (shown.__cause__, shown.__context__):
+        if chained is not None:
+            _drop_runner_frames(chained, seen)

@@ -12,12 +12,17 @@ zero_grad, data loading, forward, backward and the optimizer. Lightning calls th
 backward from a closure inside ``optimizer.step(closure)``: the closure is wrapped so that its
 ops are labelled forward and backward, not optimizer.
 
-The model is the smallest ``nn.Module`` whose parameters cover the optimizer's (found among the
-live objects), unless the caller names it.
+The model is the smallest ``nn.Module`` whose parameters cover the parameters of every optimizer
+seen before the capture (found among the live objects), unless the caller names it. When more
+than one optimizer steps, the capture says so (``workload_params["captured"]``): the captured
+step is one whole iteration, from the primary optimizer's ``step()`` to its next, and it names
+the other optimizers and how often each stepped inside it (a GAN's generator may step on other
+iterations only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import time
@@ -31,6 +36,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from levers.capture import compile_stats
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture
 from levers.errors import LeversError
@@ -44,22 +50,44 @@ class StopTraining(BaseException):
     """
 
 
+def _optimizer_names(optimizers: list[torch.optim.Optimizer]) -> dict[int, str]:
+    """``SGD``, ``Adam``; ``Adam#1``, ``Adam#2`` where two share a class."""
+    classes = [type(o).__name__ for o in optimizers]
+    names = {}
+    for i, optimizer in enumerate(optimizers):
+        name = classes[i]
+        if classes.count(name) > 1:
+            name = f"{name}#{classes[:i + 1].count(name)}"
+        names[id(optimizer)] = name
+    return names
+
+
 def _no_step() -> None:
     raise RuntimeError("the step of a running script is run by the script itself")
 
 
-def find_model(optimizer: torch.optim.Optimizer) -> torch.nn.Module:
-    """The smallest live ``nn.Module`` whose parameters include all of ``optimizer``'s.
+def _is_module(obj: Any) -> bool:
+    # a weakref.proxy whose referent is gone (torch.compile keeps some) raises on isinstance
+    try:
+        return isinstance(obj, torch.nn.Module)
+    except ReferenceError:
+        return False
+
+
+def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
+    """The smallest live ``nn.Module`` whose parameters include all of the ``optimizers``'.
 
     Ties (a wrapper such as DDP or a LightningModule around one model) go to the module with
     fewer submodules: the inner one, whose module paths read as the user wrote them.
     """
-    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    wanted = {
+        id(p) for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]
+    }
     best: tuple[int, int, int] | None = None  # (-covered, num_params, num_modules)
     best_module = None
     with warnings.catch_warnings():  # isinstance on some deprecated torch objects warns
         warnings.simplefilter("ignore")
-        modules = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
+        modules = [obj for obj in gc.get_objects() if _is_module(obj)]
     for obj in modules:
         params = [id(p) for p in obj.parameters()]
         covered = len(wanted.intersection(params))
@@ -113,6 +141,10 @@ class StepWatcher:
         self.capture: Capture | None = None
         self.workload: Workload | None = None
         self.primary: torch.optim.Optimizer | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []  # every one seen, in order of first step
+        # what torch.compile did from here on is the script's (not an earlier run's in this process)
+        self.compiled_before = compile_stats.snapshot()
+        self._steps_in_capture: dict[int, int] = {}  # id(optimizer) -> steps in the captured step
         self._depth = 0
         self._innermost: torch.optim.Optimizer | None = None
         self._active: StepCapture | None = None
@@ -207,7 +239,11 @@ class StepWatcher:
         inner = self._innermost
         if self.primary is None:
             self.primary = inner
+        if all(inner is not seen for seen in self.optimizers):
+            self.optimizers.append(inner)
         if inner is not self.primary:
+            if self._active is not None:
+                self._steps_in_capture[id(inner)] = self._steps_in_capture.get(id(inner), 0) + 1
             return
         self._boundary(inner)
 
@@ -226,16 +262,40 @@ class StepWatcher:
             self._start(optimizer)
         elif self.num_steps == start_capture + 1 and self._active is not None:
             active, self._active = self._active, None
-            self.capture = active.stop(step_s=tuple(self._step_s))
+            capture = active.stop(step_s=tuple(self._step_s))
+            said = self.captured_text()
+            if said is not None:
+                params = {**capture.workload_params, "captured": said}
+                capture = dataclasses.replace(capture, workload_params=params)
+            self.capture = capture
             if self.on_captured is not None:
                 self.on_captured(self.capture)
+
+    def captured_text(self) -> str | None:
+        """What the captured step spans when more than one optimizer steps, else None."""
+        if len(self.optimizers) < 2 or self.primary is None:
+            return None
+        names = _optimizer_names(self.optimizers)
+        primary = names[id(self.primary)]
+        others = []
+        for optimizer in self.optimizers:
+            if optimizer is self.primary:
+                continue
+            count = self._steps_in_capture.get(id(optimizer), 0)
+            times = {0: "0 times (it steps on other iterations)", 1: "once"}.get(count, f"{count} times")
+            others.append(f"{names[id(optimizer)]}.step() {times}")
+        return (
+            f"one whole iteration of {len(self.optimizers)} optimizers: from "
+            f"{primary}.step() to its next, with {', '.join(others)} inside it"
+        )
 
     def _sync(self) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # sync point: a timing boundary between steps
 
     def _start(self, optimizer: torch.optim.Optimizer) -> None:
-        model = self.model if self.model is not None else find_model(optimizer)
+        # the model covers every optimizer seen so far: two optimizers may train two halves
+        model = self.model if self.model is not None else find_model(optimizer, *self.optimizers)
         self.workload = Workload(
             model=model,
             step=functools.partial(_no_step),  # no __code__: no step source to read
@@ -244,5 +304,8 @@ class StepWatcher:
             name=self.name,
             params=self.params,
         )
-        self._active = StepCapture(self.workload, progress=self.progress, optimizer_hooks=False)
+        self._active = StepCapture(
+            self.workload, progress=self.progress, optimizer_hooks=False,
+            compiled_before=self.compiled_before,
+        )
         self._active.start()

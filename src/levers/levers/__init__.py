@@ -23,6 +23,7 @@ _MODULES: tuple[str, ...] = (
     "fused_linear_cross_entropy",
     "liger_kernels",
     "compile_blocks",
+    "compile_model",
     "raise_batch",
     "ac_full",
     "ac_selective",

@@ -6,6 +6,12 @@ code, so compile time is one block's, and a graph break elsewhere in the model (
 control flow, a host read) costs nothing inside the blocks. The undo drops the compiled call
 (the module's parameters and state_dict never change).
 
+On a model as shipped the blocks would still compile once per block; the lever prevents it
+(:mod:`levers.levers._compile_setup`): a Hugging Face config's KV cache is turned off while the
+lever is on (``use_cache=False``, as Hugging Face's gradient checkpointing does in training;
+put back by the undo), and integer module attributes that differ between blocks (``layer_idx``)
+are traced unspecialised.
+
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
 
 Fix safety: changes numerics (inductor fuses and reorders elementwise work). Tolerance checked:
@@ -20,31 +26,28 @@ import torch
 
 from levers.blocks import repeated_blocks
 from levers.levers import register
+from levers.levers._compile_setup import (
+    differing_int_attributes,
+    is_compiled,
+    liger_patched,
+    training_cache_off,
+    unspecialised_int_attributes,
+)
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
 OPTIONS = ("backend", "mode", "dynamic", "fullgraph")
 
 
-def _liger_patched(model: torch.nn.Module) -> bool:
-    if getattr(model, "_levers_liger_kernels", False):
-        return True
-    for module in model.modules():
-        forward = vars(module).get("forward")
-        if forward is not None and getattr(forward, "__module__", "").startswith("liger_kernel"):
-            return True
-        if type(module).__module__.startswith("liger_kernel"):
-            return True
-    return False
-
-
 def applies(target: Target) -> str | None:
     blocks = repeated_blocks(target.model)
     if not blocks:
         return "no repeated blocks (a ModuleList or Sequential of two or more modules of one class)"
-    if any(getattr(b.module, "_compiled_call_impl", None) is not None for b in blocks):
+    if any(is_compiled(b.module) for b in blocks):
         return "the blocks are already compiled"
-    if _liger_patched(target.model):
+    if is_compiled(target.model):
+        return "the whole model is compiled already (compile-model); use one of the two"
+    if liger_patched(target.model):
         return (
             "the model runs Liger Kernel's kernels: torch.compile over them fails in dynamo "
             "(torch 2.11); use compile-blocks or liger-kernels, not both"
@@ -55,13 +58,20 @@ def applies(target: Target) -> str | None:
 def patch(target: Target) -> Callable[[], None]:
     options = {k: v for k, v in target.options.items() if k in OPTIONS}
     blocks = [b.module for b in repeated_blocks(target.model)]
+    undo_cache = training_cache_off(target.model)
+    differing = differing_int_attributes(blocks)
+    undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
     for block in blocks:
         block.compile(**options)
 
     def undo() -> None:
         for block in blocks:
-            block._compiled_call_impl = None
+            # back to nn.Module's class default (None): the instance as it was
+            vars(block).pop("_compiled_call_impl", None)
+        undo_ints()
+        undo_cache()
 
+    undo.differing_int_attributes = differing  # type: ignore[attr-defined]
     return undo
 
 
@@ -72,13 +82,14 @@ LEVER = register(
         title="torch.compile each repeated block (regional compilation)",
         safety=CHANGES_NUMERICS,
         tolerance=1e-5,
-        fixes=("NORM001",),
+        fixes=("NORM001", "ELEM001", "FUSE001", "FUSE002", "COMP001"),
         applies=applies,
         patch=patch,
         needs_gpu=True,
         known_problems=(
             "fails over Liger-patched modules (dynamo, torch 2.11); the first steps pay the "
-            "compile time (one block's); a new input shape recompiles"
+            "compile time (one block's); a new input shape recompiles; blocks that differ in "
+            "structure (a T5 stack's first block, the stages of a ResNet) compile once each"
         ),
     )
 )

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # only named in annotations: `levers list` reads the catalogue without torch
     import torch
 
+from levers.errors import LeversError
 from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES
 from levers.workload import Workload
 
@@ -60,8 +61,12 @@ class Target:
     options: dict[str, Any] = field(default_factory=dict)  # the lever's options, by name
 
 
-class NotApplicable(ValueError):
-    """A lever asked to apply where it has nothing to change; the message says why."""
+class NotApplicable(LeversError, ValueError):
+    """A lever that exists, asked to apply where it has nothing to change; the message says why.
+
+    Not a lookup failure (the lever is in the catalogue): a user error with exit 2. A
+    ``ValueError`` too, as every refusal of a lever's input is.
+    """
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+    runs_on_cpu: bool = True  # False: it refuses to run without a CUDA device (raise-batch)
     options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
     choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
     known_problems: str = ""  # combinations that fail, shapes where it does not help

@@ -168,10 +168,11 @@ LEVER = register(
         title="Use Liger Kernel's RoPE, SwiGLU and RMSNorm kernels",
         safety=CHANGES_NUMERICS,
         tolerance=1e-2,
-        fixes=("NORM001",),
+        fixes=("NORM001", "ELEM001", "FUSE001", "FUSE002"),
         applies=applies,
         patch=patch,
         needs_gpu=True,
+        runs_on_cpu=False,  # Liger's kernels are Triton kernels
         known_problems=(
             "torch.compile (whole model or compile-blocks) over the Liger-patched model fails in "
             "dynamo on torch 2.11: each lever refuses when the other is applied"

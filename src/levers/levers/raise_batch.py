@@ -126,10 +126,11 @@ LEVER = register(
         id="raise-batch",
         title="Raise the batch to the largest that fits the GPU with a 5% margin",
         safety=CHANGES_NUMERICS,
-        fixes=("MEM001",),
+        fixes=("MEM003",),
         applies=applies,
         patch=patch,
         needs_gpu=True,
+        runs_on_cpu=False,  # it fits the batch to the CUDA device it runs on
         choose_params=choose_params,
         known_problems="another batch size is another training step; parity cannot gate it",
     )

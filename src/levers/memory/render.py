@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from levers.memory.plan import FitResult, MemoryPlan
-from levers.units import format_bytes
+from levers.units import format_bytes, format_parameters
 
 NUM_MODULES = 8
 NUM_TENSORS = 8
@@ -57,7 +57,7 @@ def _header(plan: MemoryPlan) -> Text:
     text.append(f" on {plan.gpu.name} ({plan.gpu.description})\n")
     text.append(
         f"predicted on fake tensors (no GPU memory used) · build + {plan.num_steps} steps · "
-        f"{plan.num_parameters / 1e9:.2f}B parameters · {plan.seconds:.1f} s\n",
+        f"{format_parameters(plan.num_parameters)} parameters · {plan.seconds:.1f} s\n",
         style="dim",
     )
     if params:

@@ -5,4 +5,5 @@ BUILTINS = {
     "demo": "levers.workloads.demo:build",
     "llama": "levers.workloads.llama:build",
     "hf": "levers.workloads.hf:build",
+    "zoo": "levers.workloads.zoo:build",
 }

@@ -31,6 +31,7 @@ FROZEN = {
     "LOSS002": "full-vocab-logits",
     "MEM003": "unused-gpu-memory",
     "PAD001": "padding-tokens",
+    "COMP001": "graph-breaks-and-recompiles",
 }
 SECTIONS = (
     "## What it does",

@@ -25,8 +25,8 @@ loss = F.cross_entropy(logits, targets.index_select(0, rows))
 
 ## Fix
 Upcast only what needs fp32 (the valid rows, lever `loss-valid-rows`), or let the loss upcast
-inside its kernel (`F.cross_entropy` accumulates bf16 inputs in fp32); levers are not
-implemented yet.
+inside its kernel (`F.cross_entropy` accumulates bf16 inputs in fp32; for a Hugging Face causal
+LM, lever `fused-linear-cross-entropy` fuses the head and the loss).
 
 ## Fix safety
 Changes numerics slightly when the cast moves into the kernel (the log-softmax output is stored
@@ -96,7 +96,7 @@ def _consumer_loss(capture: Capture, op: OpRecord) -> CallRecord | None:
     return None
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows",))
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows", "fused-linear-cross-entropy"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     taken = call_op_indices(capture, ("sdpa", "norm", "loss"))
     taken.update(i for c in find_eager_attention(capture) for i in c.ops)

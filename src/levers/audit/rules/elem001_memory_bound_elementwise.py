@@ -32,14 +32,16 @@ loss = model(input_ids=ids, labels=ids).loss
 ## Fix
 Regional `torch.compile` of each repeated block (lever `compile-blocks`), or fused kernels for
 the known chains (lever `liger-kernels`: RoPE, SwiGLU, RMSNorm). Not both at once on a Hugging
-Face llama: torch.compile over a Liger-patched model fails in dynamo on torch 2.11.
+Face llama: torch.compile over a Liger-patched model fails in dynamo on torch 2.11. The whole
+model compiled at once (lever `compile-model`) fuses the same runs and those between blocks.
 
 ## Fix safety
 Changes numerics: fused kernels keep intermediates in fp32 registers and reorder reductions;
 losses agree to rounding, not bitwise.
 
 ## Known problems
-The fixed time is a coarse model of what a compiler fuses (a run of elementwise ops in one
+It does not fire on a model without repeated blocks (no run of elementwise ops inside one),
+where the fix would not apply. The fixed time is a coarse model of what a compiler fuses (a run of elementwise ops in one
 block and phase, moving its largest op's bytes); compiled code also removes launch gaps that no
 kernel time shows. A capture of an already compiled region records its ops eagerly, so the rule
 cannot tell that a step is compiled; do not audit a compiled model with it.
@@ -68,7 +70,7 @@ CODE, NAME = "ELEM001", "memory-bound-elementwise"
 # elementwise and norm kernels must take at least this share of the step
 MIN_STEP_SHARE = 0.15
 NUM_RECEIPTS = 3
-LEVERS = ("compile-blocks", "liger-kernels")
+LEVERS = ("compile-blocks", "liger-kernels", "compile-model")
 
 
 @rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
@@ -92,6 +94,10 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     if step_us <= 0 or now_us < MIN_STEP_SHARE * step_us:
         return
     runs = _runs(capture, classes)
+    # no repeated block holds a run: a regional compile (and Liger's per-block kernels) has
+    # nothing to fuse, so the fix would not apply to this model and would save nothing
+    if not runs:
+        return
     fused = tuple(_fused_part(capture, run, config) for run in runs)
     unfused = tuple(
         roofline.op_part(ops[i], assumed_dtype=config.assumed_dtype, tf32=tf32)
@@ -99,7 +105,9 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     )
     by_line: dict[tuple[str, int], float] = defaultdict(float)
     for op in elementwise:
-        if op.source is not None and op.phase == "forward":
+        # the lead is the model's own work: ops outside its modules (a batch assembled on the
+        # host) are not what compiling its blocks fuses
+        if op.source is not None and op.phase == "forward" and op.module is not None:
             by_line[(op.source.file, op.source.line)] += roofline.part_us(
                 roofline.op_part(op, assumed_dtype=config.assumed_dtype, tf32=tf32), config.gpu
             )

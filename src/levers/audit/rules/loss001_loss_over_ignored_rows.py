@@ -25,7 +25,8 @@ loss = F.cross_entropy(logits, targets.reshape(-1).index_select(0, rows))
 ```
 
 ## Fix
-Select the rows with a real target before the head (lever `loss-valid-rows`); build the row indices on the host so the selection does not sync.
+Select the rows with a real target before the head (lever `loss-valid-rows`); build the row indices on the host so the selection does not sync. For a Hugging Face causal LM, lever
+`fused-linear-cross-entropy` computes the head and the loss in chunks, without the full logits.
 
 ## Fix safety
 Changes numerics only in summation order (the ignored rows contribute zero either way); re-pin
@@ -117,7 +118,7 @@ def _valid_rows_bench(call: CallRecord, producers: list[OpRecord]) -> dict:
     return spec
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows",))
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows", "fused-linear-cross-entropy"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     backward = backward_index(capture)
     for call in capture.calls:

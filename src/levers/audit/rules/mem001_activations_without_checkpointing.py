@@ -46,7 +46,7 @@ Lever `ac-budget` with the budget that fits: the memory model's usable memory on
 less its 5% margin (`--lever ac-budget:budget=<that>GiB:workload=SPEC`), the fastest
 checkpointing plan whose predicted peak fits there (docs/activation-checkpointing.md); then
 re-tune the batch size into the freed memory (`raise-batch`). Without a memory-model
-prediction, `ac-full` (every block, non-reentrant).
+prediction, `ac-full` (every block, non-reentrant); `ac-selective` recomputes only the cheap ops.
 
 ## Fix safety
 Exact: recomputation reproduces the forward bitwise for deterministic ops (dropout restores its
@@ -112,7 +112,7 @@ class Headroom:
     statement: str  # the sentence of the message that states it
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("ac-budget", "ac-full"))
+@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("ac-budget", "ac-full", "ac-selective"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # checkpointing already runs: the headroom is taken
     if capture.settings.get("activation_checkpointing"):

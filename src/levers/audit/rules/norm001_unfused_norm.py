@@ -25,7 +25,8 @@ def rms_norm(x, weight, eps):
 
 ## Fix
 `F.rms_norm` (lever `rms-norm-fused`) or `F.layer_norm` (lever `layer-norm-fused`, not implemented yet); a regional compile of each block
-(lever `compile-blocks`) fuses either.
+(lever `compile-blocks`) or of the whole model (lever `compile-model`) fuses either; on a GPU, Liger
+Kernel's RMSNorm (lever `liger-kernels`).
 
 ## Fix safety
 Changes numerics: the fused kernel reduces in a different order and may keep fewer fp32
@@ -75,7 +76,9 @@ CODE, NAME = "NORM001", "unfused-norm"
     NAME,
     severity="medium",
     fix_safety=CHANGES_NUMERICS,
-    levers=("rms-norm-fused", "layer-norm-fused", "compile-blocks"),
+    levers=(
+        "rms-norm-fused", "layer-norm-fused", "compile-blocks", "liger-kernels", "compile-model",
+    ),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     chains = find_unfused_norms(capture)

@@ -53,6 +53,7 @@ RULE_MODULES = (
     "levers.audit.rules.dist002_find_unused_parameters",
     "levers.audit.rules.dist003_fp32_gradient_allreduce",
     "levers.audit.rules.dist004_unsharded_optimizer_state",
+    "levers.audit.rules.comp001_graph_breaks_and_recompiles",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")

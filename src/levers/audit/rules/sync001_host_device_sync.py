@@ -45,7 +45,10 @@ already zero, host-known counts); otherwise changes numerics only by summation o
 ## Known problems
 On a CPU capture every tensor is on the CPU, so a user call on a tensor that would stay on the
 host on a GPU is still reported. The per-sync cost is an estimate (about one launch latency of
-idle GPU per sync); the real cost depends on how far ahead the host was.
+idle GPU per sync); the real cost depends on how far ahead the host was. One step is captured:
+a sync that a script's loop makes on some steps only (a log line's `loss.item()` every N steps)
+is missed when the captured step is not one of them, so "already right" says "no host-device
+syncs in the captured step", never of the whole run.
 
 ## References
 - https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html

@@ -17,7 +17,7 @@ class Block(torch.nn.Module):
         self.scale = torch.nn.Parameter(torch.ones(width))
 
     def forward(self, x):
-        h = F.gelu(self.fc(x)) * self.scale + x * 0.5 - x.sigmoid() * x.tanh()  # mark: fire_elementwise_blocks
+        h = F.gelu(self.fc(x)) * self.scale + x * 0.5 - x.sigmoid() * x.tanh()  # mark: fire_elementwise_blocks fire_blocks_with_a_batch_assembled_outside_the_model
         return h + x
 
 
@@ -54,6 +54,49 @@ def ok_one_large_matmul():
 
     def step():
         model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="elem001")
+
+
+class Flat(torch.nn.Module):
+    """Elementwise work in one module with no numbered blocks: nothing for compile-blocks."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.fc = torch.nn.Linear(width, width)
+        self.scale = torch.nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        h = F.gelu(self.fc(x)) * self.scale + x * 0.5 - x.sigmoid() * x.tanh()
+        return h * h.sigmoid() + x.tanh() * 0.25 - x.exp() * 0.01
+
+
+def ok_no_repeated_blocks():
+    torch.manual_seed(0)
+    model = Flat()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 16, 32)
+
+    def step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="elem001")
+
+
+def fire_blocks_with_a_batch_assembled_outside_the_model():
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    raw = torch.randn(64, 16, 32)
+
+    def step():
+        # host-side batch assembly, much elementwise work outside the model's modules
+        x = ((raw * 0.5 + 1.0).clamp(-2, 2) - raw.mean() * raw.sigmoid()).tanh()[:4]  # mark: assembly
+        model(x).pow(2).mean().backward()
         opt.step()
         opt.zero_grad()
 

@@ -1,0 +1,98 @@
+"""What both compile levers (compile-blocks, compile-model) set up around ``torch.compile`` so
+that a model as shipped compiles once, not once per block; each returns its undo.
+
+- The KV cache off while training. A Hugging Face config keeps ``use_cache=True`` (it is the
+  generation default), and in training mode transformers 5 then builds a ``DynamicCache`` on
+  every forward: the cache layer each block updates is picked by the block's ``layer_idx``
+  (``cache.layers[self.layer_idx]``) and its ``is_initialized`` flag differs per layer, so every
+  block's guards fail for the next block and dynamo recompiles the block per layer until
+  ``recompile_limit`` (8): the blocks after the 8th run uncompiled (issue 20, GPT-2 at 12 layers).
+  A training step never reads the cache back, so it is wasted memory as well. This is what Hugging
+  Face's own ``gradient_checkpointing_enable()`` does in training (``use_cache = False``).
+- Integer module attributes unspecialised. Dynamo guards an ``int`` attribute that a forward
+  reads (``self.layer_idx`` in a scale, an index) by its value, so blocks that differ only in it
+  compile once each. ``torch._dynamo.config.allow_unspec_int_on_nn_module`` (torch >= 2.4; on
+  torch 2.11 and 2.13 it defaults to False) traces such ints as symbolic inputs instead: the
+  first block compiles specialised, the second once more with the int symbolic, and every later
+  block reuses that graph (checked: 2 graphs for 6 blocks reading their index, 6 without it).
+  ``inline_inbuilt_nn_modules`` (the default since torch 2.5) already makes the parameters
+  graph inputs, which is why blocks of one class share one graph at all; it does not cover
+  plain int attributes. The flag is read when dynamo traces, so it is set while the lever is on
+  and put back by the undo (a per-call ``config.patch`` around each block costs ~15 us a call),
+  and only where the blocks differ in an int attribute (:func:`differing_int_attributes`):
+  blocks that do not are traced exactly as a plain ``block.compile()`` traces them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+Undo = Callable[[], None]
+
+
+def caching_configs(model: torch.nn.Module) -> list[object]:
+    """The distinct model configs reachable from ``model`` that keep ``use_cache=True`` (a T5's
+    decoder holds a copy of its own, so every module's ``config`` is looked at)."""
+    found: dict[int, object] = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and getattr(config, "use_cache", None) is True:
+            found.setdefault(id(config), config)
+    return list(found.values())
+
+
+def training_cache_off(model: torch.nn.Module) -> Undo:
+    configs = caching_configs(model)
+    for config in configs:
+        config.use_cache = False
+
+    def undo() -> None:
+        for config in configs:
+            config.use_cache = True
+
+    return undo
+
+
+def differing_int_attributes(blocks: list[torch.nn.Module]) -> list[str]:
+    """The int attributes (``"self_attn.layer_idx"``) whose value differs between blocks of one
+    class: the ones dynamo would specialise per block if a forward reads them."""
+    values: dict[tuple[type, str], set[int]] = {}
+    for block in blocks:
+        for path, module in block.named_modules():
+            for name, value in vars(module).items():
+                if type(value) is int:  # not bool
+                    key = (type(block), f"{path}.{name}" if path else name)
+                    values.setdefault(key, set()).add(value)
+    return sorted({name for (_, name), seen in values.items() if len(seen) > 1})
+
+
+def unspecialised_int_attributes() -> Undo:
+    config = torch._dynamo.config
+    if not hasattr(config, "allow_unspec_int_on_nn_module"):  # torch < 2.4: nothing to set
+        return lambda: None
+    previous = config.allow_unspec_int_on_nn_module
+    config.allow_unspec_int_on_nn_module = True
+
+    def undo() -> None:
+        config.allow_unspec_int_on_nn_module = previous
+
+    return undo
+
+
+def liger_patched(model: torch.nn.Module) -> bool:
+    """Whether Liger Kernel's kernels run in ``model`` (torch.compile over them fails)."""
+    if getattr(model, "_levers_liger_kernels", False):
+        return True
+    for module in model.modules():
+        forward = vars(module).get("forward")
+        if forward is not None and getattr(forward, "__module__", "").startswith("liger_kernel"):
+            return True
+        if type(module).__module__.startswith("liger_kernel"):
+            return True
+    return False
+
+
+def is_compiled(module: torch.nn.Module) -> bool:
+    return getattr(module, "_compiled_call_impl", None) is not None

@@ -1,0 +1,146 @@
+"""``compile-model``: ``torch.compile`` of the whole model, with CUDA graphs where the step is static.
+
+The model's forward (and so its backward) is compiled as one program with ``model.compile()``:
+inductor fuses across block boundaries, the embedding and the head and loss, which regional
+compilation (compile-blocks) cannot, at the price of a longer first step and of a graph break
+anywhere in the model splitting the program. The optimizer step stays as it is.
+
+``mode`` (option; default ``"auto"``) picks ``"reduce-overhead"`` (CUDA graphs: the step's
+kernels replayed with one launch, which pays on host-bound steps such as a ViT-B/16 at batch 64)
+where the step is static, and inductor's default mode where it is not, for the reasons
+:func:`static_step_reasons` gives (the parameters are not on a GPU; a mixture-of-experts routes
+tokens by data-dependent indices). The undo's ``mode`` and ``reasons`` say what was chosen and why.
+Under CUDA graphs the step marks each step's start (``torch.compiler.cudagraph_mark_step_begin``)
+and returns a copy of its loss: a graph's outputs are overwritten by its next replay.
+
+Like compile-blocks, it turns a Hugging Face config's KV cache off while on and traces integer
+module attributes unspecialised (:mod:`levers.levers._compile_setup`).
+
+Options: ``mode`` (auto | default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs),
+``backend`` (default "inductor"), ``dynamic``, ``fullgraph``.
+
+Fix safety: changes numerics (inductor fuses and reorders elementwise work). Tolerance checked:
+1e-5 relative in fp32 (with the aot_eager backend on a CPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from levers.levers import register
+from levers.blocks import repeated_blocks
+from levers.levers._compile_setup import (
+    differing_int_attributes,
+    is_compiled,
+    liger_patched,
+    training_cache_off,
+    unspecialised_int_attributes,
+)
+from levers.levers.lever import Lever, Target
+from levers.vocab import CHANGES_NUMERICS
+
+OPTIONS = ("mode", "backend", "dynamic", "fullgraph")
+MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def static_step_reasons(model: torch.nn.Module) -> list[str]:
+    """Why the step cannot be replayed as CUDA graphs (empty when it can, as far as the model
+    shows: a step whose input shapes change still recompiles, and is not seen here)."""
+    reasons = []
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {"cuda"}:
+        reasons.append(
+            f"CUDA graphs need the parameters on a GPU; they are on {', '.join(sorted(devices))}"
+        )
+    experts = [name for name, m in model.named_modules() if name.split(".")[-1] == "experts"]
+    if experts:
+        reasons.append(
+            f"{experts[0]} is a mixture of experts: tokens are routed by data-dependent indices "
+            "(nonzero, where), which a CUDA graph cannot capture"
+        )
+    return reasons
+
+
+def _mode(target: Target) -> str:
+    mode = str(target.options.get("mode", "auto"))
+    if mode not in MODES:
+        raise ValueError(f"compile-model: mode={mode!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
+def applies(target: Target) -> str | None:
+    mode = _mode(target)
+    if is_compiled(target.model):
+        return "the model is already compiled"
+    if any(is_compiled(m) for m in target.model.modules()):
+        return "parts of the model are compiled already (compile-blocks); use one of the two"
+    if liger_patched(target.model):
+        return (
+            "the model runs Liger Kernel's kernels: torch.compile over them fails in dynamo "
+            "(torch 2.11); use compile-model or liger-kernels, not both"
+        )
+    reasons = static_step_reasons(target.model)
+    if mode in CUDA_GRAPH_MODES and reasons:
+        return f"mode={mode} replays CUDA graphs, but {'; '.join(reasons)} (use mode=auto)"
+    return None
+
+
+def _graph_step(step: Callable[[], Any]) -> Callable[[], Any]:
+    def graph_step() -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        out = step()
+        # the loss lives in the graph's output buffer, which the next replay overwrites
+        return out.clone() if isinstance(out, torch.Tensor) else out
+
+    return graph_step
+
+
+def patch(target: Target) -> Callable[[], None]:
+    mode = _mode(target)
+    reasons = static_step_reasons(target.model)
+    if mode == "auto":
+        mode = "default" if reasons else "reduce-overhead"
+    options = {k: v for k, v in target.options.items() if k in OPTIONS and k != "mode"}
+    if mode != "default":
+        options["mode"] = mode
+    undo_cache = training_cache_off(target.model)
+    blocks = [b.module for b in repeated_blocks(target.model)]
+    differing = differing_int_attributes(blocks)
+    undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
+    target.model.compile(**options)
+    if mode in CUDA_GRAPH_MODES and target.step is not None:
+        target.step = _graph_step(target.step)
+
+    def undo() -> None:
+        # back to nn.Module's class default (None): the instance as it was
+        vars(target.model).pop("_compiled_call_impl", None)
+        undo_ints()
+        undo_cache()
+
+    undo.mode = mode  # type: ignore[attr-defined]
+    undo.reasons = reasons  # type: ignore[attr-defined]
+    return undo
+
+
+LEVER = register(
+    Lever(
+        options=OPTIONS,
+        id="compile-model",
+        title="torch.compile the whole model (CUDA graphs where the step is static)",
+        safety=CHANGES_NUMERICS,
+        tolerance=1e-5,
+        fixes=("NORM001", "ELEM001", "COMP001"),
+        applies=applies,
+        patch=patch,
+        needs_gpu=True,
+        known_problems=(
+            "not measured by levers yet (bench/zoo.py measures it); the first step pays the whole "
+            "model's compile time; a graph break splits the program (COMP001 finds them); "
+            "reduce-overhead holds a CUDA-graph memory pool and recompiles on a new shape; fails "
+            "over Liger-patched modules (torch 2.11)"
+        ),
+    )
+)

@@ -1,0 +1,116 @@
+"""compile-blocks and compile-model on the zoo's models as shipped: no compile per block.
+
+Compiles are counted with dynamo's own counters (frames it converted), on the ``eager`` backend
+so that the CPU suite pays for dynamo's tracing only. A model compiled per block compiles as
+many frames as it has blocks; the levers must compile as many at depth 4 as at depth 2.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+pytest.importorskip("transformers")
+
+import levers  # noqa: E402
+from levers.levers.lever import NotApplicable  # noqa: E402
+from levers.workloads import zoo  # noqa: E402
+
+# Swin's repeated blocks are its stages, of different shapes: dynamo traces the second one with
+# dynamic shapes, 30-50 s on a 2-core CPU
+MODELS = [
+    pytest.param(n, marks=pytest.mark.slow) if n == "swin" else n
+    for n in zoo.names(available_only=True)
+]
+# depth is blocks per stack, or per stage where the repeated blocks are stages (two of them at
+# size tiny): one block per stage already repeats them
+DEPTHS = {"swin": (1, 2), "resnet": (1, 2), "convnext": (1, 2)}
+
+
+def frames_compiled(name: str, lever: str, layers: int) -> int:
+    torch._dynamo.reset()
+    counters.clear()
+    workload = zoo.build(model=name, layers=layers)
+    with levers.apply(workload, lever, backend="eager"):
+        for _ in range(2):
+            workload.step()
+    limit_hit = [msg for msg in counters["unimplemented"] if "recompile limit" in msg]
+    assert not limit_hit, limit_hit
+    return counters["frames"]["ok"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compile_blocks_compiles_once_per_kind_of_block_not_per_block(name):
+    shallow, deep = DEPTHS.get(name, (2, 4))
+    assert frames_compiled(name, "compile-blocks", deep) == frames_compiled(
+        name, "compile-blocks", shallow
+    )
+
+
+def test_gpt2_as_shipped_compiles_its_blocks_once_and_gets_its_cache_back():
+    # issue 20: 12 blocks hit the recompile limit (8) through the KV cache's layer_idx
+    torch._dynamo.reset()
+    counters.clear()
+    workload = zoo.build(model="gpt2", layers=12)
+    assert workload.model.config.use_cache is True
+    handle = levers.apply(workload, "compile-blocks", backend="eager")
+    assert workload.model.config.use_cache is False
+    workload.step()
+    assert counters["frames"]["ok"] == 1
+    assert not counters["unimplemented"]
+    handle.undo()
+    assert workload.model.config.use_cache is True
+
+
+def test_integer_block_attributes_are_not_specialised_per_block():
+    class Block(torch.nn.Module):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.layer_idx = index
+
+        def forward(self, x):
+            return self.linear(x) / float(self.layer_idx + 1)
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Sequential(*(Block(i) for i in range(6)))
+    before = torch._dynamo.config.allow_unspec_int_on_nn_module
+    with levers.apply(model, "compile-blocks", backend="eager"):
+        model(torch.randn(2, 4)).sum().backward()
+    # the first block specialised, the second symbolic, the other four reuse it (6 without)
+    assert counters["frames"]["ok"] == 2
+    assert torch._dynamo.config.allow_unspec_int_on_nn_module is before
+
+
+# not gpt2: transformers logs a warning once per process from its forward, a graph break only
+# the first time, so its frame count depends on what ran before in the process
+@pytest.mark.parametrize("name", ("vit", "nanogpt", "llama"))
+def test_compile_model_compiles_the_model_once(name):
+    assert frames_compiled(name, "compile-model", 4) == frames_compiled(name, "compile-model", 2)
+
+
+def test_compile_model_picks_its_mode_and_says_why():
+    workload = zoo.build(model="vit")
+    with pytest.raises(NotApplicable, match="CUDA graphs need the parameters on a GPU; they are on cpu"):
+        levers.apply(workload, "compile-model", mode="reduce-overhead")
+    handle = levers.apply(workload, "compile-model", backend="eager")  # mode=auto
+    chosen = handle._undos[0]  # the lever's undo carries what it chose
+    assert "on cpu" in " ".join(chosen.__defaults__[0].reasons)
+    assert chosen.__defaults__[0].mode == "default"
+    handle.undo()
+    with pytest.raises(NotApplicable, match="mixture of experts"):
+        levers.apply(zoo.build(model="mixtral"), "compile-model", mode="reduce-overhead")
+    with pytest.raises(ValueError, match="mode='fast' is not one of auto"):
+        levers.apply(workload, "compile-model", mode="fast")
+
+
+def test_the_two_compile_levers_refuse_each_other():
+    workload = zoo.build(model="llama")
+    with levers.apply(workload, "compile-blocks", backend="eager"):
+        with pytest.raises(NotApplicable, match="compile-blocks"):
+            levers.apply(workload, "compile-model")
+    with levers.apply(workload, "compile-model", backend="eager"):
+        with pytest.raises(NotApplicable, match="compile-model"):
+            levers.apply(workload, "compile-blocks")
