@@ -32,7 +32,8 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
 _LAZY = {
-    # a workload holds a torch module: loaded on first use, so that `levers --help` needs no torch
+    # the workload record names torch's types, so it is loaded on first use too: `levers --help`
+    # and `levers list` must not pay for importing torch
     "Workload": "levers.workload",
     # the front object over the analyses (capture, audit, memory, ab)
     "Step": "levers.api",

@@ -199,6 +199,7 @@ class Step:
             source=source,
             params=self.params,
             predict=self._predict_for_audit,
+            workload_spec=self.spec if isinstance(self.spec, str) else None,
             target=target,
             torch_version=torch_version,
             assume_dtype=assume_dtype,

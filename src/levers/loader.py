@@ -113,7 +113,8 @@ def _resolve(spec: str) -> tuple[Callable[..., Any], str, bool, str | None]:
         module = _import_module(module_name, spec)
         return _get_factory(module, attr, spec, explicit=True), spec, True, None
     target, attr = _split_spec(spec)
-    if _looks_like_path(target):
+    # a directory reads the same with or without its trailing slash
+    if _looks_like_path(target) or Path(target).expanduser().is_dir():
         path = Path(target).expanduser()
         _check_file_defines(path, attr or DEFAULT_FACTORY, spec, explicit=bool(attr))
         module = _import_file(path, spec)

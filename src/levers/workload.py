@@ -8,9 +8,10 @@ step, zero_grad) and may return the loss.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:  # torch is imported when a Workload is made: `levers --help` goes without it
+    import torch
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Workload:
     eval_losses: Callable[[], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
+        import torch
+
         if not isinstance(self.model, torch.nn.Module):
             raise TypeError(
                 f"Workload.model must be a torch.nn.Module, got {type(self.model).__name__}; "

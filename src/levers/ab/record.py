@@ -40,6 +40,8 @@ def read_record(path: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
+    if path.is_dir():
+        raise RecordError(f"the record {str(path)!r} is a directory; move it away or give another path")
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         raise RecordError(
@@ -87,7 +89,12 @@ def append_event(path: str | os.PathLike, event: dict[str, Any]) -> None:
     path = Path(path)
     read_record(path)  # refuse to extend a damaged record
     line = to_json({"schema": SCHEMA_VERSION, **event}) + "\n"
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
+    from levers.output.atomic import unwritable
+
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:  # a directory at the record's path, a missing or read-only parent
+        raise unwritable(path, exc) from None

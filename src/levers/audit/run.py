@@ -212,6 +212,7 @@ def audit_step(
     source: Any = None,
     params: dict[str, Any] | None = None,
     predict: Callable[[str, bool], Any] | None = None,
+    workload_spec: str | None = None,
     target: str | None = None,
     torch_version: str | None = None,
     assume_dtype: str | None = None,
@@ -255,7 +256,9 @@ def audit_step(
         benchmark=benchmark,
         scopes=step_scopes(workload),
         memory=memory,
-        workload_spec=source if isinstance(source, str) else None,
+        # the spec the user gave, also when the memory model (and so ``source``) is off: the
+        # printed `levers ab` command must name a workload, not the capture's label
+        workload_spec=workload_spec or (source if isinstance(source, str) else None),
         set_items=list(set_items),
     )
     return AuditedStep(capture, result, build_report(capture, result), memory)

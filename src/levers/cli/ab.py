@@ -354,8 +354,8 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
 
         from levers.cli import EXIT_INTERRUPTED
 
-        where = f" in {', '.join(written)}" if written else " (give --json FILE to keep it)"
-        print(f"levers: interrupted: the partial result is kept{where}", file=sys.stderr)
+        where = _kept_in(written, to_json(document) + "\n")
+        print(f"levers: interrupted: the partial result is kept in {where}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if result.killed.kind == "step_error":
         raise StepError(
@@ -363,6 +363,13 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
             user_traceback=result.killed.user_traceback,
         )
     return EXIT_KILLED
+
+
+def _kept_in(written: list[str], text: str) -> str:
+    """Where a stopped run's partial result is: the files written, else a fallback file."""
+    if written:
+        return ", ".join(written)
+    return f"{_save_fallback(text)} (give --json FILE to choose the file)"
 
 
 def _short(exc: BaseException) -> str:

@@ -83,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on a GPU, do not microbenchmark fixes (their cost is then estimated)",
     )
     group.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="on a GPU, do not A/B the recommended levers on this step (their savings are then "
+        "the estimates; measuring is the default there and takes a few runs per lever)",
+    )
+    group.add_argument(
         "--no-memory-model",
         action="store_true",
         help="do not predict the step's GPU memory with levers memory (MEM001's headroom is then "
@@ -146,7 +152,9 @@ def run_findings(
     try:
         with progress_status() as progress:
             if step is not None:
-                audited = step.audit(progress=progress, **options)
+                # None: measure where the capture ran on a GPU (Step.audit decides)
+                measure = False if getattr(args, "no_measure", False) else None
+                audited = step.audit(progress=progress, measure=measure, **options)
             else:
                 audited = audit_step(capture, workload=workload, progress=progress, **options)
     except ValueError as exc:

@@ -11,6 +11,7 @@ Exit codes: 0 the read ran (whatever its verdict); 1 an integrity row did not ma
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,8 @@ def _from_prereg(args: argparse.Namespace) -> dict[str, Any]:
     if conflicts:
         raise LeversError(
             f"options contradict read {read.id} of {args.prereg}: {'; '.join(conflicts)}. Drop "
-            "them, or amend the pre-registration's reads (a new read id)"
+            "them, or pre-register the read you want in a new pre-registration (levers prereg "
+            "init): a frozen read is never amended"
         )
     for key in ("baseline", "candidate"):
         if frozen[key] is None:
@@ -198,6 +200,11 @@ def run(args: argparse.Namespace) -> int:
     if args.resamples < 100:
         raise LeversError(f"use at least 100 resamples for a CI, got --resamples {args.resamples}")
     settings = _settings(args)
+    from levers.capture.json_io import check_writable
+
+    for path in (args.json_path, args.md_path):
+        if path is not None:  # before the read, which a later failed write would lose
+            check_writable(path, make_parents=True)
     state = None
     if args.prereg is not None:
         from levers.runs.prereg import frozen_state
@@ -228,6 +235,13 @@ def run(args: argparse.Namespace) -> int:
     }
     document = comparison_document(comparison, options)
     document["read"] = settings["read"]
+    # the result first: a write that fails after it does not lose the read
+    if settings["read"] is not None:
+        read = settings["read"]
+        print(f"read {read['id']} ({read['name']}): {read['rule']}")
+    for line in summary_lines(comparison):
+        print(line)
+    sys.stdout.flush()
     if state is not None:
         document["prereg"] = {"sha256": state.sha256, "num_amendments": state.num_amendments}
         append_event(state.record_path, document)
@@ -235,11 +249,6 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.json_path, to_json(document) + "\n", make_parents=True)
     if args.md_path is not None:
         atomic_write_text(args.md_path, to_markdown(comparison), make_parents=True)
-    if settings["read"] is not None:
-        read = settings["read"]
-        print(f"read {read['id']} ({read['name']}): {read['rule']}")
-    for line in summary_lines(comparison):
-        print(line)
     for path in (state and state.record_path, args.json_path, args.md_path):
         if path:
             say_wrote(path)

@@ -71,14 +71,15 @@ class _Lines:
 
 
 def run(args: argparse.Namespace) -> int:
-    from levers.levers import load_all
+    from levers.levers.metadata import lever_infos
     from levers.levers.catalogue import measurements_by_lever, read_catalogue
 
     try:
         measured = measurements_by_lever(read_catalogue(args.catalogue))
     except (FileNotFoundError, ValueError, KeyError) as exc:
         raise LeversError(f"cannot read the lever catalogue: {exc}") from None
-    registry = load_all()
+    # read from the lever modules' source: importing them (and torch) would cost seconds
+    registry = {info.id: info for info in lever_infos()}
     if args.json:
         doc = [
             {

@@ -50,7 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_set_argument(parser)
     parser.add_argument(
         "--gpu",
-        default=DEFAULT_GPU,
+        default=None,  # None: DEFAULT_GPU, and a script after -- can tell that none was asked
         metavar="GPU",
         help=f"{' | '.join(GPUS)} (or any name levers audit --target takes: h100, a100, ...) | a "
         f"budget such as 40GiB (default: {DEFAULT_GPU})",
@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         from levers.cli.script import reject_workload, run_memory
 
         reject_workload(args, "memory")
+        _reject_prediction_options(args)
         return run_memory(args, console)
     if args.workload is None:
         raise LeversError(
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             "after -- (levers memory -- python train.py)"
         )
     try:
-        gpu = resolve_gpu(args.gpu)
+        gpu = resolve_gpu(args.gpu or DEFAULT_GPU)
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
@@ -149,7 +150,18 @@ def run(args: argparse.Namespace) -> int:
             predict, source, gpu, margin, args.steps, args.whatifs, debug=_debug(args)
         )
     if args.fit:
-        plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
+        try:
+            plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
+        except KeyboardInterrupt:
+            # the prediction is finished: show it rather than lose it with the search
+            render_plan(plan, console)
+            make_console(stderr=True).print(
+                f"the --fit search was interrupted; the prediction above is complete, without "
+                f"the largest {args.fit} that fits",
+                markup=False,
+                soft_wrap=True,
+            )
+            raise
     if args.measure:
         from levers.memory.measure import measure_peaks
 
@@ -239,6 +251,19 @@ def _debug(args: argparse.Namespace) -> bool:
     from levers.output.errors import debug_from_env
 
     return bool(getattr(args, "debug", False)) or debug_from_env()
+
+
+def _reject_prediction_options(args: argparse.Namespace) -> None:
+    """--fit and --gpu ask for a prediction, which a script cannot give: refuse, do not ignore."""
+    asked = [flag for flag, value in (("--fit", args.fit), ("--gpu", args.gpu)) if value]
+    if asked:
+        raise LeversError(
+            f"{' and '.join(asked)} need a prediction on fake tensors, which builds the workload "
+            "from a factory; a script after -- is measured as it runs, on this machine. Wrap the "
+            "model, optimizer and step in a factory and run levers memory path/to/file.py:factory "
+            "--gpu GPU --fit batch_size (see README 'Workloads'), or drop "
+            f"{' and '.join(asked)}"
+        )
 
 
 def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):

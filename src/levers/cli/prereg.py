@@ -50,7 +50,7 @@ def _init(args: argparse.Namespace) -> int:
     atomic_write_text(args.path, template(), exclusive=True, make_parents=True)
     say_wrote(args.path)
     print(
-        f"wrote {args.path}: fill in the question, design, gates, kill lines, reads, expectations "
+        f"{args.path}: fill in the question, design, gates, kill lines, reads, expectations "
         f"and decision rule, then freeze it before the run: levers prereg freeze {args.path}"
     )
     return 0

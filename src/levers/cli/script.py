@@ -150,7 +150,7 @@ def run_memory(args: argparse.Namespace, console: Any) -> int:
             soft_wrap=True,
         )
     console.print(
-        f"levers memory cannot predict this script's peak on {args.gpu} without running it there: "
+        "levers memory cannot predict this script's peak on another GPU without running it there: "
         "the prediction (and the what-ifs and --fit) builds the workload under fake tensors, "
         "which needs a factory; wrap the model, optimizer and step in one (levers memory "
         "path/to/file.py:factory --gpu GPU, see README 'Workloads')",

@@ -32,9 +32,10 @@ calls it before building the candidate; ``patch`` is then never called on a buil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:  # only named in annotations: `levers list` reads the catalogue without torch
+    import torch
 
 from levers.errors import LeversError
 from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES

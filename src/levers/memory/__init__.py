@@ -5,28 +5,30 @@ tensors that stand in for the GPU, replays the allocations through a model of Py
 caching allocator, and returns a :class:`MemoryPlan`. See ``docs/memory.md``.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-from levers.hardware import GPUS, GpuSpec, resolve_gpu
+from levers.lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from levers.hardware import GPUS
+    from levers.hardware import GpuSpec
+    from levers.hardware import resolve_gpu
     from levers.memory.plan import MemoryPlan
-    from levers.memory.predict import DEFAULT_MARGIN, predict_memory
+    from levers.memory.predict import DEFAULT_MARGIN
+    from levers.memory.predict import predict_memory
 
-# loaded on first use: the model imports torch, which `levers memory --help` should not pay for
-_LAZY = {"MemoryPlan": "levers.memory.plan", "DEFAULT_MARGIN": "levers.memory.predict",
-         "predict_memory": "levers.memory.predict"}
+# imported on first read (levers.lazy): `levers --help` imports this package without torch
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    globals(),
+    {
+        "GPUS": "levers.hardware",
+        "GpuSpec": "levers.hardware",
+        "resolve_gpu": "levers.hardware",
+        "MemoryPlan": "levers.memory.plan",
+        "DEFAULT_MARGIN": "levers.memory.predict",
+        "predict_memory": "levers.memory.predict",
+    },
+)
 
 __all__ = ["DEFAULT_MARGIN", "GPUS", "GpuSpec", "MemoryPlan", "predict_memory", "resolve_gpu"]
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'levers.memory' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value

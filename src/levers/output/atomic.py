@@ -41,9 +41,14 @@ def atomic_open(
     if exclusive and target.exists():
         raise LeversError(f"{target} already exists; choose another name or remove it first")
     directory = target.parent if str(target.parent) else Path(".")
-    if make_parents:
-        directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    if target.is_dir():
+        raise LeversError(f"cannot write {str(target)!r}: it is a directory; give a file name")
+    try:
+        if make_parents:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise unwritable(target, exc) from None
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
             yield f
@@ -58,13 +63,29 @@ def atomic_open(
             os.unlink(tmp_name)
         else:
             os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp_name)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            raise unwritable(target, exc) from None
         raise
     _fsync_directory(directory)
+
+
+def unwritable(target: Path, exc: OSError) -> LeversError:
+    """The user's error for a path that cannot be written: which path, why, what to do."""
+    cause = exc.strerror or str(exc)
+    if isinstance(exc, FileNotFoundError):
+        hint = f"create the directory {str(target.parent)!r} first or choose another path"
+    elif isinstance(exc, (IsADirectoryError, NotADirectoryError)):
+        hint = "give a file name in an existing directory"
+    elif isinstance(exc, PermissionError):
+        hint = "choose a path you may write"
+    else:
+        hint = "choose another path"
+    return LeversError(f"cannot write {str(target)!r}: {cause}; {hint}")
 
 
 def atomic_write_text(

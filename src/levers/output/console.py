@@ -14,11 +14,24 @@ from typing import Any
 from rich.console import Console
 
 
+class _Console(Console):
+    """rich's console, except that a closed pipe is a ``BrokenPipeError``.
+
+    rich's own answer to a closed pipe is ``SystemExit(1)``, which levers cannot tell from a
+    workload's ``sys.exit(1)``; the command line ends quietly on a ``BrokenPipeError``
+    (``levers list | head -1``), as other command-line tools do.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("the reader of levers' output went away")
+
+
 def make_console(*, stderr: bool = False, **kwargs: Any) -> Console:
     """A console that keeps tables readable when output goes to a file or a pipe."""
     stream_is_tty = (sys.stderr if stderr else sys.stdout).isatty()
     width = None if stream_is_tty or os.environ.get("COLUMNS") else 120
-    return Console(stderr=stderr, width=width, highlight=False, **kwargs)
+    return _Console(stderr=stderr, width=width, highlight=False, **kwargs)
 
 
 def say_wrote(path: str | PathLike[str], what: str | None = None) -> None:

@@ -162,6 +162,13 @@ def _fmt(value: float | None) -> str:
     return "missing" if value is None else f"{value:.6g}"
 
 
+def _over(c: Comparison, num_rows: int) -> str:
+    """The means are over the examples the read uses: say so when that is not every row."""
+    if c.paired and c.num_compared != num_rows:
+        return f" over the {c.num_compared} compared"
+    return ""
+
+
 def summary_lines(c: Comparison) -> list[str]:
     """The comparison as plain lines (terminal and Markdown share them)."""
     kind = "paired" if c.paired else "UNPAIRED"
@@ -169,8 +176,10 @@ def summary_lines(c: Comparison) -> list[str]:
     lines = [
         f"metric {c.metric} ({c.better} is better), {kind} read over {c.num_compared} "
         + ("examples" if c.paired else "rows"),
-        f"baseline {c.baseline_path}: {c.num_baseline} rows, mean {c.baseline_mean:.6g}",
-        f"candidate {c.candidate_path}: {c.num_candidate} rows, mean {c.candidate_mean:.6g}",
+        f"baseline {c.baseline_path}: {c.num_baseline} rows, mean {c.baseline_mean:.6g}"
+        + _over(c, c.num_baseline),
+        f"candidate {c.candidate_path}: {c.num_candidate} rows, mean {c.candidate_mean:.6g}"
+        + _over(c, c.num_candidate),
         f"candidate - baseline: {ci.difference:+.6g}, CI{round(ci.confidence * 100)} "
         f"[{ci.lo:+.6g}, {ci.hi:+.6g}] ({ci.method}, {ci.num_resamples} resamples, "
         f"seed {ci.seed})",
