@@ -123,11 +123,14 @@ def candidates(
     on_gpu: bool = False,
     only: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    ab_prefix: str = "levers ab WORKLOAD",
 ) -> tuple[list[Candidate], list[Skipped]]:
     """The levers to try, best expected first, and those left out with the reason.
 
     ``only`` restricts the search to these ids (``--lever``); ``exclude`` leaves ids out
     (``--exclude``). Unknown ids in either are refused (ValueError) before anything runs.
+    ``ab_prefix`` is the ``levers ab`` command of this workload (spec and ``--set`` items), for
+    the levers that must be proven on their own.
     """
     check_ids(registry, [*(only or ()), *exclude])
     from_audit = audit_expectations(findings, step_ms)
@@ -141,7 +144,7 @@ def candidates(
         if lever_id in exclude:
             skipped.append(Skipped(lever_id, "left out with --exclude"))
             continue
-        reason = _left_out(lever, applies_of, on_gpu)
+        reason = _left_out(lever, applies_of, on_gpu, ab_prefix)
         if reason is not None:
             skipped.append(Skipped(lever_id, reason))
             continue
@@ -157,11 +160,13 @@ def candidates(
     return [c for _, c in sorted(tried, key=lambda kc: kc[0])], skipped
 
 
-def _left_out(lever: Any, applies_of: Callable[[Any], str | None], on_gpu: bool) -> str | None:
+def _left_out(
+    lever: Any, applies_of: Callable[[Any], str | None], on_gpu: bool, ab_prefix: str
+) -> str | None:
     if getattr(lever, "choose_params", None) is not None:
         return (
             "it changes the factory's parameters (the batch), so its steps are not the "
-            f"baseline's; prove it on its own with levers ab WORKLOAD --lever {lever.id}"
+            f"baseline's; prove it on its own with {ab_prefix} --lever {lever.id}"
         )
     if getattr(lever, "needs_gpu", False) and not on_gpu:
         return f"{GPU_ONLY_PREFIX}; run levers tune on one"

@@ -112,6 +112,7 @@ def tune_step(
         on_gpu=on_gpu,
         only=only,
         exclude=exclude,
+        ab_prefix=_ab_prefix(step, set_items),
     )
 
     gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
@@ -157,3 +158,12 @@ def tune_step(
              "environment": environment(result.device)},
         )
     return result
+
+
+def _ab_prefix(step: Any, set_items: Sequence[str]) -> str:
+    """``levers ab SPEC --set ...`` for this step, as a user types it."""
+    import shlex
+
+    items = tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items())
+    parts = ["levers", "ab", str(step.spec)] + (["--set", *items] if items else [])
+    return " ".join(shlex.quote(p) for p in parts)
