@@ -167,6 +167,7 @@ def _left_out(
         return (
             "it changes the factory's parameters (the batch), so its steps are not the "
             f"baseline's; prove it on its own with {ab_prefix} --lever {lever.id}"
+            + ("" if on_gpu or getattr(lever, "runs_on_cpu", True) else " on a GPU")
         )
     if getattr(lever, "needs_gpu", False) and not on_gpu:
         return f"{GPU_ONLY_PREFIX}; run levers tune on one"
