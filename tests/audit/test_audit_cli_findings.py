@@ -149,3 +149,12 @@ def test_fixed_demo_has_no_planted_findings_and_lists_what_is_right(capsys):
         "windowed peak metric",
     ):
         assert title in out
+
+
+def test_the_gpu_is_spelled_gpu_in_audit_as_in_memory_and_target_still_reads():
+    from levers.cli.command import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["audit", "demo", "--gpu", "h200"]).target == "h200"
+    assert parser.parse_args(["audit", "demo", "--target", "h200"]).target == "h200"
+    assert parser.parse_args(["memory", "demo", "--gpu", "h200"]).gpu == "h200"

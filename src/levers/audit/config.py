@@ -2,7 +2,7 @@
 the memory model's prediction of the step.
 
 A rule is a pure function of a Capture and this config. On a GPU capture the config's target is
-the GPU that ran (when levers knows it); on a CPU capture it is ``--target`` and the rules decide
+the GPU that ran (when levers knows it); on a CPU capture it is ``--gpu`` and the rules decide
 what that GPU, running this torch version, would do with the recorded calls. The memory
 prediction (:class:`PredictedMemory`) is made by the caller (``levers audit`` runs
 ``levers.memory.predict_memory``); rules only read its numbers.
@@ -211,7 +211,7 @@ def make_config(
     Raises:
         ValueError: an unknown target or dtype, or a malformed torch version.
     """
-    target_gpu = resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target")
+    target_gpu = resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--gpu")
     on_gpu = capture_on_gpu(capture)
     gpu = None
     if on_gpu:

@@ -74,7 +74,7 @@ def memory_gpu(target: str | None, capture: Any) -> str:
         spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
         if spec is not None:
             return spec.name
-    return resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--target").name
+    return resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--gpu").name
 
 
 def _warn(text: str) -> None:

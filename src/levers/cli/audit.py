@@ -1,7 +1,7 @@
 """``levers audit``: capture one training step, print its summary and the ranked findings.
 
     levers audit [WORKLOAD] [--set KEY=VALUE ...] [--json FILE] [--warmup N] [--timed N] [--top N]
-                 [--target GPU] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
+                 [--gpu GPU] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
                  [--md FILE] [--findings-json FILE]
 
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time

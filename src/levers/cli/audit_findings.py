@@ -1,6 +1,6 @@
 """The findings part of ``levers audit``: its options, and running the rules on a capture.
 
-    levers audit [WORKLOAD] [--target GPU] [--select CODES] [--ignore CODES]
+    levers audit [WORKLOAD] [--gpu GPU] [--select CODES] [--ignore CODES]
                  [--fail-on low|medium|high|never] [--md FILE] [--json FILE] ...
 
 ``--select``/``--ignore`` take codes or prefixes, comma-separated or repeated (``ATTN``,
@@ -29,12 +29,14 @@ EXIT_FINDINGS = 1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("findings")
     group.add_argument(
-        "--target",
+        "--gpu",
+        "--target",  # the earlier spelling, kept for scripts that use it
+        dest="target",
         metavar="GPU",
         default=None,
-        help="GPU that costs and MFU are estimated for on a CPU capture: any name levers memory "
-        "--gpu takes (h100, h100-80gb, h200, a100, a100-40gb; default: h100; on a GPU capture, "
-        "the GPU that ran)",
+        help="GPU that costs and MFU are estimated for on a CPU capture, spelled as in levers "
+        "memory --gpu (h100, h100-80gb, h200, a100, a100-40gb; default: h100; on a GPU capture, "
+        "the GPU that ran); --target is the same option",
     )
     group.add_argument(
         "--target-torch",
@@ -110,7 +112,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     try:
         select_rules(codes(args.select), codes(args.ignore))
         if args.target is not None:
-            resolve_gpu(args.target, allow_budget=False, option="--target")
+            resolve_gpu(args.target, allow_budget=False, option="--gpu")
         if args.target_torch is not None:
             parse_torch_version(args.target_torch)
     except ValueError as exc:

@@ -52,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--gpu",
         default=None,  # None: DEFAULT_GPU, and a script after -- can tell that none was asked
         metavar="GPU",
-        help=f"{' | '.join(GPUS)} (or any name levers audit --target takes: h100, a100, ...) | a "
+        help=f"{' | '.join(GPUS)} (or any name levers audit --gpu takes: h100, a100, ...) | a "
         f"budget such as 40GiB (default: {DEFAULT_GPU})",
     )
     parser.add_argument(

@@ -12,7 +12,7 @@ gate and CI95), then the stack as a stack. Then:
 - the findings are ranked again and the stack recommended again from them; its provenance is
   "proven" when the stack's own A/B against the baseline paid, and says what was measured.
 
-On a CPU capture or with ``--target`` nothing is measured: the estimates stay, marked estimated.
+On a CPU capture or with ``--gpu`` nothing is measured: the estimates stay, marked estimated.
 """
 
 from __future__ import annotations

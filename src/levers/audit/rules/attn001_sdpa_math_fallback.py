@@ -2,7 +2,7 @@
 
 ## What it does
 Finds calls to `torch.nn.functional.scaled_dot_product_attention` that run (on a GPU capture)
-or would run (on a CPU capture, for `--target` and the torch version) the unfused MATH backend,
+or would run (on a CPU capture, for `--gpu` and the torch version) the unfused MATH backend,
 or a fused backend slower than one the call is eligible for. For each faster backend it says why
 that backend was ruled out: a dense `attn_mask` rules out FLASH; `enable_gqa` with fewer
 key/value heads rules out EFFICIENT on torch 2.11-2.13; an `sdpa_kernel` pin that leaves a
