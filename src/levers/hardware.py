@@ -18,7 +18,8 @@ raises an out-of-memory error.
 Names: a part's ``name`` (``h100-80gb``) is what ``levers memory`` reports; its ``family``
 (``h100``) is what ``levers audit`` reports; both, and the ``aliases``, are accepted by
 ``levers audit --gpu`` (alias ``--target``) and ``levers memory --gpu`` alike
-(:func:`resolve_gpu`). ``levers memory --gpu`` also takes a plain memory budget (``40GiB``), which has no compute figures.
+(:func:`resolve_gpu`). ``levers memory --gpu`` also takes a plain memory budget (``40GiB``),
+which has no compute figures.
 """
 
 from __future__ import annotations
