@@ -103,7 +103,7 @@ SCRIPT_CAPTURE = Capture(
 def test_a_script_gets_no_levers_ab_of_itself_but_what_works(monkeypatch):
     import levers.audit.recommend as recommend_mod
 
-    monkeypatch.setattr(recommend_mod, "tune_verb_exists", lambda: False)
+    monkeypatch.setattr(recommend_mod, "tune_takes_scripts", lambda: False)
     findings = [_finding("NORM001", ("rms-norm-fused",), 8), _finding("COPY001", ("inplace-scatter",), 4)]
     rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
     assert rec.levers == ("rms-norm-fused", "inplace-scatter")
@@ -113,7 +113,7 @@ def test_a_script_gets_no_levers_ab_of_itself_but_what_works(monkeypatch):
     assert "README.md, section Workloads" in text
     assert "levers ab path/to/file.py:factory --lever rms-norm-fused,inplace-scatter" in text
     assert "levers tune" not in text
-    monkeypatch.setattr(recommend_mod, "tune_verb_exists", lambda: True)
+    monkeypatch.setattr(recommend_mod, "tune_takes_scripts", lambda: True)
     rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
     assert rec.next_steps[-1].endswith("levers tune -- python plain_train.py --steps 9")
 

@@ -168,7 +168,7 @@ def recommend(
     )
 
 
-def tune_verb_exists() -> bool:
+def tune_takes_scripts() -> bool:
     """Whether this installation's ``levers tune`` takes a script after ``--`` (today it asks
     for a factory instead, so the audit does not print a command that would refuse)."""
     try:
@@ -192,7 +192,7 @@ def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ..
         "returns levers.Workload(model=..., step=...) (README.md, section Workloads), then "
         f"levers ab path/to/file.py:factory --lever {stack}",
     ]
-    if script and tune_verb_exists():
+    if script and tune_takes_scripts():
         steps.append(f"or search the stack that pays on it: levers tune -- {script}")
     return tuple(steps)
 

@@ -18,20 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError, StepError
-from levers.cli.options import add_set_argument
+from levers.cli.options import add_set_argument, count
 from levers.vocab import CHANGES_NUMERICS
 
 EXIT_KILLED = 4
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -101,22 +91,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--parity-steps",
-        type=_positive_int,
+        type=count,
         metavar="K",
         help="steps compared by the parity gate (default 3; 0 skips it)",
     )
     parser.add_argument(
-        "--steps", type=_positive_int, metavar="N", help="timed steps per side (default 50)"
+        "--steps", type=count, metavar="N", help="timed steps per side (default 50)"
     )
     parser.add_argument(
         "--warmup",
-        type=_positive_int,
+        type=count,
         metavar="W",
         help="untimed steps per side after parity (default 5)",
     )
     parser.add_argument(
         "--resamples",
-        type=_positive_int,
+        type=count,
         metavar="R",
         help="bootstrap resamples per CI (default 10000)",
     )

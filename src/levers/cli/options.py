@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
+
+
+def count(text: str) -> int:
+    """A whole number >= 0 (steps, resamples): the ``type=`` of a count option."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
 
 
 def add_set_argument(

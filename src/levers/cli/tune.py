@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from levers.errors import LeversError
-from levers.cli.options import add_set_argument
+from levers.cli.options import add_set_argument, count
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
 
@@ -27,16 +27,6 @@ SCRIPT_NOT_YET = (
     "itself, levers audit -- python train.py names the levers to try, and levers.apply(model, "
     "'A,B', optimizer=opt) applies a stack inside it"
 )
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -71,10 +61,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--exclude", action="append", default=[], metavar="IDS",
         help="never try these levers (repeatable, or comma-separated)",
     )
-    parser.add_argument("--steps", type=_count, metavar="N", help="timed steps per side per A/B (default 20)")
-    parser.add_argument("--warmup", type=_count, metavar="W", help="untimed steps per side per A/B (default 3)")
-    parser.add_argument("--parity-steps", type=_count, metavar="K", help="steps the parity gate compares (default 3)")
-    parser.add_argument("--resamples", type=_count, metavar="R", help="bootstrap resamples per CI (default 2000)")
+    parser.add_argument("--steps", type=count, metavar="N", help="timed steps per side per A/B (default 20)")
+    parser.add_argument("--warmup", type=count, metavar="W", help="untimed steps per side per A/B (default 3)")
+    parser.add_argument("--parity-steps", type=count, metavar="K", help="steps the parity gate compares (default 3)")
+    parser.add_argument("--resamples", type=count, metavar="R", help="bootstrap resamples per CI (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workloads and the bootstrap")
     parser.add_argument(
         "--no-audit", dest="audit", action="store_false",

@@ -56,11 +56,8 @@ class TuneResult:
         """The ``levers ab`` command that reproduces the proof; None for an empty stack."""
         if not self.stack:
             return None
-        parts = ["levers", "ab", self.workload]
-        if self.set_items:
-            parts += ["--set", *self.set_items]
-        parts += ["--lever", ",".join(self.stack), "--steps", str(self.design.steps)]
-        return " ".join(shlex.quote(p) for p in parts)
+        parts = ["--lever", ",".join(self.stack), "--steps", str(self.design.steps)]
+        return f"{ab_prefix(self.workload, self.set_items)} {shlex.join(parts)}"
 
     def to_dict(self) -> dict[str, Any]:
         search = self.search
@@ -81,3 +78,9 @@ class TuneResult:
             "out_of_budget": search.out_of_budget,
             "notes": [*search.notes, *self.notes],
         }
+
+
+def ab_prefix(workload: str, set_items: tuple[str, ...]) -> str:
+    """``levers ab WORKLOAD --set ...``: the start of every ``levers ab`` command tune prints."""
+    parts = ["levers", "ab", workload] + (["--set", *set_items] if set_items else [])
+    return shlex.join(parts)

@@ -15,7 +15,7 @@ from typing import Any
 
 from levers.tune.candidates import GPU_ONLY_PREFIX, candidates, check_ids
 from levers.tune.measure import TrialDesign, ab_measure
-from levers.tune.result import TuneResult
+from levers.tune.result import TuneResult, ab_prefix
 from levers.tune.search import search
 from levers.tune.trial import Measure, Trial
 
@@ -103,6 +103,8 @@ def tune_step(
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
     findings, step_ms, notes = _findings(step, say) if use_audit else ((), 0.0, [])
+    # the --set items as the printed commands show them: as typed, else the Step's params
+    shown_items = tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items())
     ordered, skipped = candidates(
         registry,
         lambda lever: lever.applies(target_of(workload)),
@@ -112,7 +114,7 @@ def tune_step(
         on_gpu=on_gpu,
         only=only,
         exclude=exclude,
-        ab_prefix=_ab_prefix(step, set_items),
+        ab_prefix=ab_prefix(step.spec, shown_items),
     )
 
     gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
@@ -141,7 +143,7 @@ def tune_step(
     result = TuneResult(
         workload=step.spec,
         params=dict(step.params),
-        set_items=tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items()),
+        set_items=shown_items,
         design=design,
         device=str(workload.device),
         search=found,
@@ -159,11 +161,3 @@ def tune_step(
         )
     return result
 
-
-def _ab_prefix(step: Any, set_items: Sequence[str]) -> str:
-    """``levers ab SPEC --set ...`` for this step, as a user types it."""
-    import shlex
-
-    items = tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items())
-    parts = ["levers", "ab", str(step.spec)] + (["--set", *items] if items else [])
-    return " ".join(shlex.quote(p) for p in parts)
