@@ -30,6 +30,7 @@ from levers.levers._compile_setup import (
     differing_int_attributes,
     is_compiled,
     liger_patched,
+    stages_differ_in_shape,
     training_cache_off,
     unspecialised_int_attributes,
 )
@@ -61,6 +62,8 @@ def patch(target: Target) -> Callable[[], None]:
     undo_cache = training_cache_off(target.model)
     differing = differing_int_attributes(blocks)
     undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
+    if "dynamic" not in options and stages_differ_in_shape(blocks):
+        options["dynamic"] = False  # each stage its own static program
     for block in blocks:
         block.compile(**options)
 
@@ -72,6 +75,7 @@ def patch(target: Target) -> Callable[[], None]:
         undo_cache()
 
     undo.differing_int_attributes = differing  # type: ignore[attr-defined]
+    undo.dynamic = options.get("dynamic")  # type: ignore[attr-defined]
     return undo
 
 
