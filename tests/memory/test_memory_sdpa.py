@@ -127,3 +127,16 @@ def test_the_choice_matches_an_h200_on_a_grid_of_calls():
             mismatches.append((row, backend))
     assert len(recorded["rows"]) == 384
     assert mismatches == []
+
+
+def test_a_learned_attention_bias_rules_out_cudnn_whose_backward_gives_it_no_gradient():
+    """A Swin's relative position bias requires grad: cuDNN's backward has none for it, so the
+    H100/H200 choice falls to the next backend that takes a mask (memory efficient)."""
+    q, k, v = _qkv()
+    with FakeTensorMode():
+        bias = torch.empty(2, 16, 128, 128, dtype=torch.bfloat16, requires_grad=True)
+        fixed = torch.empty(2, 16, 128, 128, dtype=torch.bfloat16)
+    backend, rejected = sdpa.choose_backend(q, k, v, bias, 0.0, False, False, H100)
+    assert backend == "efficient"
+    assert "cudnn: an attention bias that requires grad" in rejected
+    assert sdpa.choose_backend(q, k, v, fixed, 0.0, False, False, H100)[0] == "cudnn"

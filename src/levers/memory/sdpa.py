@@ -161,6 +161,10 @@ def _cudnn_reason(q, k, v, mask, dropout_p, is_causal, enable_gqa, target) -> st
         return "head dim is not a multiple of 8"
     if k.shape[2] == 1:
         return "key length 1"
+    if isinstance(mask, torch.Tensor) and mask.requires_grad:
+        # its backward gives no gradient for the bias (a Swin's learned relative position bias):
+        # autograd raises "not differentiable with respect to argument 'attn_bias'"
+        return "an attention bias that requires grad"
     return _common_reason(q, k, v, enable_gqa, supports_gqa=True)
 
 
