@@ -207,6 +207,8 @@ def per_model(rows: list[dict[str, Any]], rng: random.Random) -> list[dict[str, 
         for name, row in mine.items():
             if name == "default" or row.get("status") != "ok":
                 continue
+            if row.get("date") != base.get("date"):  # ratios only between rows of one run
+                continue
             a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
             variants[name] = {"tokens_per_s_ratio": ratio(a, b),
                               "tokens_per_s_ratio_ci95": _bootstrap(a, b, ratio, rng)}
@@ -215,6 +217,7 @@ def per_model(rows: list[dict[str, Any]], rng: random.Random) -> list[dict[str, 
         best_peer = max(peers, key=lambda n: peers[n]["tokens_per_s_ratio"], default=None)
         best_ours = max(ours, key=lambda n: ours[n]["tokens_per_s_ratio"], default=None)
         summary = {"model": model, "family": base["family"], "size": size, "shape": base["shape"],
+                   "commit": base.get("commit"), "date": base.get("date"),
                    "default_tokens_per_s": base["tokens_per_s"], "variants": variants,
                    "best_peer": best_peer, "best_levers": best_ours, "vs_best_peer": None}
         if best_peer and best_ours:
