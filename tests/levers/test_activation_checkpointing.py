@@ -355,3 +355,23 @@ def test_a_bad_budget_is_refused_when_the_spec_is_read() -> None:
     with pytest.raises(ValueError, match="budget 'abc' is not a size"):
         find_specs(["ac-budget:budget=abc:workload=hf"])
     assert find_specs(["ac-budget:budget=22GiB:workload=hf"])[0][1]["budget"] == "22GiB"
+
+
+@pytest.mark.parametrize("policy", ["ac-selective", "ac-full"])
+def test_checkpointing_runs_inside_compiled_blocks(policy):
+    """Selective checkpointing inside compile-blocks: dynamo takes the policy's context_fn (it
+    refused one made while tracing: NestedUserFunctionVariable), and the step keeps its loss."""
+    pytest.importorskip("transformers")
+    import torch
+
+    import levers
+    from levers.workloads import zoo
+
+    torch._dynamo.reset()
+    plain = zoo.build(model="llama", size="tiny", device="cpu")
+    expected = float(plain.step())
+    workload = zoo.build(model="llama", size="tiny", device="cpu")
+    with levers.apply(workload, ["compile-blocks", policy], backend="eager"):
+        loss = float(workload.step())
+        workload.step()
+    assert loss == pytest.approx(expected, rel=1e-4)

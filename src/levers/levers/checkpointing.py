@@ -60,14 +60,19 @@ def _without_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _checkpointed(
     original: Callable[..., Any], context_fn: Callable[[], ContextFn | None]
 ) -> Callable[..., Any]:
+    # made once, here, not per call: inside a compiled block dynamo takes a context_fn only as a
+    # function that exists before it traces (a closure made while tracing is refused:
+    # "checkpoint not implemented for NestedUserFunctionVariable context_fn"); the context_fn
+    # itself makes a fresh policy per call
+    make_contexts = context_fn()
+    extra = {} if make_contexts is None else {"context_fn": make_contexts}
+
     @functools.wraps(original)
     def forward(*args: Any, **kwargs: Any) -> Any:
         # Without gradients there is no backward to replay the block: run it as is.
         if not torch.is_grad_enabled():
             return original(*args, **kwargs)
         kwargs = _without_cache(kwargs)
-        make_contexts = context_fn()
-        extra = {} if make_contexts is None else {"context_fn": make_contexts}
         return checkpoint(original, *args, use_reentrant=False, **extra, **kwargs)
 
     return forward
@@ -79,7 +84,8 @@ def wrap_blocks(
     context_fn_for: Callable[[int, Block], Callable[[], ContextFn | None]] | None = None,
 ) -> Undo:
     """Checkpoint each of ``blocks``; ``context_fn_for(position, block)`` gives, per block, a
-    function returning the ``context_fn`` for one call (None: checkpoint the whole block).
+    function returning the block's ``context_fn`` (None: checkpoint the whole block), called
+    once when the block is wrapped; the ``context_fn`` makes a fresh policy for every call.
 
     Returns the undo, which restores each block's forward and the config's ``use_cache``.
     """
