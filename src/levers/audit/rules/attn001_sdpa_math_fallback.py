@@ -54,7 +54,7 @@ the backend that ran, so it is not affected by either assumption.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -68,8 +68,8 @@ from levers.audit.attention_work import (
 )
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     group_by_source,
     meta_text,
     module_pattern,
@@ -94,7 +94,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # no attention through SDPA: nothing to check
     if not calls:
         return
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     groups = group_by_source(calls, lambda c: c.source)
     for group in groups.values():
         for same in _by_signature(group):
@@ -144,7 +144,7 @@ def _finding(
     calls: list[CallRecord],
     capture: Capture,
     config: RuleConfig,
-    backward: dict[int, list[int]],
+    backward: Mapping[int, Sequence[int]],
 ) -> Finding | None:
     call = calls[0]
     ran, choice, dtype = backend_choice(call, capture, config)

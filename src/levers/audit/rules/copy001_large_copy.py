@@ -54,8 +54,8 @@ from collections.abc import Iterator
 from levers.capture.records import Capture, OpRecord
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     base_name,
     call_op_indices,
     fmt_bytes,
@@ -157,7 +157,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # no clone-then-scatter and no large user-level copy
     if not hits:
         return
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     for group in group_by_source(hits, lambda h: h[0].source).values():
         yield _finding(group, backward)
 

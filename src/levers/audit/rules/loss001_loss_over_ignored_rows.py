@@ -48,9 +48,9 @@ from collections.abc import Iterator
 from levers.capture.records import CallRecord, Capture, OpRecord
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
     base_name,
-    backward_index,
     fmt_bytes,
     meta_text,
     module_pattern,
@@ -120,7 +120,7 @@ def _valid_rows_bench(call: CallRecord, producers: list[OpRecord]) -> dict:
 
 @rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows", "fused-linear-cross-entropy"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     for call in capture.calls:
         # only losses with integer targets and an ignore_index record a fraction
         if (

@@ -52,8 +52,8 @@ from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.cost.roofline import dtype_size
 from levers.audit.finding import Finding, Part, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     fmt_bytes,
     group_by_source,
     line_span,
@@ -64,7 +64,7 @@ from levers.audit.patterns import (
     sum_bytes,
     with_backward,
 )
-from levers.audit.patterns_norm import NormChain, find_unfused_norms
+from levers.audit.patterns_norm import NormChain
 from levers.audit.rules.registry import registered, rule
 from levers.vocab import CHANGES_NUMERICS
 
@@ -81,11 +81,12 @@ CODE, NAME = "NORM001", "unfused-norm"
     ),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    chains = find_unfused_norms(capture)
+    view = pattern_view(capture)
+    chains = view.unfused_norms
     # every norm is a fused op (or there is none)
     if not chains:
         return
-    backward = backward_index(capture)
+    backward = view.backward
     ops = capture.ops
     for group in group_by_source(chains, lambda c: ops[c.reduction].source).values():
         yield _finding(group, capture, config, backward)
