@@ -54,6 +54,7 @@ the backend that ran, so it is not affected by either assumption.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -67,7 +68,7 @@ from levers.audit.attention_work import (
     scores_saved_bytes,
 )
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
 from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
     group_by_source,
@@ -88,7 +89,25 @@ _LEVERS = {
 }
 
 
-@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-cudnn-backend",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """The backends the SDPA calls run (or would run on the target GPU)."""
+    calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
+    if not calls:
+        return None
+    ran = Counter(backend_choice(c, capture, config)[0] for c in calls)
+    verb = "run" if config.on_gpu else f"would run on {config.gpu.title}"
+    return AlreadyRight(
+        "ATTN001",
+        "fused attention backend",
+        f"{len(calls)} SDPA calls {verb}: "
+        + ", ".join(f"{b} x{n}" for b, n in sorted(ran.items())),
+    )
+
+
+@rule(
+    CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-cudnn-backend",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
     # no attention through SDPA: nothing to check

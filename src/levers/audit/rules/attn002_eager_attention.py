@@ -59,7 +59,7 @@ from collections.abc import Iterator
 from levers.capture.records import Capture
 from levers.audit.attention_work import AttnShape, fused_parts, scores_saved_bytes
 from levers.audit.config import PredictedMemory, RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
 from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
     fmt_bytes,
@@ -78,7 +78,22 @@ CODE, NAME = "ATTN002", "eager-attention"
 PREDICTED, ESTIMATED = "levers memory", "score shapes"
 
 
-@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-attention",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Attention that goes through SDPA."""
+    n = sum(1 for c in capture.calls if c.kind == "sdpa")
+    if not n:
+        return None
+    return AlreadyRight(
+        "ATTN002",
+        "attention through SDPA",
+        f"{n} scaled_dot_product_attention calls; no materialised score matrices",
+    )
+
+
+@rule(
+    CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-attention",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     view = pattern_view(capture)
     chains = view.eager_attention

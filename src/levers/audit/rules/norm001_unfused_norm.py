@@ -51,7 +51,7 @@ from collections.abc import Iterator
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.cost.roofline import dtype_size
-from levers.audit.finding import Finding, Part, Work
+from levers.audit.finding import AlreadyRight, Finding, Part, Work
 from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
     fmt_bytes,
@@ -71,6 +71,18 @@ from levers.vocab import CHANGES_NUMERICS
 CODE, NAME = "NORM001", "unfused-norm"
 
 
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Norms called as F.layer_norm / F.rms_norm / F.group_norm."""
+    names = Counter(c.name for c in capture.calls if c.kind == "norm")
+    if not names:
+        return None
+    return AlreadyRight(
+        "NORM001",
+        "fused norms",
+        ", ".join(f"{n} x{k}" for n, k in sorted(names.items())),
+    )
+
+
 @rule(
     CODE,
     NAME,
@@ -79,6 +91,7 @@ CODE, NAME = "NORM001", "unfused-norm"
     levers=(
         "rms-norm-fused", "layer-norm-fused", "compile-blocks", "liger-kernels", "compile-model",
     ),
+    already_right=(already_right,),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     view = pattern_view(capture)
