@@ -1,16 +1,18 @@
 """The rule registry: each rule registers itself once, by a decorator on its check function.
 
     @rule("NORM001", "unfused-norm", severity="medium", fix_safety=CHANGES_NUMERICS,
-          levers=("rms-norm-fused", "layer-norm-fused"))
+          levers=("rms-norm-fused", "layer-norm-fused"), already_right=(already_right,))
     def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]: ...
 
 The registration carries the rule's metadata, as ruff keeps it on the violation type: its
 default severity, its fix safety and the lever ids that fix it, its status (preview, stable,
-deprecated, removed), and its already-right checks: functions of the capture and config that
-return the good form of its pattern when the step shows it (an :class:`AlreadyRight`, or None),
-which :mod:`levers.audit.already_right` collects for the report when the rule does not fire. A rule builds its findings with :meth:`Rule.finding`, which fills these in
-(a finding may still raise or lower the severity from its numbers, or pick one of the lever
-ids), so ``levers rule CODE`` and docs/rules.md can list them without running the rule.
+deprecated, removed), and its already-right checks (``already_right=(...)``): functions of the
+capture and config, in the rule's file, that return the good form of its pattern when the step
+shows it (an :class:`AlreadyRight`, or None); :mod:`levers.audit.already_right` collects them
+for the report when the rule does not fire. A rule builds its findings with
+:meth:`Rule.finding`, which fills these in (a finding may still raise or lower the severity
+from its numbers, or pick one of the lever ids), so ``levers rule CODE`` and docs/rules.md can
+list them without running the rule.
 
 Codes are stable and never reused; a removed rule keeps its code with status "removed".
 :func:`all_rules` imports every rule module listed in :data:`RULE_MODULES`, so a rule exists
