@@ -29,7 +29,7 @@ from levers.audit.finding import Finding
 from levers.audit.peak_metric_source import function_scope
 from levers.audit.rules.registry import all_rules
 from levers.loader import load_workload
-from levers.audit.report import _finding_text
+from levers.audit.render_terminal import _finding_text
 
 HERE = Path(__file__).parent / "rules"  # one folder per rule code: cases.py, golden.txt
 # rules are checked against torch 2.11's SDPA dispatch on an H100 unless a case says otherwise

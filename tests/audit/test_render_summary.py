@@ -141,7 +141,7 @@ def test_long_code_is_shortened():
 
 
 def test_receipts_name_a_file_as_the_tables_do(tmp_path, monkeypatch):
-    from levers.audit.report import relative_path
+    from levers.audit.report_format import relative_path
 
     monkeypatch.chdir(tmp_path)
     site = "/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py"

@@ -43,7 +43,8 @@ from levers.capture.records import Capture, OpRecord
 from levers.audit.config import PredictedMemory, RuleConfig
 from levers.audit.cost import roofline
 from levers.audit.cost.step import model_flops
-from levers.audit.patterns import backward_index, base_name, call_op_indices
+from levers.audit.pattern_view import pattern_view
+from levers.audit.patterns import base_name, call_op_indices, with_backward
 from levers.units import format_ms, format_share
 from levers.vocab import ESTIMATED, MEASURED
 
@@ -124,22 +125,16 @@ class Bottleneck:
 
 def classify_ops(capture: Capture) -> tuple[str, ...]:
     """The class of each op of ``capture`` (by index), per the module docstring."""
-    from levers.audit.patterns_attention import find_eager_attention
-    from levers.audit.patterns_norm import find_unfused_norms
-
-    backward = backward_index(capture)
+    view = pattern_view(capture)
 
     def closure(indices: Iterable[int]) -> set[int]:
-        out = set(indices)
-        for i in list(out):
-            out.update(backward.get(i, ()))
-        return out
+        return set(with_backward(indices, view.backward))
 
     sdpa = closure(call_op_indices(capture, ("sdpa",)))
-    sdpa |= closure(i for chain in find_eager_attention(capture) for i in chain.ops)
+    sdpa |= closure(i for chain in view.eager_attention for i in chain.ops)
     loss = closure(call_op_indices(capture, ("loss",)))
     norms = closure(call_op_indices(capture, ("norm",)))
-    norms |= closure(i for chain in find_unfused_norms(capture) for i in chain.ops)
+    norms |= closure(i for chain in view.unfused_norms for i in chain.ops)
     classes = []
     for op in capture.ops:
         classes.append(_class_of(op, sdpa, loss, norms))

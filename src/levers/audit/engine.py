@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.capture.records import Capture
-from levers.audit.already_right import AlreadyRight, already_right
+from levers.audit.already_right import already_right
 from levers.audit.bottleneck import Bottleneck, step_bottleneck
 from levers.audit.config import PredictedMemory, RuleConfig, make_config
 from levers.audit.cost.price import price
 from levers.audit.cost.step import estimated_step_us
-from levers.audit.finding import Finding
+from levers.audit.finding import AlreadyRight, Finding
 from levers.audit.rank import cap_severity, memory_weight, rank
 from levers.audit.recommend import Recommendation, recommend
 from levers.audit.rules.registry import run_rules, select_rules

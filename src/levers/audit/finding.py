@@ -1,4 +1,4 @@
-"""Findings: what a detector rule reports, as plain frozen records.
+"""Findings: what a detector rule reports, as plain frozen records (and what it saw done right).
 
 A rule fills in what it saw (code, message, fix, receipts, effort, risk, severity) and the
 *work* the pattern costs and would cost fixed (FLOPs, bytes, kernels per step). The cost model
@@ -154,3 +154,12 @@ class Finding:
 
 def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
+
+
+@dataclass(frozen=True)
+class AlreadyRight:
+    """Good practice seen in a step, with the evidence, so nobody re-fixes it."""
+
+    code: str | None  # the rule whose pattern this is the fixed form of (None: no rule)
+    title: str
+    detail: str

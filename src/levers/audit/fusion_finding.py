@@ -4,13 +4,14 @@ replaces, grouped by the source function that wrote them, priced forward and bac
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.cost.roofline import dtype_size
 from levers.audit.finding import Finding, Part, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     fmt_bytes,
     meta_text,
     module_pattern,
@@ -26,7 +27,7 @@ from levers.audit.rules.registry import registered
 PASSES = {"SwiGLU": (3, 5), "GeGLU": (3, 5), "RoPE": (2, 2)}
 
 
-def group_chains(chains: list[Chain], capture: Capture) -> list[list[Chain]]:
+def group_chains(chains: Sequence[Chain], capture: Capture) -> list[list[Chain]]:
     """Chains grouped by the (file, function) of their anchor op, in first-seen order."""
     groups: dict[tuple, list[Chain]] = {}
     for chain in chains:
@@ -47,7 +48,7 @@ def fusion_finding(
     """The finding of rule ``code`` (FUSE001 or FUSE002) for one group of chains."""
     fusion_rule = registered(code)
     ops = capture.ops
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     first = group[0]
     kind = first.kind
     now = with_backward([i for c in group for i in c.ops], backward)

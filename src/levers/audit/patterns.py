@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from levers.capture.records import CallRecord, Capture, OpRecord, SourceLoc, TensorMeta
 from levers.audit.finding import Receipt
@@ -47,7 +47,7 @@ def backward_index(capture: Capture) -> dict[int, list[int]]:
 
 
 def with_backward(
-    indices: Iterable[int], backward: dict[int, list[int]]
+    indices: Iterable[int], backward: Mapping[int, Sequence[int]]
 ) -> tuple[int, ...]:
     """``indices`` plus the backward ops of each, sorted."""
     out = set(indices)

@@ -158,7 +158,7 @@ def _summary_rows(capture: Capture, report: Any) -> list[tuple[str, str]]:
 
 
 def _findings_html(report: Any) -> str:
-    from levers.audit.report import cost_line, lever_text, relative_path
+    from levers.audit.report_format import cost_line, lever_text, relative_path
 
     if not report.findings:
         return "<p class='ok'>No findings.</p>"

@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
-from levers.audit.report import (
-    FindingsReport,
+from levers.audit.bottleneck import Bottleneck, explain_gap
+from levers.audit.report import FindingsReport
+from levers.audit.report_format import (
+    HEADERS,
     PathStyle,
+    class_rows,
     cost_line,
     lever_text,
     receipt_where,
     relative_path,
     saves_text,
+    stack_lines,
 )
-from levers.units import format_bytes, format_count, format_flops, format_seconds, format_share
+from levers.units import format_bytes, format_count, format_flops, format_ms, format_seconds, format_share
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def bottleneck_markdown(b: Bottleneck) -> list[str]:
+    lines = [
+        "### Bottleneck",
+        "",
+        f"**{b.bound}**: {b.bound_reason}.",
+        "",
+        f"Where the {format_ms(b.step_ms)} step goes, by op class ({b.provenance} on {b.gpu_title}):",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "| " + " | ".join("---" for _ in HEADERS) + " |",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in class_rows(b)]
+    lines += ["", explain_gap(b), ""]
+    return lines
 
 
 def findings_markdown(
@@ -52,8 +72,6 @@ def findings_markdown(
     for note in head.assumptions:
         lines.append(f"- _note_: {note}")
     if report.bottleneck is not None:
-        from levers.audit.render_bottleneck import bottleneck_markdown
-
         lines += [""] + bottleneck_markdown(report.bottleneck)
     lines += ["", f"### Findings ({len(report.findings)})", ""]
     if report.findings:
@@ -87,8 +105,6 @@ def findings_markdown(
     else:
         lines += ["None.", ""]
     if report.recommendation is not None:
-        from levers.audit.render_bottleneck import stack_lines
-
         lines += ["### Recommended stack", ""]
         lines += [
             f"- {line}" for line in stack_lines(report.recommendation)

@@ -49,7 +49,7 @@ class AuditedStep:
         ``directory`` (created if needed), each atomically; returns name -> path."""
         from pathlib import Path
 
-        from levers.audit.render_files import write_reports
+        from levers.audit.report_files import write_reports
 
         return write_reports(self, Path(directory))
 

@@ -136,7 +136,7 @@ def run_findings(
     from a spec), print the report, write ``--md``; the exit code follows ``--fail-on``."""
     from levers.audit.finding import severity_rank
     from levers.audit.render_markdown import findings_markdown
-    from levers.audit.report import render_findings
+    from levers.audit.render_terminal import render_findings
     from levers.audit.run import audit_step
     from levers.output.atomic import atomic_open
     from levers.output.progress import progress_status

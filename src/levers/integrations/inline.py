@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from levers.audit.render_files import REPORT_FILES, write_reports
+from levers.audit.report_files import REPORT_FILES, write_reports
 from levers.audit.run import AuditedStep
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture

@@ -54,7 +54,8 @@ the backend that ran, so it is not affected by either assumption.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -67,9 +68,9 @@ from levers.audit.attention_work import (
     scores_saved_bytes,
 )
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     group_by_source,
     meta_text,
     module_pattern,
@@ -88,13 +89,31 @@ _LEVERS = {
 }
 
 
-@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-cudnn-backend",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """The backends the SDPA calls run (or would run on the target GPU)."""
+    calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
+    if not calls:
+        return None
+    ran = Counter(backend_choice(c, capture, config)[0] for c in calls)
+    verb = "run" if config.on_gpu else f"would run on {config.gpu.title}"
+    return AlreadyRight(
+        "ATTN001",
+        "fused attention backend",
+        f"{len(calls)} SDPA calls {verb}: "
+        + ", ".join(f"{b} x{n}" for b, n in sorted(ran.items())),
+    )
+
+
+@rule(
+    CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-cudnn-backend",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     calls = [c for c in capture.calls if c.kind == "sdpa" and c.args.get("query")]
     # no attention through SDPA: nothing to check
     if not calls:
         return
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     groups = group_by_source(calls, lambda c: c.source)
     for group in groups.values():
         for same in _by_signature(group):
@@ -144,7 +163,7 @@ def _finding(
     calls: list[CallRecord],
     capture: Capture,
     config: RuleConfig,
-    backward: dict[int, list[int]],
+    backward: Mapping[int, Sequence[int]],
 ) -> Finding | None:
     call = calls[0]
     ran, choice, dtype = backend_choice(call, capture, config)

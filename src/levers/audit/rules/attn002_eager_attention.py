@@ -59,9 +59,9 @@ from collections.abc import Iterator
 from levers.capture.records import Capture
 from levers.audit.attention_work import AttnShape, fused_parts, scores_saved_bytes
 from levers.audit.config import PredictedMemory, RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     fmt_bytes,
     group_by_source,
     meta_text,
@@ -69,7 +69,7 @@ from levers.audit.patterns import (
     receipt,
     with_backward,
 )
-from levers.audit.patterns_attention import AttentionChain, find_eager_attention
+from levers.audit.patterns_attention import AttentionChain
 from levers.audit.rules.registry import registered, rule
 from levers.vocab import CHANGES_NUMERICS
 
@@ -78,13 +78,29 @@ CODE, NAME = "ATTN002", "eager-attention"
 PREDICTED, ESTIMATED = "levers memory", "score shapes"
 
 
-@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-attention",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Attention that goes through SDPA."""
+    n = sum(1 for c in capture.calls if c.kind == "sdpa")
+    if not n:
+        return None
+    return AlreadyRight(
+        "ATTN002",
+        "attention through SDPA",
+        f"{n} scaled_dot_product_attention calls; no materialised score matrices",
+    )
+
+
+@rule(
+    CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("sdpa-attention",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    chains = find_eager_attention(capture)
+    view = pattern_view(capture)
+    chains = view.eager_attention
     # no hand-written attention in the forward pass
     if not chains:
         return
-    backward = backward_index(capture)
+    backward = view.backward
     ops = capture.ops
     groups = list(group_by_source(chains, lambda c: ops[c.first_matmul].source).values())
     estimates = [_estimated_freed_bytes(group, config) for group in groups]

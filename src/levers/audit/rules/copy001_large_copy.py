@@ -53,9 +53,9 @@ from collections.abc import Iterator
 
 from levers.capture.records import Capture, OpRecord
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     base_name,
     call_op_indices,
     fmt_bytes,
@@ -132,7 +132,27 @@ def made_in_step(ops: tuple[OpRecord, ...], clone: OpRecord) -> bool:
     )
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("inplace-scatter",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """No needless copy, and the in-place scatters that write into fresh tensors."""
+    scatters = sum(
+        1
+        for op in capture.ops
+        if op.phase == "forward"
+        and op.is_inplace
+        and op.name.startswith("aten.index_put_")
+    )
+    detail = (
+        "no clone-then-scatter and no user-level copy over 64 MiB in the forward pass"
+    )
+    if scatters:
+        detail += f"; {scatters} in-place scatters write into fresh tensors"
+    return AlreadyRight("COPY001", "no needless copies", detail)
+
+
+@rule(
+    CODE, NAME, severity="medium", fix_safety=EXACT, levers=("inplace-scatter",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     ops = capture.ops
     inside = call_op_indices(capture, ("sdpa", "loss", "norm"))
@@ -157,7 +177,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # no clone-then-scatter and no large user-level copy
     if not hits:
         return
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     for group in group_by_source(hits, lambda h: h[0].source).values():
         yield _finding(group, backward)
 

@@ -50,8 +50,8 @@ from collections.abc import Iterator
 from levers.capture.records import CallRecord, Capture, OpRecord
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     base_name,
     call_op_indices,
     fmt_bytes,
@@ -61,8 +61,6 @@ from levers.audit.patterns import (
     receipt,
     with_backward,
 )
-from levers.audit.patterns_attention import find_eager_attention
-from levers.audit.patterns_norm import find_unfused_norms
 from levers.audit.rules.registry import registered, rule
 from levers.vocab import CHANGES_NUMERICS
 
@@ -98,9 +96,11 @@ def _consumer_loss(capture: Capture, op: OpRecord) -> CallRecord | None:
 
 @rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows", "fused-linear-cross-entropy"))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
+    view = pattern_view(capture)
+    # the ops of attention and norm chains are ATTN002's and NORM001's findings
     taken = call_op_indices(capture, ("sdpa", "norm", "loss"))
-    taken.update(i for c in find_eager_attention(capture) for i in c.ops)
-    taken.update(i for c in find_unfused_norms(capture) for i in c.ops)
+    taken.update(i for c in view.eager_attention for i in c.ops)
+    taken.update(i for c in view.unfused_norms for i in c.ops)
     casts = [
         op
         for op in capture.ops
@@ -113,7 +113,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # no large low-to-full precision copies outside attention and norm chains
     if not casts:
         return
-    backward = backward_index(capture)
+    backward = view.backward
     autocast = bool(capture.settings.get("autocast"))
     for group in group_by_source(casts, lambda op: op.source).values():
         loss = _consumer_loss(capture, group[0])

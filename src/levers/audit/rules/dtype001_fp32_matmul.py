@@ -47,7 +47,7 @@ from collections.abc import Iterator
 
 from levers.capture.records import Capture, OpRecord
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Part, Work
+from levers.audit.finding import AlreadyRight, Finding, Part, Work
 from levers.audit.patterns import (
     base_name,
     call_op_indices,
@@ -72,7 +72,44 @@ def tf32_on(capture: Capture) -> bool:
     ) in ("high", "medium")
 
 
-@rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("autocast-bf16",))
+def already_right_autocast(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Low-precision autocast, or most of the step's FLOPs in bf16/fp16."""
+    seen = [
+        a
+        for a in capture.settings.get("autocast", ())
+        if a.endswith(("bfloat16", "float16"))
+    ]
+    if seen:
+        return AlreadyRight("DTYPE001", "mixed-precision autocast", ", ".join(seen))
+    matmul = [op for op in capture.ops if op.flops and op.inputs]
+    low = sum(
+        op.flops for op in matmul if op.inputs[0].dtype in ("bfloat16", "float16")
+    )
+    total = sum(op.flops for op in matmul)
+    if not total or low < 0.5 * total:
+        return None
+    return AlreadyRight(
+        "DTYPE001",
+        "low-precision matmuls",
+        f"{low / total:.0%} of the step's FLOPs run in bf16/fp16",
+    )
+
+
+def already_right_tf32(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """TF32 for the fp32 matmuls on a GPU."""
+    if not config.on_gpu or not tf32_on(capture):
+        return None
+    return AlreadyRight(
+        "DTYPE001",
+        "TF32 for fp32 matmuls",
+        f"float32_matmul_precision={capture.settings.get('float32_matmul_precision')}",
+    )
+
+
+@rule(
+    CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("autocast-bf16",),
+    already_right=(already_right_autocast, already_right_tf32),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # TF32 tensor cores already take fp32 matmuls
     if tf32_on(capture):

@@ -50,7 +50,7 @@ from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding
 from levers.audit.fusion_finding import fusion_finding, group_chains
-from levers.audit.patterns_fusion import find_gated_activations
+from levers.audit.pattern_view import pattern_view
 from levers.audit.rules.registry import rule
 from levers.vocab import CHANGES_NUMERICS
 
@@ -60,7 +60,7 @@ LEVERS = ("liger-kernels", "compile-blocks")
 
 @rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    chains = find_gated_activations(capture)
+    chains = pattern_view(capture).gated_activations
     # no gated activation, or every one is already fused
     if not chains:
         return

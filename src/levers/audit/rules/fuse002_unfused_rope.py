@@ -50,7 +50,7 @@ from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding
 from levers.audit.fusion_finding import fusion_finding, group_chains
-from levers.audit.patterns_fusion import find_unfused_rope
+from levers.audit.pattern_view import pattern_view
 from levers.audit.rules.registry import rule
 from levers.vocab import CHANGES_NUMERICS
 
@@ -60,7 +60,7 @@ LEVERS = ("liger-kernels", "compile-blocks")
 
 @rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    chains = find_unfused_rope(capture)
+    chains = pattern_view(capture).unfused_rope
     # no rotate-half RoPE, or it is already fused
     if not chains:
         return

@@ -47,10 +47,10 @@ from collections.abc import Iterator
 
 from levers.capture.records import CallRecord, Capture, OpRecord
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
     base_name,
-    backward_index,
     fmt_bytes,
     meta_text,
     module_pattern,
@@ -118,9 +118,30 @@ def _valid_rows_bench(call: CallRecord, producers: list[OpRecord]) -> dict:
     return spec
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("loss-valid-rows", "fused-linear-cross-entropy"))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Losses whose rows all count."""
+    losses = [
+        c for c in capture.calls if c.kind == "loss" and "ignored_fraction" in c.args
+    ]
+    if not losses or any(
+        c.args["ignored_fraction"] >= MIN_IGNORED_FRACTION for c in losses
+    ):
+        return None
+    rows = sum(int(c.args.get("num_targets", 0)) for c in losses)
+    return AlreadyRight(
+        "LOSS001",
+        "loss over valid rows only",
+        f"{len(losses)} loss calls over {rows} rows, none ignored",
+    )
+
+
+@rule(
+    CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS,
+    levers=("loss-valid-rows", "fused-linear-cross-entropy"),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     for call in capture.calls:
         # only losses with integer targets and an ignore_index record a fraction
         if (

@@ -54,9 +54,9 @@ from levers.capture.records import Capture, CallRecord, TensorMeta
 from levers.audit.config import RuleConfig
 from levers.audit.cost.roofline import dtype_size
 from levers.audit.finding import Finding, Part, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.rules.loss001_loss_over_ignored_rows import input_producers
 from levers.audit.patterns import (
-    backward_index,
     base_name,
     fmt_bytes,
     meta_text,
@@ -81,7 +81,7 @@ FUSED_PASSES = 3
     levers=("fused-linear-cross-entropy",),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    backward = backward_index(capture)
+    backward = pattern_view(capture).backward
     for call in capture.calls:
         # only class-scoring losses over a logits tensor
         if call.kind != "loss" or call.first_op is None or not call.args.get("input"):

@@ -81,7 +81,7 @@ from levers.audit.activations import (
 from levers.audit.block_calls import block_call_sites
 from levers.audit.bottleneck import MEMORY_BOUND, Bottleneck, step_bottleneck, tokens_per_s_ratio
 from levers.audit.config import PredictedMemory, RuleConfig
-from levers.audit.finding import Finding, Receipt, Work
+from levers.audit.finding import AlreadyRight, Finding, Receipt, Work
 from levers.audit.patterns import fmt_bytes, receipt
 from levers.audit.rules.registry import registered, rule
 from levers.vocab import EXACT
@@ -112,7 +112,22 @@ class Headroom:
     statement: str  # the sentence of the message that states it
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=("ac-budget", "ac-full", "ac-selective"))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Activation checkpointing on, with the ops it recomputes."""
+    if not capture.settings.get("activation_checkpointing"):
+        return None
+    recomputed = sum(1 for op in capture.ops if op.recompute)
+    return AlreadyRight(
+        "MEM001",
+        "activation checkpointing on",
+        f"{recomputed} ops recomputed in backward",
+    )
+
+
+@rule(
+    CODE, NAME, severity="medium", fix_safety=EXACT, levers=("ac-budget", "ac-full", "ac-selective"),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # checkpointing already runs: the headroom is taken
     if capture.settings.get("activation_checkpointing"):

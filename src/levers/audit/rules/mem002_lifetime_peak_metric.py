@@ -48,7 +48,7 @@ from collections.abc import Iterator
 
 from levers.capture.records import CallRecord, Capture
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Work
+from levers.audit.finding import AlreadyRight, Finding, Work
 from levers.audit.patterns import group_by_source, module_pattern, receipt
 from levers.audit.peak_metric_source import RESET_NAMES, reset_in_source
 from levers.audit.rules.registry import registered, rule
@@ -81,7 +81,25 @@ def reset_for(call: CallRecord, capture: Capture, config: RuleConfig) -> str | N
     )
 
 
-@rule(CODE, NAME, severity="low", fix_safety=EXACT, levers=("windowed-peak-metric",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Peak-memory reads whose peak is reset each window."""
+    reads = [
+        c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS
+    ]
+    if not reads:
+        return None
+    where = [reset_for(c, capture, config) for c in reads]
+    if any(w is None for w in where):
+        return None
+    return AlreadyRight(
+        "MEM002", "windowed peak metric", f"the peak is reset: {where[0]}"
+    )
+
+
+@rule(
+    CODE, NAME, severity="low", fix_safety=EXACT, levers=("windowed-peak-metric",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     reads = [
         c for c in capture.calls if c.kind == "memory_metric" and c.name in PEAK_READS

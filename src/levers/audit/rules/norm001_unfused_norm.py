@@ -51,9 +51,9 @@ from collections.abc import Iterator
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
 from levers.audit.cost.roofline import dtype_size
-from levers.audit.finding import Finding, Part, Work
+from levers.audit.finding import AlreadyRight, Finding, Part, Work
+from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import (
-    backward_index,
     fmt_bytes,
     group_by_source,
     line_span,
@@ -64,11 +64,23 @@ from levers.audit.patterns import (
     sum_bytes,
     with_backward,
 )
-from levers.audit.patterns_norm import NormChain, find_unfused_norms
+from levers.audit.patterns_norm import NormChain
 from levers.audit.rules.registry import registered, rule
 from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "NORM001", "unfused-norm"
+
+
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """Norms called as F.layer_norm / F.rms_norm / F.group_norm."""
+    names = Counter(c.name for c in capture.calls if c.kind == "norm")
+    if not names:
+        return None
+    return AlreadyRight(
+        "NORM001",
+        "fused norms",
+        ", ".join(f"{n} x{k}" for n, k in sorted(names.items())),
+    )
 
 
 @rule(
@@ -79,13 +91,15 @@ CODE, NAME = "NORM001", "unfused-norm"
     levers=(
         "rms-norm-fused", "layer-norm-fused", "compile-blocks", "liger-kernels", "compile-model",
     ),
+    already_right=(already_right,),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    chains = find_unfused_norms(capture)
+    view = pattern_view(capture)
+    chains = view.unfused_norms
     # every norm is a fused op (or there is none)
     if not chains:
         return
-    backward = backward_index(capture)
+    backward = view.backward
     ops = capture.ops
     for group in group_by_source(chains, lambda c: ops[c.reduction].source).values():
         yield _finding(group, capture, config, backward)

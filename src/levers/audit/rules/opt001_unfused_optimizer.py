@@ -44,7 +44,7 @@ from collections.abc import Iterator
 
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding, Part, Receipt, Work
+from levers.audit.finding import AlreadyRight, Finding, Part, Receipt, Work
 from levers.audit.patterns import fmt_bytes, num_kernels, sum_bytes
 from levers.audit.rules.registry import registered, rule
 from levers.vocab import CHANGES_NUMERICS
@@ -80,7 +80,20 @@ def grad_bytes(capture: Capture) -> int:
     return total
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("fused-optimizer",))
+def already_right(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
+    """A fused optimizer on a GPU."""
+    info = capture.settings.get("optimizer") or {}
+    if not config.on_gpu or not info or optimizer_mode(capture) != "fused":
+        return None
+    return AlreadyRight(
+        "OPT001", "fused optimizer", f"{info.get('class')} with fused=True"
+    )
+
+
+@rule(
+    CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=("fused-optimizer",),
+    already_right=(already_right,),
+)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # the implementation is chosen per device; a CPU capture says nothing about the GPU run
     if not config.on_gpu:

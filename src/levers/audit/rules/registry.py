@@ -1,14 +1,18 @@
 """The rule registry: each rule registers itself once, by a decorator on its check function.
 
     @rule("NORM001", "unfused-norm", severity="medium", fix_safety=CHANGES_NUMERICS,
-          levers=("rms-norm-fused", "layer-norm-fused"))
+          levers=("rms-norm-fused", "layer-norm-fused"), already_right=(already_right,))
     def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]: ...
 
 The registration carries the rule's metadata, as ruff keeps it on the violation type: its
-default severity, its fix safety and the lever ids that fix it, and its status (preview, stable,
-deprecated, removed). A rule builds its findings with :meth:`Rule.finding`, which fills these in
-(a finding may still raise or lower the severity from its numbers, or pick one of the lever
-ids), so ``levers rule CODE`` and docs/rules.md can list them without running the rule.
+default severity, its fix safety and the lever ids that fix it, its status (preview, stable,
+deprecated, removed), and its already-right checks (``already_right=(...)``): functions of the
+capture and config, in the rule's file, that return the good form of its pattern when the step
+shows it (an :class:`AlreadyRight`, or None); :mod:`levers.audit.already_right` collects them
+for the report when the rule does not fire. A rule builds its findings with
+:meth:`Rule.finding`, which fills these in (a finding may still raise or lower the severity
+from its numbers, or pick one of the lever ids), so ``levers rule CODE`` and docs/rules.md can
+list them without running the rule.
 
 Codes are stable and never reused; a removed rule keeps its code with status "removed".
 :func:`all_rules` imports every rule module listed in :data:`RULE_MODULES`, so a rule exists
@@ -26,7 +30,7 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
-from levers.audit.finding import Finding
+from levers.audit.finding import AlreadyRight, Finding
 from levers.vocab import CHANGES_NUMERICS, FIX_SAFETIES, SEVERITIES
 
 STATUSES = ("preview", "stable", "deprecated", "removed")
@@ -60,6 +64,8 @@ _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 Check = Callable[[Capture, RuleConfig], Iterable[Finding]]
+# the good form of a rule's pattern, when the capture shows it
+RightCheck = Callable[[Capture, RuleConfig], AlreadyRight | None]
 
 # Rule.finding's "lever not given": the registration's first lever id
 _FIRST_LEVER: Any = object()
@@ -75,6 +81,7 @@ class Rule:
     severity: str  # the default; a finding may move it from its numbers
     fix_safety: str  # vocab.EXACT or vocab.CHANGES_NUMERICS
     levers: tuple[str, ...] = ()  # the lever ids that fix it, the usual one first
+    already_right: tuple[RightCheck, ...] = ()  # in the order the report lists them
 
     @property
     def doc(self) -> str:
@@ -116,8 +123,10 @@ def rule(
     fix_safety: str,
     levers: tuple[str, ...] = (),
     status: str = "stable",
+    already_right: tuple[RightCheck, ...] = (),
 ) -> Callable[[Check], Check]:
-    """Register ``check`` as rule ``code`` (``name`` in kebab case) with its metadata."""
+    """Register ``check`` as rule ``code`` (``name`` in kebab case) with its metadata and its
+    already-right checks."""
     if not _CODE.match(code):
         raise AssertionError(f"rule code {code!r} must look like ABC123")
     if not _NAME.match(name):
@@ -136,7 +145,8 @@ def rule(
                 f"rule code {code} registered twice ({existing.module})"
             )
         _RULES[code] = Rule(
-            code, name, status, check, check.__module__, severity, fix_safety, tuple(levers)
+            code, name, status, check, check.__module__, severity, fix_safety, tuple(levers),
+            tuple(already_right),
         )
         return check
 
