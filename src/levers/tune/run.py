@@ -40,13 +40,24 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
     return audited.findings, audited.result.step_ms, []
 
 
-def _catalogue_rows() -> list[Any]:
+def catalogue_rows() -> list[Any]:
     from levers.levers.catalogue import read_catalogue
 
     try:
         return read_catalogue()
     except (OSError, ValueError, KeyError):
         return []  # no committed measurements: every lever is tried without an expectation
+
+
+def gpu_only_note(skipped: Sequence[Any], device: str) -> str | None:
+    """The note on the levers left out because their speed-up exists only on a GPU."""
+    gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
+    if not gpu_only:
+        return None
+    return (
+        f"{len(gpu_only)} lever(s) whose speed-up exists only on a GPU were left out on this "
+        f"{device} run ({', '.join(gpu_only)}): run levers tune on a GPU for them"
+    )
 
 
 def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
@@ -110,19 +121,16 @@ def tune_step(
         lambda lever: lever.applies(target_of(workload)),
         findings=findings,
         step_ms=step_ms,
-        catalogue_rows=_catalogue_rows(),
+        catalogue_rows=catalogue_rows(),
         on_gpu=on_gpu,
         only=only,
         exclude=exclude,
         ab_prefix=ab_prefix(step.spec, shown_items),
     )
 
-    gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
-    if gpu_only:
-        notes.append(
-            f"{len(gpu_only)} lever(s) whose speed-up exists only on a GPU were left out on this "
-            f"{workload.device} run ({', '.join(gpu_only)}): run levers tune on a GPU for them"
-        )
+    note = gpu_only_note(skipped, str(workload.device))
+    if note:
+        notes.append(note)
 
     def recorded(trial: Trial) -> None:
         if record_path is not None:
