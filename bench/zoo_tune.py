@@ -64,8 +64,11 @@ def _claims(audited: Any) -> list[dict[str, Any]]:
             "id": claim.lever,
             "codes": list(claim.codes),
             "estimated_ms": claim.claimed_ms,
-            "measured_ms": claim.measured_ms,
+            "audit_ab_ms": claim.measured_ms,
+            # what the audit prints on the GPU: its A/B's saving where it measured one
             "claimed_ms": claim.measured_ms if claim.measured_ms is not None else claim.claimed_ms,
+            "measured_ms": None,  # this process's own rows (compare)
+            "alternative_of": claim.alternative_of,
             "estimate_error": (abs(claim.claimed_ms - claim.measured_ms) / abs(claim.measured_ms)
                                if claim.measured_ms else None),
             "parity": getattr(trial, "parity", None),
@@ -116,20 +119,30 @@ def tune_model(model: str, args, options: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def same_run_rows(model: str, stack: list[str], args, options: dict[str, Any]) -> list[dict]:
-    """The default, the peers and the tuned stack, timed by bench/zoo.py in this process."""
+def recommended(row: dict[str, Any]) -> list[str]:
+    """The levers the audit recommends after measuring (its proven stack), in order."""
+    return list(row.get("audit_stack") or [])
+
+
+def same_run_rows(model: str, row: dict[str, Any], args, options: dict[str, Any]) -> list[dict]:
+    """The default, the peers, the tuned stack and each lever the audit recommends alone,
+    timed by bench/zoo.py in this process (independent of the audit's and tune's own A/Bs)."""
+    stack = row.get("stack", [])
     rows = []
     variants = ["default", *PEER_ROWS]
     if stack:
         zoo_bench.STACK = tuple(stack)
         variants.append(TUNED)
+    for lever in recommended(row):
+        if [lever] != list(stack):  # a one-lever stack equal to tune's is its row already
+            variants.append(f"lever:{lever}")
     for variant in variants:
-        row = zoo_bench.run_row(model, variant, args, options)
-        row["stack"] = list(stack) if variant == TUNED else None
-        zoo_bench.summarise(row, args.rng)
-        rows.append(row)
-        figure = row.get("tokens_per_s") or row.get("error", "")
-        print(f"  {model}:{variant} {row['status']} {figure}", flush=True)
+        one = zoo_bench.run_row(model, variant, args, options)
+        one["stack"] = list(stack) if variant == TUNED else None
+        zoo_bench.summarise(one, args.rng)
+        rows.append(one)
+        figure = one.get("tokens_per_s") or one.get("error", "")
+        print(f"  {model}:{variant} {one['status']} {figure}", flush=True)
     return rows
 
 
@@ -139,16 +152,39 @@ def compare(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     if base is None:
         return
     med = statistics.median
-    peers = {v: med(r["tokens_per_s_samples"]) / med(base["tokens_per_s_samples"])
+    ratio = lambda x, y: med(x) / med(y)  # noqa: E731
+    peers = {v: ratio(r["tokens_per_s_samples"], base["tokens_per_s_samples"])
              for v, r in ok.items() if v in PEER_ROWS}
     row["peers"] = peers
     row["best_peer"] = max(peers, key=peers.get) if peers else None
     tuned = ok.get(TUNED)
-    ours = (med(tuned["tokens_per_s_samples"]) / med(base["tokens_per_s_samples"])
+    ours = (ratio(tuned["tokens_per_s_samples"], base["tokens_per_s_samples"])
             if tuned else 1.0)  # an empty stack runs the default
     row["same_run_tuned_ratio"] = ours
+    if tuned:
+        row["same_run_tuned_ratio_ci95"] = zoo_bench._bootstrap(
+            tuned["tokens_per_s_samples"], base["tokens_per_s_samples"], ratio, args_rng(row))
     if row["best_peer"]:
         row["vs_best_peer"] = ours / peers[row["best_peer"]]
+    # each recommended lever: what the audit printed against this process's own rows
+    stack = row.get("stack") or []
+    for claim in row.get("levers", []):
+        if claim["id"] not in recommended(row):
+            continue
+        own = ok.get(TUNED) if [claim["id"]] == list(stack) else ok.get(f"lever:{claim['id']}")
+        if own is None:
+            continue
+        # per-token time, so a lever that changes the batch is read on the same footing
+        base_ms = 1e3 * base["tokens_per_step"] / med(base["tokens_per_s_samples"])
+        own_ms = 1e3 * base["tokens_per_step"] / med(own["tokens_per_s_samples"])
+        claim["measured_ms"] = base_ms - own_ms
+        claim["measured_by"] = "bench/zoo.py row in the same process, default minus lever"
+        claim["claim_error"] = (abs(claim["claimed_ms"] - claim["measured_ms"])
+                                / abs(claim["measured_ms"]) if claim["measured_ms"] else None)
+
+
+def args_rng(row: dict[str, Any]) -> random.Random:
+    return random.Random(hash(row.get("model")) & 0xFFFF)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         t0 = time.perf_counter()
         row = tune_model(model, args, options)
-        rows = same_run_rows(model, row.get("stack", []), args, options)
+        rows = same_run_rows(model, row, args, options)
         compare(row, rows)
         row.update(meta)
         for r in rows:

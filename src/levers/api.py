@@ -66,6 +66,9 @@ class Step:
         )
         self._captures: dict[tuple[int, int], Any] = {}
         self._plans: dict[tuple, Any] = {}
+        # A/Bs already run on this step, per trial design: the audit's measured claims are the
+        # first increments tune would try, so tune reads them rather than running them again
+        self._trials: dict[Any, dict] = {}
 
     def __repr__(self) -> str:
         label = self.source if isinstance(self.source, str) else getattr(
@@ -239,9 +242,15 @@ class Step:
                 "Step.audit(measure=True) A/Bs the levers by building the workload again: make "
                 "the Step from a spec such as 'demo' or 'path/file.py:factory'"
             )
-        from levers.tune.measure import ab_measure
+        return self._ab_measure()
 
-        return ab_measure(self.spec, self.params)
+    def _ab_measure(self, design: Any = None) -> Any:
+        """ab's A/B on this step's spec, remembering each trial for this Step."""
+        from levers.tune.measure import TrialDesign, ab_measure, remembered
+
+        design = design or TrialDesign()
+        memory = self._trials.setdefault(design, {})
+        return remembered(ab_measure(self.spec, self.params, design), memory)
 
     def _predict_for_audit(self, gpu: str, whatifs: bool) -> Any:
         return self.memory(gpu=gpu, whatifs=whatifs)
@@ -358,7 +367,8 @@ class Step:
             design=design,
             use_audit=audit,
             record_path=record,
-            measure=measure,
+            measure=measure if measure is not None or self.spec is None
+            else self._ab_measure(design),
             say=progress or (lambda _message: None),
             clock=clock or time.monotonic,
             set_items=set_items,

@@ -103,17 +103,79 @@ def test_measuring_is_on_by_default_only_for_a_gpu_capture_of_a_spec_without_a_t
 
     import levers.tune.measure
 
-    sentinel = object()
-    monkeypatch.setattr(levers.tune.measure, "ab_measure", lambda spec, params: sentinel)
+    sentinel = FakeAb(SPEEDS)
+    monkeypatch.setattr(levers.tune.measure, "ab_measure", lambda spec, params, design: sentinel)
+
+    def is_ab(measure):  # ab's A/B on this step (remembered per Step), or None
+        if measure is None:
+            return False
+        before = len(sentinel.calls)
+        measure((), (f"lever-{before}",), None)
+        return len(sentinel.calls) == before + 1
+
     gpu = SimpleNamespace(env={"device": "cuda:0"})
     cpu = SimpleNamespace(env={"device": "cpu"})
     step = levers.Step("demo", params={"size": "tiny"})
-    assert step._claims_measure(None, gpu, None) is sentinel
+    assert is_ab(step._claims_measure(None, gpu, None))
     assert step._claims_measure(None, gpu, "h100") is None  # --target: estimates
     assert step._claims_measure(None, cpu, None) is None
     assert step._claims_measure(False, gpu, None) is None
-    assert step._claims_measure(True, cpu, None) is sentinel
+    assert is_ab(step._claims_measure(True, cpu, None))
     built = levers.Step(step.workload())
     assert built._claims_measure(None, gpu, None) is None
     with pytest.raises(TypeError, match="make the Step from a spec"):
         built._claims_measure(True, gpu, None)
+
+
+def test_the_other_form_of_a_lever_is_measured_and_recommended_when_it_pays_more(step):
+    fake = FakeAb({**SPEEDS, "compile-model": 2.0})
+    audited = _measured(step, fake)
+    estimated = step.audit(memory_model=False).result.recommendation.levers
+    assert "compile-blocks" in estimated and "compile-model" not in estimated
+    # the audit's own levers first, each alone, then the other form, then the stack
+    assert fake.calls[: len(estimated)] == [((), (lever,)) for lever in estimated]
+    assert fake.calls[len(estimated)] == ((), ("compile-model",))
+    rec = audited.result.recommendation
+    assert "compile-model" in rec.levers and "compile-blocks" not in rec.levers
+    assert rec.command.endswith("--lever " + ",".join(rec.levers))
+    by_lever = {c.lever: c for c in audited.claims.claims}
+    assert by_lever["compile-model"].alternative_of == "compile-blocks"
+    elem = next(f for f in audited.findings if f.code == "ELEM001")
+    assert elem.details["levers"][0] == "compile-model"
+    assert elem.details["measured"]["lever"] == "compile-model"
+    assert "compile-model, the other form of compile-blocks, tokens/s 2.000x" in elem.message
+    assert any("compile-blocks measured on this step: pays" in n and "compile-model" in n
+               for n in rec.notes)
+
+
+def test_an_other_form_that_pays_less_leaves_the_rules_choice(step):
+    fake = FakeAb({**SPEEDS, "compile-model": 1.1})
+    audited = _measured(step, fake)
+    rec = audited.result.recommendation
+    assert "compile-blocks" in rec.levers and "compile-model" not in rec.levers
+    assert ((), ("compile-model",)) in fake.calls
+    elem = next(f for f in audited.findings if f.code == "ELEM001")
+    assert elem.details["measured"]["lever"] == "compile-blocks"
+
+
+def test_a_step_runs_each_ab_once_for_its_audit_and_its_tune(monkeypatch):
+    """The audit's measured claims are tune's first increments: one Step runs each A/B once."""
+    import dataclasses
+
+    import levers.tune.measure as measure_mod
+
+    fake = FakeAb(SPEEDS)
+    monkeypatch.setattr(measure_mod, "ab_measure", lambda spec, params, design=None: fake)
+    step = levers.Step("demo", params={"size": "tiny"})
+    step.capture()
+    step.audit(memory_model=False, measure=True)
+    after_audit = list(fake.calls)
+    assert ((), ("compile-blocks",)) in after_audit
+    step.tune(budget="10m", levers=["compile-blocks"], record=None)
+    assert fake.calls.count(((), ("compile-blocks",))) == 1
+    # a trial the time budget cut short is not remembered
+    memory: dict = {}
+    killed = dataclasses.replace(fake((), ("ac-full",), None), killed_kind="time_budget")
+    once = measure_mod.remembered(lambda b, s, t: killed, memory)
+    once((), ("ac-full",), 1.0)
+    assert memory == {}

@@ -32,6 +32,10 @@ CONFLICTS = {
 # a lever that already does what another does
 COVERS = {
     "compile-blocks": frozenset({"rms-norm-fused", "layer-norm-fused", "liger-kernels"}),
+    # the whole model compiled fuses what the regional compile fuses, and the regional compile
+    "compile-model": frozenset(
+        {"rms-norm-fused", "layer-norm-fused", "liger-kernels", "compile-blocks"}
+    ),
 }
 
 

@@ -24,11 +24,16 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-# levers of which a stack holds at most one: they do the same job in different ways
-EXCLUSIVE: tuple[frozenset[str], ...] = (
+# levers of which a stack holds at most one: they do the same job in different ways. The
+# speed forms are alternatives for the same saving (the audit measures each where it measures
+# one); the memory forms trade speed for memory, so the fastest is not the one to pick
+SPEED_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"compile-blocks", "compile-model"}),
+)
+MEMORY_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"ac-full", "ac-selective", "ac-budget"}),
 )
+EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
 NEEDS_FACTORY = (
     "it needs a factory: it changes the factory's batch parameter, and a script builds its "
@@ -48,6 +53,14 @@ class Candidate:
 class Skipped:
     lever: str
     reason: str
+
+
+def speed_alternatives(lever: str) -> tuple[str, ...]:
+    """The other forms of ``lever`` that do the same job for speed (compile-model for
+    compile-blocks), sorted; empty for a lever with none."""
+    return tuple(sorted(
+        other for group in SPEED_FORMS if lever in group for other in group if other != lever
+    ))
 
 
 def conflicts() -> dict[frozenset[str], str]:

@@ -38,6 +38,9 @@ class Claim:
     pays: bool
     why: str  # judge's words: "pays: tokens/s 1.21x [1.18, 1.24]", "failed parity (...)"
     trial: Trial
+    # the lever the findings asked for, when this one is another form of it measured beside it
+    # (compile-model beside compile-blocks); None for a lever of the audit's own stack
+    alternative_of: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +48,7 @@ class Claim:
             "measured_ms": self.measured_ms, "pays": self.pays, "why": self.why,
             "tokens_per_s_ratio": self.trial.tokens_per_s_ratio,
             "tokens_per_s_ci95": self.trial.tokens_per_s_ci95, "parity": self.trial.parity,
+            "alternative_of": self.alternative_of,
         }
 
 
@@ -72,7 +76,12 @@ def _claimed_ms(findings: Sequence[Any], lever: str) -> tuple[float, tuple[str, 
 def measure_levers(
     findings: Sequence[Any], stack: Stack, measure: Measure, say: Callable[[str], None] = _ignore
 ) -> list[Claim]:
-    """Each lever of ``stack`` A/B'd alone against the baseline."""
+    """Each lever of ``stack`` A/B'd alone against the baseline, then each other form of those
+    levers that does the same job for speed (compile-model beside compile-blocks), so the
+    finding recommends the form that paid most on this step rather than the one its rule
+    names first."""
+    from levers.tune.candidates import speed_alternatives
+
     claims = []
     for lever in stack:
         say(f"measuring {lever} on this step (A/B against the baseline)")
@@ -80,7 +89,34 @@ def measure_levers(
         pays, why = judge(trial)
         claimed, codes = _claimed_ms(findings, lever)
         claims.append(Claim(lever, codes, claimed, trial.saved_ms, pays, why, trial))
+    measured = set(stack)
+    for claim in list(claims):
+        for other in speed_alternatives(claim.lever):
+            if other in measured:
+                continue
+            measured.add(other)
+            say(f"measuring {other}, the other form of {claim.lever}, on this step")
+            trial = measure((), (other,), None)
+            pays, why = judge(trial)
+            claims.append(Claim(other, claim.codes, claim.claimed_ms, trial.saved_ms, pays, why,
+                                trial, alternative_of=claim.lever))
     return claims
+
+
+def chosen_forms(claims: Sequence[Claim]) -> dict[str, Claim]:
+    """For each lever the findings asked for, the claim to act on: the form (itself or an
+    alternative measured beside it) that paid with the largest tokens/s ratio, else its own
+    claim (which did not pay)."""
+    out: dict[str, Claim] = {}
+    for claim in claims:
+        if claim.alternative_of is not None:
+            continue
+        forms = [claim, *(c for c in claims if c.alternative_of == claim.lever)]
+        paying = [c for c in forms if c.pays and c.measured_ms is not None]
+        out[claim.lever] = (
+            max(paying, key=lambda c: c.trial.tokens_per_s_ratio or 0.0) if paying else claim
+        )
+    return out
 
 
 def _measured_cost(finding: Any, claim: Claim, share: float) -> Any:
@@ -108,26 +144,37 @@ def apply_claims(findings: Sequence[Any], claims: Sequence[Claim]) -> list[Any]:
     """The findings with the measurements attached (costs, recommendation, message)."""
     from levers.audit.recommend import lever_ids
 
-    by_lever = {c.lever: c for c in claims}
+    chosen = chosen_forms(claims)
     out = []
     for finding in findings:
-        claim = next((by_lever[i] for i in lever_ids(finding) if i in by_lever), None)
-        if claim is None:
+        ids = lever_ids(finding)
+        asked = next((i for i in ids if i in chosen), None)
+        if asked is None:
             out.append(finding)
             continue
+        claim = chosen[asked]
         details = {**finding.details, MEASURED_KEY: claim.to_dict()}
+        message = finding.message
+        if claim.lever != asked:
+            own = next(c for c in claims if c.lever == asked)
+            details["levers"] = [claim.lever, *(i for i in ids if i != claim.lever)]
+            message = (
+                f"{message} Measured on this step: {claim.lever}, the other form of {asked}, "
+                f"{claim.why.removeprefix('pays: ')}; {asked} alone {own.why}."
+            )
         if not claim.pays or claim.measured_ms is None:
             out.append(dataclasses.replace(
                 finding,
-                message=f"{finding.message} Measured on this step: {claim.lever} {claim.why}; "
+                message=f"{message} Measured on this step: {claim.lever} {claim.why}; "
                 "not recommended.",
                 details={**details, "recommended": False},
             ))
             continue
-        own = finding.cost.saved_ms if finding.cost is not None else 0.0
-        share = own / claim.claimed_ms if claim.claimed_ms > 0 else 1.0 / max(len(claim.codes), 1)
+        own_ms = finding.cost.saved_ms if finding.cost is not None else 0.0
+        share = (own_ms / claim.claimed_ms if claim.claimed_ms > 0
+                 else 1.0 / max(len(claim.codes), 1))
         out.append(dataclasses.replace(
-            finding, cost=_measured_cost(finding, claim, share), details=details
+            finding, message=message, cost=_measured_cost(finding, claim, share), details=details
         ))
     return out
 
@@ -161,9 +208,16 @@ def measured_audit(
         findings, capture, step_ms=result.step_ms, weight=weight,
         workload_spec=workload_spec, set_items=set_items,
     )
-    paid = {c.lever: c for c in claims if c.pays}
+    chosen = chosen_forms(claims)
+    paid = {c.lever: c for c in chosen.values() if c.pays}
     notes = [f"{c.lever} measured on this step: {c.why}; not recommended" for c in claims
-             if not c.pays]
+             if not c.pays and c.alternative_of is None]
+    notes += [
+        f"{c.lever} measured on this step: {c.why}, but {chosen[c.lever].lever}, another form "
+        f"of it, paid more ({chosen[c.lever].trial.tokens_per_s_ratio:.3f}x)"
+        for c in claims
+        if c.alternative_of is None and c.pays and chosen[c.lever].lever != c.lever
+    ]
     stack = tuple(lever for lever in rec.levers if lever in paid)
     if len(stack) != len(rec.levers):
         unmeasured = [lever for lever in rec.levers if lever not in paid]

@@ -91,5 +91,22 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
     return measure
 
 
+def remembered(measure: Measure, memory: dict[tuple[Stack, Stack], Trial]) -> Measure:
+    """``measure`` that answers an A/B it already ran from ``memory`` (one Step's audit and
+    tune share their trials: the audit's measured claims are tune's first increments). A trial
+    the time budget cut short is run again, not remembered."""
+
+    def measure_once(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+        key = (tuple(base), tuple(stack))
+        if key in memory:
+            return memory[key]
+        trial = measure(base, stack, time_budget_s)
+        if trial.killed_kind != "time_budget":
+            memory[key] = trial
+        return trial
+
+    return measure_once
+
+
 def _one_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
