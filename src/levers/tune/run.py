@@ -132,13 +132,6 @@ def tune_step(
     if note:
         notes.append(note)
 
-    def recorded(trial: Trial) -> None:
-        if record_path is not None:
-            from levers.ab.record import append_event
-
-            append_event(record_path, {"event": RECORD_EVENT_TRIAL, "workload": step.spec,
-                                       "params": step.params, **trial.to_dict()})
-
     found = search(
         ordered,
         measure or ab_measure(step.spec, step.params, design),
@@ -146,7 +139,7 @@ def tune_step(
         skipped=skipped,
         clock=clock,
         say=say,
-        on_trial=recorded,
+        on_trial=record_trials(record_path, {"workload": step.spec, "params": step.params}),
     )
     result = TuneResult(
         workload=step.spec,
@@ -159,13 +152,33 @@ def tune_step(
         notes=tuple(notes),
     )
     if record_path is not None:
-        from levers.ab.environment import environment
-        from levers.ab.record import append_event
-
-        append_event(
-            Path(record_path),
-            {"event": RECORD_EVENT_RESULT, **result.to_dict(),
-             "environment": environment(result.device)},
-        )
+        record_result(record_path, result)
     return result
+
+
+def record_trials(
+    record_path: str | os.PathLike | None, head: dict[str, Any]
+) -> Callable[[Trial], None]:
+    """The search's ``on_trial``: each A/B appended to the record as it finishes, after
+    ``head`` (what was tuned)."""
+
+    def recorded(trial: Trial) -> None:
+        if record_path is not None:
+            from levers.ab.record import append_event
+
+            append_event(record_path, {"event": RECORD_EVENT_TRIAL, **head, **trial.to_dict()})
+
+    return recorded
+
+
+def record_result(record_path: str | os.PathLike, result: TuneResult) -> None:
+    """The answer appended to the record, with the environment it was found in."""
+    from levers.ab.environment import environment
+    from levers.ab.record import append_event
+
+    append_event(
+        Path(record_path),
+        {"event": RECORD_EVENT_RESULT, **result.to_dict(),
+         "environment": environment(result.device)},
+    )
 

@@ -468,7 +468,7 @@ def tune_script(
         LeversError: the script ends before its steps are timed; StepError: it fails there.
     """
     from levers.levers import load_all
-    from levers.tune.run import RECORD_EVENT_RESULT, RECORD_EVENT_TRIAL, catalogue_rows, gpu_only_note
+    from levers.tune.run import catalogue_rows, gpu_only_note, record_result, record_trials
 
     display = shlex.join(command)
     registry = load_all()
@@ -516,13 +516,6 @@ def tune_script(
         loosest = tolerance_of(tuple(c.lever for c in ordered)) if ordered else None
         not_tried = _unrepeatable(repeat, loosest, design) if loosest is not None else None
 
-        def recorded(trial: Trial) -> None:
-            if record_path is not None:
-                from levers.ab.record import append_event
-
-                append_event(record_path, {"event": RECORD_EVENT_TRIAL, "workload": display,
-                                           "script": list(command), **trial.to_dict()})
-
         if not_tried is not None:
             found = _nothing_tried(ordered, skipped, not_tried, budget_s, clock() - start)
         else:
@@ -534,7 +527,9 @@ def tune_script(
                 skipped=skipped,
                 clock=clock,
                 say=say,
-                on_trial=recorded,
+                on_trial=record_trials(
+                    record_path, {"workload": display, "script": list(command)}
+                ),
             )
             found = replace(found, budget_s=budget_s, spent_s=clock() - start)
     result = TuneResult(
@@ -550,14 +545,7 @@ def tune_script(
         not_tried=not_tried,
     )
     if record_path is not None:
-        from levers.ab.environment import environment
-        from levers.ab.record import append_event
-
-        append_event(
-            Path(record_path),
-            {"event": RECORD_EVENT_RESULT, **result.to_dict(),
-             "environment": environment(result.device)},
-        )
+        record_result(record_path, result)
     return result
 
 
