@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from levers.cli import main
-from levers.tune.script import ScriptDesign, subprocess_runner
 from levers.tune.measure import TrialDesign
+from levers.tune.script import ScriptDesign, subprocess_runner
 from tests.integrations.conftest import SCRIPTS
 
 pytestmark = [
