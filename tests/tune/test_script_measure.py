@@ -195,7 +195,8 @@ def test_a_script_that_ends_or_fails_before_its_steps_is_refused_with_why():
         checked_baseline(ended, "python train.py", DESIGN)
     raised = SideRun.from_document(
         (), {"complete": False, "num_steps": 1, "exit_code": 1,
-             "script_error": "RuntimeError: data shard missing", "error": "RuntimeError: data shard missing"},
+             "script_error": "RuntimeError: data shard missing",
+             "error": "RuntimeError: data shard missing"},
         log_tail="Traceback ...\nRuntimeError: data shard missing",
     )
     with pytest.raises(StepError, match="failed before levers tune could time its steps .*"

@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "script_command", None) is not None:
         return _run_script(args)
     if args.rounds is not None:
-        raise LeversError("--rounds is for a script after --; a workload's A/Bs alternate its steps")
+        raise LeversError(
+            "--rounds is for a script after --; a workload's A/Bs alternate its steps"
+        )
     if args.workload is None:
         raise LeversError("name the WORKLOAD to tune (e.g. levers tune demo --budget 2m)")
     try:

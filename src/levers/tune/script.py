@@ -399,8 +399,9 @@ def script_measure(
         started = clock()
         base_runs: list[SideRun] = []
         cand_runs: list[SideRun] = []
+        sides = ((base, base_runs, "baseline"), (stack, cand_runs, "candidate"))
         for _ in range(design.rounds):
-            for side, runs, name in ((base, base_runs, "baseline"), (stack, cand_runs, "candidate")):
+            for side, runs, name in sides:
                 left = None if time_budget_s is None else time_budget_s - (clock() - started)
                 if left is not None and left <= 0:
                     return _out_of_time(base, stack, name, clock() - started)
@@ -408,7 +409,8 @@ def script_measure(
                 if run.timed_out:
                     return _out_of_time(base, stack, name, clock() - started)
                 if not run.complete:
-                    what = "the stack" if name == "candidate" else f"the baseline side ({','.join(side) or 'no levers'})"
+                    what = ("the stack" if name == "candidate" else
+                            f"the baseline side ({','.join(side) or 'no levers'})")
                     return failed(base, stack, f"{what} failed in the script: {run.error}",
                                   clock() - started)
                 runs.append(run)
