@@ -257,3 +257,9 @@ def test_unknown_levers_are_refused_before_the_script_runs():
     with pytest.raises(ValueError, match="unknown lever 'nope'"):
         tune_script(["python", "train.py"], budget_s=60, only=["nope"], run_side=script)
     assert script.calls == []
+
+
+def test_the_audit_may_print_levers_tune_for_a_script():
+    from levers.audit.recommend import tune_takes_scripts
+
+    assert tune_takes_scripts() is True
