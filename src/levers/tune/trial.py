@@ -45,6 +45,9 @@ class Trial:
     error: str | None = None  # the stack could not be built (a lever does not apply, raised)
     wall_s: float = 0.0
     warnings: tuple[str, ...] = ()
+    # the sides process different tokens per step (raise-batch): judged per token, as ab judges
+    # it; one-step parity and step time differ by design and are shown, not judged
+    tokens_differ: bool = False
     ab: Any = field(default=None, repr=False, compare=False)  # the AbResult, when there is one
 
     @property
@@ -53,9 +56,13 @@ class Trial:
 
     @property
     def saved_ms(self) -> float | None:
-        """Median step time saved per step (negative when the candidate is slower)."""
+        """Median step time saved per step (negative when the candidate is slower); for sides
+        of different tokens per step, the baseline's step time saved at the candidate's
+        tokens/s."""
         if self.step_ms is None:
             return None
+        if self.tokens_differ and self.tokens_per_s_ratio:
+            return self.step_ms[0] * (1.0 - 1.0 / self.tokens_per_s_ratio)
         return self.step_ms[0] - self.step_ms[1]
 
     @property
@@ -76,12 +83,13 @@ def _ci_words(ratio: float, ci: tuple[float, float], what: str) -> str:
 def judge(trial: Trial) -> tuple[bool, str]:
     """(paid, why): paid only when the A/B ran to its end, parity held (and quality did not
     drop), and the CI95 of the tokens/s ratio lies above 1 (of the step-time ratio below 1 when
-    the workload counts no tokens)."""
+    the workload counts no tokens). Sides of different tokens per step (raise-batch) are judged
+    per token, as ab judges them: tokens/s and quality, not one-step parity."""
     if trial.error is not None:
         return False, trial.error
     if trial.killed is not None:
         return False, f"the A/B was stopped: {trial.killed}"
-    if trial.parity != PARITY:
+    if trial.parity != PARITY and not trial.tokens_differ:
         why = "failed parity" if trial.parity == DAMAGED else "parity could not be checked"
         return False, f"{why} ({trial.parity_note})" if trial.parity_note else why
     if trial.quality == DAMAGED:
@@ -135,6 +143,8 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
     if timed.baseline is not None and timed.candidate is not None:
         step_ms = (timed.baseline.median, timed.candidate.median)
     quality = result.quality
+    sides = (result.baseline, result.candidate)
+    per_step = [getattr(side, "tokens_per_step", None) for side in sides]
     return Trial(
         base=base,
         stack=stack,
@@ -154,5 +164,6 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         killed_kind=result.killed.kind if result.killed is not None else None,
         wall_s=result.wall_s,
         warnings=tuple(result.warnings),
+        tokens_differ=None not in per_step and per_step[0] != per_step[1],
         ab=result,
     )
