@@ -5,17 +5,20 @@ tests/tune/test_script_tune.py runs the real script."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 
 import pytest
 from fakes import FakeAb
+from rich.console import Console
 
 from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
 from levers.errors import LeversError, StepError
 from levers.levers import load_all
 from levers.tune.candidates import NEEDS_FACTORY
 from levers.tune.measure import TrialDesign
+from levers.tune.render import print_tune
 from levers.tune.script import (
     NOT_REPEATABLE,
     ScriptDesign,
@@ -250,6 +253,10 @@ def test_an_unrepeatable_script_is_answered_without_a_b(tmp_path):
     assert {o.reason for o in result.outcomes if o.lever == "inplace-scatter"} == {
         "not tried: parity cannot be checked on this script"
     }
+    shown = io.StringIO()
+    print_tune(result, Console(file=shown, width=400))
+    assert "nothing tried: parity cannot be checked on this script" in shown.getvalue()
+    assert "nothing pays here" not in shown.getvalue()
 
 
 def test_unknown_levers_are_refused_before_the_script_runs():

@@ -519,7 +519,7 @@ def tune_script(
         not_tried = _unrepeatable(repeat, loosest, design) if loosest is not None else None
 
         if not_tried is not None:
-            found = _nothing_tried(ordered, skipped, not_tried, budget_s, clock() - start)
+            found = _nothing_tried(ordered, skipped, budget_s, clock() - start)
         else:
             found = search(
                 ordered,
@@ -585,12 +585,13 @@ def _unrepeatable(
 
 
 def _nothing_tried(
-    ordered: Sequence[Any], skipped: Sequence[Skipped], why: str, budget_s: float, spent_s: float
+    ordered: Sequence[Any], skipped: Sequence[Skipped], budget_s: float, spent_s: float
 ) -> SearchResult:
+    """The search's answer when no A/B can run (``TuneResult.not_tried`` says why)."""
     outcomes = [Outcome(c.lever, False, "not tried: parity cannot be checked on this script",
                         source=c.source) for c in ordered]
     outcomes += [Outcome(s.lever, False, s.reason) for s in skipped]
     return SearchResult(
         stack=(), proof=None, outcomes=tuple(outcomes), trials=(), budget_s=budget_s,
-        spent_s=spent_s, out_of_budget=False, notes=(why,),
+        spent_s=spent_s, out_of_budget=False,
     )
