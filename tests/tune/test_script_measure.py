@@ -237,6 +237,12 @@ def test_tune_script_keeps_what_pays_and_says_why_the_rest_was_left_out(tmp_path
     assert outcomes["raise-batch"].reason == NEEDS_FACTORY
     assert outcomes["windowed-peak-metric"].reason == f"does not apply: {WRAPS}"
     assert outcomes["ac-full"].reason.startswith("slower")
+    shown = io.StringIO()
+    print_tune(result, Console(file=shown, width=400))
+    text = shown.getvalue()
+    assert "levers tune -- python train.py --steps 40 on cpu" in text
+    assert "proven stack: inplace-scatter" in text
+    assert f"  {result.apply_line}\n" in text and f"  {result.reproduce_command}\n" in text
     events = [json.loads(line) for line in record.read_text().splitlines()]
     assert [e["event"] for e in events] == ["tune-trial"] * len(fake.calls) + ["tune-result"]
     assert events[-1]["script"] == ["python", "train.py", "--steps", "40"]
