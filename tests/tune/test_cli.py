@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from levers.cli import main
 
 FIXTURE = str(Path(__file__).parents[1] / "fixtures" / "my_workload.py") + ":factory"
@@ -20,13 +22,36 @@ def test_an_unknown_lever_exits_2(capsys, tmp_path):
     assert "unknown lever 'nope'" in capsys.readouterr().err
 
 
-def test_the_script_form_says_what_it_cannot_do_and_what_to_do_instead(capsys, tmp_path):
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["demo", "--"], "got both a workload (demo) and a script"),
+        (["--set", "batch_size=8", "--"], "--set sets a factory's parameters"),
+        (["--parity-steps", "40", "--"], "--parity-steps 40 compares more steps"),
+        (["--budget", "soon", "--"], "write the budget as 10m"),
+        (["--json", "{tmp}/train.py/x.json", "--"], "cannot write"),
+        (["--record", "{tmp}", "--"], "record"),
+    ],
+)
+def test_the_script_form_refuses_bad_input_before_the_script_runs(capsys, tmp_path, argv, says):
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('must not run')\n")
-    assert main(["tune", "--", "python", str(script)]) == 2
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    assert main(["tune", *argv, "python", str(script)]) == 2
     err = capsys.readouterr().err
-    assert "cannot tune a script after -- yet" in err
-    assert "levers tune path/to/train.py:factory" in err
+    assert says in err and "must not run" not in err
+
+
+def test_the_script_form_needs_a_script_that_exists(capsys):
+    assert main(["tune", "--"]) == 2
+    assert "nothing after --" in capsys.readouterr().err
+    assert main(["tune", "--", "python", "no_such_train.py"]) == 2
+    assert "no such script: no_such_train.py" in capsys.readouterr().err
+
+
+def test_rounds_are_for_a_script(capsys):
+    assert main(["tune", "demo", "--rounds", "2"]) == 2
+    assert "--rounds is for a script after --" in capsys.readouterr().err
 
 
 def test_a_run_prints_every_lever_s_fate_and_appends_the_record(capsys, tmp_path):

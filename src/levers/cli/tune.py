@@ -3,30 +3,24 @@
     levers tune WORKLOAD [--set K=V ...] [--budget 10m] [--lever A,B] [--exclude C]
                 [--steps N] [--warmup W] [--parity-steps K] [--resamples R] [--seed S]
                 [--record FILE] [--json FILE] [--no-audit]
+    levers tune [the same options] [--rounds R] -- python train.py [its arguments]
 
-Parses, calls :meth:`levers.Step.tune`, renders; nothing else (the logic is in
-:mod:`levers.tune`). Exit codes: 0 the search ran (a stack, or "nothing pays here"); 2 bad input;
-3 the workload's step raised.
+Parses, calls :meth:`levers.Step.tune` (for a script, :func:`levers.tune.script.tune_script`),
+renders; nothing else (the logic is in :mod:`levers.tune`). Exit codes: 0 the search ran (a
+stack, or "nothing pays here"); 2 bad input; 3 the workload's step (or the script) raised.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from levers.errors import LeversError
 from levers.cli.options import add_set_argument, count
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
 
-SCRIPT_NOT_YET = (
-    "levers tune cannot tune a script after -- yet: each of its A/Bs builds the step again, "
-    "with and without the levers, and a script builds its model as it runs. Wrap the model, "
-    "optimizer and step in a factory (def factory(): ... return levers.Workload(model=..., "
-    "step=..., optimizer=...)) and run levers tune path/to/train.py:factory. For the script "
-    "itself, levers audit -- python train.py names the levers to try, and levers.apply(model, "
-    "'A,B', optimizer=opt) applies a stack inside it"
-)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -40,7 +34,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "proven against the baseline, within a time budget. Prints the stack, the line that "
             "applies it and the levers ab command that reproduces it; appends a record."
         ),
-        epilog="Example: levers tune demo --budget 2m | levers tune train.py:factory --set batch_size=8",
+        epilog=(
+            "Example: levers tune demo --budget 2m | levers tune train.py:factory --set "
+            "batch_size=8 | levers tune --budget 20m -- python train.py --steps 100 (a script: "
+            "each side of each A/B is a fresh run of it, the levers applied inside it after its "
+            "first optimizer steps; it must run at least 2 + --warmup + --steps/--rounds steps)"
+        ),
     )
     parser.add_argument(
         "workload",
@@ -67,6 +66,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--resamples", type=count, metavar="R", help="bootstrap resamples per CI (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workloads and the bootstrap")
     parser.add_argument(
+        "--rounds", type=count, metavar="R",
+        help="a script after --: runs of each side per A/B, alternating A B A B (default 2); "
+        "--steps are shared between them",
+    )
+    parser.add_argument(
         "--no-audit", dest="audit", action="store_false",
         help="take the candidates from the catalogue alone (no capture of the step)",
     )
@@ -87,13 +91,15 @@ def run(args: argparse.Namespace) -> int:
     import levers
     from levers.capture.json_io import check_writable
     from levers.loader import parse_set
-    from levers.output.console import say_wrote
     from levers.output.progress import progress_status
     from levers.tune.budget import parse_duration_s
-    from levers.tune.render import print_tune
 
     if getattr(args, "script_command", None) is not None:
-        raise LeversError(SCRIPT_NOT_YET)
+        return _run_script(args)
+    if args.rounds is not None:
+        raise LeversError(
+            "--rounds is for a script after --; a workload's A/Bs alternate its steps"
+        )
     if args.workload is None:
         raise LeversError("name the WORKLOAD to tune (e.g. levers tune demo --budget 2m)")
     try:
@@ -122,12 +128,77 @@ def run(args: argparse.Namespace) -> int:
             )
     except ValueError as exc:
         raise LeversError(str(exc)) from None
+    return _show(result, args)
+
+
+def _run_script(args: argparse.Namespace) -> int:
+    """``levers tune [options] -- python train.py``: every check before the first run."""
+    from levers.capture.json_io import check_writable
+    from levers.integrations.script import parse_command
+    from levers.output.progress import progress_status
+    from levers.tune.budget import parse_duration_s
+    from levers.tune.measure import TrialDesign
+    from levers.tune.script import DEFAULT_ROUNDS, ScriptDesign, tune_script
+
+    if args.workload is not None:
+        raise LeversError(
+            f"levers tune got both a workload ({args.workload}) and a script after --; give one"
+        )
+    if args.set_items:
+        raise LeversError(
+            "--set sets a factory's parameters; a script takes its own arguments after -- "
+            "(levers tune -- python train.py --batch-size 8)"
+        )
+    command = parse_command(args.script_command)
+    words = ["python", "-m", command.target] if command.is_module else ["python", command.target]
+    try:
+        budget_s = parse_duration_s(args.budget)
+    except ValueError as exc:
+        raise LeversError(f"--budget: {exc}") from None
+    try:
+        defaults = TrialDesign()
+        design = ScriptDesign(
+            trial=TrialDesign(
+                steps=defaults.steps if args.steps is None else args.steps,
+                warmup=defaults.warmup if args.warmup is None else args.warmup,
+                parity_steps=(defaults.parity_steps if args.parity_steps is None
+                              else args.parity_steps),
+                resamples=defaults.resamples if args.resamples is None else args.resamples,
+                seed=args.seed,
+            ),
+            rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds,
+        )
+    except ValueError as exc:
+        raise LeversError(str(exc)) from None
+    if args.json_path is not None:
+        check_writable(args.json_path, make_parents=True)
+    try:
+        with progress_status() as progress:
+            result = tune_script(
+                [*words, *command.args],
+                budget_s=budget_s,
+                only=_ids(args.levers) or None,
+                exclude=_ids(args.exclude),
+                design=design,
+                use_audit=args.audit,
+                record_path=args.record,
+                say=progress.say,
+            )
+    except ValueError as exc:
+        raise LeversError(str(exc)) from None
+    return _show(result, args)
+
+
+def _show(result: Any, args: argparse.Namespace) -> int:
+    """Print the answer; say where the record (and the JSON) went."""
+    from levers.ab.record import to_json
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
+    from levers.tune.render import print_tune
+
     print_tune(result)
     say_wrote(args.record)
     if args.json_path is not None:
-        from levers.ab.record import to_json
-        from levers.output.atomic import atomic_write_text
-
         atomic_write_text(args.json_path, to_json(result.to_dict()) + "\n", make_parents=True)
         say_wrote(args.json_path)
     return 0

@@ -64,6 +64,7 @@ class ScriptRun:
         exit_code: the script's own exit code; 0 when levers stopped it after the capture.
         stopped: levers stopped the script after the capture.
         saw: one line on how far the run got (for a run that captured nothing).
+        error: the script's exception as Python's last traceback line says it, or None.
     """
 
     capture: Capture | None
@@ -72,6 +73,7 @@ class ScriptRun:
     exit_code: int
     stopped: bool
     saw: str
+    error: str | None = None
 
 
 def parse_command(words: list[str]) -> ScriptCommand:
@@ -114,10 +116,13 @@ def run_script(
     keep_running: bool = False,
     tokens_per_step: int | None = None,
     progress: Callable[[int, str], None] | None = None,
+    on_step: Callable[[int, Any], None] | None = None,
 ) -> ScriptRun:
     """Run the script, capture one whole step after ``warmup`` (+ ``timed``) optimizer steps.
 
-    A KeyboardInterrupt propagates (the CLI turns it into exit 130).
+    ``on_step(num_steps, optimizer)`` is called at every step boundary (see
+    :class:`levers.integrations.steps.StepWatcher`). A KeyboardInterrupt propagates (the CLI
+    turns it into exit 130).
     """
 
     def captured(_capture: Capture) -> None:
@@ -132,9 +137,11 @@ def run_script(
         tokens_per_step=tokens_per_step,
         on_captured=captured,
         progress=progress,
+        on_step=on_step,
     )
     stopped = False
     exit_code = 0
+    error = None
     with watcher, _script_environment(command):
         try:
             if command.is_module:
@@ -150,6 +157,7 @@ def run_script(
         except BaseException as exc:  # noqa: BLE001 - the script's own failure, shown as its own
             _print_script_traceback(exc)
             exit_code = 1
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         finally:
             sys.stdout.flush()
     return ScriptRun(
@@ -159,6 +167,7 @@ def run_script(
         exit_code=exit_code,
         stopped=stopped,
         saw=watcher.saw(),
+        error=error,
     )
 
 

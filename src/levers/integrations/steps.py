@@ -108,7 +108,9 @@ class StepWatcher:
     """Counts optimizer steps and captures the whole step after ``warmup + timed`` of them.
 
     ``on_captured(capture)`` is called in the optimizer post hook that ends the captured step;
-    it may raise :class:`StopTraining` to end the run there.
+    it may raise :class:`StopTraining` to end the run there. ``on_step(num_steps, optimizer)``
+    is called at every step boundary (the end of a primary optimizer step) before the capture's
+    own bookkeeping; it may raise :class:`StopTraining` too.
     """
 
     def __init__(
@@ -122,6 +124,7 @@ class StepWatcher:
         tokens_per_step: int | None = None,
         on_captured: Callable[[Capture], None] | None = None,
         progress: Callable[[int, str], None] | None = None,
+        on_step: Callable[[int, torch.optim.Optimizer], None] | None = None,
     ) -> None:
         if warmup < 1:
             raise ValueError(
@@ -137,6 +140,7 @@ class StepWatcher:
         self.tokens_per_step = tokens_per_step
         self.on_captured = on_captured
         self.progress = progress
+        self.on_step = on_step
         self.num_steps = 0  # primary optimizer steps seen
         self.capture: Capture | None = None
         self.workload: Workload | None = None
@@ -249,6 +253,8 @@ class StepWatcher:
 
     def _boundary(self, optimizer: torch.optim.Optimizer) -> None:
         self.num_steps += 1
+        if self.on_step is not None:
+            self.on_step(self.num_steps, optimizer)
         start_capture = self.warmup + self.timed
         if self.warmup < self.num_steps <= start_capture:
             self._sync()

@@ -11,6 +11,6 @@
 tune composes ab: it never times anything itself.
 """
 
-# `levers tune -- python train.py` refuses today (a script cannot be rebuilt per side); the audit
-# reads this before it prints that command as a next step
-TAKES_SCRIPTS = False
+# `levers tune -- python train.py` runs each side as a fresh run of the script (levers.tune.script);
+# the audit reads this before it prints that command as a next step
+TAKES_SCRIPTS = True

@@ -11,6 +11,9 @@ Levers that exclude each other (two forms of compile, two checkpointing policies
 fails together) form one *group*: the search tries the members as alternatives at the place of
 the group's first member and keeps at most one of them.
 
+A script (``levers tune -- python train.py``) has no factory: a lever that changes the
+factory's parameters (raise-batch, the batch) is left out there as needing one.
+
 This module is pure: the workload is seen only through ``applies_of(lever) -> reason | None``.
 """
 
@@ -32,6 +35,11 @@ MEMORY_FORMS: tuple[frozenset[str], ...] = (
 )
 EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
+NEEDS_FACTORY = (
+    "it needs a factory: it changes the factory's batch parameter, and a script builds its "
+    "batches itself; wrap the model, optimizer and step in a factory (README.md, Workloads) and "
+    "run levers tune path/to/train.py:factory, or change the script's own batch size and compare"
+)
 
 
 @dataclass(frozen=True)
@@ -137,16 +145,21 @@ def candidates(
     only: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
     ab_prefix: str = "levers ab WORKLOAD",
+    from_audit: Mapping[str, tuple[float, str]] | None = None,
+    factory: bool = True,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """The levers to try, best expected first, and those left out with the reason.
 
     ``only`` restricts the search to these ids (``--lever``); ``exclude`` leaves ids out
     (``--exclude``). Unknown ids in either are refused (ValueError) before anything runs.
     ``ab_prefix`` is the ``levers ab`` command of this workload (spec and ``--set`` items), for
-    the levers that must be proven on their own.
+    the levers that must be proven on their own. ``from_audit`` gives the audit's expectations
+    already computed (:func:`audit_expectations`, in the process that ran the audit) in place of
+    ``findings``; ``factory=False`` (a script) leaves out the levers on the factory's parameters.
     """
     check_ids(registry, [*(only or ()), *exclude])
-    from_audit = audit_expectations(findings, step_ms)
+    if from_audit is None:
+        from_audit = audit_expectations(findings, step_ms)
     from_catalogue = catalogue_expectations(catalogue_rows)
     tried: list[tuple[tuple, Candidate]] = []
     skipped: list[Skipped] = []
@@ -157,7 +170,7 @@ def candidates(
         if lever_id in exclude:
             skipped.append(Skipped(lever_id, "left out with --exclude"))
             continue
-        reason = _left_out(lever, applies_of, on_gpu, ab_prefix)
+        reason = _left_out(lever, applies_of, on_gpu, ab_prefix, factory)
         if reason is not None:
             skipped.append(Skipped(lever_id, reason))
             continue
@@ -174,8 +187,11 @@ def candidates(
 
 
 def _left_out(
-    lever: Any, applies_of: Callable[[Any], str | None], on_gpu: bool, ab_prefix: str
+    lever: Any, applies_of: Callable[[Any], str | None], on_gpu: bool, ab_prefix: str,
+    factory: bool,
 ) -> str | None:
+    if getattr(lever, "choose_params", None) is not None and not factory:
+        return NEEDS_FACTORY
     if getattr(lever, "choose_params", None) is not None:
         return (
             "it changes the factory's parameters (the batch), so its steps are not the "

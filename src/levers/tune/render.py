@@ -50,7 +50,9 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
         + (" (the budget ran out)" if search.out_of_budget else ""),
     )
     say()
-    if result.nothing_pays:
+    if result.not_tried is not None:
+        say(f"nothing tried: {result.not_tried}", style="bold")
+    elif result.nothing_pays:
         say("nothing pays here: no lever made this step faster with parity held", style="bold")
     else:
         say(f"proven stack: {','.join(result.stack)}", style="bold green")
@@ -59,10 +61,13 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
         say()
         say("apply it in your script:")
         say(f"  {result.apply_line}")
+        if result.script is not None:
+            say("  (once the model and the optimizer are built, before the training loop; "
+                "model and opt are your script's own names for them)")
         if result.wraps_step:
             say("  (a lever wraps the step: call handle.step() in place of train_step())")
         say("reproduce the proof:")
-        say(f"  {result.ab_command}")
+        say(f"  {result.reproduce_command}")
     say()
     say("levers considered:")
     for outcome in search.outcomes:

@@ -40,13 +40,24 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
     return audited.findings, audited.result.step_ms, []
 
 
-def _catalogue_rows() -> list[Any]:
+def catalogue_rows() -> list[Any]:
     from levers.levers.catalogue import read_catalogue
 
     try:
         return read_catalogue()
     except (OSError, ValueError, KeyError):
         return []  # no committed measurements: every lever is tried without an expectation
+
+
+def gpu_only_note(skipped: Sequence[Any], device: str) -> str | None:
+    """The note on the levers left out because their speed-up exists only on a GPU."""
+    gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
+    if not gpu_only:
+        return None
+    return (
+        f"{len(gpu_only)} lever(s) whose speed-up exists only on a GPU were left out on this "
+        f"{device} run ({', '.join(gpu_only)}): run levers tune on a GPU for them"
+    )
 
 
 def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
@@ -110,26 +121,16 @@ def tune_step(
         lambda lever: lever.applies(target_of(workload)),
         findings=findings,
         step_ms=step_ms,
-        catalogue_rows=_catalogue_rows(),
+        catalogue_rows=catalogue_rows(),
         on_gpu=on_gpu,
         only=only,
         exclude=exclude,
         ab_prefix=ab_prefix(step.spec, shown_items),
     )
 
-    gpu_only = [s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)]
-    if gpu_only:
-        notes.append(
-            f"{len(gpu_only)} lever(s) whose speed-up exists only on a GPU were left out on this "
-            f"{workload.device} run ({', '.join(gpu_only)}): run levers tune on a GPU for them"
-        )
-
-    def recorded(trial: Trial) -> None:
-        if record_path is not None:
-            from levers.ab.record import append_event
-
-            append_event(record_path, {"event": RECORD_EVENT_TRIAL, "workload": step.spec,
-                                       "params": step.params, **trial.to_dict()})
+    note = gpu_only_note(skipped, str(workload.device))
+    if note:
+        notes.append(note)
 
     found = search(
         ordered,
@@ -138,7 +139,7 @@ def tune_step(
         skipped=skipped,
         clock=clock,
         say=say,
-        on_trial=recorded,
+        on_trial=record_trials(record_path, {"workload": step.spec, "params": step.params}),
     )
     result = TuneResult(
         workload=step.spec,
@@ -151,13 +152,33 @@ def tune_step(
         notes=tuple(notes),
     )
     if record_path is not None:
-        from levers.ab.environment import environment
-        from levers.ab.record import append_event
-
-        append_event(
-            Path(record_path),
-            {"event": RECORD_EVENT_RESULT, **result.to_dict(),
-             "environment": environment(result.device)},
-        )
+        record_result(record_path, result)
     return result
+
+
+def record_trials(
+    record_path: str | os.PathLike | None, head: dict[str, Any]
+) -> Callable[[Trial], None]:
+    """The search's ``on_trial``: each A/B appended to the record as it finishes, after
+    ``head`` (what was tuned)."""
+
+    def recorded(trial: Trial) -> None:
+        if record_path is not None:
+            from levers.ab.record import append_event
+
+            append_event(record_path, {"event": RECORD_EVENT_TRIAL, **head, **trial.to_dict()})
+
+    return recorded
+
+
+def record_result(record_path: str | os.PathLike, result: TuneResult) -> None:
+    """The answer appended to the record, with the environment it was found in."""
+    from levers.ab.environment import environment
+    from levers.ab.record import append_event
+
+    append_event(
+        Path(record_path),
+        {"event": RECORD_EVENT_RESULT, **result.to_dict(),
+         "environment": environment(result.device)},
+    )
 
