@@ -1,5 +1,5 @@
 """The trial child of ``levers tune -- python train.py`` (``python -m
-levers.integrations.script_trial``): one run of an unchanged script, the levers applied inside it
+levers.cli.script_trial``): one run of an unchanged script, the levers applied inside it
 after its warm-up steps, and the JSON it writes. Each test runs the plain-loop fixture script in
 a fresh process, as levers tune does."""
 
@@ -23,7 +23,7 @@ def _side(tmp_path, *options: str, script_args: tuple[str, ...] = ("--steps", "2
     out = tmp_path / "side.json"
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     done = subprocess.run(
-        [sys.executable, "-m", "levers.integrations.script_trial", "--out", str(out),
+        [sys.executable, "-m", "levers.cli.script_trial", "--out", str(out),
          "--warmup", "2", "--compile-steps", "1", "--steps", "3", *options,
          "--", "python", str(LOOP), *script_args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,

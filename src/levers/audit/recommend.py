@@ -173,8 +173,8 @@ def recommend(
 
 
 def tune_takes_scripts() -> bool:
-    """Whether this installation's ``levers tune`` takes a script after ``--`` (today it asks
-    for a factory instead, so the audit does not print a command that would refuse)."""
+    """Whether this installation's ``levers tune`` takes a script after ``--`` (a build whose
+    tune asks for a factory instead gets no such command printed, since it would refuse)."""
     try:
         from levers.tune import TAKES_SCRIPTS
     except ImportError:

@@ -1,7 +1,7 @@
 """One side of a ``levers tune -- python train.py`` A/B: the script run once, in this process,
 with levers applied inside it.
 
-    python -m levers.integrations.script_trial --out side.json [--levers A,B] [--warmup W]
+    python -m levers.cli.script_trial --out side.json [--levers A,B] [--warmup W]
         [--compile-steps C] [--steps T] [--probe] [--audit] -- python train.py [its arguments]
 
 A private entry point: ``levers tune`` (:mod:`levers.tune.script`) starts one fresh process per
@@ -35,12 +35,12 @@ script's exception, or a lever that could not be applied) and ``num_steps`` (how
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -256,23 +256,21 @@ def _one_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    argv = list(argv)
-    if "--" not in argv:
-        raise SystemExit("levers.integrations.script_trial: give the script after --")
-    cut = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m levers.integrations.script_trial")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--levers", default="")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--compile-steps", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--probe", action="store_true")
-    parser.add_argument("--audit", action="store_true")
-    return parser.parse_args(argv[:cut]), argv[cut + 1:]
+@dataclass(frozen=True)
+class SideArgs:
+    """What one run of a side is asked to do (the child's command line, read by
+    :mod:`levers.cli.script_trial`)."""
+
+    out: str
+    levers: str = ""
+    warmup: int = 2
+    compile_steps: int = 3
+    steps: int = 10
+    probe: bool = False
+    audit: bool = False
 
 
-def run_side(args: argparse.Namespace, words: list[str]) -> dict[str, Any]:
+def run_side(args: SideArgs, words: list[str]) -> dict[str, Any]:
     """Run the script once as the side ``args`` asks; the JSON document it writes."""
     from levers.integrations.script import parse_command, run_script
 
@@ -322,10 +320,10 @@ def _audit_expectations(capture: Any) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_and_write(args: SideArgs, words: list[str]) -> int:
+    """Run the side and write its JSON to ``args.out`` (atomically); an error is said there."""
     from levers.output.atomic import atomic_write_text
 
-    args, words = _parse(sys.argv[1:] if argv is None else argv)
     try:
         data = run_side(args, words)
     except Exception as exc:  # noqa: BLE001 - said in the JSON: the parent reads nothing else
@@ -333,7 +331,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "error": f"{type(exc).__name__}: {_one_line(exc)}", "num_steps": 0}
     atomic_write_text(args.out, json.dumps(data, indent=1) + "\n", make_parents=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,8 +3,8 @@ script.
 
 A factory can build its workload again for each side of an A/B; a script builds its model as it
 runs. So each side of each A/B here is one run of the script in a fresh process
-(``python -m levers.integrations.script_trial``), which applies the side's levers in-process
-after the script's first optimizer steps, times the next ones and writes what it saw as JSON
+(``python -m levers.cli.script_trial``), which applies the side's levers in-process after the
+script's first optimizer steps, times the next ones and writes what it saw as JSON
 (:mod:`levers.integrations.script_trial`). This module starts those runs and compares them:
 
 - **Before the search**, one run without levers (the *probe*) finds the model from the
@@ -70,7 +70,7 @@ DEFAULT_ROUNDS = 2
 # the script's own optimizer steps before the levers are applied (its data workers, allocator
 # growth and lazily created optimizer state come first, as for the audit's capture)
 SCRIPT_WARMUP = 2
-TRIAL_MODULE = "levers.integrations.script_trial"
+TRIAL_MODULE = "levers.cli.script_trial"  # its command line; the run: integrations.script_trial
 NOT_REPEATABLE = "not checked: the script's steps are not repeatable"
 _LOG_TAIL_LINES = 15
 
