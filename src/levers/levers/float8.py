@@ -41,9 +41,10 @@ later (Ada, Hopper, Blackwell). Torch also runs float8 matmuls on a CPU, slowly:
 convert and train there.
 
 Fix safety: changes numerics (e4m3 keeps 3 mantissa bits; the dynamic scales keep the range).
-Tolerance checked: 5e-2 relative on losses and gradients, in fp32 on a CPU over two steps of a
-small llama (tests/levers/test_float8.py); its proof is the quality read of ``levers ab`` (the
-held-out loss of the built-in workloads, paired).
+Tolerance checked: 1e-3 relative on the losses and 0.15 on each gradient (tensorwise casts the
+backward's gradients to e5m2, 2 mantissa bits), in fp32 on a CPU over two steps of a small llama
+(tests/levers/test_float8.py). Its proof is the quality read of ``levers ab`` (the held-out loss
+of the built-in workloads, paired over the run's steps), not a one-step parity.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ SMALL = {
     "rowwise": "N <= 2048, K <= 1024, or N <= 4096 and K <= 2048",
 }
 INSTALL = "torchao is not installed (pip install torchao, or pip install 'levers[float8]')"
-TOLERANCE = 5e-2
+TOLERANCE = 1e-3  # on the losses; the test holds each gradient to 0.15
 KNOWN_PROBLEMS = (
     "pays only where the linears are large and compiled (eager float8 adds cast kernels); "
     "needs compute capability 8.9+ and torchao; the held-out loss is its proof (levers ab's "
@@ -160,7 +161,7 @@ def plan(
 
 
 def float8_linears(model: nn.Module, ao: Any) -> list[str]:
-    return [path for path, m in model.named_modules() if isinstance(m, ao.Float8Linear)]
+    return [path for path, m in model.named_modules() if isinstance(m, ao.float8_linear.Float8Linear)]
 
 
 def reason(model: nn.Module, recipe: str) -> str | None:

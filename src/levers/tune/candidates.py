@@ -25,6 +25,8 @@ from typing import Any
 EXCLUSIVE: tuple[frozenset[str], ...] = (
     frozenset({"compile-blocks", "compile-model"}),
     frozenset({"ac-full", "ac-selective", "ac-budget"}),
+    # the two float8 recipes: which pays depends on the shapes, so tune measures both
+    frozenset({"float8", "float8-rowwise"}),
 )
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
 
