@@ -105,11 +105,13 @@ def _liger(workload) -> Callable[[], None]:
 def _torchtitan_float8(workload) -> None:
     """torchtitan's float8 converter as it ships (``auto_filter_small_kn`` and the output head
     in ``filter_fqns``), with torchao called directly."""
-    from torchao.float8 import Float8LinearConfig, _auto_filter_for_recipe, convert_to_float8_training
+    from torchao.float8 import (
+        Float8LinearConfig, _auto_filter_for_recipe, convert_to_float8_training,
+    )
 
+    config = Float8LinearConfig.from_recipe_name("tensorwise")
     small = _auto_filter_for_recipe("tensorwise", filter_fqns=["lm_head"])
-    convert_to_float8_training(workload.model, config=Float8LinearConfig.from_recipe_name(
-        "tensorwise"), module_filter_fn=small)
+    convert_to_float8_training(workload.model, config=config, module_filter_fn=small)
 
 
 def _compile_model(workload, options) -> None:

@@ -21,12 +21,15 @@ from levers.workloads import _runtime, llama
 from lever_parity import assert_close, assert_restored, run_steps, state_of
 
 load_all()
-GRAD_RTOL = 0.15  # per gradient; tensorwise casts the backward's gradients to e5m2 (2 mantissa bits)
+# per gradient: tensorwise casts the backward's gradients to e5m2 (2 mantissa bits)
+GRAD_RTOL = 0.15
 LLAMA_1B_LINEARS = ("attn.qkv", "attn.out", "mlp.gate_up", "mlp.down")
 
 
 def needs_torchao():
-    return pytest.importorskip("torchao.float8", reason="torchao not installed (pip install torchao)")
+    return pytest.importorskip(
+        "torchao.float8", reason="torchao not installed (pip install torchao)"
+    )
 
 
 SMALL = dict(width=128, ffn=1024, heads=4, kv_heads=4)
@@ -74,7 +77,8 @@ def test_the_filter_on_the_llama_1b_takes_every_block_linear_tensorwise_and_two_
         model = llama.LlamaLM(llama.SIZES["1b"])
     blocks = range(llama.SIZES["1b"].layers)
     tensorwise = choices_of(model, "tensorwise")
-    assert converted(tensorwise) == [f"blocks.{i}.{name}" for i in blocks for name in LLAMA_1B_LINEARS]
+    every = [f"blocks.{i}.{name}" for i in blocks for name in LLAMA_1B_LINEARS]
+    assert converted(tensorwise) == every
     head = {c.path: c for c in tensorwise}["lm_head"]
     assert not head.converts and head.why.startswith("the output head (N=32000")
     rowwise = {c.path: c for c in choices_of(model, "rowwise")}
@@ -117,7 +121,8 @@ def test_the_filter_on_gpt2_shapes_takes_the_wide_projections_tensorwise_and_non
     with torch.device("meta"):
         model = GPT2Shaped()
     tensorwise = choices_of(model, "tensorwise")
-    assert converted(tensorwise) == [f"h.{i}.{name}" for i in range(12) for name in ("c_attn", "c_fc")]
+    wide = [f"h.{i}.{name}" for i in range(12) for name in ("c_attn", "c_fc")]
+    assert converted(tensorwise) == wide
     why = {c.path: c.why for c in tensorwise}
     assert why["h.0.c_proj"].startswith("too small to pay under tensorwise (K=768, N=768;")
     assert why["h.0.mlp_proj"].startswith("too small to pay under tensorwise (K=3072, N=768;")
@@ -181,7 +186,9 @@ def test_a_model_without_a_large_linear_is_refused(any_device):
     needs_torchao()
     with pytest.raises(NotApplicable) as caught:
         levers.apply(llama.build(), "float8")
-    assert "no nn.Linear passes the float8 filter (blocks.0.attn.qkv: too small" in str(caught.value)
+    assert "no nn.Linear passes the float8 filter (blocks.0.attn.qkv: too small" in str(
+        caught.value
+    )
 
 
 def test_an_unknown_recipe_is_refused_before_anything_is_applied():
@@ -224,7 +231,8 @@ def test_apply_converts_trains_within_tolerance_and_undo_puts_the_same_modules_b
     assert all(type(m) is nn.Linear for m in linears.values())
     assert dict(model.named_parameters()) == params
     assert {name: vars(TritonOverrides)[name] for name in codegen} == codegen
-    assert not torch.equal(model.blocks[0].mlp.gate_up.weight, before[0]["blocks.0.mlp.gate_up.weight"])
+    trained = model.blocks[0].mlp.gate_up.weight
+    assert not torch.equal(trained, before[0]["blocks.0.mlp.gate_up.weight"])
 
 
 def test_undo_without_a_step_leaves_the_model_bitwise_as_it_was(any_device):
@@ -284,7 +292,7 @@ def test_on_a_float8_gpu_a_step_runs_and_undo_restores(lever_id, compiled):
     linears = {p: m for p, m in on.model.named_modules() if isinstance(m, nn.Linear)}
     with levers.apply(on, f"{lever_id},compile-blocks" if compiled else lever_id) as handle:
         assert handle.applied[0] == lever_id
-        assert float8.float8_linears(on.model, ao) == ["blocks.0.mlp.gate_up", "blocks.1.mlp.gate_up"]
+        assert float8.float8_linears(on.model, ao) == [f"blocks.{i}.mlp.gate_up" for i in (0, 1)]
         losses = torch.stack([on.step() for _ in range(3)])
     assert torch.isfinite(losses).all()
     # the first step: the same weights and batch as bf16 autocast's

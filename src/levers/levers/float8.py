@@ -104,7 +104,10 @@ def check(options: dict[str, Any]) -> None:
 
 def gpu_reason(model: nn.Module) -> str | None:
     """Why the model's GPU cannot run float8 matmuls, or None."""
-    need = "float8 matmuls need a CUDA GPU of compute capability 8.9 or later (Ada, Hopper, Blackwell)"
+    need = (
+        "float8 matmuls need a CUDA GPU of compute capability 8.9 or later (Ada, Hopper, "
+        "Blackwell)"
+    )
     devices = {p.device for p in model.parameters()}
     if not devices:
         return "the model has no parameters"
@@ -161,7 +164,9 @@ def plan(
 
 
 def float8_linears(model: nn.Module, ao: Any) -> list[str]:
-    return [path for path, m in model.named_modules() if isinstance(m, ao.float8_linear.Float8Linear)]
+    """The paths of the model's Float8Linear modules (``ao`` is ``torchao.float8``)."""
+    float8_linear = ao.float8_linear.Float8Linear
+    return [path for path, m in model.named_modules() if isinstance(m, float8_linear)]
 
 
 def reason(model: nn.Module, recipe: str) -> str | None:
