@@ -3,13 +3,22 @@
     # on the H200 (two calls stay under 10 minutes each; results merge by workload and variant)
     PYTHONPATH=src python bench/levers_vs_peers.py --only llama
     PYTHONPATH=src python bench/levers_vs_peers.py --only qwen2,demo
+    # float8 on top of compile-blocks (torchao carried as a wheel, see below), in one call
+    PYTHONPATH=/tmp/site:src python bench/levers_vs_peers.py --only llama:lever:compile-blocks,\
+        llama:lever:float8,llama:lever:float8-rowwise,llama:torchtitan-float8
     # a tiny CPU run of every row (the test suite runs it)
     PYTHONPATH=src python bench/levers_vs_peers.py --smoke --out /tmp/lvp --catalogue-out /tmp/lvc
 
 Workloads (``--only`` takes group names or ``group:variant``): ``llama`` and ``qwen2`` are the
 ``hf`` workload at size=1b (batch 4, seq 2048, bf16 autocast, fused AdamW); ``demo`` is the demo
 at size=1b (batch 8). Every variant is built fresh from the same seed, in this process, after
-``torch._dynamo.reset()``; a variant that raises is a row with its error.
+``torch._dynamo.reset()``; a variant that raises is a row with its error. Optional variants
+run only when ``--only`` names them: ``lever:float8`` and ``lever:float8-rowwise`` (each float8
+recipe on top of compile-blocks, measured against the ``lever:compile-blocks`` row of the same
+run, which ``--only`` must name too: their catalogue rows are float8's own effect on a compiled
+step), ``torchtitan-float8`` (the peer: torchao's tensorwise float8 on every linear its
+``_auto_filter_for_recipe`` takes but the head, then per-layer compile, as torchtitan ships it)
+and ``levers-stack+float8``.
 
 Per row: the median tokens/s of ``--steps`` timed steps after ``--warmup`` steps (compile time
 falls in the warm-up), its CI95 by bootstrap over steps, the per-step peak allocated (peak stats
@@ -93,6 +102,18 @@ def _liger(workload) -> Callable[[], None]:
     return restore
 
 
+def _torchtitan_float8(workload) -> None:
+    """torchtitan's float8 converter as it ships (``auto_filter_small_kn`` and the output head
+    in ``filter_fqns``), with torchao called directly."""
+    from torchao.float8 import (
+        Float8LinearConfig, _auto_filter_for_recipe, convert_to_float8_training,
+    )
+
+    config = Float8LinearConfig.from_recipe_name("tensorwise")
+    small = _auto_filter_for_recipe("tensorwise", filter_fqns=["lm_head"])
+    convert_to_float8_training(workload.model, config=config, module_filter_fn=small)
+
+
 def _compile_model(workload, options) -> None:
     workload.model.compile(**options)
 
@@ -131,6 +152,12 @@ def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
         # run only when named in --only: the stack with the PyTorch loss instead of Liger's
         out["levers-stack-chunked-lce"] = {"levers": list(HF_STACK), "options": {"kernel": "chunked"},
                                            "optional": True}
+        # float8 pays compiled: each recipe on top of compile-blocks, against compile-blocks
+        for recipe in ("float8", "float8-rowwise"):
+            out[f"lever:{recipe}"] = {"levers": [recipe, "compile-blocks"], "optional": True,
+                                      "baseline": "lever:compile-blocks"}
+        out["torchtitan-float8"] = {"peer": "torchtitan-float8", "optional": True}
+        out["levers-stack+float8"] = {"levers": ["float8", *HF_STACK], "optional": True}
     else:  # one more architecture: the peers and the stack only, to stay in the time budget
         del out["compile-model"]
     return out
@@ -208,7 +235,8 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
     lever_ids = list(spec.get("levers", []))
     lever_options = {**options, **spec.get("options", {})}
     row: dict[str, Any] = {"workload": workload_name, "group": group, "variant": name,
-                           "levers": lever_ids, "peer": spec.get("peer")}
+                           "levers": lever_ids, "peer": spec.get("peer"),
+                           "baseline_variant": spec.get("baseline", "default")}
     cleanups: list[Callable[[], None]] = []
     torch._dynamo.reset()
     if torch.cuda.is_available():
@@ -234,9 +262,14 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
             _compile_model(workload, {k: v for k, v in lever_options.items() if k == "backend"})
         elif peer == "compile-layers":
             _compile_layers(workload, {k: v for k, v in lever_options.items() if k == "backend"})
+        elif peer == "torchtitan-float8":
+            _torchtitan_float8(workload)
+            _compile_layers(workload, {k: v for k, v in lever_options.items() if k == "backend"})
         if lever_ids:
-            # a stack skips what does not apply (and says so); a single lever must apply
-            handle = levers.apply(workload, lever_ids, skip_inapplicable=len(lever_ids) > 1,
+            # a stack skips what does not apply (and says so); a single lever, or the levers of
+            # a row measured on top of another, must apply
+            strict = len(lever_ids) == 1 or "baseline" in spec
+            handle = levers.apply(workload, lever_ids, skip_inapplicable=not strict,
                                   **lever_options)
             row["applied"], row["skipped"] = handle.applied, handle.skipped
         row.update(measure(workload, args.warmup, args.steps))
@@ -274,22 +307,26 @@ def summarise(rows: list[dict[str, Any]], baseline_flops: dict[str, tuple[float,
 
 
 def catalogue_rows(rows: list[dict[str, Any]], rng) -> list[dict[str, Any]]:
-    """One entry per non-default row: its ratio and memory change against its group's default."""
+    """One entry per non-default row: its ratio and memory change against its baseline row (its
+    group's default, or the variant it is measured on top of; its levers are then the ones it
+    adds)."""
     by_group = {(r["group"], r["variant"]): r for r in rows}
     out = []
     for row in rows:
         if row["variant"] == "default":
             continue
-        base = by_group.get((row["group"], "default"))
+        base_variant = row.get("baseline_variant", "default")
+        base = by_group.get((row["group"], base_variant))
         if base is None or base.get("status") != "ok":
             continue
         single = row["variant"].startswith("lever:")
+        under = set(base.get("levers") or [])
         entry = {
             "lever": row["variant"][len("lever:"):] if single else f"{row['group']}:{row['variant']}",
-            "levers": row.get("levers") or [],
+            "levers": [i for i in row.get("levers") or [] if i not in under],
             "workload": row["workload"],
             "shape": row.get("shape") or base.get("shape"),
-            "baseline": f"{row['group']}:default",
+            "baseline": f"{row['group']}:{base_variant}",
             "status": "ok" if row.get("status") == "ok" else "failed",
             "error": row.get("error"),
             **{k: row.get(k) for k in ("commit", "torch", "gpu", "date")},

@@ -75,3 +75,32 @@ def test_levers_list_shows_effects_negatives_and_not_measured(tmp_path, capsys):
     assert "windowed-peak-metric" in out and "measured: not measured" in out
     assert "llama:levers-stack: 1.70x" in out
     assert main(["list", "--catalogue", str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_row_measured_on_top_of_another_is_catalogued_against_it():
+    import random
+
+    def row(variant, levers, tokens, **extra):
+        return {"group": "llama", "variant": variant, "levers": levers, "workload": "hf",
+                "status": "ok", "tokens_per_s_samples": tokens, **extra}
+
+    rows = [
+        row("default", [], [100.0, 101.0, 99.0]),
+        row("lever:compile-blocks", ["compile-blocks"], [150.0, 151.0, 149.0]),
+        row("lever:float8", ["float8", "compile-blocks"], [165.0, 166.0, 164.0],
+            baseline_variant="lever:compile-blocks"),
+    ]
+    entries = {e["lever"]: e for e in _bench().catalogue_rows(rows, random.Random(0))}
+    assert entries["compile-blocks"]["baseline"] == "llama:default"
+    assert entries["compile-blocks"]["tokens_per_s_ratio"] == 1.5
+    float8 = entries["float8"]
+    assert (float8["baseline"], float8["levers"]) == ("llama:lever:compile-blocks", ["float8"])
+    assert float8["tokens_per_s_ratio"] == 165.0 / 150.0
+
+
+def test_the_float8_rows_run_only_when_named_and_on_top_of_compile_blocks():
+    variants = _bench().variants_of("llama", smoke=True)
+    for name in ("lever:float8", "lever:float8-rowwise", "torchtitan-float8", "levers-stack+float8"):
+        assert variants[name]["optional"], name
+    assert variants["lever:float8"]["levers"] == ["float8", "compile-blocks"]
+    assert variants["lever:float8-rowwise"]["baseline"] == "lever:compile-blocks"

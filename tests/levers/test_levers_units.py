@@ -22,11 +22,17 @@ from lever_parity import assert_close, assert_restored, run_steps, state_of
 load_all()
 
 
+# levers that no audit rule recommends yet: the audit has no finding for the time a step spends
+# in bf16 matmuls, which float8 would fix
+NO_FINDING_YET = {"float8", "float8-rowwise"}
+
+
 def test_every_lever_declares_its_contract():
     assert len(REGISTRY) >= 12
     for lever in REGISTRY.values():
         assert lever.safety in (EXACT, CHANGES_NUMERICS)
-        assert lever.fixes and all(code[:-3].isalpha() and code[-3:].isdigit() for code in lever.fixes)
+        assert bool(lever.fixes) is (lever.id not in NO_FINDING_YET), lever.id
+        assert all(code[:-3].isalpha() and code[-3:].isdigit() for code in lever.fixes)
         if lever.safety == CHANGES_NUMERICS and lever.choose_params is None:
             assert lever.tolerance is not None
 

@@ -24,6 +24,8 @@ _MODULES: tuple[str, ...] = (
     "liger_kernels",
     "compile_blocks",
     "compile_model",
+    "float8",
+    "float8_rowwise",
     "raise_batch",
     "ac_full",
     "ac_selective",

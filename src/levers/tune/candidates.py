@@ -29,6 +29,8 @@ from typing import Any
 # one); the memory forms trade speed for memory, so the fastest is not the one to pick
 SPEED_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"compile-blocks", "compile-model"}),
+    # the two float8 recipes: which pays depends on the shapes, so tune measures both
+    frozenset({"float8", "float8-rowwise"}),
 )
 MEMORY_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"ac-full", "ac-selective", "ac-budget"}),

@@ -1,11 +1,18 @@
-"""Pieces every built-in training step shares: seeding, autocast and the optimizer."""
+"""Pieces every built-in training step shares: seeding, autocast, the optimizer and the held-out
+loss that ``levers ab`` reads as its quality read."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
+import torch.nn.functional as F
+
+# the held-out set of a language-model workload: this many sequences, drawn from their own
+# generator (seeded from the workload's seed plus this offset), never from the training stream
+NUM_HELD_OUT = 32
+HELD_OUT_SEED_OFFSET = 1_000_003
 
 
 @contextlib.contextmanager
@@ -55,3 +62,46 @@ def adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
     it for every parameter, which a capture would report as host reads.
     """
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+
+
+def held_out_losses(
+    model: torch.nn.Module,
+    logits_of: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    seed: int,
+    vocab_size: int,
+    seq_len: int,
+    batch_size: int,
+    device: torch.device,
+) -> Callable[[], torch.Tensor]:
+    """A workload's ``eval_losses``: the mean next-token loss of each of :data:`NUM_HELD_OUT`
+    fixed sequences (``[NUM_HELD_OUT]``, float32), scored ``batch_size`` at a time in eval mode
+    and under the step's autocast.
+
+    The sequences depend only on the seed and the shapes (drawn on the CPU, then moved), so both
+    sides of an A/B, and a CPU and a GPU run, score the same examples; they are drawn on the first
+    call. ``logits_of(ids [B, T])`` returns the logits ``[B, T, V]``.
+    """
+    held_out: list[torch.Tensor] = []
+
+    def eval_losses() -> torch.Tensor:
+        if not held_out:
+            generator = torch.Generator().manual_seed(seed + HELD_OUT_SEED_OFFSET)
+            tokens = torch.randint(0, vocab_size, (NUM_HELD_OUT, seq_len + 1), generator=generator)
+            held_out.append(tokens.to(device))
+        was_training = model.training
+        model.eval()
+        losses = []
+        try:
+            with torch.no_grad(), autocast(device):
+                for chunk in held_out[0].split(batch_size):
+                    logits_btv = logits_of(chunk[:, :-1])
+                    loss_bt = F.cross_entropy(
+                        logits_btv.flatten(0, 1).float(), chunk[:, 1:].flatten(), reduction="none"
+                    )
+                    losses.append(loss_bt.view(len(chunk), -1).mean(dim=1))
+        finally:
+            model.train(was_training)
+        return torch.cat(losses)
+
+    return eval_losses

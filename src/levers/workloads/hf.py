@@ -4,6 +4,8 @@ Nothing is downloaded: the config class is built directly with the shapes of the
 workload's sizes (tiny, 1b, 8b) and the model comes from ``AutoModelForCausalLM.from_config``.
 The step feeds random token ids as both ``input_ids`` and ``labels`` (the model shifts them) and
 trains on the loss the model returns with a fused AdamW, under bf16 autocast on a GPU.
+``eval_losses`` scores a fixed held-out set of random sequences (drawn from the seed;
+:func:`levers.workloads._runtime.held_out_losses`), the quality read of ``levers ab``.
 
 Parameters: ``arch`` (llama | qwen2 | gemma | mistral), ``attn`` (the attention implementation:
 eager | sdpa), ``size`` (tiny | 1b | 8b), ``device`` (cpu | cuda), ``dtype`` (parameter dtype,
@@ -77,6 +79,15 @@ def build(
         tokens_per_step=shapes.batch_size * shapes.seq_len,
         optimizer=optimizer,
         name=f"hf-{arch}-{size}",
+        eval_losses=_runtime.held_out_losses(
+            model,
+            lambda ids_bt: model(input_ids=ids_bt).logits,
+            seed=resolved_seed,
+            vocab_size=shapes.vocab_size,
+            seq_len=shapes.seq_len,
+            batch_size=shapes.batch_size,
+            device=resolved_device,
+        ),
         params={
             "arch": arch,
             "attn": attn,

@@ -4,7 +4,8 @@ Token embedding, then blocks of (RMSNorm, attention with a fused QKV projection,
 ``F.scaled_dot_product_attention(is_causal=True)`` without a mask, RMSNorm, fused-gate SwiGLU
 MLP), a final norm and an untied LM head; cross-entropy over every token (no padding). On a GPU
 the step runs under bf16 autocast; AdamW is fused. Nothing in the step copies a device value
-to the host.
+to the host. ``eval_losses`` scores a fixed held-out set of random sequences (drawn from the
+seed; :func:`levers.workloads._runtime.held_out_losses`), the quality read of ``levers ab``.
 
 Grouped-query attention goes through ``enable_gqa=True``: the flash kernel takes it natively
 with a causal mask, so keys and values are never repeated in memory.
@@ -185,6 +186,15 @@ def build(
         tokens_per_step=cfg.batch_size * cfg.seq_len,
         optimizer=optimizer,
         name=f"llama-{size}",
+        eval_losses=_runtime.held_out_losses(
+            model,
+            model,
+            seed=resolved_seed,
+            vocab_size=cfg.vocab_size,
+            seq_len=cfg.seq_len,
+            batch_size=cfg.batch_size,
+            device=resolved_device,
+        ),
         params={
             "size": size,
             "device": str(resolved_device),
