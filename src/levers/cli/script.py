@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.errors import LeversError
-from levers.integrations.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
+from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 
 SCRIPT_HELP = (
     "After --, the command that runs your training script unchanged: -- python train.py [args] "

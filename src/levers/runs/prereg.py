@@ -22,6 +22,7 @@ from typing import Any
 from levers.ab.freeze import UNCHANGED, FreezeState, check_against_frozen, freeze, sha256_text
 from levers.ab.prereg import CONFIDENCES, PreregError, decision_rule, parse_toml, require
 from levers.ab.record import append_event, read_record, record_path_for
+from levers.runs.metric_bar import MetricBar
 
 TOP_LEVEL_KEYS = (
     "kind",
@@ -282,8 +283,6 @@ def parse_run_prereg(text: str, where: str = "the run pre-registration") -> RunP
 
 def guard_settings(prereg: RunPrereg) -> dict[str, Any]:
     """The RunGuard arguments a pre-registration's kill lines and gates give."""
-    from levers.runs.guards import MetricBar
-
     kill = prereg.kill
     settings: dict[str, Any] = {
         "metric_bars": tuple(

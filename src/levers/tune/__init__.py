@@ -10,7 +10,3 @@
 
 tune composes ab: it never times anything itself.
 """
-
-# `levers tune -- python train.py` refuses today (a script cannot be rebuilt per side); the audit
-# reads this before it prints that command as a next step
-TAKES_SCRIPTS = False
