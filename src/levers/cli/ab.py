@@ -289,7 +289,7 @@ def _read_text(path: Path) -> str:
 def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> int:
     """Record, write and print a finished (or stopped) run; a failed write loses nothing."""
     from levers.ab.document import result_document
-    from levers.ab.environment import environment
+    from levers.environment import environment
     from levers.ab.expectations import evaluate
     from levers.ab.markdown import to_markdown
     from levers.ab.record import append_event, to_json
@@ -298,7 +298,7 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
     from levers.output.console import say_wrote
 
     device = result.baseline.device if result.baseline else "cpu"
-    env = environment(device)
+    env = environment(device, cwd=Path.cwd())
     outcomes = evaluate(prereg.expectations, result) if prereg is not None else ()
     options = {k: v for k, v in vars(args).items() if k != "func"}
     document = result_document(result, env, freeze=state, outcomes=outcomes, options=options)

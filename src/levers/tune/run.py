@@ -151,7 +151,7 @@ def tune_step(
         notes=tuple(notes),
     )
     if record_path is not None:
-        from levers.ab.environment import environment
+        from levers.environment import environment
         from levers.ab.record import append_event
 
         append_event(
