@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError, StepError
-from levers.cli.options import add_set_argument, count
+from levers.cli.options import (
+    add_output_arguments,
+    add_set_argument,
+    add_steps_argument,
+    add_warmup_argument,
+    add_workload_argument,
+    count,
+)
 from levers.vocab import CHANGES_NUMERICS
 
 EXIT_KILLED = 4
@@ -51,17 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "every KEY=VALUE after them."
         ),
     )
-    parser.add_argument(
-        "baseline",
-        nargs="?",
-        metavar="BASELINE",
-        help="built-in name, path/to/file.py:factory or package.module:factory",
-    )
-    parser.add_argument(
-        "candidate",
-        nargs="?",
-        metavar="CANDIDATE",
-        help="the candidate's workload (default: BASELINE)",
+    add_workload_argument(parser, "baseline", metavar="BASELINE")
+    add_workload_argument(
+        parser, "candidate", metavar="CANDIDATE", help="the candidate's workload (default: BASELINE)"
     )
     add_set_argument(parser, help="a factory parameter for both sides")
     add_set_argument(
@@ -95,15 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="K",
         help="steps compared by the parity gate (default 3; 0 skips it)",
     )
-    parser.add_argument(
-        "--steps", type=count, metavar="N", help="timed steps per side (default 50)"
-    )
-    parser.add_argument(
-        "--warmup",
-        type=count,
-        metavar="W",
-        help="untimed steps per side after parity (default 5)",
-    )
+    add_steps_argument(parser, default="50 per side")
+    add_warmup_argument(parser, default="5 per side, after the parity gate")
     parser.add_argument(
         "--resamples",
         type=count,
@@ -145,19 +137,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         const=CHANGES_NUMERICS,
         help="the change may alter rounding (default; judged against a float64 run)",
     )
-    parser.add_argument(
-        "--json",
-        dest="json_path",
-        type=Path,
-        metavar="FILE",
-        help="write the whole result (every sample) to FILE as JSON",
-    )
-    parser.add_argument(
-        "--md",
-        dest="md_path",
-        type=Path,
-        metavar="FILE",
-        help="write the result as Markdown, ready for a pull request",
+    add_output_arguments(
+        parser, json="the whole result (every sample)", md="the result, ready for a pull request"
     )
     parser.add_argument(
         "--dist-timeout",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from levers.cli.options import add_gpu_argument, add_output_arguments
 from levers.errors import LeversError
 
 FAIL_ON = ("never", "low", "medium", "high")
@@ -28,15 +29,11 @@ EXIT_FINDINGS = 1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("findings")
-    group.add_argument(
-        "--gpu",
-        "--target",  # the earlier spelling, kept for scripts that use it
-        dest="target",
-        metavar="GPU",
-        default=None,
-        help="GPU that costs and MFU are estimated for on a CPU capture, spelled as in levers "
-        "memory --gpu (h100, h100-80gb, h200, a100, a100-40gb; default: h100; on a GPU capture, "
-        "the GPU that ran); --target is the same option",
+    add_gpu_argument(
+        group,
+        what="the GPU that costs and MFU are estimated for on a CPU capture (on a GPU capture, "
+        "the GPU that ran)",
+        older_spelling="--target",
     )
     group.add_argument(
         "--target-torch",
@@ -72,13 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="never",
         help="exit with 1 when a finding of this severity or higher is reported (default: never)",
     )
-    group.add_argument(
-        "--md",
-        dest="md_path",
-        type=Path,
-        metavar="FILE",
-        help="also write the findings as Markdown to FILE",
-    )
+    add_output_arguments(group, md="the findings")
     group.add_argument(
         "--no-benchmark",
         action="store_true",
@@ -111,8 +102,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     try:
         select_rules(codes(args.select), codes(args.ignore))
-        if args.target is not None:
-            resolve_gpu(args.target, allow_budget=False, option="--gpu")
+        if args.gpu is not None:
+            resolve_gpu(args.gpu, allow_budget=False, option="--gpu")
         if args.target_torch is not None:
             parse_torch_version(args.target_torch)
     except ValueError as exc:
@@ -142,7 +133,7 @@ def run_findings(
     from levers.output.progress import progress_status
 
     options = dict(
-        target=args.target,
+        target=args.gpu,
         torch_version=args.target_torch,
         assume_dtype=args.assume_dtype,
         select=codes(args.select),

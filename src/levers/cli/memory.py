@@ -2,7 +2,7 @@
 batch that fits? Predicted without a GPU.
 
     levers memory WORKLOAD [--set KEY=VALUE ...] --gpu GPU [--fit PARAM] [--margin F]
-                  [--measure] [--json FILE] [--steps N] [--no-whatifs]
+                  [--measure] [--json FILE] [--predict-steps N] [--no-whatifs]
 """
 
 from __future__ import annotations
@@ -14,12 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
-from levers.cli.options import add_set_argument
+from levers.cli.options import (
+    WORKLOAD_FORMS,
+    add_gpu_argument,
+    add_output_arguments,
+    add_set_argument,
+    add_warmup_argument,
+    add_workload_argument,
+    count,
+)
 from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
-from levers.hardware import GPUS
-
-DEFAULT_GPU = "h100-80gb"
+from levers.hardware import DEFAULT_GPU
+from levers.script_defaults import SCRIPT_WARMUP
 DEFAULT_FIT_START = 1
 
 
@@ -35,25 +42,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "when it happens."
         ),
         epilog=(
-            "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
-            "package.module:factory; the factory gets device=cuda unless --set gives one. "
+            f"WORKLOAD is {WORKLOAD_FORMS}; the factory gets device=cuda unless --set gives one. "
             "Example: levers memory llama --set size=8b --gpu h100-80gb --fit batch_size"
         ),
     )
-    parser.add_argument(
-        "workload",
-        nargs="?",
-        default=None,
-        metavar="WORKLOAD",
-        help="built-in name or FILE.py:factory (or a script after --: see below)",
-    )
+    add_workload_argument(parser, help=f"{WORKLOAD_FORMS} (or a script after --: see below)")
     add_set_argument(parser)
-    parser.add_argument(
-        "--gpu",
-        default=None,  # None: DEFAULT_GPU, and a script after -- can tell that none was asked
-        metavar="GPU",
-        help=f"{' | '.join(GPUS)} (or any name levers audit --gpu takes: h100, a100, ...) | a "
-        f"budget such as 40GiB (default: {DEFAULT_GPU})",
+    add_gpu_argument(
+        parser, what="the GPU the peak is predicted for (the memory it has)", budget=True
     )
     parser.add_argument(
         "--fit",
@@ -72,22 +68,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--measure", action="store_true", help="also run the real step on this GPU and compare"
     )
+    add_output_arguments(parser, json="the plan")
     parser.add_argument(
-        "--json", dest="json_path", type=Path, metavar="FILE", help="write the plan as JSON"
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
+        "--predict-steps",
+        "--steps",  # the older spelling, kept for scripts; --steps elsewhere is timed steps
+        dest="predict_steps",
+        type=count,
         default=DEFAULT_NUM_STEPS,
         metavar="N",
-        help=f"training steps after the build; peaks cover them all (default: {DEFAULT_NUM_STEPS})",
+        help="training steps predicted after the build; the peaks cover them all (default: "
+        f"{DEFAULT_NUM_STEPS}); --steps is its older spelling",
     )
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )
     from levers.cli.script import SCRIPT_HELP, add_script_arguments
 
-    add_script_arguments(parser, warmup=True)
+    add_warmup_argument(parser, default=f"{SCRIPT_WARMUP}; a script after -- only")
+    add_script_arguments(parser)
     parser.epilog = f"{parser.epilog} {SCRIPT_HELP}"
     parser.add_argument(
         "--world-size",
@@ -133,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
-    if args.steps < 1:
-        raise LeversError(f"--steps must be at least 1, got {args.steps}")
+    if args.predict_steps < 1:
+        raise LeversError(f"--predict-steps must be at least 1, got {args.predict_steps}")
     if args.json_path is not None:
         from levers.capture.json_io import check_writable
 
@@ -147,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
         predict = _per_rank(args) if args.world_size is not None else predict_source
         plan = _predict(
-            predict, source, gpu, margin, args.steps, args.whatifs, debug=_debug(args)
+            predict, source, gpu, margin, args.predict_steps, args.whatifs, debug=_debug(args)
         )
     if args.fit:
         try:
@@ -166,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         from levers.memory.measure import measure_peaks
 
         with console.status("measuring the real step on the GPU…"):
-            plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
+            plan = replace(plan, measured=measure_peaks(source, num_steps=args.predict_steps))
     render_plan(plan, console)
     if "per_rank" in plan.extra:
         from levers.memory.render import render_per_rank
@@ -285,7 +283,7 @@ def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
             args.fit,
             margin=margin,
             start=start,
-            num_steps=args.steps,
+            num_steps=args.predict_steps,
             progress=progress,
         )
 

@@ -23,19 +23,10 @@ SCRIPT_HELP = (
 )
 
 
-def add_script_arguments(parser: argparse.ArgumentParser, *, warmup: bool = False) -> None:
-    """The options of the ``-- python train.py`` form; ``warmup`` adds ``--warmup`` (for a verb
-    that has none of its own)."""
+def add_script_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the ``-- python train.py`` form (the verb declares ``--warmup`` itself,
+    with :func:`levers.cli.options.add_warmup_argument`)."""
     group = parser.add_argument_group("a script after --")
-    if warmup:
-        group.add_argument(
-            "--warmup",
-            type=int,
-            default=None,
-            metavar="N",
-            help=f"optimizer steps of the script to let pass before the captured one "
-            f"(default: {SCRIPT_WARMUP})",
-        )
     group.add_argument(
         "--keep-running",
         action="store_true",
