@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.ab import design as design_mod
     from levers.ab.freeze import freeze
     from levers.ab.prereg import parse_prereg
-    from levers.ab.runner import run_ab
+    from levers.api import Step
     from levers.distributed.world import world_from_env
 
     given, given_kill = _given(args)
@@ -242,19 +242,26 @@ def run(args: argparse.Namespace) -> int:
     design, kill = design_mod.resolve(given, given_kill, prereg)
     if args.prereg is not None:
         design = design_mod.relative_to(design, args.prereg.parent)
-    baseline, candidate, exactness = design_mod.sides(design)
-    config = design_mod.config(design, kill, exactness)
+    _, _, exactness = design_mod.sides(design)
+    design_mod.config(design, kill, exactness)  # a design that cannot run is refused here
     _check_outputs(args)
-    world = world_from_env()
-    if world.is_distributed:
-        # under torchrun: both sides on every rank, the verdict and the record from rank 0
-        from levers.distributed.ab import run_ab_distributed
-
-        result = run_ab_distributed(baseline, candidate, config, world, args.dist_timeout)
-        if result is None:
-            return 0
-        return _finish(args, result, prereg, state)
-    result = run_ab(baseline, candidate, config)
+    # under torchrun: both sides on every rank; the verdict and the record from rank 0
+    result = Step(design["baseline"], design["params"]).ab(
+        candidate=design["candidate"],
+        levers=design["levers"],
+        params_b=design["params_b"],
+        exactness=design["exactness"],
+        steps=design["steps"],
+        warmup=design["warmup"],
+        parity_steps=design["parity_steps"],
+        resamples=design["resamples"],
+        seed=design["seed"],
+        mem_gate_gib=kill.get("mem_gate_gib"),
+        time_budget_s=kill.get("time_budget_s"),
+        dist_timeout_s=args.dist_timeout,
+    )
+    if result is None:  # a rank other than 0
+        return 0
     return _finish(args, result, prereg, state)
 
 

@@ -8,8 +8,7 @@
 is reported, so the audit can gate CI.
 
 The audit itself (the memory model's prediction, the rules, the ranked report) is
-:func:`levers.audit.run.audit_step`, called through :class:`levers.Step`; this module parses
-its options and renders. ``--no-memory-model`` skips the prediction.
+:meth:`levers.Step.audit`; this module parses its options and renders. ``--no-memory-model`` skips the prediction.
 """
 
 from __future__ import annotations
@@ -123,12 +122,13 @@ class FindingsRun:
 def run_findings(
     args: argparse.Namespace, capture: Any, workload: Any, console: Any, step: Any = None
 ) -> FindingsRun:
-    """Audit the capture (through ``step``, a :class:`levers.Step`, when the workload came
-    from a spec), print the report, write ``--md``; the exit code follows ``--fail-on``."""
+    """Audit the capture through ``step`` (a :class:`levers.Step`; for a capture made elsewhere,
+    :meth:`levers.Step.from_capture`), print the report, write ``--md``; the exit code follows
+    ``--fail-on``."""
     from levers.audit.finding import severity_rank
     from levers.audit.render_markdown import findings_markdown
     from levers.audit.report import render_findings
-    from levers.audit.run import audit_step
+    from levers.api import Step
     from levers.output.atomic import atomic_open
     from levers.output.progress import progress_status
 
@@ -142,14 +142,13 @@ def run_findings(
         memory_model=not args.no_memory_model,
         set_items=list(args.set_items or ()),
     )
+    if step is None:  # a capture made elsewhere (a script after --)
+        step = Step.from_capture(capture, workload)
+    # None: measure where the capture ran on a GPU (Step.audit decides)
+    measure = False if getattr(args, "no_measure", False) else None
     try:
         with progress_status() as progress:
-            if step is not None:
-                # None: measure where the capture ran on a GPU (Step.audit decides)
-                measure = False if getattr(args, "no_measure", False) else None
-                audited = step.audit(progress=progress, measure=measure, **options)
-            else:
-                audited = audit_step(capture, workload=workload, progress=progress, **options)
+            audited = step.audit(progress=progress, measure=measure, **options)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
     console.print()

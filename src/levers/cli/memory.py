@@ -27,7 +27,6 @@ from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.hardware import DEFAULT_GPU
 from levers.script_defaults import SCRIPT_WARMUP
-DEFAULT_FIT_START = 1
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -107,11 +106,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    from levers.api import Step
     from levers.loader import parse_set
     from levers.output.console import make_console, say_wrote
     from levers.hardware import resolve_gpu
-    from levers.memory.predict import DEFAULT_MARGIN, check_margin, predict_source
-    from levers.memory.prediction import source_of
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin
     from levers.memory.render import render_plan
 
     console = make_console()
@@ -141,15 +140,24 @@ def run(args: argparse.Namespace) -> int:
     params = parse_set(args.set_items)
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
-    source = source_of(args.workload, params)
+    step = Step(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
-        predict = _per_rank(args) if args.world_size is not None else predict_source
-        plan = _predict(
-            predict, source, gpu, margin, args.predict_steps, args.whatifs, debug=_debug(args)
-        )
+        try:
+            plan = step.memory(
+                gpu=args.gpu or DEFAULT_GPU,
+                margin=margin,
+                num_steps=args.predict_steps,
+                whatifs=args.whatifs,
+                world_size=args.world_size,
+                strategy=args.strategy,
+            )
+        except LeversError:
+            raise
+        except Exception as exc:
+            raise prediction_failed(args.workload, exc, debug=_debug(args)) from exc
     if args.fit:
         try:
-            plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
+            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params))
         except KeyboardInterrupt:
             # the prediction is finished: show it rather than lose it with the search
             render_plan(plan, console)
@@ -161,10 +169,8 @@ def run(args: argparse.Namespace) -> int:
             )
             raise
     if args.measure:
-        from levers.memory.measure import measure_peaks
-
         with console.status("measuring the real step on the GPU…"):
-            plan = replace(plan, measured=measure_peaks(source, num_steps=args.predict_steps))
+            plan = replace(plan, measured=step.measure_memory(num_steps=args.predict_steps))
     render_plan(plan, console)
     if "per_rank" in plan.extra:
         from levers.memory.render import render_per_rank
@@ -196,35 +202,6 @@ def _check_distributed(args: argparse.Namespace) -> None:
                 "--measure without it"
             )
         args.strategy = args.strategy or "ddp"
-
-
-def _per_rank(args: argparse.Namespace):
-    """A predict_source that also predicts each rank's peak (plan.extra["per_rank"])."""
-
-    def predict(source, gpu, margin, *, num_steps, whatifs):
-        from levers.memory.distributed import predict_per_rank
-        from levers.memory.whatif import all_whatifs
-
-        prediction, plan, rank = predict_per_rank(
-            source, gpu, margin, world_size=args.world_size, strategy=args.strategy,
-            num_steps=num_steps,
-        )
-        if whatifs:
-            plan = replace(
-                plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=num_steps)
-            )
-        return replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
-
-    return predict
-
-
-def _predict(predict_source, source, gpu, margin, num_steps, whatifs, *, debug=False):
-    try:
-        return predict_source(source, gpu, margin, num_steps=num_steps, whatifs=whatifs)
-    except LeversError:
-        raise
-    except Exception as exc:
-        raise prediction_failed(source.label, exc, debug=debug) from exc
 
 
 def prediction_failed(label: str, exc: BaseException, *, debug: bool) -> LeversError:
@@ -264,11 +241,10 @@ def _reject_prediction_options(args: argparse.Namespace) -> None:
         )
 
 
-def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
-    from levers.memory.fit import fit_param
-
-    start = params.get(args.fit, source.params.get(args.fit, DEFAULT_FIT_START))
-    _check_fit_start(args.fit, start)
+def _fit(console, step, args, margin: float, params: dict[str, Any]):
+    start = params.get(args.fit)
+    if start is not None:
+        _check_fit_start(args.fit, start)
     with console.status(f"searching {args.fit}…") as status:
 
         def progress(point) -> None:
@@ -277,10 +253,9 @@ def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
                 f"{'fits' if point.fits else 'does not fit'}…"
             )
 
-        return fit_param(
-            source,
-            gpu,
+        return step.fit(
             args.fit,
+            gpu=args.gpu or DEFAULT_GPU,
             margin=margin,
             start=start,
             num_steps=args.predict_steps,
