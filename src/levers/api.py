@@ -187,23 +187,26 @@ class Step:
                 tensors: give the Step its spec or factory).
             ValueError: an unknown GPU, a margin outside [0, 1).
         """
-        from levers.hardware import resolve_gpu
-        from levers.memory.predict import DEFAULT_MARGIN, check_margin, predict_source
-        from levers.memory.prediction import source_of
-        from levers.memory.steps import DEFAULT_NUM_STEPS
+        # read from the package at call time, so a test's stand-in is the one called
+        import levers.memory
 
         source = self._memory_source_or_refuse("memory")
         key = (str(gpu), margin, num_steps, whatifs, world_size, strategy)
         if key not in self._plans:
-            spec = resolve_gpu(gpu)
-            checked = check_margin(DEFAULT_MARGIN if margin is None else margin)
-            steps = DEFAULT_NUM_STEPS if num_steps is None else num_steps
-            built = source_of(source, self._memory_params())
+            # only what was given is passed on: predict_memory's own defaults hold otherwise
+            options: dict[str, Any] = {}
+            if margin is not None:
+                options["margin"] = margin
+            if num_steps is not None:
+                options["num_steps"] = num_steps
+            params = self._memory_params()
             if world_size is None:
-                plan = predict_source(built, spec, checked, num_steps=steps, whatifs=whatifs)
+                plan = levers.memory.predict_memory(
+                    source, gpu=gpu, params=params, whatifs=whatifs, **options
+                )
             else:
                 plan = _per_rank_plan(
-                    built, spec, checked, steps, whatifs, world_size, strategy or "ddp"
+                    source, params, gpu, options, whatifs, world_size, strategy or "ddp"
                 )
             self._plans[key] = plan
         return self._plans[key]
@@ -480,20 +483,32 @@ class Step:
 
 
 def _per_rank_plan(
-    source: Any, gpu: Any, margin: float, num_steps: int, whatifs: bool, world_size: int,
+    source: Any,
+    params: dict[str, Any],
+    gpu: str,
+    options: dict[str, Any],
+    whatifs: bool,
+    world_size: int,
     strategy: str,
 ) -> MemoryPlan:
     """The plan of one rank of ``world_size``, with each rank's peak in ``extra["per_rank"]``."""
     from dataclasses import replace
 
+    from levers.hardware import resolve_gpu
     from levers.memory.distributed import predict_per_rank
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin
+    from levers.memory.prediction import source_of
+    from levers.memory.steps import DEFAULT_NUM_STEPS
     from levers.memory.whatif import all_whatifs
 
+    built, spec = source_of(source, params), resolve_gpu(gpu)
+    num_steps = options.get("num_steps", DEFAULT_NUM_STEPS)
     prediction, plan, rank = predict_per_rank(
-        source, gpu, margin, world_size=world_size, strategy=strategy, num_steps=num_steps
+        built, spec, check_margin(options.get("margin", DEFAULT_MARGIN)),
+        world_size=world_size, strategy=strategy, num_steps=num_steps,
     )
     if whatifs:
-        plan = replace(plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=num_steps))
+        plan = replace(plan, whatifs=all_whatifs(built, spec, prediction, num_steps=num_steps))
     return replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
 
 

@@ -18,10 +18,10 @@ from levers.cli.options import (
     WORKLOAD_FORMS,
     add_gpu_argument,
     add_output_arguments,
+    add_predict_steps_argument,
     add_set_argument,
     add_warmup_argument,
     add_workload_argument,
-    count,
 )
 from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
@@ -68,16 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--measure", action="store_true", help="also run the real step on this GPU and compare"
     )
     add_output_arguments(parser, json="the plan")
-    parser.add_argument(
-        "--predict-steps",
-        "--steps",  # the older spelling, kept for scripts; --steps elsewhere is timed steps
-        dest="predict_steps",
-        type=count,
-        default=DEFAULT_NUM_STEPS,
-        metavar="N",
-        help="training steps predicted after the build; the peaks cover them all (default: "
-        f"{DEFAULT_NUM_STEPS}); --steps is its older spelling",
-    )
+    add_predict_steps_argument(parser, default=DEFAULT_NUM_STEPS)
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )

@@ -137,6 +137,21 @@ def add_steps_argument(parser: Any, *, default: str, older_spelling: str | None 
 STDOUT = Path("-")
 
 
+def add_predict_steps_argument(parser: Any, *, default: int) -> None:
+    """``levers memory --predict-steps N``: training steps the memory model runs after the
+    build (predicted, not timed, so not ``--steps``, which is kept as its older spelling)."""
+    parser.add_argument(
+        "--predict-steps",
+        "--steps",
+        dest="predict_steps",
+        type=count,
+        default=default,
+        metavar="N",
+        help=f"training steps predicted after the build; the peaks cover them all (default: "
+        f"{default}); --steps is its older spelling",
+    )
+
+
 def add_output_arguments(parser: Any, *, stdout: bool = False, **what: str) -> None:
     """``--json FILE``, ``--md FILE``, ``--html FILE`` (those named), each read into
     ``<format>_path``; ``what`` says what the verb writes (``json="the plan"``). ``stdout``:

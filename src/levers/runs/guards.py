@@ -56,6 +56,7 @@ from levers.ab.killlines import GIB
 from levers.ab.record import append_event
 from levers.ab.stats import quantile
 from levers.runs.metric_bar import MetricBar
+from levers.runs.prereg import guard_settings, load_frozen_run_prereg
 from levers.runs.windowed_peak import CudaPeakReader, MemoryWindow, PeakReader, WindowedPeak
 from levers.errors import LeversError
 
@@ -191,8 +192,6 @@ class RunGuard:
         (``checkpoint``, ``log``, ``memory_reader``, ``device``, ``clock``,
         ``nonfinite_check_every``); kill lines and gates come from the file alone.
         """
-        from levers.runs.prereg import guard_settings, load_frozen_run_prereg
-
         prereg, state = load_frozen_run_prereg(path)
         settings = guard_settings(prereg)
         clash = sorted(set(kwargs) & set(settings))
