@@ -38,13 +38,18 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def _repo(path: Path) -> str:
+    """A git checkout at ``path`` with one commit; its id."""
+    _git(path, "init", "-q")
+    (path / "a.txt").write_text("one\n")
+    _git(path, "add", "a.txt")
+    _git(path, "commit", "-q", "-m", "one")
+    return _git(path, "rev-parse", "HEAD")
+
+
 @needs_git
 def test_the_reader_gives_the_checked_out_commit_and_whether_the_tree_is_dirty(tmp_path):
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_text("one\n")
-    _git(tmp_path, "add", "a.txt")
-    _git(tmp_path, "commit", "-q", "-m", "one")
-    head = _git(tmp_path, "rev-parse", "HEAD")
+    head = _repo(tmp_path)
     assert read_commit(tmp_path) == Commit(head, False)
     (tmp_path / "a.txt").write_text("two\n")
     assert read_commit(tmp_path) == Commit(head, True)
@@ -77,19 +82,27 @@ def test_the_record_has_exactly_the_keys_of_its_type():
 
 @needs_git
 def test_the_working_directory_commit_is_read_when_asked(tmp_path):
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_text("one\n")
-    _git(tmp_path, "add", "a.txt")
-    _git(tmp_path, "commit", "-q", "-m", "one")
+    head = _repo(tmp_path)
     record = environment("cpu", cwd=tmp_path)
-    assert record["workdir_commit"] == {
-        "commit": _git(tmp_path, "rev-parse", "HEAD"), "dirty": False, "declared_by": None
-    }
+    assert record["workdir_commit"] == {"commit": head, "dirty": False, "declared_by": None}
 
 
 def test_a_capture_carries_the_same_record():
-    from levers.capture import capture_step
-    import fixture_models
+    import torch
 
-    capture = capture_step(fixture_models.linear(), warmup=0, timed=0)
+    from levers import Workload
+    from levers.capture import capture_step
+
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(5, 4)
+
+    def step() -> torch.Tensor:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    capture = capture_step(Workload(model=model, step=step, optimizer=opt), warmup=0, timed=0)
     assert set(capture.env) == set(Environment.__annotations__)
