@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from levers.cli.options import add_gpu_argument, add_output_arguments

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
