@@ -144,6 +144,8 @@ def _environment(events: list[dict]) -> str:
     gpu = env.get("gpu")
     hardware = f"{gpu['name']}, driver {gpu['driver']}, CUDA {gpu['cuda']}" if gpu else env["cpu"]
     commit = env.get("levers_commit") or {}
+    if isinstance(commit, str):  # records since one environment record: the id, dirty beside it
+        commit = {"commit": commit, "dirty": env.get("levers_commit_dirty")}
     return (
         f"{hardware}; torch {env['torch']}; {env['num_threads']} CPU threads; load average "
         f"(1/5/15 min) {env.get('load_average_1_5_15m')} at the end of the last run; levers "

@@ -407,7 +407,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from levers.capture.env import git_commit
+    from levers.environment import levers_commit_id
     from levers.levers import ac_budget, ac_full, ac_selective
     from levers.levers.ac_budget_inputs import with_capture_times
     from levers.levers.lever import Target
@@ -519,7 +519,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "sac_op_overhead_us": overhead_us,
         "batches": list(batches),
-        "commit": git_commit(),
+        "commit": levers_commit_id(),
         "torch": torch.__version__,
         "gpu": gpu_name,
         "workload": "hf",

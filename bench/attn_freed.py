@@ -128,7 +128,7 @@ def main() -> int:
 
     import torch
 
-    from levers.capture.env import git_commit
+    from levers.environment import levers_commit_id
     from levers.output.atomic import atomic_write_text
 
     out = Path(args.out)
@@ -160,7 +160,7 @@ def main() -> int:
                 print(f"  {side}: {row[side]['error'][-600:]}", flush=True)
     report = {
         "command": " ".join(sys.argv),
-        "commit": os.environ.get("LEVERS_COMMIT") or git_commit(),
+        "commit": os.environ.get("LEVERS_COMMIT") or levers_commit_id(),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "num_steps": NUM_STEPS,

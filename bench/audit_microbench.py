@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from levers.capture.env import git_commit
+from levers.environment import levers_commit_id
 from levers.audit.cost.microbench import input_leaves
 from levers.workloads.demo_config import SIZES
 from levers.workloads.demo_text import rms_norm_eager, suffix_attention
@@ -266,7 +266,7 @@ def norm_cases(cfg) -> list[tuple[str, str, dict, Callable[[], torch.Tensor]]]:
 def run(size: str) -> list[dict]:
     cfg = SIZES[size]
     base = {
-        "commit": git_commit(),
+        "commit": levers_commit_id(),
         "torch": torch.__version__,
         "gpu": _gpu_name(),
         "cudnn": torch.backends.cudnn.version() if DEVICE == "cuda" else None,
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     **check,
                     "torch": torch.__version__,
                     "gpu": _gpu_name(),
-                    "commit": git_commit(),
+                    "commit": levers_commit_id(),
                 }
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)

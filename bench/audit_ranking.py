@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
 def _env() -> dict:
     import torch
 
-    from levers.capture.env import git_commit
+    from levers.environment import levers_commit_id
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return {"torch": torch.__version__, "gpu": gpu, "commit": git_commit()}
+    return {"torch": torch.__version__, "gpu": gpu, "commit": levers_commit_id()}
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from levers import Workload
 from levers.capture import capture_step, gpu
-from levers.capture.env import environment
+from levers.environment import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
 

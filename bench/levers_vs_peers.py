@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import levers  # noqa: E402
-from levers.capture.env import git_commit  # noqa: E402
+from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers import REGISTRY, load_all  # noqa: E402
 from levers.loader import load_workload  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(0)
     device = torch.device(args.device)
     meta = {
-        "commit": git_commit() or "unknown",
+        "commit": levers_commit_id() or "unknown",
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

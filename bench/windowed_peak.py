@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print("windowed_peak needs a CUDA device: the windowed peak is the CUDA allocator's")
         return 2
     from levers.runs.guards import RunGuard
-    from levers.capture.env import git_commit
+    from levers.environment import levers_commit_id
     from levers.output.atomic import atomic_write_text
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python bench/windowed_peak.py " + " ".join(
             sys.argv[1:] if argv is None else argv,
         ),
-        "git_commit": git_commit(),
+        "git_commit": levers_commit_id(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name(device),

@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import levers  # noqa: E402
 from levers.blocks import repeated_blocks  # noqa: E402
 from levers.capture import compile_stats  # noqa: E402
-from levers.capture.env import git_commit  # noqa: E402
+from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers import load_all  # noqa: E402
 from levers.levers.lever import NotApplicable  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     options = {"backend": "eager"} if args.device == "cpu" else {}
     load_all()
     meta = {
-        "commit": git_commit() or "unknown",
+        "commit": levers_commit_id() or "unknown",
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

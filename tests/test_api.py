@@ -105,3 +105,79 @@ def test_ab_returns_the_result_of_the_same_design_as_levers_ab():
     assert (result.config.num_steps, result.config.num_resamples) == (4, 200)
     assert result.candidate.params["fixed"] == "rewrite"
     assert result.parity is not None and result.parity.passed
+
+
+# ---- every verb goes through levers.Step, whose methods say what they return -----------------
+
+
+def test_each_method_declares_its_real_return_type():
+    import typing
+
+    from levers.ab.runner import AbResult
+    from levers.audit.run import AuditedStep
+    from levers.capture.records import Capture
+    from levers.memory.plan import FitPoint, FitResult, Measured, MemoryPlan
+    from levers.tune.result import TuneResult
+    from levers.workload import Workload
+
+    expected = {
+        "workload": Workload, "capture": Capture, "memory": MemoryPlan, "fit": FitResult,
+        "measure_memory": Measured, "audit": AuditedStep, "ab": typing.Optional[AbResult],
+        "tune": TuneResult, "from_capture": Step,
+    }
+    # the analyses' types are imported for type checking only (levers.api stays light)
+    names = {t.__name__: t for t in (AbResult, AuditedStep, Capture, FitResult, Measured,
+                                     MemoryPlan, TuneResult, FitPoint)}
+    hints = {
+        name: typing.get_type_hints(getattr(Step, name), localns=names)["return"]
+        for name in expected
+    }
+    assert hints == expected
+
+
+def test_a_step_of_a_capture_made_elsewhere_audits_it_and_refuses_to_rebuild():
+    captured = levers.Step("demo", params={"size": "tiny", "device": "cpu"}).capture(
+        warmup=0, timed=0
+    )
+    step = Step.from_capture(captured)
+    audited = step.audit(select=["SYNC001"], benchmark=False)
+    assert audited.capture is captured and audited.memory is None
+    with pytest.raises(TypeError, match="Step.memory needs to build the workload itself"):
+        step.memory()
+    with pytest.raises(TypeError, match="Step.ab builds each side from the workload spec"):
+        step.ab()
+
+
+def _calls_of(monkeypatch, name: str) -> list:
+    calls: list = []
+    real = getattr(Step, name)
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Step, name, counted)
+    return calls
+
+
+def test_levers_memory_goes_through_step_memory_and_step_fit(monkeypatch, capsys):
+    from levers.cli import main
+
+    memory, fit = _calls_of(monkeypatch, "memory"), _calls_of(monkeypatch, "fit")
+    spec = f"{Path(__file__).parent / 'memory' / 'memory_factories.py'}:mlp"
+    argv = ["memory", spec, "--gpu", "0.6GiB", "--fit", "--no-whatifs", "--predict-steps", "1"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert [(c["gpu"], c["num_steps"], c["whatifs"]) for c in memory] == [("0.6GiB", 1, False)]
+    assert [c["gpu"] for c in fit] == ["0.6GiB"]
+
+
+def test_levers_ab_goes_through_step_ab(monkeypatch, capsys):
+    from levers.cli import main
+
+    ab = _calls_of(monkeypatch, "ab")
+    quick = ["--steps", "3", "--warmup", "0", "--parity-steps", "1", "--resamples", "100"]
+    assert main(["ab", f"{AB_FACTORIES}:build", "--set-b", "fixed=rewrite", *quick]) == 0
+    capsys.readouterr()
+    assert [(c["params_b"], c["steps"], c["resamples"]) for c in ab] == [
+        ({"fixed": "rewrite"}, 3, 100)
+    ]

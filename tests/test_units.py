@@ -10,6 +10,7 @@ from levers.units import (
     format_flops,
     format_seconds,
     format_share,
+    parse_bytes,
 )
 
 
@@ -73,3 +74,34 @@ def test_durations_below_a_microsecond_and_parameter_counts():
     assert format_parameters(1.24e9) == "1.24B"
     assert format_parameters(12.6e6) == "12.6M"
     assert format_parameters(640) == "640"
+
+
+# ---- sizes typed by a user: one parser (levers.units.parse_bytes) for every option -------------
+
+
+@pytest.mark.parametrize(
+    ("text", "num_bytes"),
+    [
+        ("40GiB", 40 << 30), ("40 gib", 40 << 30), ("1.5GiB", 3 << 29), ("512MiB", 512 << 20),
+        ("80GB", 80 * 10**9), ("20mb", 20 * 10**6), ("4KiB", 4096), ("2e10", 2 * 10**10),
+        ("1024", 1024), ("1024B", 1024), ("1TiB", 1 << 40),
+    ],
+)
+def test_a_size_is_read_with_any_unit_in_any_case(text, num_bytes):
+    assert parse_bytes(text) == num_bytes
+
+
+def test_a_bad_size_names_the_units():
+    with pytest.raises(ValueError, match=r"'4 parsecs' is not a size.*units: B, KiB, MiB, GiB"):
+        parse_bytes("4 parsecs")
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_bytes("40", unit_required=True)
+
+
+def test_the_gpu_budget_and_the_ac_budget_read_sizes_alike():
+    from levers.hardware import CONTEXT_BYTES, resolve_gpu
+    from levers.levers.ac_budget import budget_bytes
+
+    for text in ("40GiB", "40 GiB", "40gib", "512MiB", "80GB", "20MB"):
+        assert resolve_gpu(text).total_bytes == parse_bytes(text) + CONTEXT_BYTES
+        assert budget_bytes(text, None) == parse_bytes(text)

@@ -10,17 +10,26 @@ handed to every analysis (as Holistic Trace Analysis holds one parsed trace for 
     result = step.ab("rms-norm-fused,fused-optimizer")   # an AbResult (levers, or a candidate spec)
     tuned = step.tune(budget="10m")                 # a TuneResult: the fastest proven stack
 
-``levers audit`` calls this object; the in-loop capture (:func:`levers.capture_step`) and the
-Trainer and Lightning callbacks hand their captures to the same audit
-(:func:`levers.audit.run.audit_step`).
+Every verb calls this object (``levers audit``, ``memory``, ``ab``, ``tune``); the in-loop
+capture (:func:`levers.capture_step`), the script runner and the Trainer and Lightning callbacks
+hand their captures to it (:meth:`Step.from_capture`). Its methods import the analyses when
+called, so that ``import levers`` and ``levers --help`` stay light.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from levers.hardware import DEFAULT_GPU
 from levers.workload import Workload
+
+if TYPE_CHECKING:
+    from levers.ab.runner import AbResult
+    from levers.audit.run import AuditedStep
+    from levers.capture.records import Capture
+    from levers.memory.plan import FitPoint, FitResult, Measured, MemoryPlan
+    from levers.tune.result import TuneResult
 
 DEFAULT_WARMUP = 1
 DEFAULT_TIMED = 3
@@ -70,7 +79,22 @@ class Step:
         # first increments tune would try, so tune reads them rather than running them again
         self._trials: dict[Any, dict] = {}
 
+    @classmethod
+    def from_capture(cls, capture: Capture, workload: Workload | None = None) -> Step:
+        """A Step of a capture made elsewhere: in the user's own loop, by a Trainer or Lightning
+        callback, or from a script. :meth:`audit` reads it; :meth:`memory`, :meth:`ab` and
+        :meth:`tune` build the workload again from a spec, which such a Step does not have."""
+        step = cls.__new__(cls)
+        step.source = workload
+        step.params = {}
+        step._workload = workload
+        step._captures = {(-1, -1): capture}
+        step._plans = {}
+        return step
+
     def __repr__(self) -> str:
+        if self.source is None:
+            return "Step.from_capture(...)"
         label = self.source if isinstance(self.source, str) else getattr(
             self.source, "name", getattr(self.source, "__name__", "workload")
         )
@@ -81,7 +105,13 @@ class Step:
         return self.source if isinstance(self.source, str) else None
 
     def workload(self) -> Workload:
-        """The built workload (built on first use, then kept)."""
+        """The built workload (built on first use, then kept).
+
+        Raises:
+            TypeError: a Step of a capture made elsewhere, without its workload.
+        """
+        if self._workload is None and self.source is None:
+            raise TypeError("this Step holds a capture made elsewhere, without its workload")
         if self._workload is None:
             if isinstance(self.source, str):
                 from levers.loader import load_workload
@@ -99,7 +129,7 @@ class Step:
         warmup: int = DEFAULT_WARMUP,
         timed: int = DEFAULT_TIMED,
         progress: Callable[[int, str], None] | None = None,
-    ) -> Any:
+    ) -> Capture:
         """The step's :class:`levers.capture.records.Capture`: ``warmup`` plain steps,
         ``timed`` timed ones, then the captured step. Captured once per (warmup, timed); the
         first capture is the one :meth:`audit` reads."""
@@ -113,55 +143,122 @@ class Step:
             )
         return self._captures[key]
 
-    def _current_capture(self) -> Any:
+    def _current_capture(self) -> Capture:
         if self._captures:
             return next(iter(self._captures.values()))
         return self.capture()
 
     def _memory_source(self) -> Any:
-        if isinstance(self.source, Workload):
+        if self.source is None or isinstance(self.source, Workload):
             return None
         return self.source
+
+    def _memory_source_or_refuse(self, method: str) -> Any:
+        source = self._memory_source()
+        if source is None:
+            raise TypeError(
+                f"Step.{method} needs to build the workload itself, under fake tensors: make the "
+                "Step from its spec or factory (levers.Step('llama', params=...)), not a Workload"
+            )
+        return source
+
+    def _memory_params(self) -> dict[str, Any]:
+        # the prediction is of the GPU run: a device parameter (the device a capture ran on
+        # here) is not passed to the factory
+        return {k: v for k, v in self.params.items() if k != "device"}
 
     def memory(
         self,
         *,
-        gpu: str = "h100-80gb",
+        gpu: str = DEFAULT_GPU,
         margin: float | None = None,
         num_steps: int | None = None,
         whatifs: bool = False,
-    ) -> Any:
+        world_size: int | None = None,
+        strategy: str | None = None,
+    ) -> MemoryPlan:
         """levers memory's :class:`levers.memory.MemoryPlan` of the step on ``gpu`` (any name
         of :mod:`levers.hardware`, or a budget such as ``"40GiB"``), kept per arguments.
 
         The prediction is of the GPU run: a ``device`` parameter (the device a capture ran on
-        here) is not passed to the factory.
+        here) is not passed to the factory. ``world_size``: also predict each of that many
+        data-parallel ranks sharing the model by ``strategy`` (``ddp``, the default, ``zero1``
+        or ``fsdp2``), in the plan's ``extra["per_rank"]``.
 
         Raises:
             TypeError: the Step holds a built Workload (the model builds it again under fake
                 tensors: give the Step its spec or factory).
+            ValueError: an unknown GPU, a margin outside [0, 1).
         """
+        # read from the package at call time, so a test's stand-in is the one called
         import levers.memory
 
-        source = self._memory_source()
-        if source is None:
-            raise TypeError(
-                "Step.memory needs to build the workload itself, under fake tensors: make the "
-                "Step from its spec or factory (levers.Step('llama', params=...)), not a Workload"
-            )
-        # only what was given is passed on: predict_memory's own defaults hold otherwise
-        options: dict[str, Any] = {}
-        if margin is not None:
-            options["margin"] = margin
-        if num_steps is not None:
-            options["num_steps"] = num_steps
-        key = (str(gpu), margin, num_steps, whatifs)
+        source = self._memory_source_or_refuse("memory")
+        key = (str(gpu), margin, num_steps, whatifs, world_size, strategy)
         if key not in self._plans:
-            params = {k: v for k, v in self.params.items() if k != "device"}
-            self._plans[key] = levers.memory.predict_memory(
-                source, gpu=gpu, params=params, whatifs=whatifs, **options
-            )
+            # only what was given is passed on: predict_memory's own defaults hold otherwise
+            options: dict[str, Any] = {}
+            if margin is not None:
+                options["margin"] = margin
+            if num_steps is not None:
+                options["num_steps"] = num_steps
+            params = self._memory_params()
+            if world_size is None:
+                plan = levers.memory.predict_memory(
+                    source, gpu=gpu, params=params, whatifs=whatifs, **options
+                )
+            else:
+                plan = _per_rank_plan(
+                    source, params, gpu, options, whatifs, world_size, strategy or "ddp"
+                )
+            self._plans[key] = plan
         return self._plans[key]
+
+    def fit(
+        self,
+        param: str = "batch_size",
+        *,
+        gpu: str = DEFAULT_GPU,
+        margin: float | None = None,
+        num_steps: int | None = None,
+        start: int | None = None,
+        progress: Callable[[FitPoint], None] | None = None,
+    ) -> FitResult:
+        """The largest integer ``param`` (a factory parameter) whose predicted peak fits
+        ``gpu`` less the margin, searched from ``start`` (default: the Step's value of it).
+
+        Raises:
+            TypeError: the Step holds a built Workload.
+        """
+        from levers.hardware import resolve_gpu
+        from levers.memory.fit import fit_param
+        from levers.memory.predict import DEFAULT_MARGIN, check_margin
+        from levers.memory.prediction import source_of
+        from levers.memory.steps import DEFAULT_NUM_STEPS
+
+        built = source_of(self._memory_source_or_refuse("fit"), self._memory_params())
+        return fit_param(
+            built,
+            resolve_gpu(gpu),
+            param,
+            margin=check_margin(DEFAULT_MARGIN if margin is None else margin),
+            start=start if start is not None else built.params.get(param, 1),
+            num_steps=DEFAULT_NUM_STEPS if num_steps is None else num_steps,
+            progress=progress,
+        )
+
+    def measure_memory(self, *, num_steps: int | None = None) -> Measured:
+        """The step's peaks measured on this machine's GPU (to set beside :meth:`memory`).
+
+        Raises:
+            LeversError: no GPU here.
+        """
+        from levers.memory.measure import measure_peaks
+        from levers.memory.prediction import source_of
+        from levers.memory.steps import DEFAULT_NUM_STEPS
+
+        built = source_of(self._memory_source_or_refuse("measure_memory"), self._memory_params())
+        return measure_peaks(built, num_steps=DEFAULT_NUM_STEPS if num_steps is None else num_steps)
 
     def audit(
         self,
@@ -176,7 +273,7 @@ class Step:
         set_items: Sequence[str] = (),
         progress: Any = None,
         measure: bool | Callable[..., Any] | None = None,
-    ) -> Any:
+    ) -> AuditedStep:
         """The audit of the captured step (captured now with the defaults if :meth:`capture`
         was not called): an :class:`levers.audit.run.AuditedStep` with the priced findings,
         the ranked report and the memory model's prediction (None with
@@ -198,12 +295,12 @@ class Step:
         source = self._memory_source() if memory_model else None
         audited = audit_step(
             capture,
-            workload=self.workload(),
+            workload=self._workload if self.source is None else self.workload(),
             source=source,
             params=self.params,
             predict=self._predict_for_audit,
             workload_spec=self.spec if isinstance(self.spec, str) else None,
-            target=target,
+            target=target or DEFAULT_GPU,
             torch_version=torch_version,
             assume_dtype=assume_dtype,
             select=select,
@@ -252,7 +349,7 @@ class Step:
         memory = self._trials.setdefault(design, {})
         return remembered(ab_measure(self.spec, self.params, design), memory)
 
-    def _predict_for_audit(self, gpu: str, whatifs: bool) -> Any:
+    def _predict_for_audit(self, gpu: str, whatifs: bool) -> MemoryPlan:
         return self.memory(gpu=gpu, whatifs=whatifs)
 
     def ab(
@@ -268,12 +365,20 @@ class Step:
         seed: int | None = None,
         mem_gate_gib: float | None = None,
         time_budget_s: float | None = None,
-    ) -> Any:
+        candidate: str | None = None,
+        levers: Sequence[str] = (),
+        dist_timeout_s: float = 300.0,
+    ) -> AbResult | None:
         """A parity-gated A/B of this step (the baseline) against a candidate: lever ids
         (``"rms-norm-fused,fused-optimizer"`` or a list, applied to this workload), another
-        workload spec, or None with ``params_b`` (the same workload, other parameters).
-        Returns the :class:`levers.ab.runner.AbResult`; nothing is recorded or printed (the
-        ``levers ab`` command does that).
+        workload spec, or None with ``params_b`` (the same workload, other parameters);
+        ``candidate`` and ``levers`` name both at once (a candidate spec with levers on it).
+        Returns the
+        :class:`levers.ab.runner.AbResult`; nothing is recorded or printed (the ``levers ab``
+        command does that).
+
+        Under torchrun, both sides run on every rank and rank 0 merges the step times (ranks
+        wait ``dist_timeout_s`` for each other); the other ranks return None.
 
         Raises:
             TypeError: the Step is not of a spec (each side is built again from it).
@@ -287,13 +392,17 @@ class Step:
                 "Step.ab builds each side from the workload spec: make the Step from a spec "
                 "such as 'demo' or 'path/file.py:factory'"
             )
-        candidate, levers = _candidate_and_levers(candidate_or_levers)
+        named, lever_specs = _candidate_and_levers(candidate_or_levers)
+        if named is not None and candidate is not None:
+            raise TypeError("Step.ab: name the candidate spec once (candidate_or_levers or candidate)")
+        candidate = candidate if candidate is not None else named
+        lever_specs = [*lever_specs, *levers]
         given = {
             "baseline": self.spec,
             "candidate": candidate,
             "params": self.params,
             "params_b": params_b,
-            "levers": levers or None,
+            "levers": lever_specs or None,
             "exactness": exactness,
             "steps": steps,
             "warmup": warmup,
@@ -308,7 +417,15 @@ class Step:
             None,
         )
         baseline, candidate_side, chosen = design_mod.sides(design)
-        return run_ab(baseline, candidate_side, design_mod.config(design, kill, chosen))
+        config = design_mod.config(design, kill, chosen)
+        from levers.distributed.world import world_from_env
+
+        world = world_from_env()
+        if world.is_distributed:
+            from levers.distributed.ab import run_ab_distributed
+
+            return run_ab_distributed(baseline, candidate_side, config, world, dist_timeout_s)
+        return run_ab(baseline, candidate_side, config)
 
 
     def tune(
@@ -328,7 +445,7 @@ class Step:
         progress: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
         set_items: Sequence[str] = (),
-    ) -> Any:
+    ) -> TuneResult:
         """``levers tune``: the fastest stack of levers that keeps parity on this step, found by
         paired A/Bs (greedy, best expected saving first) within ``budget`` ("10m", "90s" or
         seconds). Returns a :class:`levers.tune.result.TuneResult`; its ``stack`` is empty when
@@ -373,6 +490,36 @@ class Step:
             clock=clock or time.monotonic,
             set_items=set_items,
         )
+
+
+def _per_rank_plan(
+    source: Any,
+    params: dict[str, Any],
+    gpu: str,
+    options: dict[str, Any],
+    whatifs: bool,
+    world_size: int,
+    strategy: str,
+) -> MemoryPlan:
+    """The plan of one rank of ``world_size``, with each rank's peak in ``extra["per_rank"]``."""
+    from dataclasses import replace
+
+    from levers.hardware import resolve_gpu
+    from levers.memory.distributed import predict_per_rank
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin
+    from levers.memory.prediction import source_of
+    from levers.memory.steps import DEFAULT_NUM_STEPS
+    from levers.memory.whatif import all_whatifs
+
+    built, spec = source_of(source, params), resolve_gpu(gpu)
+    num_steps = options.get("num_steps", DEFAULT_NUM_STEPS)
+    prediction, plan, rank = predict_per_rank(
+        built, spec, check_margin(options.get("margin", DEFAULT_MARGIN)),
+        world_size=world_size, strategy=strategy, num_steps=num_steps,
+    )
+    if whatifs:
+        plan = replace(plan, whatifs=all_whatifs(built, spec, prediction, num_steps=num_steps))
+    return replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
 
 
 def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None, list[str]]:

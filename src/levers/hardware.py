@@ -24,8 +24,9 @@ which has no compute figures.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from levers.units import parse_bytes
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -115,7 +116,10 @@ GPUS = {
 _BY_NAME = {n: spec for spec in GPUS.values() for n in spec.names}
 assert len(_BY_NAME) == sum(len(s.names) for s in GPUS.values()), "a GPU name is used twice"
 
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GiB|GB|MiB)\s*$", re.IGNORECASE)
+# the GPU a CPU run is estimated (audit) or predicted (memory) for when none is named: one part
+# for both verbs, so that their figures agree; named by its part name, which the family name h100
+# stands for
+DEFAULT_GPU = "h100-80gb"
 
 
 def gpu_names() -> tuple[str, ...]:
@@ -142,26 +146,23 @@ def resolve_gpu(text: str | GpuSpec, *, allow_budget: bool = True, option: str =
     spec = lookup_gpu(text)
     if spec is not None:
         return spec
-    match = _BUDGET.match(str(text)) if allow_budget else None
-    if match is None:
-        if not allow_budget:
-            raise ValueError(
-                f"{option} {text!r} is not known; use one of: {', '.join(gpu_names())}"
-            )
+    if not allow_budget:
+        raise ValueError(f"{option} {text!r} is not known; use one of: {', '.join(gpu_names())}")
+    try:
+        budget = parse_bytes(str(text), unit_required=True)
+    except ValueError:
         raise ValueError(
             f"{option} {text!r} is not a known GPU or a memory budget; use one of "
             f"{', '.join(GPUS)} or a size like 40GiB"
-        )
-    amount, unit = float(match.group(1)), match.group(2).lower()
-    scale = {"gib": GIB, "gb": 10**9, "mib": MIB}[unit]
-    budget = int(amount * scale)
+        ) from None
     if budget <= 0:
         raise ValueError(f"{option} {text!r} must be a positive memory budget")
+    name = "".join(str(text).split())
     return GpuSpec(
-        name=f"{match.group(1)}{match.group(2)}",
+        name=name,
         total_bytes=budget + CONTEXT_BYTES,
         sm=(9, 0),
-        description=f"a {match.group(1)} {match.group(2)} budget (sm90 kernels assumed)",
+        description=f"a {name} budget (sm90 kernels assumed)",
     )
 
 

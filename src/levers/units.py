@@ -1,5 +1,8 @@
 """Human-readable numbers: FLOPs, bytes, durations, rates and shares (reports, findings, plans).
 
+Sizes typed by a user (``--gpu 40GiB``, ``ac-budget:budget=20GiB``) are read by
+:func:`parse_bytes` alone.
+
 Bytes use binary prefixes (KiB, MiB, GiB) as PyTorch's memory tools do; FLOPs and rates use
 decimal prefixes (GFLOP, TFLOP), as hardware data sheets do. One format per unit, each with three
 significant figures: a duration picks s, ms, µs or ns (never ``0.000944 ms``), a share keeps two
@@ -8,6 +11,8 @@ count takes B, M or k (``1.24B``, ``132k``, never ``0.00B``).
 """
 
 from __future__ import annotations
+
+import re
 
 _DECIMAL = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 _BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
@@ -89,3 +94,31 @@ def format_share(fraction: float) -> str:
     if abs(percent) >= 1:
         return f"{percent:.1f}%"
     return f"{percent:.2g}%" if abs(percent) >= 1e-4 else f"{percent:.1e}%"
+
+
+# every unit a size may carry, as written in messages; read in any case
+BYTE_UNITS = {
+    "B": 1,
+    "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}
+_UNIT_BY_LOWER = {unit.lower(): factor for unit, factor in BYTE_UNITS.items()}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str, *, unit_required: bool = False) -> int:
+    """A size in bytes from ``40GiB``, ``512 MiB``, ``80GB``, ``2e10`` (bytes) or ``1024B``; units
+    in any case. ``unit_required``: a bare number is refused (where it could be read as
+    something else, as ``--gpu 40``).
+
+    Raises:
+        ValueError: not a size; the message lists the units.
+    """
+    match = _SIZE.match(str(text))
+    unit = match.group(2).lower() if match else ""
+    if match is None or (unit and unit not in _UNIT_BY_LOWER) or (unit_required and not unit):
+        raise ValueError(
+            f"{text!r} is not a size; write a number and a unit, e.g. 40GiB, 512MiB or 80GB "
+            f"(units: {', '.join(BYTE_UNITS)})"
+        )
+    return int(float(match.group(1)) * _UNIT_BY_LOWER[unit or "b"])

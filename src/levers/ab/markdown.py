@@ -27,7 +27,10 @@ def _environment_line(env: dict[str, Any]) -> str:
         if gpu
         else f"{env.get('cpu')} ({env.get('num_threads')} threads)"
     )
-    commit = env.get("commit") or env.get("levers_commit")
+    commit = env.get("workdir_commit") or (
+        {"commit": env["levers_commit"], "dirty": env.get("levers_commit_dirty")}
+        if env.get("levers_commit") else None
+    )
     at = f"{commit['commit'][:12]}{' (dirty)' if commit['dirty'] else ''}" if commit else "unknown"
     return f"{hardware}; torch {env.get('torch')}; commit {at}"
 

@@ -1,9 +1,30 @@
-"""The pre-registration file: a TOML template, and its parsing and validation.
+"""The pre-registration file: one format for ``levers ab --prereg``, ``levers compare --prereg``,
+``levers prereg`` and :meth:`levers.RunGuard.from_prereg`, its parsing and validation, and the
+A/B's template.
 
-A pre-registration states, before any data, the question, the design, the kill lines, the
-numbered expectations (read, direction, size, confidence) and the decision rule. Once frozen
-(see ``freeze.py``) it may only grow by ``[[amendments]]`` tables appended at its end; an
-amendment may override ``design`` and ``kill`` keys (applied in order), never expectations.
+A pre-registration states, before any data, the question, the design, the kill lines, the reads,
+the numbered expectations and the decision rule. Once frozen (see ``freeze.py``) it may only grow
+by ``[[amendments]]`` tables appended at its end; an amendment may override ``design``, ``gates``
+and ``kill`` keys (applied in order), never reads, expectations or the decision rule.
+
+The one format (:func:`parse_preregistration`)::
+
+    kind = "run"          # optional: marks a training run's file (gates, kill lines, reads)
+    question = "..."
+    reads = [...]         # step reads of the A/B ("step_time", ... or {name = "step_time"}) and
+                          # quality reads ([[reads]] with id, name, metric, better, rule, files)
+    [design]              # with a baseline: the A/B's design (its keys only); else free-form
+    [gates]               # banner = { datasets = 880, ... }: the run guard's banner gate
+    [kill]                # nonfinite_loss, mem_gate_gib; the A/B's time_budget_s; the run's
+                          # window_steps, step_time_max_ratio, step_time_warmup_steps, metrics
+    [[expectations]]      # id, text, confidence; read, direction, size for a read the A/B judges
+    [decision]            # rule = "..."
+    [[amendments]]        # text, date, design, gates, kill
+
+An A/B file (``levers ab --init-prereg``) and a run file (``levers prereg init``) are both of
+it, and so are the files each wrote before the two were one: ``levers ab`` reads the design
+and step reads of any of them (:func:`parse_prereg`), ``levers compare`` and the run guard the
+gates, kill lines and quality reads (:func:`levers.runs.prereg.parse_run_prereg`).
 
 The file is read with ``tomllib`` (Python 3.11+, else the ``tomli`` backport) and written by
 hand: the template is the only thing levers writes, and it needs no TOML library.
@@ -33,8 +54,42 @@ DESIGN_DEFAULTS: dict[str, Any] = {
     "resamples": 10_000,
     "seed": 0,
 }
-KILL_KEYS = ("nonfinite_loss", "mem_gate_gib", "time_budget_s")
-TOP_LEVEL_KEYS = ("question", "reads", "design", "kill", "expectations", "decision", "amendments")
+AB_KILL_KEYS = ("nonfinite_loss", "mem_gate_gib", "time_budget_s")
+RUN_KILL_KEYS = (
+    "nonfinite_loss",
+    "window_steps",
+    "mem_gate_gib",
+    "step_time_max_ratio",
+    "step_time_warmup_steps",
+    "metrics",
+)
+KILL_KEYS = tuple(dict.fromkeys(AB_KILL_KEYS + RUN_KILL_KEYS))
+GATE_KEYS = ("banner",)
+METRIC_KEYS = ("name", "bar", "better", "num_evals", "after_step")
+READ_KEYS = (
+    "id",
+    "name",
+    "metric",
+    "better",
+    "baseline",
+    "candidate",
+    "unpaired",
+    "must_match",
+    "id_column",
+    "rule",
+)
+TOP_LEVEL_KEYS = (
+    "kind",
+    "question",
+    "reads",
+    "design",
+    "gates",
+    "kill",
+    "expectations",
+    "decision",
+    "amendments",
+)
+RUN_KIND = "run"
 CONFIDENCES = ("low", "medium", "medium-high", "high", "open")
 
 
@@ -44,12 +99,31 @@ class PreregError(LeversError):
 
 @dataclass(frozen=True)
 class Expectation:
+    """A numbered expectation. ``read``, ``direction`` and ``size`` are set together, for a
+    read the A/B judges; without them the expectation is checked by hand (a run's)."""
+
     id: int
-    read: str
-    direction: str  # "lower", "higher", "same"
-    size: float  # relative change the whole CI must clear (0.05 = 5%)
+    read: str | None
+    direction: str | None  # "lower", "higher", "same"
+    size: float | None  # relative change the whole CI must clear (0.05 = 5%)
     confidence: str
     text: str
+
+
+@dataclass(frozen=True)
+class QualityRead:
+    """A frozen quality read, run by ``levers compare --prereg FILE --read ID``."""
+
+    id: int
+    name: str
+    metric: str
+    better: str
+    baseline: str | None  # per-example metric files; relative paths are from the file's folder
+    candidate: str | None
+    unpaired: bool
+    must_match: tuple[str, ...]
+    id_column: str
+    rule: str
 
 
 @dataclass(frozen=True)
@@ -58,15 +132,34 @@ class Amendment:
     date: str | None
     design: dict[str, Any]
     kill: dict[str, Any]
+    gates: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Preregistration:
+    """A pre-registration file as written, its amendments applied."""
+
+    question: str
+    kind: str | None
+    step_reads: tuple[str, ...]  # the step reads it lists (none: the A/B judges them all)
+    quality_reads: tuple[QualityRead, ...]
+    design: dict[str, Any]
+    gates: dict[str, Any]
+    kill: dict[str, Any]
+    expectations: tuple[Expectation, ...]
+    decision_rule: str
+    amendments: tuple[Amendment, ...] = field(default=())
 
 
 @dataclass(frozen=True)
 class Prereg:
+    """What ``levers ab`` runs from a pre-registration."""
+
     question: str
     reads: tuple[str, ...]
     design: dict[str, Any]  # DESIGN_DEFAULTS, then the file, then each amendment
     kill: dict[str, Any]
-    expectations: tuple[Expectation, ...]
+    expectations: tuple[Expectation, ...]  # those with a read
     decision_rule: str
     amendments: tuple[Amendment, ...] = field(default=())
 
@@ -96,7 +189,7 @@ def require(cond: bool, where: str, message: str) -> None:
 
 def decision_rule(raw: dict[str, Any], expectations: tuple, where: str) -> str:
     """The frozen decision rule, after checking the numbered expectations it decides on (at
-    least one, ids unique); shared by step-time and run pre-registrations."""
+    least one, ids unique)."""
     require(expectations != (), where, "bank at least one numbered [[expectations]] entry")
     ids = [e.id for e in expectations]
     require(len(set(ids)) == len(ids), where, f"expectation ids repeat: {ids}")
@@ -113,33 +206,51 @@ def decision_rule(raw: dict[str, Any], expectations: tuple, where: str) -> str:
 
 def _expectation(raw: Any, where: str) -> Expectation:
     require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
-    missing = [k for k in ("id", "read", "direction", "size", "confidence", "text") if k not in raw]
+    missing = [k for k in ("id", "confidence", "text") if k not in raw]
+    judged = [k for k in ("read", "direction", "size") if k in raw]
+    if judged:  # a read the A/B judges: all three
+        missing += [k for k in ("read", "direction", "size") if k not in raw]
     require(not missing, where, f"an expectation lacks {', '.join(missing)}")
-    exp = Expectation(
-        raw["id"], raw["read"], raw["direction"], raw["size"], raw["confidence"], raw["text"]
-    )
-    tag = f"expectation {exp.id!r}"
-    require(isinstance(exp.id, int) and exp.id > 0, where, f"{tag}: id must be a positive integer")
-    require(exp.read in READS, where, f"{tag}: read must be one of {sorted(READS)}")
-    require(exp.direction in DIRECTIONS, where, f"{tag}: direction must be one of {DIRECTIONS}")
+    tag = f"expectation {raw['id']!r}"
     require(
-        exp.read != "parity" or exp.direction == "same",
-        where,
-        f"{tag}: the parity read takes direction 'same'",
+        isinstance(raw["id"], int) and raw["id"] > 0, where, f"{tag}: id must be a positive integer"
+    )
+    if judged:
+        require(raw["read"] in READS, where, f"{tag}: read must be one of {sorted(READS)}")
+        require(
+            raw["direction"] in DIRECTIONS, where, f"{tag}: direction must be one of {DIRECTIONS}"
+        )
+        require(
+            raw["read"] != "parity" or raw["direction"] == "same",
+            where,
+            f"{tag}: the parity read takes direction 'same'",
+        )
+        require(
+            isinstance(raw["size"], (int, float)) and raw["size"] >= 0,
+            where,
+            f"{tag}: size is a relative change >= 0 (0.05 = 5%)",
+        )
+    require(
+        raw["confidence"] in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
     )
     require(
-        isinstance(exp.size, (int, float)) and exp.size >= 0,
-        where,
-        f"{tag}: size is a relative change >= 0 (0.05 = 5%)",
+        isinstance(raw["text"], str) and raw["text"].strip() != "", where, f"{tag}: text is empty"
     )
-    require(
-        exp.confidence in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
+    return Expectation(
+        raw["id"],
+        raw.get("read"),
+        raw.get("direction"),
+        float(raw["size"]) if judged else None,
+        raw["confidence"],
+        raw["text"],
     )
-    require(isinstance(exp.text, str) and exp.text.strip() != "", where, f"{tag}: text is empty")
-    return Expectation(exp.id, exp.read, exp.direction, float(exp.size), exp.confidence, exp.text)
 
 
-def _check_design(design: dict[str, Any], where: str) -> None:
+def _check_design(design: Any, where: str, *, ab: bool) -> None:
+    """``ab``: the design names a baseline, so it is levers ab's and holds its keys only."""
+    require(isinstance(design, dict), where, "[design] must be a table")
+    if not ab:
+        return  # a run's design is free-form: recorded, not read
     unknown = sorted(set(design) - set(DESIGN_DEFAULTS))
     require(not unknown, where, f"unknown design keys {unknown}; known: {sorted(DESIGN_DEFAULTS)}")
     # a file written before the vocabulary was one says "numerics-changing": still read
@@ -155,7 +266,8 @@ def _check_design(design: dict[str, Any], where: str) -> None:
     require(isinstance(design.get("levers", []), list), where, "design.levers must be a list")
 
 
-def _check_kill(kill: dict[str, Any], where: str) -> None:
+def _check_kill(kill: Any, where: str) -> None:
+    require(isinstance(kill, dict), where, "[kill] must be a table")
     unknown = sorted(set(kill) - set(KILL_KEYS))
     require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
     require(
@@ -163,62 +275,179 @@ def _check_kill(kill: dict[str, Any], where: str) -> None:
         where,
         "kill.nonfinite_loss cannot be turned off: a NaN/inf loss always stops a run",
     )
+    for key in ("mem_gate_gib", "step_time_max_ratio"):
+        value = kill.get(key)
+        require(
+            value is None or (isinstance(value, (int, float)) and value > 0),
+            where,
+            f"kill.{key} must be a positive number",
+        )
+    for key in ("window_steps", "step_time_warmup_steps"):
+        value = kill.get(key)
+        require(
+            value is None or (isinstance(value, int) and value >= 0),
+            where,
+            f"kill.{key} must be a whole number",
+        )
+    metrics = kill.get("metrics", [])
+    require(isinstance(metrics, list), where, "kill.metrics must be a list of [[kill.metrics]]")
+    for m in metrics:
+        require(isinstance(m, dict), where, "each [[kill.metrics]] entry must be a table")
+        unknown = sorted(set(m) - set(METRIC_KEYS))
+        require(
+            not unknown, where, f"unknown [[kill.metrics]] keys {unknown}; known: {METRIC_KEYS}"
+        )
+        require(isinstance(m.get("name"), str) and m["name"], where, "a metric kill line needs a name")
+        require(
+            isinstance(m.get("bar"), (int, float)),
+            where,
+            f"metric {m.get('name')!r} needs a numeric bar",
+        )
+        require(
+            m.get("better", "lower") in ("lower", "higher"),
+            where,
+            f"metric {m['name']!r}: better must be \"lower\" or \"higher\"",
+        )
 
 
-def _amendment(raw: Any, where: str) -> Amendment:
+def _check_gates(gates: Any, where: str) -> None:
+    require(isinstance(gates, dict), where, "[gates] must be a table")
+    unknown = sorted(set(gates) - set(GATE_KEYS))
+    require(not unknown, where, f"unknown gate keys {unknown}; known: {list(GATE_KEYS)}")
+    banner = gates.get("banner")
+    if banner is not None:
+        require(
+            isinstance(banner, dict)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in banner.values()),
+            where,
+            "gates.banner must be a table of whole-number counts (datasets = 880, ...)",
+        )
+
+
+def _quality_read(raw: dict[str, Any], where: str) -> QualityRead:
+    unknown = sorted(set(raw) - set(READ_KEYS))
+    require(not unknown, where, f"unknown [[reads]] keys {unknown}; known: {READ_KEYS}")
+    missing = [k for k in ("id", "name", "metric", "better", "rule") if k not in raw]
+    require(not missing, where, f"a read lacks {', '.join(missing)}")
+    tag = f"read {raw['id']!r}"
+    require(
+        isinstance(raw["id"], int) and raw["id"] > 0, where, f"{tag}: id must be a positive integer"
+    )
+    require(raw["better"] in ("lower", "higher"), where, f'{tag}: better must be "lower" or "higher"')
+    must_match = raw.get("must_match", [])
+    require(isinstance(must_match, list), where, f"{tag}: must_match is a list of example ids")
+    return QualityRead(
+        raw["id"],
+        raw["name"],
+        raw["metric"],
+        raw["better"],
+        raw.get("baseline"),
+        raw.get("candidate"),
+        bool(raw.get("unpaired", False)),
+        tuple(str(i) for i in must_match),
+        raw.get("id_column", "id"),
+        raw["rule"],
+    )
+
+
+def _reads(raw: Any, where: str) -> tuple[tuple[str, ...], tuple[QualityRead, ...]]:
+    """The step reads (a name, or a table with only a name and an id) and the quality reads (a
+    table with a metric)."""
+    require(isinstance(raw, list), where, f"reads must be a list drawn from {sorted(READS)}")
+    steps, quality = [], []
+    for entry in raw:
+        if isinstance(entry, dict) and "metric" in entry:
+            quality.append(_quality_read(entry, where))
+            continue
+        name = entry.get("name") if isinstance(entry, dict) else entry
+        require(
+            name in READS and (not isinstance(entry, dict) or set(entry) <= {"id", "name"}),
+            where,
+            f"reads must be a list drawn from {sorted(READS)}, or [[reads]] tables with a metric "
+            "(a quality read for levers compare)",
+        )
+        steps.append(name)
+    ids = [r.id for r in quality]
+    require(len(set(ids)) == len(ids), where, f"read ids repeat: {ids}")
+    return tuple(steps), tuple(quality)
+
+
+def _amendment(raw: Any, where: str, *, ab_design: bool) -> Amendment:
     require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
-    unknown = sorted(set(raw) - {"text", "date", "design", "kill"})
+    unknown = sorted(set(raw) - {"text", "date", "design", "gates", "kill"})
     require(
         not unknown,
         where,
-        f"an amendment may hold text, date, design and kill, not {unknown} "
-        "(expectations are banked before data and never amended)",
+        f"an amendment may hold text, date, design, gates and kill, not {unknown} (reads and "
+        "expectations are banked before data and never amended, nor is the decision rule)",
     )
     require(
         isinstance(raw.get("text"), str) and raw["text"].strip() != "",
         where,
         "every amendment needs a text saying what changed and why",
     )
-    design, kill = raw.get("design", {}), raw.get("kill", {})
-    _check_design(design, where)
+    design, gates, kill = raw.get("design", {}), raw.get("gates", {}), raw.get("kill", {})
+    _check_design(design, where, ab=ab_design)
+    _check_gates(gates, where)
     _check_kill(kill, where)
-    return Amendment(raw["text"], raw.get("date"), dict(design), dict(kill))
+    return Amendment(raw["text"], raw.get("date"), dict(design), dict(kill), dict(gates))
 
 
-def parse_prereg(text: str, where: str = "the pre-registration") -> Prereg:
-    """Validate a pre-registration's text and apply its amendments to design and kill."""
+def parse_preregistration(text: str, where: str = "the pre-registration") -> Preregistration:
+    """Validate a pre-registration of the one format (an A/B's, a run's or both) and apply its
+    amendments."""
     raw = parse_toml(text, where)
     unknown = sorted(set(raw) - set(TOP_LEVEL_KEYS))
     require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
+    require(
+        raw.get("kind") in (None, RUN_KIND), where, f'kind is "{RUN_KIND}" or left out'
+    )
     require(
         isinstance(raw.get("question"), str) and raw["question"].strip() != "",
         where,
         'state the question (question = "...")',
     )
-    reads = raw.get("reads", list(READS))
-    require(
-        isinstance(reads, list) and all(r in READS for r in reads),
-        where,
-        f"reads must be a list drawn from {sorted(READS)}",
-    )
-    design_raw, kill_raw = raw.get("design", {}), raw.get("kill", {})
-    _check_design(design_raw, where)
+    step_reads, quality_reads = _reads(raw.get("reads", []), where)
+    design_raw = raw.get("design", {})
+    ab_design = isinstance(design_raw, dict) and "baseline" in design_raw
+    _check_design(design_raw, where, ab=ab_design)
+    gates_raw, kill_raw = raw.get("gates", {}), raw.get("kill", {})
+    _check_gates(gates_raw, where)
     _check_kill(kill_raw, where)
     expectations = tuple(_expectation(e, where) for e in raw.get("expectations", []))
     rule = decision_rule(raw, expectations, where)
-    amendments = tuple(_amendment(a, where) for a in raw.get("amendments", []))
-    design = {**DESIGN_DEFAULTS, **design_raw}
-    kill = dict(kill_raw)
+    amendments = tuple(
+        _amendment(a, where, ab_design=ab_design) for a in raw.get("amendments", [])
+    )
+    design, gates, kill = dict(design_raw), dict(gates_raw), dict(kill_raw)
     for amendment in amendments:
         design.update(amendment.design)
+        gates.update(amendment.gates)
         kill.update(amendment.kill)
+    return Preregistration(
+        raw["question"], raw.get("kind"), step_reads, quality_reads, design, gates, kill,
+        expectations, rule, amendments,
+    )
+
+
+def parse_prereg(text: str, where: str = "the pre-registration") -> Prereg:
+    """What ``levers ab`` runs: the design (defaults filled in), its kill lines, the step reads
+    and the expectations it judges, from a pre-registration of the one format."""
+    prereg = parse_preregistration(text, where)
+    design = {**DESIGN_DEFAULTS, **prereg.design}
     require(
         isinstance(design["baseline"], str) and design["baseline"] != "",
         where,
         'design.baseline must name the baseline workload (e.g. "demo")',
     )
     return Prereg(
-        raw["question"], tuple(reads), design, kill, expectations, rule, amendments
+        prereg.question,
+        prereg.step_reads or tuple(READS),
+        design,
+        {k: v for k, v in prereg.kill.items() if k in AB_KILL_KEYS},
+        tuple(e for e in prereg.expectations if e.read is not None),
+        prereg.decision_rule,
+        prereg.amendments,
     )
 
 

@@ -22,6 +22,7 @@ from levers.capture.records import Capture
 from levers.audit.finding import Finding
 from levers.audit.rank import payoff
 from levers.audit.script_step import script_command
+from levers.script_defaults import TUNE_TAKES_SCRIPTS
 
 # pairs that fail together, with why
 CONFLICTS = {
@@ -175,11 +176,7 @@ def recommend(
 def tune_takes_scripts() -> bool:
     """Whether this installation's ``levers tune`` takes a script after ``--`` (a build whose
     tune asks for a factory instead gets no such command printed, since it would refuse)."""
-    try:
-        from levers.tune import TAKES_SCRIPTS
-    except ImportError:
-        return False
-    return bool(TAKES_SCRIPTS)
+    return TUNE_TAKES_SCRIPTS
 
 
 def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ...]:

@@ -1,73 +1,14 @@
-"""The environment and settings a capture ran under: versions, hardware, global flags."""
+"""The global settings a capture ran under (the flags that decide which kernels run); where it
+ran is :func:`levers.environment.environment`."""
 
 from __future__ import annotations
 
-import functools
 import os
-import platform
-import subprocess
-import sys
 from typing import Any
 
 import torch
 
-import levers
 from levers.capture.distributed import distributed_info
-
-
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str | None:
-    """The commit of the levers checkout, when levers runs from one.
-
-    ``LEVERS_COMMIT`` names it instead, for a copy of a tree whose ``.git`` is not that commit
-    (a benchmark machine that receives the working tree without its history).
-    """
-    declared = os.environ.get("LEVERS_COMMIT", "").strip()
-    if declared:
-        return declared[:12]
-    here = os.path.dirname(os.path.abspath(levers.__file__))
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=here, capture_output=True, text=True, timeout=5, check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment(device: torch.device) -> dict[str, Any]:
-    env: dict[str, Any] = {
-        "levers": levers.__version__,
-        "levers_commit": git_commit(),
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "device": str(device),
-        "num_cpus": os.cpu_count(),
-        "cpu": cpu_name(),
-    }
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        env["device_name"] = props.name
-        env["device_memory_bytes"] = props.total_memory
-        env["cuda"] = torch.version.cuda
-        env["capability"] = f"{props.major}.{props.minor}"
-    else:
-        env["device_name"] = env["cpu"]
-    return env
 
 
 def _optimizer_info(optimizer: torch.optim.Optimizer | None) -> dict[str, Any] | None:

@@ -24,7 +24,8 @@ from torch.optim.optimizer import (
 from levers.capture import gpu
 from levers.capture.calls import CallRecorder, memory_metric_calls
 from levers.capture import compile_stats
-from levers.capture.env import environment, settings
+from levers.capture.env import settings
+from levers.environment import environment
 from levers.capture.loss import find_loss
 from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
 from levers.capture.recorder import (

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError, StepError
-from levers.cli.options import add_set_argument, count
+from levers.cli.options import (
+    add_output_arguments,
+    add_set_argument,
+    add_steps_argument,
+    add_warmup_argument,
+    add_workload_argument,
+    count,
+)
 from levers.vocab import CHANGES_NUMERICS
 
 EXIT_KILLED = 4
@@ -51,17 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "every KEY=VALUE after them."
         ),
     )
-    parser.add_argument(
-        "baseline",
-        nargs="?",
-        metavar="BASELINE",
-        help="built-in name, path/to/file.py:factory or package.module:factory",
-    )
-    parser.add_argument(
-        "candidate",
-        nargs="?",
-        metavar="CANDIDATE",
-        help="the candidate's workload (default: BASELINE)",
+    add_workload_argument(parser, "baseline", metavar="BASELINE")
+    add_workload_argument(
+        parser, "candidate", metavar="CANDIDATE", help="the candidate's workload (default: BASELINE)"
     )
     add_set_argument(parser, help="a factory parameter for both sides")
     add_set_argument(
@@ -95,15 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="K",
         help="steps compared by the parity gate (default 3; 0 skips it)",
     )
-    parser.add_argument(
-        "--steps", type=count, metavar="N", help="timed steps per side (default 50)"
-    )
-    parser.add_argument(
-        "--warmup",
-        type=count,
-        metavar="W",
-        help="untimed steps per side after parity (default 5)",
-    )
+    add_steps_argument(parser, default="50 per side")
+    add_warmup_argument(parser, default="5 per side, after the parity gate")
     parser.add_argument(
         "--resamples",
         type=count,
@@ -145,19 +137,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         const=CHANGES_NUMERICS,
         help="the change may alter rounding (default; judged against a float64 run)",
     )
-    parser.add_argument(
-        "--json",
-        dest="json_path",
-        type=Path,
-        metavar="FILE",
-        help="write the whole result (every sample) to FILE as JSON",
-    )
-    parser.add_argument(
-        "--md",
-        dest="md_path",
-        type=Path,
-        metavar="FILE",
-        help="write the result as Markdown, ready for a pull request",
+    add_output_arguments(
+        parser, json="the whole result (every sample)", md="the result, ready for a pull request"
     )
     parser.add_argument(
         "--dist-timeout",
@@ -231,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     from levers.ab import design as design_mod
     from levers.ab.freeze import freeze
     from levers.ab.prereg import parse_prereg
-    from levers.ab.runner import run_ab
+    from levers.api import Step
     from levers.distributed.world import world_from_env
 
     given, given_kill = _given(args)
@@ -261,19 +242,26 @@ def run(args: argparse.Namespace) -> int:
     design, kill = design_mod.resolve(given, given_kill, prereg)
     if args.prereg is not None:
         design = design_mod.relative_to(design, args.prereg.parent)
-    baseline, candidate, exactness = design_mod.sides(design)
-    config = design_mod.config(design, kill, exactness)
+    _, _, exactness = design_mod.sides(design)
+    design_mod.config(design, kill, exactness)  # a design that cannot run is refused here
     _check_outputs(args)
-    world = world_from_env()
-    if world.is_distributed:
-        # under torchrun: both sides on every rank, the verdict and the record from rank 0
-        from levers.distributed.ab import run_ab_distributed
-
-        result = run_ab_distributed(baseline, candidate, config, world, args.dist_timeout)
-        if result is None:
-            return 0
-        return _finish(args, result, prereg, state)
-    result = run_ab(baseline, candidate, config)
+    # under torchrun: both sides on every rank; the verdict and the record from rank 0
+    result = Step(design["baseline"], design["params"]).ab(
+        candidate=design["candidate"],
+        levers=design["levers"],
+        params_b=design["params_b"],
+        exactness=design["exactness"],
+        steps=design["steps"],
+        warmup=design["warmup"],
+        parity_steps=design["parity_steps"],
+        resamples=design["resamples"],
+        seed=design["seed"],
+        mem_gate_gib=kill.get("mem_gate_gib"),
+        time_budget_s=kill.get("time_budget_s"),
+        dist_timeout_s=args.dist_timeout,
+    )
+    if result is None:  # a rank other than 0
+        return 0
     return _finish(args, result, prereg, state)
 
 
@@ -289,7 +277,7 @@ def _read_text(path: Path) -> str:
 def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> int:
     """Record, write and print a finished (or stopped) run; a failed write loses nothing."""
     from levers.ab.document import result_document
-    from levers.ab.environment import environment
+    from levers.environment import environment
     from levers.ab.expectations import evaluate
     from levers.ab.markdown import to_markdown
     from levers.ab.record import append_event, to_json
@@ -298,7 +286,7 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
     from levers.output.console import say_wrote
 
     device = result.baseline.device if result.baseline else "cpu"
-    env = environment(device)
+    env = environment(device, cwd=Path.cwd())
     outcomes = evaluate(prereg.expectations, result) if prereg is not None else ()
     options = {k: v for k, v in vars(args).items() if k != "func"}
     document = result_document(result, env, freeze=state, outcomes=outcomes, options=options)

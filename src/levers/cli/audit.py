@@ -1,6 +1,6 @@
 """``levers audit``: capture one training step, print its summary and the ranked findings.
 
-    levers audit [WORKLOAD] [--set KEY=VALUE ...] [--json FILE] [--warmup N] [--timed N] [--top N]
+    levers audit [WORKLOAD] [--set KEY=VALUE ...] [--json FILE] [--warmup N] [--steps N] [--top N]
                  [--gpu GPU] [--select CODES] [--ignore CODES] [--fail-on SEVERITY]
                  [--md FILE] [--findings-json FILE]
 
@@ -15,7 +15,15 @@ import argparse
 from pathlib import Path
 
 from levers.cli import audit_findings as findings_cli
-from levers.cli.options import add_set_argument
+from levers.cli.options import (
+    WORKLOAD_FORMS,
+    add_output_arguments,
+    add_set_argument,
+    add_steps_argument,
+    add_warmup_argument,
+    add_workload_argument,
+    positive_count,
+)
 from levers.output.progress import progress_status
 from levers.cli.script import (
     SCRIPT_HELP,
@@ -42,50 +50,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "payoff, and what is already right."
         ),
         epilog=(
-            "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
-            "package.module:factory. Put WORKLOAD before --set, which takes every KEY=VALUE "
+            f"WORKLOAD is {WORKLOAD_FORMS}. Put WORKLOAD before --set, which takes every KEY=VALUE "
             "after it: levers audit hf --set arch=llama attn=eager. " + SCRIPT_HELP
         ),
     )
-    parser.add_argument(
-        "workload",
-        nargs="?",
-        default=None,
-        metavar="WORKLOAD",
-        help=f"built-in name, path/to/file.py:factory or package.module:factory "
-        f"(default: {DEFAULT_WORKLOAD})",
-    )
+    add_workload_argument(parser, help=f"{WORKLOAD_FORMS} (default: {DEFAULT_WORKLOAD})")
     add_set_argument(parser)
-    parser.add_argument(
-        "--json",
-        dest="json_path",
-        type=Path,
-        metavar="FILE",
-        help="also write the whole capture to FILE as JSON (schema levers.capture/1), with the "
-        "findings under the key \"audit\" (schema levers.audit/1)",
+    add_warmup_argument(
+        parser, default=f"{DEFAULT_WARMUP}; for a script after --, {SCRIPT_WARMUP}"
     )
-    parser.add_argument(
-        "--warmup",
-        type=_count(minimum=0),
-        default=None,
-        metavar="N",
-        help=f"plain steps run before anything is timed (default: {DEFAULT_WARMUP}; for a script "
-        f"after --: {SCRIPT_WARMUP} optimizer steps)",
-    )
-    parser.add_argument(
-        "--timed",
-        type=_count(minimum=0),
-        default=None,
-        metavar="N",
-        help=f"plain steps timed for the wall time per step (default: {DEFAULT_TIMED}; for a "
-        f"script after --: {SCRIPT_TIMED})",
+    add_steps_argument(
+        parser,
+        default=f"{DEFAULT_TIMED}, for the wall time per step; for a script after --, "
+        f"{SCRIPT_TIMED}",
+        older_spelling="--timed",
     )
     parser.add_argument(
         "--top",
-        type=_count(minimum=1),
+        type=positive_count,
         default=DEFAULT_TOP,
         metavar="N",
         help=f"rows in each top-N table (default: {DEFAULT_TOP})",
+    )
+    add_output_arguments(
+        parser,
+        json="the whole capture (schema levers.capture/1) with its findings (key \"audit\", "
+        "schema levers.audit/1)",
+        html="the report",
     )
     parser.add_argument(
         "--findings-json",
@@ -103,13 +94,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "ui.perfetto.dev or chrome://tracing)",
     )
     parser.add_argument(
-        "--html",
-        dest="html_path",
-        type=Path,
-        metavar="FILE",
-        help="also write the report as one self-contained HTML page (no network needed)",
-    )
-    parser.add_argument(
         "--dist-timeout",
         type=float,
         default=DEFAULT_DIST_TIMEOUT_S,
@@ -121,19 +105,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_script_arguments(parser)
     parser.set_defaults(func=run)
     return parser
-
-
-def _count(*, minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def _warn_nonfinite_loss(capture) -> None:
@@ -171,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
         args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
-        args.timed = DEFAULT_TIMED if args.timed is None else args.timed
+        args.steps = DEFAULT_TIMED if args.steps is None else args.steps
     world = world_from_env()
     if world.is_distributed and not script:
         # under torchrun: every rank captures, rank 0 merges (levers.cli.audit_distributed)
@@ -191,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         ran = capture_script(
             args,
             warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
-            timed=SCRIPT_TIMED if args.timed is None else args.timed,
+            timed=SCRIPT_TIMED if args.steps is None else args.steps,
         )
         if isinstance(ran, int):
             return ran
@@ -205,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             progress.say(f"capturing {workload.name}")
             result = step.capture(
                 warmup=args.warmup,
-                timed=args.timed,
+                timed=args.steps,
                 progress=progress.on_ops,
             )
     _warn_nonfinite_loss(result)

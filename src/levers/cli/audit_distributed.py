@@ -39,7 +39,7 @@ def _capture(args: argparse.Namespace, world: World):
         workload = load_workload(args.workload, parse_set(args.set_items))
         progress.say(f"capturing {workload.name} (rank {world.rank} of {world.world_size})")
         result = capture.capture_step(
-            workload, warmup=args.warmup, timed=args.timed, progress=progress.on_ops
+            workload, warmup=args.warmup, timed=args.steps, progress=progress.on_ops
         )
     return workload, result
 

@@ -8,8 +8,7 @@
 is reported, so the audit can gate CI.
 
 The audit itself (the memory model's prediction, the rules, the ranked report) is
-:func:`levers.audit.run.audit_step`, called through :class:`levers.Step`; this module parses
-its options and renders. ``--no-memory-model`` skips the prediction.
+:meth:`levers.Step.audit`; this module parses its options and renders. ``--no-memory-model`` skips the prediction.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from levers.cli.options import add_gpu_argument, add_output_arguments
 from levers.errors import LeversError
 
 FAIL_ON = ("never", "low", "medium", "high")
@@ -28,15 +27,11 @@ EXIT_FINDINGS = 1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("findings")
-    group.add_argument(
-        "--gpu",
-        "--target",  # the earlier spelling, kept for scripts that use it
-        dest="target",
-        metavar="GPU",
-        default=None,
-        help="GPU that costs and MFU are estimated for on a CPU capture, spelled as in levers "
-        "memory --gpu (h100, h100-80gb, h200, a100, a100-40gb; default: h100; on a GPU capture, "
-        "the GPU that ran); --target is the same option",
+    add_gpu_argument(
+        group,
+        what="the GPU that costs and MFU are estimated for on a CPU capture (on a GPU capture, "
+        "the GPU that ran)",
+        older_spelling="--target",
     )
     group.add_argument(
         "--target-torch",
@@ -72,13 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="never",
         help="exit with 1 when a finding of this severity or higher is reported (default: never)",
     )
-    group.add_argument(
-        "--md",
-        dest="md_path",
-        type=Path,
-        metavar="FILE",
-        help="also write the findings as Markdown to FILE",
-    )
+    add_output_arguments(group, md="the findings")
     group.add_argument(
         "--no-benchmark",
         action="store_true",
@@ -111,8 +100,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     try:
         select_rules(codes(args.select), codes(args.ignore))
-        if args.target is not None:
-            resolve_gpu(args.target, allow_budget=False, option="--gpu")
+        if args.gpu is not None:
+            resolve_gpu(args.gpu, allow_budget=False, option="--gpu")
         if args.target_torch is not None:
             parse_torch_version(args.target_torch)
     except ValueError as exc:
@@ -132,17 +121,18 @@ class FindingsRun:
 def run_findings(
     args: argparse.Namespace, capture: Any, workload: Any, console: Any, step: Any = None
 ) -> FindingsRun:
-    """Audit the capture (through ``step``, a :class:`levers.Step`, when the workload came
-    from a spec), print the report, write ``--md``; the exit code follows ``--fail-on``."""
+    """Audit the capture through ``step`` (a :class:`levers.Step`; for a capture made elsewhere,
+    :meth:`levers.Step.from_capture`), print the report, write ``--md``; the exit code follows
+    ``--fail-on``."""
     from levers.audit.finding import severity_rank
     from levers.audit.render_markdown import findings_markdown
+    from levers.api import Step
     from levers.audit.render_terminal import render_findings
-    from levers.audit.run import audit_step
     from levers.output.atomic import atomic_open
     from levers.output.progress import progress_status
 
     options = dict(
-        target=args.target,
+        target=args.gpu,
         torch_version=args.target_torch,
         assume_dtype=args.assume_dtype,
         select=codes(args.select),
@@ -151,14 +141,13 @@ def run_findings(
         memory_model=not args.no_memory_model,
         set_items=list(args.set_items or ()),
     )
+    if step is None:  # a capture made elsewhere (a script after --)
+        step = Step.from_capture(capture, workload)
+    # None: measure where the capture ran on a GPU (Step.audit decides)
+    measure = False if getattr(args, "no_measure", False) else None
     try:
         with progress_status() as progress:
-            if step is not None:
-                # None: measure where the capture ran on a GPU (Step.audit decides)
-                measure = False if getattr(args, "no_measure", False) else None
-                audited = step.audit(progress=progress, measure=measure, **options)
-            else:
-                audited = audit_step(capture, workload=workload, progress=progress, **options)
+            audited = step.audit(progress=progress, measure=measure, **options)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
     console.print()

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from levers.cli.options import add_output_arguments
 from levers.errors import LeversError
 
 EXIT_INTEGRITY_FAILED = 1
@@ -91,20 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="S",
         help="bootstrap seed (default 0)",
     )
-    parser.add_argument(
-        "--json",
-        dest="json_path",
-        type=Path,
-        metavar="FILE",
-        help="write the read as JSON",
-    )
-    parser.add_argument(
-        "--md",
-        dest="md_path",
-        type=Path,
-        metavar="FILE",
-        help="write the read as Markdown",
-    )
+    add_output_arguments(parser, json="the read", md="the read")
     parser.add_argument(
         "--prereg", type=Path, metavar="FILE",
         help="a frozen pre-registration: the read is appended to FILE.record.jsonl",

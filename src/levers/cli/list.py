@@ -1,6 +1,6 @@
 """``levers list``: every lever with its safety, the findings it fixes and its measured effect.
 
-    levers list [--json] [--catalogue FILE]
+    levers list [--json [FILE]] [--catalogue FILE]
 
 The measured effect comes from the committed catalogue (:mod:`levers.levers.catalogue`): the
 tokens/s ratio and peak-memory change against the baseline with CI95, the workload and shape,
@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from levers.cli.options import STDOUT, add_output_arguments
 from levers.errors import LeversError
 
 GIB = float(1 << 30)
@@ -27,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Every lever levers can apply (levers ab --lever, levers.apply), with its fix "
         "safety, the finding codes it fixes and its measured effect from the committed catalogue.",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_output_arguments(parser, json="the catalogue instead of a table", stdout=True)
     parser.add_argument(
         "--catalogue", metavar="FILE", default=None,
         help="read this catalogue file (default: $LEVERS_CATALOGUE, else bench/results/"
@@ -70,6 +72,21 @@ class _Lines:
         self.console.print(text.rstrip("\n"), markup=False, soft_wrap=True)
 
 
+def _write_json(doc: dict[str, Any], path: Path) -> None:
+    text = json.dumps(doc, indent=2) + "\n"
+    if path == STDOUT:
+        sys.stdout.write(text)
+        return
+    from levers.output.atomic import atomic_write_text
+    from levers.output.console import say_wrote
+
+    try:
+        atomic_write_text(path, text, make_parents=True)
+    except OSError as exc:
+        raise LeversError(f"cannot write {path}: {exc.strerror or exc}; choose another path") from None
+    say_wrote(path)
+
+
 def run(args: argparse.Namespace) -> int:
     from levers.levers.metadata import lever_infos
     from levers.levers.catalogue import measurements_by_lever, read_catalogue
@@ -80,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         raise LeversError(f"cannot read the lever catalogue: {exc}") from None
     # read from the lever modules' source: importing them (and torch) would cost seconds
     registry = {info.id: info for info in lever_infos()}
-    if args.json:
+    if args.json_path is not None:
         doc = [
             {
                 "id": lever.id,
@@ -96,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
         ]
         stacks = [row.to_dict() for lever_id, rows in measured.items()
                   if lever_id not in registry for row in rows]
-        json.dump({"levers": doc, "stacks": stacks}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _write_json({"levers": doc, "stacks": stacks}, args.json_path)
         return 0
     from levers.output.console import make_console
 

@@ -2,7 +2,7 @@
 batch that fits? Predicted without a GPU.
 
     levers memory WORKLOAD [--set KEY=VALUE ...] --gpu GPU [--fit PARAM] [--margin F]
-                  [--measure] [--json FILE] [--steps N] [--no-whatifs]
+                  [--measure] [--json FILE] [--predict-steps N] [--no-whatifs]
 """
 
 from __future__ import annotations
@@ -10,17 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
-from levers.cli.options import add_set_argument
+from levers.cli.options import (
+    WORKLOAD_FORMS,
+    add_gpu_argument,
+    add_output_arguments,
+    add_predict_steps_argument,
+    add_set_argument,
+    add_warmup_argument,
+    add_workload_argument,
+)
 from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
-from levers.hardware import GPUS
-
-DEFAULT_GPU = "h100-80gb"
-DEFAULT_FIT_START = 1
+from levers.hardware import DEFAULT_GPU
+from levers.script_defaults import SCRIPT_WARMUP
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -35,25 +40,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "when it happens."
         ),
         epilog=(
-            "WORKLOAD is a built-in name (demo, llama, hf), path/to/file.py:factory or "
-            "package.module:factory; the factory gets device=cuda unless --set gives one. "
+            f"WORKLOAD is {WORKLOAD_FORMS}; the factory gets device=cuda unless --set gives one. "
             "Example: levers memory llama --set size=8b --gpu h100-80gb --fit batch_size"
         ),
     )
-    parser.add_argument(
-        "workload",
-        nargs="?",
-        default=None,
-        metavar="WORKLOAD",
-        help="built-in name or FILE.py:factory (or a script after --: see below)",
-    )
+    add_workload_argument(parser, help=f"{WORKLOAD_FORMS} (or a script after --: see below)")
     add_set_argument(parser)
-    parser.add_argument(
-        "--gpu",
-        default=None,  # None: DEFAULT_GPU, and a script after -- can tell that none was asked
-        metavar="GPU",
-        help=f"{' | '.join(GPUS)} (or any name levers audit --gpu takes: h100, a100, ...) | a "
-        f"budget such as 40GiB (default: {DEFAULT_GPU})",
+    add_gpu_argument(
+        parser, what="the GPU the peak is predicted for (the memory it has)", budget=True
     )
     parser.add_argument(
         "--fit",
@@ -72,22 +66,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--measure", action="store_true", help="also run the real step on this GPU and compare"
     )
-    parser.add_argument(
-        "--json", dest="json_path", type=Path, metavar="FILE", help="write the plan as JSON"
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=DEFAULT_NUM_STEPS,
-        metavar="N",
-        help=f"training steps after the build; peaks cover them all (default: {DEFAULT_NUM_STEPS})",
-    )
+    add_output_arguments(parser, json="the plan")
+    add_predict_steps_argument(parser, default=DEFAULT_NUM_STEPS)
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )
     from levers.cli.script import SCRIPT_HELP, add_script_arguments
 
-    add_script_arguments(parser, warmup=True)
+    add_warmup_argument(parser, default=f"{SCRIPT_WARMUP}; a script after -- only")
+    add_script_arguments(parser)
     parser.epilog = f"{parser.epilog} {SCRIPT_HELP}"
     parser.add_argument(
         "--world-size",
@@ -109,11 +96,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    from levers.api import Step
     from levers.loader import parse_set
     from levers.output.console import make_console, say_wrote
     from levers.hardware import resolve_gpu
-    from levers.memory.predict import DEFAULT_MARGIN, check_margin, predict_source
-    from levers.memory.prediction import source_of
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin
     from levers.memory.render import render_plan
 
     console = make_console()
@@ -133,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
-    if args.steps < 1:
-        raise LeversError(f"--steps must be at least 1, got {args.steps}")
+    if args.predict_steps < 1:
+        raise LeversError(f"--predict-steps must be at least 1, got {args.predict_steps}")
     if args.json_path is not None:
         from levers.capture.json_io import check_writable
 
@@ -143,15 +130,24 @@ def run(args: argparse.Namespace) -> int:
     params = parse_set(args.set_items)
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
-    source = source_of(args.workload, params)
+    step = Step(args.workload, params)
     with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
-        predict = _per_rank(args) if args.world_size is not None else predict_source
-        plan = _predict(
-            predict, source, gpu, margin, args.steps, args.whatifs, debug=_debug(args)
-        )
+        try:
+            plan = step.memory(
+                gpu=args.gpu or DEFAULT_GPU,
+                margin=margin,
+                num_steps=args.predict_steps,
+                whatifs=args.whatifs,
+                world_size=args.world_size,
+                strategy=args.strategy,
+            )
+        except LeversError:
+            raise
+        except Exception as exc:
+            raise prediction_failed(args.workload, exc, debug=_debug(args)) from exc
     if args.fit:
         try:
-            plan = replace(plan, fit=_fit(console, source, gpu, args, margin, plan.params))
+            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params))
         except KeyboardInterrupt:
             # the prediction is finished: show it rather than lose it with the search
             render_plan(plan, console)
@@ -163,10 +159,8 @@ def run(args: argparse.Namespace) -> int:
             )
             raise
     if args.measure:
-        from levers.memory.measure import measure_peaks
-
         with console.status("measuring the real step on the GPU…"):
-            plan = replace(plan, measured=measure_peaks(source, num_steps=args.steps))
+            plan = replace(plan, measured=step.measure_memory(num_steps=args.predict_steps))
     render_plan(plan, console)
     if "per_rank" in plan.extra:
         from levers.memory.render import render_per_rank
@@ -198,35 +192,6 @@ def _check_distributed(args: argparse.Namespace) -> None:
                 "--measure without it"
             )
         args.strategy = args.strategy or "ddp"
-
-
-def _per_rank(args: argparse.Namespace):
-    """A predict_source that also predicts each rank's peak (plan.extra["per_rank"])."""
-
-    def predict(source, gpu, margin, *, num_steps, whatifs):
-        from levers.memory.distributed import predict_per_rank
-        from levers.memory.whatif import all_whatifs
-
-        prediction, plan, rank = predict_per_rank(
-            source, gpu, margin, world_size=args.world_size, strategy=args.strategy,
-            num_steps=num_steps,
-        )
-        if whatifs:
-            plan = replace(
-                plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=num_steps)
-            )
-        return replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
-
-    return predict
-
-
-def _predict(predict_source, source, gpu, margin, num_steps, whatifs, *, debug=False):
-    try:
-        return predict_source(source, gpu, margin, num_steps=num_steps, whatifs=whatifs)
-    except LeversError:
-        raise
-    except Exception as exc:
-        raise prediction_failed(source.label, exc, debug=debug) from exc
 
 
 def prediction_failed(label: str, exc: BaseException, *, debug: bool) -> LeversError:
@@ -266,11 +231,10 @@ def _reject_prediction_options(args: argparse.Namespace) -> None:
         )
 
 
-def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
-    from levers.memory.fit import fit_param
-
-    start = params.get(args.fit, source.params.get(args.fit, DEFAULT_FIT_START))
-    _check_fit_start(args.fit, start)
+def _fit(console, step, args, margin: float, params: dict[str, Any]):
+    start = params.get(args.fit)
+    if start is not None:
+        _check_fit_start(args.fit, start)
     with console.status(f"searching {args.fit}…") as status:
 
         def progress(point) -> None:
@@ -279,13 +243,12 @@ def _fit(console, source, gpu, args, margin: float, params: dict[str, Any]):
                 f"{'fits' if point.fits else 'does not fit'}…"
             )
 
-        return fit_param(
-            source,
-            gpu,
+        return step.fit(
             args.fit,
+            gpu=args.gpu or DEFAULT_GPU,
             margin=margin,
             start=start,
-            num_steps=args.steps,
+            num_steps=args.predict_steps,
             progress=progress,
         )
 

@@ -1,20 +1,73 @@
-"""Options shared by several verbs, each declared once here."""
+"""Options shared by several verbs, each declared once here, with one spelling and one meaning.
+
+- ``WORKLOAD``: a workload spec (:func:`add_workload_argument`), the same forms in every verb.
+- ``--set KEY=VALUE``: a factory parameter (:func:`add_set_argument`).
+- ``--gpu GPU``: the GPU a CPU run is estimated or predicted for (:func:`add_gpu_argument`); one
+  default, :data:`levers.hardware.DEFAULT_GPU`, for the audit and the memory model.
+  ``--target`` is its older spelling in ``levers audit``.
+- ``--warmup N``: steps run first and not measured; ``--steps N``: steps measured after them
+  (timed in audit, ab and tune). ``levers audit --timed`` is the older spelling of its
+  ``--steps``; ``levers memory``'s steps, which are predicted rather than timed, are
+  ``--predict-steps`` (``--steps`` kept there as its older spelling).
+- ``--json``/``--md``/``--html FILE``: write the verb's result in that format
+  (:func:`add_output_arguments`).
+- Byte sizes (``40GiB``, ``512MiB``) are read by :func:`levers.units.parse_bytes` alone.
+
+This module imports no torch: ``levers --help`` builds every verb's parser.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from levers.hardware import DEFAULT_GPU
+
+WORKLOAD_FORMS = "a built-in name (demo, llama, hf), path/to/file.py:factory or package.module:factory"
+
+OUTPUT_FORMATS = {
+    "json": "JSON",
+    "md": "Markdown",
+    "html": "one self-contained HTML page (no network needed)",
+}
 
 
 def count(text: str) -> int:
     """A whole number >= 0 (steps, resamples): the ``type=`` of a count option."""
+    return _whole_number(text, minimum=0)
+
+
+def positive_count(text: str) -> int:
+    """A whole number >= 1 (rows in a table): the ``type=`` of a count that cannot be zero."""
+    return _whole_number(text, minimum=1)
+
+
+def _whole_number(text: str, *, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
+
+
+def add_workload_argument(
+    parser: Any,
+    dest: str = "workload",
+    *,
+    metavar: str = "WORKLOAD",
+    help: str | None = None,
+) -> None:
+    """The optional ``WORKLOAD`` positional: a spec that :func:`levers.loader.load` reads."""
+    parser.add_argument(
+        dest,
+        nargs="?",
+        default=None,
+        metavar=metavar,
+        help=help or WORKLOAD_FORMS,
+    )
 
 
 def add_set_argument(
@@ -31,3 +84,85 @@ def add_set_argument(
         help=help
         or "a factory parameter; values are Python literals (4, 1e-3, True) or plain strings (1b)",
     )
+
+
+def add_gpu_argument(
+    parser: Any, *, what: str, budget: bool = False, older_spelling: str | None = None
+) -> None:
+    """``--gpu GPU`` (default None, so that a verb can tell that none was asked; it then takes
+    :data:`~levers.hardware.DEFAULT_GPU`). ``budget``: a memory budget such as 40GiB is taken
+    too. ``older_spelling``: a flag kept as an alias for scripts that use it."""
+    flags = ["--gpu", *([older_spelling] if older_spelling else [])]
+    names = "h100-80gb, h100, h200, a100, a100-40gb, ..." + (" | a budget such as 40GiB" if budget else "")
+    alias = f"; {older_spelling} is its older spelling" if older_spelling else ""
+    parser.add_argument(
+        *flags,
+        dest="gpu",
+        default=None,
+        metavar="GPU",
+        help=f"{what}: {names} (default: {DEFAULT_GPU}, the part the family name h100 stands for; "
+        f"the same default in levers audit and levers memory, so that their figures are for one "
+        f"GPU){alias}",
+    )
+
+
+def add_warmup_argument(parser: Any, *, default: str) -> None:
+    """``--warmup N``: steps run first and not measured. ``default`` says what it is in this verb
+    (the value itself is applied by the verb, which may differ for a script after ``--``)."""
+    parser.add_argument(
+        "--warmup",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"steps run first and not measured (a script's steps are its optimizer steps); "
+        f"default: {default}",
+    )
+
+
+def add_steps_argument(parser: Any, *, default: str, older_spelling: str | None = None) -> None:
+    """``--steps N``: the timed steps, after ``--warmup``."""
+    flags = ["--steps", *([older_spelling] if older_spelling else [])]
+    alias = f"; {older_spelling} is its older spelling" if older_spelling else ""
+    parser.add_argument(
+        *flags,
+        dest="steps",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"steps timed after the warm-up; default: {default}{alias}",
+    )
+
+
+# the FILE of an output option given without one, where the verb allows it: standard output
+STDOUT = Path("-")
+
+
+def add_predict_steps_argument(parser: Any, *, default: int) -> None:
+    """``levers memory --predict-steps N``: training steps the memory model runs after the
+    build (predicted, not timed, so not ``--steps``, which is kept as its older spelling)."""
+    parser.add_argument(
+        "--predict-steps",
+        "--steps",
+        dest="predict_steps",
+        type=count,
+        default=default,
+        metavar="N",
+        help=f"training steps predicted after the build; the peaks cover them all (default: "
+        f"{default}); --steps is its older spelling",
+    )
+
+
+def add_output_arguments(parser: Any, *, stdout: bool = False, **what: str) -> None:
+    """``--json FILE``, ``--md FILE``, ``--html FILE`` (those named), each read into
+    ``<format>_path``; ``what`` says what the verb writes (``json="the plan"``). ``stdout``:
+    FILE may be left out (or be ``-``) to print to standard output (:data:`STDOUT`)."""
+    for name, thing in what.items():
+        parser.add_argument(
+            f"--{name}",
+            dest=f"{name}_path",
+            type=Path,
+            metavar="FILE",
+            **({"nargs": "?", "const": STDOUT} if stdout else {}),
+            help=f"write {thing} to FILE as {OUTPUT_FORMATS[name]}"
+            + ("; without FILE (or with -), print it" if stdout else ""),
+        )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.errors import LeversError
-from levers.integrations.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
+from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 
 SCRIPT_HELP = (
     "After --, the command that runs your training script unchanged: -- python train.py [args] "
@@ -23,19 +23,10 @@ SCRIPT_HELP = (
 )
 
 
-def add_script_arguments(parser: argparse.ArgumentParser, *, warmup: bool = False) -> None:
-    """The options of the ``-- python train.py`` form; ``warmup`` adds ``--warmup`` (for a verb
-    that has none of its own)."""
+def add_script_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the ``-- python train.py`` form (the verb declares ``--warmup`` itself,
+    with :func:`levers.cli.options.add_warmup_argument`)."""
     group = parser.add_argument_group("a script after --")
-    if warmup:
-        group.add_argument(
-            "--warmup",
-            type=int,
-            default=None,
-            metavar="N",
-            help=f"optimizer steps of the script to let pass before the captured one "
-            f"(default: {SCRIPT_WARMUP})",
-        )
     group.add_argument(
         "--keep-running",
         action="store_true",

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
-from levers.cli.options import add_set_argument, count
+from levers.cli.options import (
+    add_output_arguments,
+    add_set_argument,
+    add_steps_argument,
+    add_warmup_argument,
+    add_workload_argument,
+    count,
+)
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
 
@@ -41,12 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "first optimizer steps; it must run at least 2 + --warmup + --steps/--rounds steps)"
         ),
     )
-    parser.add_argument(
-        "workload",
-        nargs="?",
-        metavar="WORKLOAD",
-        help="built-in name, path/to/file.py:factory or package.module:factory",
-    )
+    add_workload_argument(parser)
     add_set_argument(parser, help="a factory parameter")
     parser.add_argument(
         "--budget", default="10m", metavar="TIME",
@@ -60,8 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--exclude", action="append", default=[], metavar="IDS",
         help="never try these levers (repeatable, or comma-separated)",
     )
-    parser.add_argument("--steps", type=count, metavar="N", help="timed steps per side per A/B (default 20)")
-    parser.add_argument("--warmup", type=count, metavar="W", help="untimed steps per side per A/B (default 3)")
+    add_steps_argument(parser, default="20 per side per A/B")
+    add_warmup_argument(parser, default="3 per side per A/B")
     parser.add_argument("--parity-steps", type=count, metavar="K", help="steps the parity gate compares (default 3)")
     parser.add_argument("--resamples", type=count, metavar="R", help="bootstrap resamples per CI (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workloads and the bootstrap")
@@ -78,7 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--record", type=Path, default=Path(DEFAULT_RECORD), metavar="FILE",
         help=f"append each A/B and the result to this JSON-lines file (default {DEFAULT_RECORD})",
     )
-    parser.add_argument("--json", dest="json_path", type=Path, metavar="FILE", help="write the result as JSON")
+    add_output_arguments(parser, json="the result")
     parser.set_defaults(func=run, takes_script=True)
     return parser
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from levers.integrations.steps import StepWatcher
+from levers.integrations.inline import audit_capture, write_reports
 
 DEFAULT_STEP = 3
 REPORT_DIRNAME = "levers"
@@ -42,8 +43,6 @@ class StepAuditor:
         watcher = self.watcher
         if watcher is None or watcher.capture is None or self.written is not None:
             return
-        from levers.integrations.inline import audit_capture, write_reports
-
         self.end()
         self.audited = audit_capture(watcher.capture, target=self.target)
         directory = Path(output_dir or ".") / REPORT_DIRNAME

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from levers.api import Step
 from levers.audit.report_files import REPORT_FILES, write_reports
 from levers.audit.run import AuditedStep
 from levers.capture.records import Capture
@@ -101,12 +102,9 @@ def audit_capture(
     ignore: Sequence[str] = (),
     benchmark: bool = True,
 ) -> AuditedStep:
-    """Run the audit rules on ``capture`` and rank the findings: the audit of
-    :class:`levers.Step` (:func:`levers.audit.run.audit_step`), on a capture made in the user's
-    own loop. There is no workload factory to predict the memory from, so MEM001 estimates its
-    headroom from the capture."""
-    from levers.audit.run import audit_step
-
-    return audit_step(
-        capture, target=target, select=select, ignore=ignore, benchmark=benchmark
+    """Run the audit rules on ``capture`` and rank the findings: :meth:`levers.Step.audit` of a
+    capture made in the user's own loop (:meth:`levers.Step.from_capture`). There is no workload
+    factory to predict the memory from, so MEM001 estimates its headroom from the capture."""
+    return Step.from_capture(capture).audit(
+        target=target, select=select, ignore=ignore, benchmark=benchmark
     )

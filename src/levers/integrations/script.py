@@ -28,7 +28,7 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.errors import LeversError
-from levers.integrations.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
+from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 from levers.integrations.steps import StepWatcher, StopTraining
 from levers.workload import Workload
 

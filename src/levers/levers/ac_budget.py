@@ -61,6 +61,7 @@ from levers.levers.ac_budget_inputs import BudgetInputs, OpCost, predict_inputs
 from levers.levers.checkpointing import blocks_or_reason, wrap_blocks
 from levers.levers.lever import Lever, Target, Undo
 from levers.levers.sac import contexts, keyed_policy
+from levers.units import parse_bytes
 from levers.vocab import EXACT
 
 logger = logging.getLogger(__name__)
@@ -79,8 +80,6 @@ SAC_OP_OVERHEAD_US = 43.3
 # saved matched it within 0.04 GiB.
 SELECTIVE_PEAK_SAFETY = 0.10
 MAX_VERIFY_ROUNDS = 4
-_UNITS = {"gib": 2**30, "gb": 10**9, "mib": 2**20, "mb": 10**6, "kib": 2**10, "b": 1}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -201,14 +200,13 @@ def budget_bytes(budget: Any, inputs: BudgetInputs) -> int:
     elif isinstance(budget, float) or re.fullmatch(r"0?\.\d+|1(\.0*)?", text):
         fraction = _number(text, budget)
     else:
-        match = _SIZE.match(text)
-        unit = (match.group(2) or "b").lower() if match else ""
-        if not match or unit not in _UNITS:
+        try:
+            return parse_bytes(text)
+        except ValueError:
             raise ValueError(
                 f"ac-budget: budget {budget!r} is not a size or a fraction; write e.g. 20GiB, "
                 "512MiB, 2e10 (bytes) or 0.5 / 50% (of the activations without checkpointing)"
-            )
-        return int(float(match.group(1)) * _UNITS[unit])
+            ) from None
     if not 0 < fraction <= 1:
         raise ValueError(f"ac-budget: a fractional budget must be in (0, 1], got {budget!r}")
     return int(inputs.fixed_bytes + fraction * inputs.activation_bytes)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from levers.errors import LeversError
 from levers.memory import sdpa
 from levers.memory.autocast import cuda_autocast_policy
 from levers.memory.composites import cuda_composites
@@ -35,6 +36,7 @@ from levers.hardware import GpuSpec
 from levers.memory.kernels import KernelModel
 from levers.memory.shadow import ShadowValues
 from levers.memory.standin import (
+    HOST,
     DeviceBook,
     StandInMode,
     backward_in_mode,
@@ -152,9 +154,6 @@ def _check_parameters_on_gpu(
     book: DeviceBook, workload: Workload, default_device: str | None
 ) -> None:
     """Refuse a prediction that would leave trained parameters out of the GPU's memory."""
-    from levers.errors import LeversError
-    from levers.memory.standin import HOST
-
     host_bytes = sum(
         p.numel() * p.element_size()
         for p in workload.model.parameters()

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -55,34 +55,12 @@ from levers.runs import resume
 from levers.ab.killlines import GIB
 from levers.ab.record import append_event
 from levers.ab.stats import quantile
+from levers.runs.metric_bar import MetricBar
+from levers.runs.prereg import guard_settings, load_frozen_run_prereg
 from levers.runs.windowed_peak import CudaPeakReader, MemoryWindow, PeakReader, WindowedPeak
 from levers.errors import LeversError
 
 LINES = ("nonfinite_loss", "metric_bar", "memory_gate", "step_time_regression", "banner_gate")
-
-
-@dataclass(frozen=True)
-class MetricBar:
-    """Kill when ``name`` is worse than ``bar`` for ``num_evals`` evals in a row after a step."""
-
-    name: str
-    bar: float
-    better: str = "lower"  # "lower": worse means above the bar
-    num_evals: int = 3
-    after_step: int = 0  # only evals at steps > after_step count
-
-    def __post_init__(self) -> None:
-        if self.better not in ("lower", "higher"):
-            raise ValueError(f"MetricBar.better must be 'lower' or 'higher', got {self.better!r}")
-        if not isinstance(self.num_evals, int) or self.num_evals < 1:
-            raise ValueError(
-                f"MetricBar.num_evals must be a positive integer, got {self.num_evals!r}",
-            )
-
-    def is_worse(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return True
-        return value > self.bar if self.better == "lower" else value < self.bar
 
 
 @dataclass(frozen=True)
@@ -214,8 +192,6 @@ class RunGuard:
         (``checkpoint``, ``log``, ``memory_reader``, ``device``, ``clock``,
         ``nonfinite_check_every``); kill lines and gates come from the file alone.
         """
-        from levers.runs.prereg import guard_settings, load_frozen_run_prereg
-
         prereg, state = load_frozen_run_prereg(path)
         settings = guard_settings(prereg)
         clash = sorted(set(kwargs) & set(settings))

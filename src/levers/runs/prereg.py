@@ -20,88 +20,38 @@ from pathlib import Path
 from typing import Any
 
 from levers.ab.freeze import UNCHANGED, FreezeState, check_against_frozen, freeze, sha256_text
-from levers.ab.prereg import CONFIDENCES, PreregError, decision_rule, parse_toml, require
+from levers.ab.prereg import (
+    RUN_KIND,
+    Amendment,
+    Expectation,
+    PreregError,
+    QualityRead,
+    parse_preregistration,
+    require,
+)
 from levers.ab.record import append_event, read_record, record_path_for
+from levers.runs.metric_bar import MetricBar
 
-TOP_LEVEL_KEYS = (
-    "kind",
-    "question",
-    "design",
-    "gates",
-    "kill",
-    "reads",
-    "expectations",
-    "decision",
-    "amendments",
-)
-KIND = "run"
-KILL_KEYS = (
-    "nonfinite_loss",
-    "window_steps",
-    "mem_gate_gib",
-    "step_time_max_ratio",
-    "step_time_warmup_steps",
-    "metrics",
-)
-METRIC_KEYS = ("name", "bar", "better", "num_evals", "after_step")
-GATE_KEYS = ("banner",)
-READ_KEYS = (
-    "id",
-    "name",
-    "metric",
-    "better",
-    "baseline",
-    "candidate",
-    "unpaired",
-    "must_match",
-    "id_column",
-    "rule",
-)
+KIND = RUN_KIND
 INIT_COMMAND = "levers prereg init"
-
-
-@dataclass(frozen=True)
-class RunRead:
-    """A frozen quality read, run by ``levers compare --prereg FILE --read ID``."""
-
-    id: int
-    name: str
-    metric: str
-    better: str
-    baseline: str | None  # per-example metric files; relative paths are from the file's folder
-    candidate: str | None
-    unpaired: bool
-    must_match: tuple[str, ...]
-    id_column: str
-    rule: str
-
-
-@dataclass(frozen=True)
-class RunExpectation:
-    id: int
-    text: str
-    confidence: str
-
-
-@dataclass(frozen=True)
-class RunAmendment:
-    text: str
-    date: str | None
-    overrides: dict[str, dict[str, Any]]  # section ("design", "gates", "kill") -> keys
+RunRead = QualityRead  # the name this module gave a quality read before the format was one
 
 
 @dataclass(frozen=True)
 class RunPrereg:
+    """What a training run's tools read from a pre-registration: ``levers compare`` its quality
+    reads, the run guard its gates and kill lines."""
+
     question: str
     design: dict[str, Any]  # after amendments
     gates: dict[str, Any]
     kill: dict[str, Any]
-    reads: tuple[RunRead, ...]
-    expectations: tuple[RunExpectation, ...]
+    reads: tuple[QualityRead, ...]
+    expectations: tuple[Expectation, ...]
     decision_rule: str
-    amendments: tuple[RunAmendment, ...] = field(default=())
+    amendments: tuple[Amendment, ...] = field(default=())
 
-    def read(self, read_id: int) -> RunRead:
+    def read(self, read_id: int) -> QualityRead:
         for r in self.reads:
             if r.id == read_id:
                 return r
@@ -110,180 +60,30 @@ class RunPrereg:
         )
 
 
-def _check_kill(kill: Any, where: str) -> None:
-    require(isinstance(kill, dict), where, "[kill] must be a table")
-    unknown = sorted(set(kill) - set(KILL_KEYS))
-    require(not unknown, where, f"unknown kill keys {unknown}; known: {list(KILL_KEYS)}")
-    require(
-        kill.get("nonfinite_loss", True) is True,
-        where,
-        "kill.nonfinite_loss cannot be turned off: a NaN/inf loss always stops a run",
-    )
-    for key in ("mem_gate_gib", "step_time_max_ratio"):
-        value = kill.get(key)
-        require(
-            value is None or (isinstance(value, (int, float)) and value > 0),
-            where,
-            f"kill.{key} must be a positive number",
-        )
-    for key in ("window_steps", "step_time_warmup_steps"):
-        value = kill.get(key)
-        require(
-            value is None or (isinstance(value, int) and value >= 0),
-            where,
-            f"kill.{key} must be a whole number",
-        )
-    metrics = kill.get("metrics", [])
-    require(isinstance(metrics, list), where, "kill.metrics must be a list of [[kill.metrics]]")
-    for m in metrics:
-        require(isinstance(m, dict), where, "each [[kill.metrics]] entry must be a table")
-        unknown = sorted(set(m) - set(METRIC_KEYS))
-        require(
-            not unknown,
-            where,
-            f"unknown [[kill.metrics]] keys {unknown}; known: {METRIC_KEYS}",
-        )
-        require(
-            isinstance(m.get("name"), str) and m["name"],
-            where,
-            "a metric kill line needs a name",
-        )
-        require(
-            isinstance(m.get("bar"), (int, float)),
-            where,
-            f"metric {m.get('name')!r} needs a numeric bar",
-        )
-        require(
-            m.get("better", "lower") in ("lower", "higher"),
-            where,
-            f"metric {m['name']!r}: better must be \"lower\" or \"higher\"",
-        )
-
-
-def _check_gates(gates: Any, where: str) -> None:
-    require(isinstance(gates, dict), where, "[gates] must be a table")
-    unknown = sorted(set(gates) - set(GATE_KEYS))
-    require(not unknown, where, f"unknown gate keys {unknown}; known: {list(GATE_KEYS)}")
-    banner = gates.get("banner")
-    if banner is not None:
-        require(
-            isinstance(banner, dict)
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in banner.values()),
-            where,
-            "gates.banner must be a table of whole-number counts (datasets = 880, ...)",
-        )
-
-
-def _read(raw: Any, where: str) -> RunRead:
-    require(isinstance(raw, dict), where, "each [[reads]] entry must be a table")
-    unknown = sorted(set(raw) - set(READ_KEYS))
-    require(not unknown, where, f"unknown [[reads]] keys {unknown}; known: {READ_KEYS}")
-    missing = [k for k in ("id", "name", "metric", "better", "rule") if k not in raw]
-    require(not missing, where, f"a read lacks {', '.join(missing)}")
-    tag = f"read {raw['id']!r}"
-    require(
-        isinstance(raw["id"], int) and raw["id"] > 0,
-        where,
-        f"{tag}: id must be a positive integer",
-    )
-    require(
-        raw["better"] in ("lower", "higher"),
-        where,
-        f'{tag}: better must be "lower" or "higher"',
-    )
-    must_match = raw.get("must_match", [])
-    require(isinstance(must_match, list), where, f"{tag}: must_match is a list of example ids")
-    return RunRead(
-        raw["id"],
-        raw["name"],
-        raw["metric"],
-        raw["better"],
-        raw.get("baseline"),
-        raw.get("candidate"),
-        bool(raw.get("unpaired", False)),
-        tuple(str(i) for i in must_match),
-        raw.get("id_column", "id"),
-        raw["rule"],
-    )
-
-
-def _expectation(raw: Any, where: str) -> RunExpectation:
-    require(isinstance(raw, dict), where, "each [[expectations]] entry must be a table")
-    missing = [k for k in ("id", "text", "confidence") if k not in raw]
-    require(not missing, where, f"an expectation lacks {', '.join(missing)}")
-    tag = f"expectation {raw['id']!r}"
-    require(
-        isinstance(raw["id"], int) and raw["id"] > 0,
-        where,
-        f"{tag}: id must be a positive integer",
-    )
-    require(
-        raw["confidence"] in CONFIDENCES, where, f"{tag}: confidence must be one of {CONFIDENCES}"
-    )
-    require(isinstance(raw["text"], str) and raw["text"].strip(), where, f"{tag}: text is empty")
-    return RunExpectation(raw["id"], raw["text"], raw["confidence"])
-
-
-def _amendment(raw: Any, where: str) -> RunAmendment:
-    require(isinstance(raw, dict), where, "each [[amendments]] entry must be a table")
-    unknown = sorted(set(raw) - {"text", "date", "design", "gates", "kill"})
-    require(
-        not unknown,
-        where,
-        f"an amendment may hold text, date, design, gates and kill, not {unknown} (reads, "
-        "expectations and the decision rule are banked before data and never amended)",
-    )
-    require(
-        isinstance(raw.get("text"), str) and raw["text"].strip() != "",
-        where,
-        "every amendment needs a text saying what changed and why",
-    )
-    overrides = {s: dict(raw.get(s, {})) for s in ("design", "gates", "kill")}
-    _check_gates(overrides["gates"], where)
-    _check_kill(overrides["kill"], where)
-    return RunAmendment(raw["text"], raw.get("date"), overrides)
-
-
 def parse_run_prereg(text: str, where: str = "the run pre-registration") -> RunPrereg:
-    """Validate a run pre-registration's text and apply its amendments."""
-    raw = parse_toml(text, where)
+    """A training run's view of a pre-registration of the one format: a file marked
+    ``kind = "run"`` or holding quality reads."""
+    prereg = parse_preregistration(text, where)
     require(
-        raw.get("kind") == KIND,
+        prereg.kind == KIND or prereg.quality_reads != (),
         where,
-        f'not a run pre-registration (kind = "{KIND}" missing); an A/B pre-registration is run '
-        "by levers ab --prereg",
+        f'not a run pre-registration (kind = "{KIND}" missing, and no [[reads]] with a metric); '
+        "an A/B pre-registration is run by levers ab --prereg",
     )
-    unknown = sorted(set(raw) - set(TOP_LEVEL_KEYS))
-    require(not unknown, where, f"unknown top-level keys {unknown}; known: {list(TOP_LEVEL_KEYS)}")
-    require(
-        isinstance(raw.get("question"), str) and raw["question"].strip() != "",
-        where,
-        'state the question (question = "...")',
-    )
-    design, gates, kill = raw.get("design", {}), raw.get("gates", {}), raw.get("kill", {})
-    require(isinstance(design, dict), where, "[design] must be a table")
-    _check_gates(gates, where)
-    _check_kill(kill, where)
-    reads = tuple(_read(r, where) for r in raw.get("reads", []))
-    read_ids = [r.id for r in reads]
-    require(len(set(read_ids)) == len(read_ids), where, f"read ids repeat: {read_ids}")
-    expectations = tuple(_expectation(e, where) for e in raw.get("expectations", []))
-    rule = decision_rule(raw, expectations, where)
-    amendments = tuple(_amendment(a, where) for a in raw.get("amendments", []))
-    design, gates, kill = dict(design), dict(gates), dict(kill)
-    for amendment in amendments:
-        design.update(amendment.overrides["design"])
-        gates.update(amendment.overrides["gates"])
-        kill.update(amendment.overrides["kill"])
     return RunPrereg(
-        raw["question"], design, gates, kill, reads, expectations, rule, amendments
+        prereg.question,
+        prereg.design,
+        prereg.gates,
+        prereg.kill,
+        prereg.quality_reads,
+        prereg.expectations,
+        prereg.decision_rule,
+        prereg.amendments,
     )
 
 
 def guard_settings(prereg: RunPrereg) -> dict[str, Any]:
     """The RunGuard arguments a pre-registration's kill lines and gates give."""
-    from levers.runs.guards import MetricBar
-
     kill = prereg.kill
     settings: dict[str, Any] = {
         "metric_bars": tuple(

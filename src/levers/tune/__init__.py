@@ -10,7 +10,3 @@
 
 tune composes ab: it never times anything itself.
 """
-
-# `levers tune -- python train.py` runs each side as a fresh run of the script (levers.tune.script);
-# the audit reads this before it prints that command as a next step
-TAKES_SCRIPTS = True

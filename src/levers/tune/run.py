@@ -173,8 +173,8 @@ def record_trials(
 
 def record_result(record_path: str | os.PathLike, result: TuneResult) -> None:
     """The answer appended to the record, with the environment it was found in."""
-    from levers.ab.environment import environment
     from levers.ab.record import append_event
+    from levers.environment import environment
 
     append_event(
         Path(record_path),

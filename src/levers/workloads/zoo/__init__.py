@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from levers.errors import MissingDependency
 from levers.workload import Workload
 from levers.workloads import _params, _runtime
 from levers.workloads.zoo import nanogpt, text, vision
@@ -75,8 +76,6 @@ def build(
     shape["param_dtype"] = param_dtype  # the images are drawn in it
     missing = entry.available()
     if missing is not None:
-        from levers.errors import MissingDependency
-
         raise MissingDependency(missing)
     with (
         _runtime.seeded(resolved_seed, resolved_device),

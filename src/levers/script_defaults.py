@@ -1,0 +1,12 @@
+"""What the zero-code script runner does by default, and which verbs take a script: read by the
+runner (:mod:`levers.integrations.script`), by the command line's help, which must not import the
+runner (it imports torch), and by the audit, which must not import ``levers.tune`` (tune imports
+the audit)."""
+
+# a script's first optimizer steps pay for compilation, allocator growth and data workers
+SCRIPT_WARMUP = 2
+SCRIPT_TIMED = 0
+
+# `levers tune -- python train.py` runs each side as a fresh run of the script (levers.tune.script);
+# the audit reads this before it prints that command as a next step
+TUNE_TAKES_SCRIPTS = True
