@@ -40,8 +40,9 @@ def test_a_run_on_the_gpu_applies_compile_model_and_measures_its_peak(tmp_path):
 
 def test_tune_of_the_loop_on_the_gpu_returns_a_proven_stack_or_nothing(capsys, tmp_path):
     record, out_json = tmp_path / "r.jsonl", tmp_path / "t.json"
-    code = main(["tune", "--budget", "8m", "--steps", "10",
-                 "--lever", "compile-blocks,compile-model,fused-optimizer", "--record", str(record), "--json", str(out_json), "--", *LOOP])
+    code = main(["tune", "--budget", "2m", "--steps", "10",
+                 "--lever", "compile-blocks,compile-model,fused-optimizer", "--record", str(record),
+                 "--json", str(out_json), "--", *LOOP])
     out = capsys.readouterr().out
     print(out)
     assert code == 0
