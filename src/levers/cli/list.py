@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     out = _Lines(console)
     for lever in registry.values():
         safety = lever.safety if lever.tolerance is None else f"{lever.safety} (rtol {lever.tolerance:g})"
-        out.write(f"{lever.id}  [{safety}]  fixes {', '.join(lever.fixes)}\n")
+        fixes = ", ".join(lever.fixes) or "no finding yet (levers tune tries it)"
+        out.write(f"{lever.id}  [{safety}]  fixes {fixes}\n")
         out.write(f"    {lever.title}\n")
         rows = measured.get(lever.id, [])
         if not rows:
