@@ -69,8 +69,8 @@ def test_audit_and_memory_default_to_one_gpu():
 @pytest.mark.parametrize(
     ("argv", "dest", "value"),
     [
-        (["audit", "--target", "h200"], "gpu", "h200"),
-        (["audit", "--gpu", "h200"], "gpu", "h200"),
+        (["audit", "--target", "h200"], "target", "h200"),
+        (["audit", "--gpu", "h200"], "target", "h200"),
         (["audit", "--timed", "2"], "steps", 2),
         (["audit", "--steps", "2"], "steps", 2),
         (["memory", "demo", "--steps", "2"], "predict_steps", 2),

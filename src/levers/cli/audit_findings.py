@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         what="the GPU that costs and MFU are estimated for on a CPU capture (on a GPU capture, "
         "the GPU that ran)",
         older_spelling="--target",
+        dest="target",  # the audit's name for it (Step.audit(target=...))
     )
     group.add_argument(
         "--target-torch",
@@ -100,8 +101,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     try:
         select_rules(codes(args.select), codes(args.ignore))
-        if args.gpu is not None:
-            resolve_gpu(args.gpu, allow_budget=False, option="--gpu")
+        if args.target is not None:
+            resolve_gpu(args.target, allow_budget=False, option="--gpu")
         if args.target_torch is not None:
             parse_torch_version(args.target_torch)
     except ValueError as exc:
@@ -132,7 +133,7 @@ def run_findings(
     from levers.output.progress import progress_status
 
     options = dict(
-        target=args.gpu,
+        target=args.target,
         torch_version=args.target_torch,
         assume_dtype=args.assume_dtype,
         select=codes(args.select),

@@ -87,7 +87,12 @@ def add_set_argument(
 
 
 def add_gpu_argument(
-    parser: Any, *, what: str, budget: bool = False, older_spelling: str | None = None
+    parser: Any,
+    *,
+    what: str,
+    budget: bool = False,
+    older_spelling: str | None = None,
+    dest: str = "gpu",
 ) -> None:
     """``--gpu GPU`` (default None, so that a verb can tell that none was asked; it then takes
     :data:`~levers.hardware.DEFAULT_GPU`). ``budget``: a memory budget such as 40GiB is taken
@@ -97,7 +102,7 @@ def add_gpu_argument(
     alias = f"; {older_spelling} is its older spelling" if older_spelling else ""
     parser.add_argument(
         *flags,
-        dest="gpu",
+        dest=dest,
         default=None,
         metavar="GPU",
         help=f"{what}: {names} (default: {DEFAULT_GPU}, the part the family name h100 stands for; "
