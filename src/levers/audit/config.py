@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.capture.records import Capture
-from levers.hardware import GpuSpec, gpu_from_device_name, resolve_gpu
+from levers.hardware import DEFAULT_GPU, GpuSpec, gpu_from_device_name, resolve_gpu
 
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
@@ -25,7 +25,7 @@ DTYPE_ALIASES = {
     "fp32": "float32",
     "float32": "float32",
 }
-DEFAULT_TARGET = "h100"
+DEFAULT_TARGET = DEFAULT_GPU  # one default GPU for every verb
 DEFAULT_ASSUMED_DTYPE = "bfloat16"
 
 
