@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from levers.cli.options import add_steps_argument, add_warmup_argument
 from levers.integrations.script_trial import SideArgs, run_and_write
 
 
@@ -19,12 +20,13 @@ def parse(argv: Sequence[str]) -> tuple[SideArgs, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m levers.cli.script_trial")
     parser.add_argument("--out", required=True)
     parser.add_argument("--levers", default="")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--compile-steps", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
+    add_warmup_argument(parser, default=str(SideArgs.warmup))
+    parser.add_argument("--compile-steps", type=int, default=SideArgs.compile_steps)
+    add_steps_argument(parser, default=str(SideArgs.steps))
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--audit", action="store_true")
-    return SideArgs(**vars(parser.parse_args(argv[:cut]))), argv[cut + 1:]
+    given = {k: v for k, v in vars(parser.parse_args(argv[:cut])).items() if v is not None}
+    return SideArgs(**given), argv[cut + 1:]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
