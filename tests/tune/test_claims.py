@@ -179,3 +179,20 @@ def test_a_step_runs_each_ab_once_for_its_audit_and_its_tune(monkeypatch):
     once = measure_mod.remembered(lambda b, s, t: killed, memory)
     once((), ("ac-full",), 1.0)
     assert memory == {}
+
+
+def test_forms_of_a_workload_without_tokens_are_chosen_by_step_time(step):
+    """A workload that counts no tokens has no tokens/s ratio: the faster form is chosen by its
+    step-time ratio, as tune chooses between alternatives."""
+    import dataclasses
+
+    fake = FakeAb({**SPEEDS, "compile-model": 2.0})
+
+    def no_tokens(base, stack, budget):
+        return dataclasses.replace(fake(base, stack, budget), tokens_per_s_ratio=None,
+                                   tokens_per_s_ci95=None)
+
+    audited = _measured(step, no_tokens)
+    rec = audited.result.recommendation
+    assert "compile-model" in rec.levers and "compile-blocks" not in rec.levers
+    assert any("paid more (2.000x)" in n for n in rec.notes)

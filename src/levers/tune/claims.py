@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from levers.tune.trial import Measure, Stack, Trial, judge
+from levers.tune.trial import Measure, Stack, Trial, judge, speed_of
 
 MEASURED_KEY = "measured"
 
@@ -105,8 +105,9 @@ def measure_levers(
 
 def chosen_forms(claims: Sequence[Claim]) -> dict[str, Claim]:
     """For each lever the findings asked for, the claim to act on: the form (itself or an
-    alternative measured beside it) that paid with the largest tokens/s ratio, else its own
-    claim (which did not pay)."""
+    alternative measured beside it) that paid with the largest speed-up (tune's
+    :func:`~levers.tune.trial.speed_of`: tokens/s, else step time), else its own claim (which
+    did not pay)."""
     out: dict[str, Claim] = {}
     for claim in claims:
         if claim.alternative_of is not None:
@@ -114,7 +115,7 @@ def chosen_forms(claims: Sequence[Claim]) -> dict[str, Claim]:
         forms = [claim, *(c for c in claims if c.alternative_of == claim.lever)]
         paying = [c for c in forms if c.pays and c.measured_ms is not None]
         out[claim.lever] = (
-            max(paying, key=lambda c: c.trial.tokens_per_s_ratio or 0.0) if paying else claim
+            max(paying, key=lambda c: speed_of(c.trial)) if paying else claim
         )
     return out
 
@@ -214,7 +215,7 @@ def measured_audit(
              if not c.pays and c.alternative_of is None]
     notes += [
         f"{c.lever} measured on this step: {c.why}, but {chosen[c.lever].lever}, another form "
-        f"of it, paid more ({chosen[c.lever].trial.tokens_per_s_ratio:.3f}x)"
+        f"of it, paid more ({speed_of(chosen[c.lever].trial):.3f}x)"
         for c in claims
         if c.alternative_of is None and c.pays and chosen[c.lever].lever != c.lever
     ]
