@@ -146,7 +146,7 @@ def same_run_rows(model: str, row: dict[str, Any], args, options: dict[str, Any]
     return rows
 
 
-def compare(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random) -> None:
     ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
     base = ok.get("default")
     if base is None:
@@ -163,7 +163,7 @@ def compare(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     row["same_run_tuned_ratio"] = ours
     if tuned:
         row["same_run_tuned_ratio_ci95"] = zoo_bench._bootstrap(
-            tuned["tokens_per_s_samples"], base["tokens_per_s_samples"], ratio, args_rng(row))
+            tuned["tokens_per_s_samples"], base["tokens_per_s_samples"], ratio, rng)
     if row["best_peer"]:
         row["vs_best_peer"] = ours / peers[row["best_peer"]]
     # each recommended lever: what the audit printed against this process's own rows
@@ -181,10 +181,6 @@ def compare(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         claim["measured_by"] = "bench/zoo.py row in the same process, default minus lever"
         claim["claim_error"] = (abs(claim["claimed_ms"] - claim["measured_ms"])
                                 / abs(claim["measured_ms"]) if claim["measured_ms"] else None)
-
-
-def args_rng(row: dict[str, Any]) -> random.Random:
-    return random.Random(hash(row.get("model")) & 0xFFFF)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         row = tune_model(model, args, options)
         rows = same_run_rows(model, row, args, options)
-        compare(row, rows)
+        compare(row, rows, args.rng)
         row.update(meta)
         for r in rows:
             r.update(meta)
