@@ -3,10 +3,18 @@
 The sides alternate step by step (baseline, candidate, baseline, ...) in one process on one
 device, so anything that drifts over the run (clocks, temperature, other processes) lands on both.
 On CUDA each step is bracketed by a pair of ``torch.cuda.Event``s recorded on the current
-stream; nothing in the loop waits for the device: losses stay device tensors, memory statistics
-are read from the allocator on the host, and one ``synchronize()`` after the loop resolves every
-event pair and every loss. The host therefore runs ahead as it would in training and the events
-measure the device's own time per step. On a CPU each step is timed with ``time.perf_counter``.
+stream, and starts on an idle device: a ``synchronize()`` before each step's start event,
+outside its timing. Without it a step inherits the other side's backlog: after a step whose host
+finishes early (a CUDA graph's replay), the host launches the next side's step while the device
+is still busy, and that step's events then time its kernels back to back with none of its own
+launch gaps. A host-bound eager step of a timm-shaped ViT-B/16 at batch 64 read 22 ms against
+27 ms timed alone, beside a CUDA-graph candidate that read its true 18 ms (issue 20, H200): the
+claim was 57% low. From an idle start the events time what the step costs on its own, launch
+gaps included, which is what a training loop that runs one of the two sides pays (less the
+overlap of one step's last kernels with the next step's first launches, the same on both sides).
+Inside a step nothing waits for the device: losses stay device tensors, memory statistics are
+read from the allocator on the host, and one ``synchronize()`` after the loop resolves every
+event pair and every loss. On a CPU each step is timed with ``time.perf_counter``.
 """
 
 from __future__ import annotations
@@ -106,6 +114,7 @@ def _timed_step(
         rec.losses.append(loss_value)
         check_loss(loss_value, "timed", side, step)
         return
+    torch.cuda.synchronize(device)  # sync point: an idle device at the start, outside the timing
     start_bytes = open_window(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -136,7 +145,7 @@ def run_timed(
     except KillSignal as signal:
         kill = signal.kill
     if device.type == "cuda":
-        torch.cuda.synchronize(device)  # sync point: the one sync of the timed phase
+        torch.cuda.synchronize(device)  # sync point: resolves every event pair and loss
         for rec in recs.values():
             rec.dur_ms = [start.elapsed_time(end) for start, end in rec.events]
             rec.losses = _floats(rec.losses)

@@ -26,6 +26,18 @@ that a model as shipped compiles once, not once per block; each returns its undo
   symbolic they make every shape in the block symbolic (a Swin stage's window arithmetic then
   took dynamo minutes per compile, 287 s for 3 steps of a tiny Swin on a CPU against 42 s for the
   whole model); each such stage is its own program, compiled once with its own shapes.
+- Layers, not stages. Where the repeated blocks are such stages and each holds repeated layers
+  of its own (a Swin's ``SwinLayer``s, a ConvNeXt's ``ConvNextLayer``s), compile-blocks compiles
+  the layers (:func:`compile_units`): inductor took minutes for one Swin stage of up to 18
+  layers traced as one program (issue 20, Swin-T on the H200), and a layer's program is shared
+  by the layers of its stage.
+- One program per kind of block, or none. Blocks of one class and shape still get a program each
+  when a forward reads an attribute that differs between them and is not an int: stochastic
+  depth (a Swin's or timm ViT's ``drop_path.drop_prob``, 0.0 to 0.1 across the blocks, and an
+  ``Identity`` in the first block's place) is guarded by value and by type. Past dynamo's
+  ``recompile_limit`` (8) the blocks after it would run uncompiled, silently; compile-blocks
+  refuses instead (:func:`block_programs`) and names the attribute, and compile-model (one
+  program for the whole model) is the form that applies.
 """
 
 from __future__ import annotations
@@ -34,7 +46,60 @@ from typing import Callable
 
 import torch
 
+from levers.blocks import repeated_blocks
+
 Undo = Callable[[], None]
+
+
+def compile_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules compile-blocks compiles: the repeated blocks; where those are stages of
+    different widths, the repeated layers inside each stage (a stage of one layer stays whole)."""
+    blocks = [block.module for block in repeated_blocks(model)]
+    if len(blocks) < 2 or not stages_differ_in_shape(blocks):
+        return blocks
+    units: list[torch.nn.Module] = []
+    for stage in blocks:
+        layers = [layer.module for layer in repeated_blocks(stage)]
+        units.extend(layers or [stage])
+    return units
+
+
+def block_programs(units: list[torch.nn.Module]) -> tuple[int, list[str]]:
+    """How many programs dynamo builds for ``units`` compiled one by one, and the attributes that
+    make blocks of one class and shape differ (``["drop_path.drop_prob", "drop_path (type)"]``).
+
+    A program is shared by the blocks that agree in class, parameter shapes, the class of every
+    submodule and every float, bool and string attribute (ints are traced unspecialised, see
+    :func:`differing_int_attributes`).
+    """
+    groups: dict[tuple, list[dict[str, str]]] = {}  # by class and parameter shapes
+    for unit in units:
+        groups.setdefault(_parameter_shapes(unit), []).append(_traits(unit))
+    programs = 0
+    differing: set[str] = set()
+    for group in groups.values():
+        programs += len({tuple(sorted(traits.items())) for traits in group})
+        names = set().union(*group)
+        differing |= {name for name in names if len({t.get(name) for t in group}) > 1}
+    return programs, sorted(differing)
+
+
+def _traits(unit: torch.nn.Module) -> dict[str, str]:
+    """What dynamo guards by value in a block besides its shapes: submodule classes and the
+    float, bool and string attributes (as their repr)."""
+    traits = {}
+    for path, module in unit.named_modules():
+        if path:
+            traits[f"{path} (type)"] = type(module).__qualname__
+        for name, value in vars(module).items():
+            if type(value) in (float, bool, str) and not name.startswith("_"):
+                traits[f"{path}.{name}" if path else name] = repr(value)
+    return traits
+
+
+def recompile_limit() -> int:
+    config = torch._dynamo.config
+    return int(getattr(config, "recompile_limit", getattr(config, "cache_size_limit", 8)))
 
 
 def caching_configs(model: torch.nn.Module) -> list[object]:

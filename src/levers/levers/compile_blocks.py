@@ -1,7 +1,8 @@
 """``compile-blocks``: regional ``torch.compile`` of each repeated block of the model.
 
-The repeated blocks (:func:`levers.blocks.repeated_blocks`: a decoder's layers, a ViT's blocks)
-are compiled one by one with ``module.compile()``: every block of one class shares the compiled
+The repeated blocks (:func:`levers.blocks.repeated_blocks`: a decoder's layers, a ViT's blocks;
+the layers inside each stage where the blocks are stages of different widths, a Swin's or a
+ConvNeXt's) are compiled one by one with ``module.compile()``: every block of one class shares the compiled
 code, so compile time is one block's, and a graph break elsewhere in the model (data-dependent
 control flow, a host read) costs nothing inside the blocks. The undo drops the compiled call
 (the module's parameters and state_dict never change).
@@ -10,7 +11,9 @@ On a model as shipped the blocks would still compile once per block; the lever p
 (:mod:`levers.levers._compile_setup`): a Hugging Face config's KV cache is turned off while the
 lever is on (``use_cache=False``, as Hugging Face's gradient checkpointing does in training;
 put back by the undo), and integer module attributes that differ between blocks (``layer_idx``)
-are traced unspecialised.
+are traced unspecialised. Blocks that differ in what dynamo guards by value (stochastic depth's
+``drop_prob``, different per block) would need a program each: past dynamo's recompile limit the
+lever does not apply and says which attribute differs (compile-model applies there).
 
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
 
@@ -24,12 +27,14 @@ from typing import Callable
 
 import torch
 
-from levers.blocks import repeated_blocks
 from levers.levers import register
 from levers.levers._compile_setup import (
+    block_programs,
+    compile_units,
     differing_int_attributes,
     is_compiled,
     liger_patched,
+    recompile_limit,
     stages_differ_in_shape,
     training_cache_off,
     unspecialised_int_attributes,
@@ -41,10 +46,10 @@ OPTIONS = ("backend", "mode", "dynamic", "fullgraph")
 
 
 def applies(target: Target) -> str | None:
-    blocks = repeated_blocks(target.model)
+    blocks = compile_units(target.model)
     if not blocks:
         return "no repeated blocks (a ModuleList or Sequential of two or more modules of one class)"
-    if any(is_compiled(b.module) for b in blocks):
+    if any(is_compiled(b) for b in blocks):
         return "the blocks are already compiled"
     if is_compiled(target.model):
         return "the whole model is compiled already (compile-model); use one of the two"
@@ -53,12 +58,21 @@ def applies(target: Target) -> str | None:
             "the model runs Liger Kernel's kernels: torch.compile over them fails in dynamo "
             "(torch 2.11); use compile-blocks or liger-kernels, not both"
         )
+    programs, differing = block_programs(blocks)
+    if programs > recompile_limit():
+        shown = ", ".join(differing[:3]) + (", ..." if len(differing) > 3 else "")
+        return (
+            f"the {len(blocks)} blocks differ in {shown} (stochastic depth, say), which dynamo "
+            f"guards by value: compiled one by one they need {programs} programs, past its "
+            f"recompile limit ({recompile_limit()}), and the blocks after it would run "
+            "uncompiled; use compile-model (one program for the whole model)"
+        )
     return None
 
 
 def patch(target: Target) -> Callable[[], None]:
     options = {k: v for k, v in target.options.items() if k in OPTIONS}
-    blocks = [b.module for b in repeated_blocks(target.model)]
+    blocks = compile_units(target.model)
     undo_cache = training_cache_off(target.model)
     differing = differing_int_attributes(blocks)
     undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
