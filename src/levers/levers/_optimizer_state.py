@@ -18,7 +18,8 @@ directly. So :func:`swap` changes two attributes of the optimizer object:
   each of the optimizer's own ``param_groups`` (lr, betas, eps, weight_decay, so that LR
   schedulers and user changes keep acting) into the torchao optimizer's groups and runs its
   update, inside ``Optimizer.profile_hook_step`` (the global and per-optimizer step hooks and
-  the ``Optimizer.step#AdamW.step`` profiler label run as before). It carries LRScheduler's
+  the ``Optimizer.step#AdamW.step`` profiler label run as before; ``optimizer.step.inner`` is
+  the torchao optimizer). It carries LRScheduler's
   ``_wrapped_by_lr_sched`` marker and sets ``_opt_called``, which is what the scheduler's own
   wrapper does (torch/optim/lr_scheduler.py, ``patch_track_step_called``), so a scheduler made
   before or after the lever steps without warnings.
@@ -220,10 +221,10 @@ def swap(optimizer: torch.optim.Optimizer, inner: torch.optim.Optimizer, lever_i
         return hooked(optimizer, closure)
 
     step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    step.inner = inner  # type: ignore[attr-defined]  # what runs the update: for a reader
     undos.set_attr(optimizer, "_opt_called", getattr(optimizer, "_opt_called", False))
     undos.set_attr(optimizer, "step", step)
     undos.set_attr(optimizer, MARK, lever_id)
-    undos.inner = inner  # type: ignore[attr-defined]
     return undos
 
 

@@ -17,9 +17,10 @@ hyper-parameters read at each step, the undo puts back the very state it had).
 Runs on a CPU with torch 2.13 and torchao 0.18 (inductor compiles its update there too), so the
 CPU tests train with it; its saving is device memory, read on a GPU.
 
-Fix safety: changes numerics (8-bit moments). Tolerance checked: 2e-3 relative on the losses and
-5e-2 on the parameters after three steps of a small llama against fp32 AdamW, in fp32 on a CPU
-(tests/levers/test_optimizer_state.py). That is a smoke check of the wiring, not the proof: its
+Fix safety: changes numerics (8-bit moments). Tolerance checked against fp32 AdamW over three
+steps of the tiny llama, in fp32 on a CPU (tests/levers/test_optimizer_state.py): 1e-3 relative
+on the losses (measured: 2.6e-7) and 0.35 on each parameter's update (measured: 0.25, the
+quantization error of young moments). That is a smoke check of the wiring, not the proof: its
 proof is the paired held-out loss of ``levers ab`` (the quality read) over at least 500 steps
 (bench/optimizer_state.py runs it on the built-in llama).
 """
@@ -37,8 +38,8 @@ from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
 ID = "adamw-8bit"
-TOLERANCE = 2e-3  # on the losses; the test holds the parameters to PARAM_RTOL
-PARAM_RTOL = 5e-2
+TOLERANCE = 1e-3  # on the losses; the test holds each parameter's update to UPDATE_RTOL
+UPDATE_RTOL = 0.35
 BLOCK_SIZE = 256  # torchao's default for AdamW8bit
 MIN_NUMEL = 4096  # torchao (after bitsandbytes) quantizes tensors of at least this many values
 NEEDS = ("AdamW8bit", "Adam8bit")

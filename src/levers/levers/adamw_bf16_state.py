@@ -27,9 +27,10 @@ The optimizer the step already holds is kept, and torchao's update is put behind
 (:mod:`levers.levers._optimizer_state`: its ``state`` and ``step`` swapped in place, its
 hyper-parameters read at each step, the undo puts back the very state it had).
 
-Fix safety: changes numerics (8-bit-mantissa moments). Tolerance checked: 2e-3 relative on the
-losses and 2e-2 on the parameters after three steps of a small llama against fp32 AdamW, in
-fp32 on a CPU (tests/levers/test_optimizer_state.py). That is a smoke check of the wiring, not
+Fix safety: changes numerics (8-bit-mantissa moments). Tolerance checked against fp32 AdamW
+over three steps of the tiny llama, in fp32 on a CPU (tests/levers/test_optimizer_state.py):
+1e-3 relative on the losses (measured: 4e-8) and 1e-2 on each parameter's update (measured:
+1.7e-3). That is a smoke check of the wiring, not
 the proof: its proof is the paired held-out loss of ``levers ab`` (the quality read) over at
 least 500 steps (bench/optimizer_state.py runs it on the built-in llama).
 """
@@ -49,8 +50,8 @@ from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
 ID = "adamw-bf16-state"
-TOLERANCE = 2e-3  # on the losses; the test holds the parameters to PARAM_RTOL
-PARAM_RTOL = 2e-2
+TOLERANCE = 1e-3  # on the losses; the test holds each parameter's update to UPDATE_RTOL
+UPDATE_RTOL = 1e-2
 NEEDS = ("single_param_adam",)  # of torchao.optim.adam, beside _AdamBase
 KNOWN_PROBLEMS = (
     "changes numerics: the held-out loss over >= 500 steps (levers ab's quality read) is its "
