@@ -232,7 +232,7 @@ def int8_optimizer_states(base: Prediction) -> WhatIf:
         "Adam's moments quantized to 8 bits, block-wise (torchao AdamW8bit)",
         INT8_STATE_LEVER,
         int8_optimizer_sizes(base.trace),
-        "float32 moments of 4096+ values to 8-bit codes and per-256 scales",
+        "float32 moments of 4096+ values to 8 bits",
     )
 
 
