@@ -35,6 +35,11 @@ Usage, from the repository root:
 
     python bench/optimizer_state.py --out bench/results/optimizer_state_h200        # the H200 run
     python bench/optimizer_state.py --quick --out /tmp/optimizer_state_quick         # CPU smoke
+    python bench/optimizer_state.py --levers adamw-8bit --out ...                     # one lever
+
+A run of the three variants at 1b is about 3 x (500 steps + torchao's first-step compile of a
+few minutes for each lever) plus levers memory's prediction (~20 s); ``--levers`` splits it
+into shorter runs (each with its own fp32 baseline, the same one: same seed, same batches).
 
 ``--quick`` runs the tiny llama on the CPU for 3 steps (an eval after each) with torchao's
 update run eagerly (its compile takes minutes on a 2-core CPU); tests/bench run it.

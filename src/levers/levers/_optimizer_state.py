@@ -144,7 +144,10 @@ def sync_hyperparameters(outer: torch.optim.Optimizer, inner: torch.optim.Optimi
             "applied (add_param_group?): undo the lever, change the groups, and apply it again"
         )
     for o, i in zip(outer.param_groups, inner.param_groups):
-        i["lr"].fill_(o["lr"])  # torchao keeps lr as a tensor: set in place, never replaced
+        lr = o["lr"]
+        if isinstance(lr, torch.Tensor):
+            lr = float(lr)  # sync point when the user's lr is a device tensor
+        i["lr"].fill_(lr)  # torchao keeps lr as a tensor: set in place, never replaced
         i["betas"] = tuple(float(b) for b in o["betas"])
         i["eps"] = float(o["eps"])
         i["weight_decay"] = float(o["weight_decay"])
