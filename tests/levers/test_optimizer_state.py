@@ -7,6 +7,7 @@ runs, unfused. One slow test runs the compiled update."""
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 
@@ -333,3 +334,30 @@ def test_on_a_gpu_the_fp32_state_is_parked_while_the_lever_is_on(lever_id):
     handle.undo()
     assert state_nbytes(optimizer) == fp32
     train(on, 1)
+
+
+# -- where they are listed and tried ------------------------------------------------------
+
+
+def test_levers_list_shows_both_as_not_measured(capsys, tmp_path):
+    from levers.cli import main
+
+    empty = tmp_path / "catalogue.json"
+    empty.write_text('{"rows": []}')
+    assert main(["list", "--json", "--catalogue", str(empty)]) == 0
+    listed = {item["id"]: item for item in json.loads(capsys.readouterr().out)["levers"]}
+    for lever_id in IDS:
+        assert listed[lever_id]["measured"] == [] and listed[lever_id]["fixes"] == []
+
+
+def test_tune_leaves_them_out_on_a_cpu_and_tries_them_as_one_group_on_a_gpu():
+    from levers.tune.candidates import GPU_ONLY_PREFIX, candidates, groups
+
+    registry = {lever_id: REGISTRY[lever_id] for lever_id in (*IDS, "ac-full")}
+    tried, skipped = candidates(registry, lambda lever: None, on_gpu=False)
+    assert [c.lever for c in tried] == ["ac-full"]
+    assert {s.lever for s in skipped if s.reason.startswith(GPU_ONLY_PREFIX)} == set(IDS)
+    tried, _ = candidates(registry, lambda lever: None, on_gpu=True)
+    assert sorted(sorted(c.lever for c in g) for g in groups(tried)) == [
+        ["ac-full"], ["adamw-8bit", "adamw-bf16-state"]
+    ]
