@@ -41,6 +41,7 @@ def test_quick_run_writes_the_runs_the_paired_reads_and_the_prediction(tmp_path,
     assert rows["adamw-bf16-state"]["state_moment_bytes"] * 2 == fp32
     for lever, pair in result["paired"].items():
         assert pair["held_out_loss_vs_fp32_final"]["verdict"] in ("PARITY", "IMPROVED", "DAMAGED")
-        measured, predicted = pair["state_moment_bytes_vs_fp32"], pair["predicted_delta_state_bytes"]
+        measured = pair["state_moment_bytes_vs_fp32"]
+        predicted = pair["predicted_delta_state_bytes"]
         assert measured < 0 and abs(predicted - measured) <= 0.01 * abs(measured), lever
         assert pair["gpu"] == "cpu" and pair["commit"] == rows[lever]["commit"]

@@ -202,9 +202,8 @@ def test_the_state_whatifs_predict_the_state_their_lever_keeps_after_a_step(leve
     from levers.workloads import llama
 
     base = run_prediction(source_of("llama", {"size": "tiny"}), H100, num_steps=2)
-    predicted = (
-        bf16_optimizer_states(base) if lever_id == "adamw-bf16-state" else int8_optimizer_states(base)
-    )
+    whatif = bf16_optimizer_states if lever_id == "adamw-bf16-state" else int8_optimizer_states
+    predicted = whatif(base)
     assert predicted.applicable and predicted.lever == lever_id
     assert f"(lever {lever_id}; state -" in predicted.method
     assert predicted.delta_allocated_bytes < 0

@@ -55,8 +55,6 @@ INSTALL = "torchao is not installed (pip install torchao, or pip install 'levers
 ADAM_TYPES = (torch.optim.Adam, torch.optim.AdamW)
 # set on the optimizer while a lever holds its state: the id of that lever
 MARK = "_levers_optimizer_state"
-# the hyper-parameters copied from the user's groups into torchao's before each update
-HYPER = ("lr", "betas", "eps", "weight_decay")
 
 
 def torchao_adam() -> Any | None:
@@ -135,10 +133,12 @@ def inner_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
 
 def sync_hyperparameters(outer: torch.optim.Optimizer, inner: torch.optim.Optimizer) -> None:
     """Copy the user's current lr, betas, eps and weight decay into torchao's groups."""
-    if len(outer.param_groups) != len(inner.param_groups) or any(
-        len(o["params"]) != len(i["params"]) or any(a is not b for a, b in zip(o["params"], i["params"]))
+    same = len(outer.param_groups) == len(inner.param_groups) and all(
+        len(o["params"]) == len(i["params"])
+        and all(a is b for a, b in zip(o["params"], i["params"]))
         for o, i in zip(outer.param_groups, inner.param_groups)
-    ):
+    )
+    if not same:
         raise RuntimeError(
             "the optimizer's parameter groups changed after an optimizer-state lever was "
             "applied (add_param_group?): undo the lever, change the groups, and apply it again"

@@ -93,8 +93,16 @@ def optimizer_class() -> type:
     class BF16StateAdam(adam._AdamBase):
         """Adam (``decoupled=False``) or AdamW with bf16 moments; see the module docstring."""
 
-        def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                     eps: float = 1e-8, weight_decay: float = 1e-2, *, decoupled: bool = True) -> None:
+        def __init__(
+            self,
+            params: Any,
+            lr: float = 1e-3,
+            betas: tuple[float, float] = (0.9, 0.999),
+            eps: float = 1e-8,
+            weight_decay: float = 1e-2,
+            *,
+            decoupled: bool = True,
+        ) -> None:
             super().__init__(
                 params, lr, betas, eps, weight_decay, False,
                 block_size=None, bf16_stochastic_round=False, is_adamw=decoupled,
