@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from levers.levers._patch import set_attr
 from levers.workload import Workload
 
 
@@ -33,11 +34,12 @@ def run_steps(workload: Workload, num_steps: int = 2) -> Trace:
         )
         return original(*args, **kwargs)
 
-    optimizer.step = step
+    # an instance step a lever set (the optimizer-state levers) is put back, not deleted
+    undo = set_attr(optimizer, "step", step)
     try:
         losses = [torch.as_tensor(workload.step()).detach().clone() for _ in range(num_steps)]
     finally:
-        del optimizer.step
+        undo()
     return Trace(losses, grads)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import memory_factories as factories
+import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -15,6 +16,8 @@ from levers.memory.whatif import (
     bf16_optimizer_sizes,
     bf16_optimizer_states,
     checkpointing,
+    int8_moment_nbytes,
+    int8_optimizer_states,
     find_blocks,
     valid_row_fraction,
     valid_rows_loss,
@@ -175,3 +178,42 @@ def test_a_sequential_of_blocks_is_checkpointed_block_by_block():
     assert whatif.applicable, whatif.note
     assert whatif.method == "re-prediction with 3 blocks wrapped"
     assert whatif.delta_allocated_bytes < 0
+
+
+def test_int8_optimizer_states_quantize_the_large_moments_only():
+    # the mlp's moments are 2704 bytes (676 values): under torchao's 4096, so none shrinks
+    base = run_prediction(source_of(factories.mlp, {}), H100, num_steps=2)
+    whatif = int8_optimizer_states(base)
+    assert not whatif.applicable and whatif.lever == "adamw-8bit"
+    assert whatif.note == (
+        "no float32 optimizer moments in the step of 4096 values or more, in multiples of 256"
+    )
+    assert int8_moment_nbytes((512, 64)) == 512 * 64 + 4 * 128 + 1024
+    assert int8_moment_nbytes((64,)) is None and int8_moment_nbytes((4097,)) is None
+
+
+@pytest.mark.parametrize("lever_id", ("adamw-bf16-state", "adamw-8bit"))
+def test_the_state_whatifs_predict_the_state_their_lever_keeps_after_a_step(lever_id, monkeypatch):
+    """The predicted change of the state (on the GPU's trace, fake tensors) against the state
+    the lever keeps after a real step on a CPU (torchao's update run eagerly)."""
+    pytest.importorskip("torchao.optim")
+    import levers
+    from levers.levers._optimizer_state import state_nbytes
+    from levers.workloads import llama
+
+    base = run_prediction(source_of("llama", {"size": "tiny"}), H100, num_steps=2)
+    whatif = bf16_optimizer_states if lever_id == "adamw-bf16-state" else int8_optimizer_states
+    predicted = whatif(base)
+    assert predicted.applicable and predicted.lever == lever_id
+    assert f"(lever {lever_id}; state -" in predicted.method
+    assert predicted.delta_allocated_bytes < 0
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    fp32, on = llama.build(), llama.build()
+    levers.apply(on, lever_id)
+    fp32.step(), on.step()
+    measured = state_nbytes(on.optimizer, moments_only=True) - state_nbytes(
+        fp32.optimizer, moments_only=True
+    )
+    assert measured < 0
+    assert abs(predicted.delta_state_bytes - measured) <= 0.01 * abs(measured)

@@ -11,6 +11,16 @@ import torch
 from levers.capture.distributed import distributed_info
 
 
+def tensor_nbytes(value: torch.Tensor) -> int:
+    """The bytes a tensor holds: a wrapper subclass (torchao's 8-bit optimizer state, whose
+    ``element_size`` is that of the dtype it poses as) counted by the tensors it is made of."""
+    flatten = getattr(value, "__tensor_flatten__", None)
+    if type(value) is not torch.Tensor and callable(flatten):
+        names, _ = flatten()
+        return sum(tensor_nbytes(getattr(value, name)) for name in names)
+    return value.numel() * value.element_size()
+
+
 def _optimizer_info(optimizer: torch.optim.Optimizer | None) -> dict[str, Any] | None:
     if optimizer is None:
         return None
@@ -22,7 +32,7 @@ def _optimizer_info(optimizer: torch.optim.Optimizer | None) -> dict[str, Any] |
         "num_params": sum(len(g["params"]) for g in optimizer.param_groups),
         # what ZeRO-1/FSDP would shard across ranks
         "state_bytes": sum(
-            v.numel() * v.element_size()
+            tensor_nbytes(v)
             for state in optimizer.state.values()
             for v in state.values()
             if isinstance(v, torch.Tensor)

@@ -19,6 +19,8 @@ _MODULES: tuple[str, ...] = (
     "inplace_scatter",
     "windowed_peak_metric",
     "fused_optimizer",
+    "adamw_bf16_state",
+    "adamw_8bit",
     "autocast_bf16",
     "fused_linear_cross_entropy",
     "liger_kernels",

@@ -84,6 +84,8 @@ class WhatIf:
     delta_allocated_bytes: int = 0
     delta_reserved_bytes: int = 0
     note: str = ""
+    lever: str = ""  # the lever that makes this change, where one does ("adamw-bf16-state")
+    delta_state_bytes: int = 0  # the optimizer state's change, for what-ifs on the state
 
 
 @dataclass(frozen=True)

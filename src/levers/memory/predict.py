@@ -68,8 +68,8 @@ def predict_memory(
         params: keyword arguments for the factory (``device`` defaults to ``"cuda"``).
         margin: the fraction of usable memory to keep free when judging whether it fits.
         num_steps: training steps to run after the build; peaks are over the whole run.
-        whatifs: also predict the what-ifs (activation checkpointing, bf16 optimizer states,
-            loss over valid rows), each a full or partial re-prediction.
+        whatifs: also predict the what-ifs (activation checkpointing, bf16 and 8-bit optimizer
+            states, loss over valid rows, SDPA), each a full or partial re-prediction.
 
     Returns:
         A :class:`MemoryPlan` with the predicted ``max_memory_allocated`` and

@@ -4,9 +4,18 @@
   share a class, e.g. ``blocks.0`` .. ``blocks.31``) runs under non-reentrant
   ``torch.utils.checkpoint``. Predicted by building the workload again, wrapping the blocks, and
   running the steps: a full re-prediction.
-- ``bf16-optimizer-states``: optimizer state kept in bfloat16 instead of float32. Predicted on
-  the recorded trace: float32 state tensors, and the optimizer's float32 temporaries computed
-  from state, take half the bytes; the trace is replayed through the allocator model.
+- ``bf16-optimizer-states``: Adam's moments kept in bfloat16 instead of float32, what the lever
+  ``adamw-bf16-state`` does. Predicted on the recorded trace: each float32 moment (an optimizer
+  state tensor that is not a scalar step counter) takes half its bytes; the trace is replayed
+  through the allocator model. ``delta_state_bytes`` is the state's change (the bytes the lever
+  frees, negative). The optimizer-phase temporaries are left as recorded: the lever's update is
+  torchao's, one parameter at a time in fp32, so a fused baseline's (none) are the lever's, and
+  a foreach baseline's (as large as the state) bound the lever's from above.
+- ``8bit-optimizer-states``: Adam's moments quantized to 8 bits, what the lever ``adamw-8bit``
+  (torchao's AdamW8bit) does. On the trace: each float32 moment of at least 4096 values, a
+  multiple of 256, takes one byte per value, a float32 scale per 256 values and torchao's
+  256-entry float32 quantization map (one allocation here, three there); smaller moments stay
+  float32, as torchao keeps them. Temporaries as for bf16.
 - ``valid-rows-loss``: the loss computed over the rows that have a target only (ignored rows,
   e.g. padding, gathered out before the LM head). Predicted on the trace: activations and
   temporaries with a dimension equal to the loss's class count (the logits, their float32
@@ -23,6 +32,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -31,7 +43,8 @@ from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
 from levers.memory.prediction import Prediction, Source, run_prediction
 from levers.memory.replay import replay
-from levers.memory.trace import Trace
+from levers.memory.trace import Allocation, Trace
+from levers.units import format_bytes
 from levers.workload import Workload
 
 
@@ -41,6 +54,7 @@ def all_whatifs(
     return (
         checkpointing(source, gpu, base, num_steps=num_steps),
         bf16_optimizer_states(base),
+        int8_optimizer_states(base),
         valid_rows_loss(base),
         sdpa_attention(source, gpu, base, num_steps=num_steps),
     )
@@ -136,44 +150,89 @@ def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: 
     )
 
 
+# the levers that make the optimizer-state what-ifs' changes
+BF16_STATE_LEVER, INT8_STATE_LEVER = "adamw-bf16-state", "adamw-8bit"
+# torchao's AdamW8bit: moments of at least this many values, in blocks of this many, one byte a
+# value, a float32 scale a block and a 256-entry float32 map a tensor
+INT8_MIN_NUMEL, INT8_BLOCK, INT8_MAP_BYTES = 4096, 256, 256 * 4
+
+
+def float32_moments(trace: Trace) -> list[tuple[int, Allocation]]:
+    """(handle, allocation) of each float32 optimizer state tensor that is not a scalar (the
+    moments; a fused Adam's step counters are scalars)."""
+    return [
+        (handle, allocation)
+        for handle, allocation in enumerate(trace.allocations, start=1)
+        if allocation.category == "optimizer"
+        and allocation.dtype == "float32"
+        and allocation.shape != ()
+    ]
+
+
 def bf16_optimizer_sizes(trace: Trace) -> dict[int, int]:
-    """New byte counts for the allocations that bf16 optimizer state would halve (the moments;
-    scalar step counters stay float32)."""
+    """New byte counts for the moments that bf16 optimizer state halves."""
+    return {handle: allocation.nbytes // 2 for handle, allocation in float32_moments(trace)}
+
+
+def int8_moment_nbytes(shape: tuple[int, ...]) -> int | None:
+    """The bytes of one moment in torchao's 8-bit state, or None where torchao keeps it fp32."""
+    numel = math.prod(shape)
+    if numel < INT8_MIN_NUMEL or numel % INT8_BLOCK:
+        return None
+    return numel + 4 * (numel // INT8_BLOCK) + INT8_MAP_BYTES
+
+
+def int8_optimizer_sizes(trace: Trace) -> dict[int, int]:
+    """New byte counts for the moments that torchao's 8-bit state quantizes."""
     sizes = {}
-    for handle, allocation in enumerate(trace.allocations, start=1):
-        halved = (
-            allocation.dtype == "float32"
-            and allocation.shape != ()
-            and (
-                allocation.category == "optimizer"
-                or (allocation.phase == "optimizer" and allocation.state_derived)
-            )
-        )
-        if halved:
-            sizes[handle] = allocation.nbytes // 2
+    for handle, allocation in float32_moments(trace):
+        nbytes = int8_moment_nbytes(allocation.shape)
+        if nbytes is not None:
+            sizes[handle] = nbytes
     return sizes
 
 
-def bf16_optimizer_states(base: Prediction) -> WhatIf:
-    name = "bf16-optimizer-states"
-    description = "optimizer state in bfloat16 instead of float32"
-    sizes = bf16_optimizer_sizes(base.trace)
+def _state_whatif(
+    base: Prediction, name: str, description: str, lever: str, sizes: dict[int, int], how: str
+) -> WhatIf:
     if not sizes:
-        return WhatIf(
-            name,
-            description,
-            "trace transform",
-            False,
-            note="no float32 optimizer state in the step",
-        )
+        note = "no float32 optimizer moments in the step"
+        if float32_moments(base.trace):  # there are some: none that torchao quantizes
+            note += f" of {INT8_MIN_NUMEL} values or more, in multiples of {INT8_BLOCK}"
+        return WhatIf(name, description, "trace transform", False, note=note, lever=lever)
     replayed = replay(base.trace, sizes=sizes)
-    return _delta(
+    before = sum(base.trace.allocations[handle - 1].nbytes for handle in sizes)
+    state_delta = sum(sizes.values()) - before
+    whatif = _delta(
         name,
         description,
-        "trace transform: float32 state and its temporaries halved",
+        f"trace transform: {how} (lever {lever}; state {format_bytes(state_delta)})",
         base,
         replayed.peak_allocated_bytes,
         replayed.peak_reserved_bytes,
+    )
+    return dataclasses.replace(whatif, lever=lever, delta_state_bytes=state_delta)
+
+
+def bf16_optimizer_states(base: Prediction) -> WhatIf:
+    return _state_whatif(
+        base,
+        "bf16-optimizer-states",
+        "Adam's moments in bfloat16 instead of float32",
+        BF16_STATE_LEVER,
+        bf16_optimizer_sizes(base.trace),
+        "float32 moments halved",
+    )
+
+
+def int8_optimizer_states(base: Prediction) -> WhatIf:
+    return _state_whatif(
+        base,
+        "8bit-optimizer-states",
+        "Adam's moments quantized to 8 bits, block-wise (torchao AdamW8bit)",
+        INT8_STATE_LEVER,
+        int8_optimizer_sizes(base.trace),
+        "float32 moments of 4096+ values to 8 bits",
     )
 
 

@@ -34,6 +34,8 @@ SPEED_FORMS: tuple[frozenset[str], ...] = (
 )
 MEMORY_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"ac-full", "ac-selective", "ac-budget"}),
+    # two sizes of Adam's moments (bf16, 8-bit): an optimizer's state is kept one way at a time
+    frozenset({"adamw-bf16-state", "adamw-8bit"}),
 )
 EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"

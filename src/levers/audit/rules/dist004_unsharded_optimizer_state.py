@@ -28,7 +28,12 @@ optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.op
 ## Fix
 PyTorch's ``ZeroRedundancyOptimizer`` (ZeRO-1), or FSDP2 (``fully_shard``), which also shards
 parameters and gradients. No lever yet; ``levers memory --world-size N --strategy zero1``
-predicts the per-rank peak with it.
+predicts the per-rank peak with it. Where sharding is not an option, or on top of it, Adam's
+state can be made smaller on every rank, changing numerics: lever `adamw-bf16-state` (bf16
+moments, half the state) or `adamw-8bit` (torchao's AdamW8bit, about a quarter); `levers memory`'s
+`bf16-optimizer-states` and `8bit-optimizer-states` what-ifs predict the bytes each frees, and
+`levers ab`'s held-out loss over 500 steps or more is their proof. They are not this finding's
+lever: its fix, sharding, is exact.
 
 ## Fix safety
 Exact in exact arithmetic (each rank runs the same update on its shard); the all-gather of the
