@@ -158,3 +158,39 @@ def test_stages_of_different_widths_compile_static_and_blocks_of_one_shape_do_no
         workload.step()
     finally:
         undo()
+
+
+def test_blocks_that_need_a_program_each_are_all_compiled_and_the_limit_comes_back():
+    """Blocks can differ in what no attribute shows (a ConvNeXt stage's first layer takes bf16
+    under autocast, the rest fp32): past dynamo's recompile limit the later blocks would run
+    uncompiled, so the lever raises the limit to the number of blocks while it is on."""
+    from levers.levers._compile_setup import recompile_limit
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(Block() for _ in range(10))
+
+        def forward(self, x):
+            for i, block in enumerate(self.blocks):
+                x = torch.cat([block(x[: i + 1]), x[i + 1 :]])  # block i sees i + 1 rows
+            return x
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = Model()
+    before = recompile_limit()
+    with levers.apply(model, "compile-blocks", backend="eager", dynamic=False):
+        assert recompile_limit() == 11
+        model(torch.randn(12, 4)).sum().backward()
+    assert recompile_limit() == before
+    assert not [m for m in counters["unimplemented"] if "recompile limit" in m]
+    assert counters["frames"]["ok"] == 10  # one program a block, none left uncompiled

@@ -13,7 +13,10 @@ lever is on (``use_cache=False``, as Hugging Face's gradient checkpointing does 
 put back by the undo), and integer module attributes that differ between blocks (``layer_idx``)
 are traced unspecialised. Blocks that differ in what dynamo guards by value (stochastic depth's
 ``drop_prob``, different per block) would need a program each: past dynamo's recompile limit the
-lever does not apply and says which attribute differs (compile-model applies there).
+lever does not apply and says which attribute differs (compile-model applies there). Blocks that
+differ in what no attribute shows (the dtype of their input: a ConvNeXt stage's first layer gets
+bf16 under autocast, the rest fp32) get dynamo's recompile limit raised to the number of blocks
+while the lever is on, so none of them runs uncompiled.
 
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
 
@@ -35,6 +38,7 @@ from levers.levers._compile_setup import (
     is_compiled,
     liger_patched,
     recompile_limit,
+    recompile_limit_at_least,
     stages_differ_in_shape,
     training_cache_off,
     unspecialised_int_attributes,
@@ -78,6 +82,9 @@ def patch(target: Target) -> Callable[[], None]:
     undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
     if "dynamic" not in options and stages_differ_in_shape(blocks):
         options["dynamic"] = False  # each stage its own static program
+    # at worst a program per block (and one more where an int is first specialised): never
+    # past the limit, where the blocks after it would run uncompiled
+    undo_limit = recompile_limit_at_least(len(blocks) + 1)
     for block in blocks:
         block.compile(**options)
 
@@ -85,6 +92,7 @@ def patch(target: Target) -> Callable[[], None]:
         for block in blocks:
             # back to nn.Module's class default (None): the instance as it was
             vars(block).pop("_compiled_call_impl", None)
+        undo_limit()
         undo_ints()
         undo_cache()
 
