@@ -40,6 +40,7 @@ from levers.memory.standin import (
     DeviceBook,
     StandInMode,
     backward_in_mode,
+    cuda_capability,
     cuda_generators,
     fake_tensor_devices,
     swappable_fake_parameters,
@@ -98,12 +99,15 @@ def trace_workload(
     interceptors = {
         F.scaled_dot_product_attention: _sdpa_handler(tracker, sdpa.target_for(gpu.sm)),
         F.cross_entropy: _loss_handler(tracker, shadow),
+        torch.histc: _integer_histc,
+        torch._grouped_mm: _grouped_mm_any_dtype,
     }
     removers: list[Callable[[], None]] = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(cuda_autocast_policy())
         stack.enter_context(cuda_composites(book))
         stack.enter_context(cuda_generators())
+        stack.enter_context(cuda_capability(gpu.sm))
         stack.enter_context(swappable_fake_parameters(fake_mode))
         stack.enter_context(fake_tensor_devices(book))
         stack.enter_context(fake_mode)
@@ -241,6 +245,47 @@ def _cast(x: Any, dtype: torch.dtype) -> Any:
     ):
         return x.to(dtype)
     return x
+
+
+def _integer_histc(func, args: tuple, kwargs: dict) -> Any:
+    """``torch.histc`` of integers: CUDA counts them (a mixture-of-experts router's tokens per
+    expert, transformers' ``grouped_mm`` path), the CPU kernel that fake tensors check against
+    takes floating point only. Counted on a float copy and returned in the input's dtype, the
+    output CUDA gives (``bins`` elements)."""
+    values = args[0] if args else kwargs.get("input")
+    if not isinstance(values, torch.Tensor) or values.is_floating_point():
+        return NotImplemented
+    rest = {k: v for k, v in kwargs.items() if k != "input"}
+    return func(values.float(), *args[1:], **rest).to(values.dtype)
+
+
+class _GroupedMm(torch.autograd.Function):
+    """A grouped matmul of a ``[tokens, K]`` input by ``[experts, K, N]`` weights as CUDA runs
+    it in any dtype: the forward allocates the ``[tokens, N]`` output, the backward the input's
+    and the weights' gradients; it saves the two inputs (no new memory)."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs):  # type: ignore[override]
+        ctx.save_for_backward(a, b)
+        return a.new_empty((a.shape[0], b.shape[-1]))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        a, b = ctx.saved_tensors
+        return torch.empty_like(a), torch.empty_like(b), None
+
+
+def _grouped_mm_any_dtype(func, args: tuple, kwargs: dict) -> Any:
+    """``torch._grouped_mm`` (what ``F.grouped_mm`` calls) of float32 or float16 tensors: fake
+    tensors check it against the bf16-only fast kernel, while CUDA runs other dtypes through a
+    fallback (transformers' mixture of experts casts its input to fp32 master weights under
+    autocast). Sizes only: a 2-D input by 3-D weights with ``offs``, the experts' case."""
+    a, b = args[0], args[1]
+    offs = args[2] if len(args) > 2 else kwargs.get("offs")
+    plain = all(k in ("offs",) or kwargs[k] is None for k in kwargs)
+    if a.dtype == torch.bfloat16 or a.dim() != 2 or b.dim() != 3 or offs is None or not plain:
+        return NotImplemented
+    return _GroupedMm.apply(a, b, offs)
 
 
 def _loss_handler(tracker: StorageTracker, shadow: ShadowValues):

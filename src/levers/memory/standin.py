@@ -271,6 +271,23 @@ def cuda_generators() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def cuda_capability(sm: tuple[int, int]) -> Iterator[None]:
+    """Make ``torch.cuda.get_device_capability`` answer the predicted GPU's compute capability
+    (a CPU-only build raises there): model code picks its kernels by it (transformers' mixture
+    of experts takes ``grouped_mm`` from 8.0 on); undone on exit."""
+    original = torch.cuda.get_device_capability
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        return tuple(sm)  # type: ignore[return-value]
+
+    torch.cuda.get_device_capability = get_device_capability  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
 def fake_tensor_devices(book: DeviceBook) -> Iterator[None]:
     """Make ``FakeTensor.device`` (a Python property, which no torch function mode sees) report
     ``cuda:0`` for GPU-booked tensors to the workload's code and ``cpu:0`` to torch's public
