@@ -40,7 +40,7 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
     A hand-written walk rather than pytree's: it runs for every op of the step.
     """
     found: list[torch.Tensor] = []
-    _collect(tree, found)
+    collect_tensors(tree, found)
     return found
 
 
@@ -52,13 +52,14 @@ def tensors_in_call(args: tuple, kwargs: dict) -> list[torch.Tensor]:
         if isinstance(x, _Tensor):
             found.append(x)
         elif isinstance(x, (tuple, list, dict)):
-            _collect(x, found)
+            collect_tensors(x, found)
     if kwargs:
-        _collect(kwargs, found)
+        collect_tensors(kwargs, found)
     return found
 
 
-def _collect(x: Any, found: list[torch.Tensor]) -> None:
+def collect_tensors(x: Any, found: list[torch.Tensor]) -> None:
+    """Append the tensors in ``x`` to ``found``, in order."""
     if isinstance(x, _Tensor):
         found.append(x)
     elif isinstance(x, (tuple, list)):
@@ -66,10 +67,10 @@ def _collect(x: Any, found: list[torch.Tensor]) -> None:
             if isinstance(item, _Tensor):
                 found.append(item)
             elif isinstance(item, (tuple, list, dict)):
-                _collect(item, found)
+                collect_tensors(item, found)
     elif isinstance(x, dict):
         for item in x.values():
-            _collect(item, found)
+            collect_tensors(item, found)
 
 
 def meta_of(t: torch.Tensor) -> TensorMeta:
@@ -82,6 +83,25 @@ def meta_of(t: torch.Tensor) -> TensorMeta:
 
 def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
+
+
+def tensor_key(t: torch.Tensor) -> tuple:
+    """(shape, dtype, device): all that ``meta_of`` and ``nbytes`` read of a tensor."""
+    return (t.shape, t.dtype, t.device)
+
+
+def meta_of_key(key: tuple) -> tuple[TensorMeta, int]:
+    """``(meta_of(t), nbytes(t))`` from ``tensor_key(t)``."""
+    shape, dtype, device = key
+    numel = 1
+    for d in shape:
+        numel *= d
+    meta = TensorMeta(
+        shape=tuple(int(d) for d in shape),
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(device),
+    )
+    return meta, numel * dtype.itemsize
 
 
 # (shape, dtype, device) -> (TensorMeta, bytes), shared by every capture of the process (the
@@ -111,6 +131,23 @@ class MetaCache:
         if hit is None:
             hit = self._known[key] = (meta_of(t), nbytes(t))
         return hit
+
+    def of_keys(self, keys: list[tuple]) -> tuple[tuple[TensorMeta, ...], int]:
+        """``of_all`` of the tensors whose ``tensor_key`` are ``keys``: the recorder reads the
+        keys while the op runs and resolves them after the step."""
+        known = self._known
+        metas = []
+        total_bytes = 0
+        for key in keys:
+            try:
+                hit = known.get(key)
+            except TypeError:  # symbolic sizes do not hash
+                hit = meta_of_key(key)
+            if hit is None:
+                hit = known[key] = meta_of_key(key)
+            metas.append(hit[0])
+            total_bytes += hit[1]
+        return tuple(metas), total_bytes
 
     def of_all(self, tensors: list[torch.Tensor]) -> tuple[tuple[TensorMeta, ...], int]:
         """(the metas of ``tensors``, their summed bytes): ``of`` over a list, in one call."""
@@ -143,15 +180,16 @@ class OpInfo(NamedTuple):
     call: Any
 
 
-_op_infos: dict[Any, OpInfo] = {}
+# op overload -> its OpInfo; the recorder reads it directly (one dict lookup per op)
+op_infos: dict[Any, OpInfo] = {}
 
 
 def op_info(func: torch._ops.OpOverload) -> OpInfo:
-    info = _op_infos.get(func)
+    info = op_infos.get(func)
     if info is None:
         packet = func._overloadpacket
         is_view, is_inplace = schema_kind(func)
-        info = _op_infos[func] = OpInfo(
+        info = op_infos[func] = OpInfo(
             name=str(func),
             is_view=is_view,
             is_inplace=is_inplace,
