@@ -40,7 +40,7 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
     A hand-written walk rather than pytree's: it runs for every op of the step.
     """
     found: list[torch.Tensor] = []
-    collect_tensors(tree, found)
+    _collect(tree, found)
     return found
 
 
@@ -52,14 +52,13 @@ def tensors_in_call(args: tuple, kwargs: dict) -> list[torch.Tensor]:
         if isinstance(x, _Tensor):
             found.append(x)
         elif isinstance(x, (tuple, list, dict)):
-            collect_tensors(x, found)
+            _collect(x, found)
     if kwargs:
-        collect_tensors(kwargs, found)
+        _collect(kwargs, found)
     return found
 
 
-def collect_tensors(x: Any, found: list[torch.Tensor]) -> None:
-    """Append the tensors in ``x`` to ``found``, in order."""
+def _collect(x: Any, found: list[torch.Tensor]) -> None:
     if isinstance(x, _Tensor):
         found.append(x)
     elif isinstance(x, (tuple, list)):
@@ -67,10 +66,10 @@ def collect_tensors(x: Any, found: list[torch.Tensor]) -> None:
             if isinstance(item, _Tensor):
                 found.append(item)
             elif isinstance(item, (tuple, list, dict)):
-                collect_tensors(item, found)
+                _collect(item, found)
     elif isinstance(x, dict):
         for item in x.values():
-            collect_tensors(item, found)
+            _collect(item, found)
 
 
 def meta_of(t: torch.Tensor) -> TensorMeta:
@@ -180,16 +179,19 @@ class OpInfo(NamedTuple):
     call: Any
 
 
-# op overload -> its OpInfo; the recorder reads it directly (one dict lookup per op)
-op_infos: dict[Any, OpInfo] = {}
+# op overload -> its OpInfo
+_op_infos: dict[Any, OpInfo] = {}
+# id(op overload) -> its OpInfo, for the recorder's one lookup per op (an OpOverload's own
+# __hash__ is Python code). Safe: _op_infos holds every overload seen, so no id is reused
+op_infos_by_id: dict[int, OpInfo] = {}
 
 
 def op_info(func: torch._ops.OpOverload) -> OpInfo:
-    info = op_infos.get(func)
+    info = _op_infos.get(func)
     if info is None:
         packet = func._overloadpacket
         is_view, is_inplace = schema_kind(func)
-        info = op_infos[func] = OpInfo(
+        info = _op_infos[func] = OpInfo(
             name=str(func),
             is_view=is_view,
             is_inplace=is_inplace,
@@ -198,6 +200,7 @@ def op_info(func: torch._ops.OpOverload) -> OpInfo:
             is_profiler=func.namespace == "profiler",
             call=getattr(func, "_op", func),
         )
+        op_infos_by_id[id(func)] = info
     return info
 
 

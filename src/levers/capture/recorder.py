@@ -31,13 +31,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from levers.capture.ops import (
     MetaCache,
-    collect_tensors,
     op_flops,
     op_info,
-    op_infos,
+    op_infos_by_id,
     tensors_in,
+    tensors_in_call,
 )
-from levers.capture.records import CallRecord, OpRecord, SourceLoc
+from levers.capture.records import CallRecord, OpRecord, SourceLoc, frozen_record
 from levers.capture.source import in_checkpoint_recompute, user_frame
 
 _TAG = "levers_op"  # key in autograd Node.metadata: the index of the forward op that made it
@@ -68,34 +68,29 @@ class LiveStorages:
         self.live_bytes = 0
         self._refs: dict[int, weakref.ref] = {}  # id(storage) -> weak reference to it
         self._sizes: dict[weakref.ref, tuple[int, int]] = {}  # reference -> (id, bytes)
+        self._on_free = self._freed  # bound once; every reference calls it
 
     def track(self, t: torch.Tensor) -> None:
-        if t.is_meta or t.is_sparse:
-            return
-        storage = t.untyped_storage()
-        known = self._refs.get(id(storage))
-        if known is None or known() is not storage:
-            self.add(storage)
+        self.track_all([t])
 
     def track_all(self, tensors: list[torch.Tensor]) -> int:
-        """Track ``tensors``; the live bytes after."""
+        """Track the storages of ``tensors`` not tracked yet, until they are freed; the live
+        bytes after."""
         refs = self._refs
         for t in tensors:
             if t.is_meta or t.is_sparse:
                 continue
             storage = t.untyped_storage()
-            known = refs.get(id(storage))
-            if known is None or known() is not storage:
-                self.add(storage)
+            key = id(storage)
+            known = refs.get(key)
+            if known is not None and known() is storage:
+                continue
+            size = storage.nbytes()
+            self.live_bytes += size
+            ref = _weakref(storage, self._on_free)
+            refs[key] = ref
+            self._sizes[ref] = (key, size)
         return self.live_bytes
-
-    def add(self, storage: torch.UntypedStorage) -> None:
-        """Count a storage not tracked yet, until it is freed."""
-        key, size = id(storage), storage.nbytes()
-        self.live_bytes += size
-        ref = _weakref(storage, self._freed)
-        self._refs[key] = ref
-        self._sizes[ref] = (key, size)
 
     def _freed(self, ref: weakref.ref) -> None:
         key, size = self._sizes.pop(ref)
@@ -258,7 +253,7 @@ class OpRecorder(TorchDispatchMode):
         turned into metas and bytes later; the source line, module and autograd node are read
         here because the stack, the module hooks' state and the node are gone afterwards.
         """
-        info = op_infos.get(func) or op_info(func)
+        info = op_infos_by_id.get(id(func)) or op_info(func)
         if self.paused or info.is_profiler:
             return func(*args, **(kwargs or {}))
         if kwargs is None:
@@ -266,7 +261,14 @@ class OpRecorder(TorchDispatchMode):
         if self._pending:
             self._tag_pending()
         index = len(self._rows)
-        phase = self.current_phase()
+        # current_phase(), inlined
+        if _current_graph_task_id() != -1:
+            self._seen_backward = True
+            phase = "backward"
+        elif self._in_optimizer:
+            phase = "optimizer"
+        else:
+            phase = "other" if self._seen_backward else "forward"
         call = info.call
         t0 = _perf_counter()
         if self.range_marker is not None:
@@ -276,29 +278,31 @@ class OpRecorder(TorchDispatchMode):
             out = call(*args, **kwargs)
         t1 = _perf_counter()
         try:
-            inputs: list[torch.Tensor] = []  # as tensors_in_call(args, kwargs), inlined
+            # tensor_key of each tensor argument (as tensors_in_call(args, kwargs) finds them)
+            input_keys = []
             for x in args:
                 if isinstance(x, _Tensor):
-                    inputs.append(x)
+                    input_keys.append((x.shape, x.dtype, x.device))
                 elif isinstance(x, _containers):
-                    collect_tensors(x, inputs)
+                    input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(x)]
             if kwargs:
-                collect_tensors(kwargs, inputs)
+                input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(kwargs)]
             outputs = [out] if isinstance(out, _Tensor) else tensors_in(out)
             forward_op = node_name = None
             recompute = False
             if phase == "backward":
                 module, source, forward_op, node_name, recompute = self._backward_attribution()
-            else:  # the walk starts above this frame
+            elif phase == "optimizer":
+                module = self._optimizer_module(tensors_in_call(args, kwargs))
                 source = user_frame(_getframe(1))
-                module = self.module_path if phase != "optimizer" else self._optimizer_module(inputs)
+            else:  # the walk starts above this frame
+                module, source = self.module_path, user_frame(_getframe(1))
             live_bytes = None  # on a GPU: the allocator's figure, read from the profiler afterwards
             if self.live is not None:
                 live_bytes = self.live.track_all(outputs)
             flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
             self._rows.append((
-                index, info, phase, module, source,
-                [(t.shape, t.dtype, t.device) for t in inputs],  # tensor_key of each
+                index, info, phase, module, source, input_keys,
                 [(t.shape, t.dtype, t.device) for t in outputs],
                 flops, t0, t1, live_bytes, forward_op, node_name, recompute,
             ))
@@ -337,27 +341,27 @@ class OpRecorder(TorchDispatchMode):
                 read_bytes = write_bytes = 0
             elif info.allocates_only:
                 write_bytes = 0
-            ops.append(OpRecord(
-                index=index,
-                name=info.name,
-                phase=phase,
-                module=module,
-                source=source,
-                inputs=inputs,
-                outputs=outputs,
-                read_bytes=read_bytes,
-                write_bytes=write_bytes,
-                flops=flops,
-                wall_us=(t1 - t0) * 1e6,
-                device_us=None if device_us is None else device_us.get(index, 0.0),
-                live_bytes=live if live_bytes is None else live_bytes[index],
-                forward_op=forward_op,
-                autograd_node=node_name,
-                recompute=recompute,
-                is_view=info.is_view,
-                is_inplace=info.is_inplace,
-                start_us=(t0 - self.t_start) * 1e6,
-            ))
+            ops.append(frozen_record(OpRecord, {
+                "index": index,
+                "name": info.name,
+                "phase": phase,
+                "module": module,
+                "source": source,
+                "inputs": inputs,
+                "outputs": outputs,
+                "read_bytes": read_bytes,
+                "write_bytes": write_bytes,
+                "flops": flops,
+                "wall_us": (t1 - t0) * 1e6,
+                "device_us": None if device_us is None else device_us.get(index, 0.0),
+                "live_bytes": live if live_bytes is None else live_bytes[index],
+                "forward_op": forward_op,
+                "autograd_node": node_name,
+                "recompute": recompute,
+                "is_view": info.is_view,
+                "is_inplace": info.is_inplace,
+                "start_us": (t0 - self.t_start) * 1e6,
+            }))
         return ops
 
     def add_call(

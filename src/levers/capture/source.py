@@ -49,8 +49,10 @@ def user_frame(start: FrameType | None = None) -> SourceLoc | None:
             if len(user_code) > _MAX_CACHED:
                 user_code.clear()
             user = user_code[code] = is_user_file(code.co_filename)
-        if user:
-            return _loc(frame)
+        if user:  # _loc(frame), inlined: this runs for every op
+            line = frame.f_lineno
+            loc = _cache.get((code, line))
+            return loc if loc is not None else _loc(frame)
         frame = frame.f_back
     return None
 
