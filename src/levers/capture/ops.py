@@ -175,6 +175,8 @@ class OpInfo(NamedTuple):
     allocates_only: bool  # its output is garbage until written: no bytes written
     has_flops: bool  # op_flops can count it
     is_profiler: bool  # the profiler's own record_function ops: not part of the step
+    # a list, tuple or dict argument may hold tensors (False: its lists are of ints, floats...)
+    lists_may_hold_tensors: bool
     # the op's C++ entry point: what ``func(...)`` calls, without OpOverload.__call__'s frame
     call: Any
 
@@ -198,10 +200,34 @@ def op_info(func: torch._ops.OpOverload) -> OpInfo:
             allocates_only=func in _ALLOCATING,
             has_flops=packet in _SDPA_FORWARD or packet in _SDPA_BACKWARD or packet in flop_registry,
             is_profiler=func.namespace == "profiler",
+            lists_may_hold_tensors=lists_may_hold_tensors(func),
             call=getattr(func, "_op", func),
         )
         op_infos_by_id[id(func)] = info
     return info
+
+
+# container argument types (as their schema prints them) that cannot hold a tensor
+_TENSORLESS_CONTAINERS = frozenset({
+    "List[int]", "Optional[List[int]]", "List[float]", "Optional[List[float]]", "List[bool]",
+    "Optional[List[bool]]", "List[str]", "Optional[List[str]]", "List[complex]",
+})
+
+
+def lists_may_hold_tensors(func: torch._ops.OpOverload) -> bool:
+    """Whether a container argument of ``func`` may hold a tensor, by its schema (True when
+    unsure): the recorder walks the containers of those ops only."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return True
+    for arg in schema.arguments:
+        kind = str(arg.type)
+        is_container = "List" in kind or "Tuple" in kind or "Dict" in kind
+        if is_container and kind not in _TENSORLESS_CONTAINERS:
+            return True
+        if kind == "Any" or kind in ("t", "t1", "t2"):  # generic: anything, a list too
+            return True
+    return False
 
 
 def schema_kind(func: torch._ops.OpOverload) -> tuple[bool, bool]:

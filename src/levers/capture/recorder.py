@@ -280,10 +280,11 @@ class OpRecorder(TorchDispatchMode):
         try:
             # tensor_key of each tensor argument (as tensors_in_call(args, kwargs) finds them)
             input_keys = []
+            walk_lists = info.lists_may_hold_tensors  # else lists of ints (sizes, dims): skipped
             for x in args:
                 if isinstance(x, _Tensor):
                     input_keys.append((x.shape, x.dtype, x.device))
-                elif isinstance(x, _containers):
+                elif walk_lists and isinstance(x, _containers):
                     input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(x)]
             if kwargs:
                 input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(kwargs)]
