@@ -288,7 +288,12 @@ class OpRecorder(TorchDispatchMode):
                     input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(x)]
             if kwargs:
                 input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(kwargs)]
-            outputs = [out] if isinstance(out, _Tensor) else tensors_in(out)
+            if isinstance(out, _Tensor):
+                outputs = [out]
+                output_keys = [(out.shape, out.dtype, out.device)]
+            else:
+                outputs = tensors_in(out)
+                output_keys = [(t.shape, t.dtype, t.device) for t in outputs]
             forward_op = node_name = None
             recompute = False
             if phase == "backward":
@@ -303,9 +308,7 @@ class OpRecorder(TorchDispatchMode):
                 live_bytes = self.live.track_all(outputs)
             flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
             self._rows.append((
-                index, info, phase, module, source, input_keys,
-                [(t.shape, t.dtype, t.device) for t in outputs],
-                flops, t0, t1, live_bytes, forward_op, node_name, recompute,
+                index, info, phase, module, source, input_keys, output_keys, flops, t0, t1, live_bytes, forward_op, node_name, recompute,
             ))
             if recompute:
                 self.num_recomputed += 1
