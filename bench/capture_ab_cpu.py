@@ -99,8 +99,8 @@ def measure(name: str, workload: Any, repeats: int) -> dict[str, Any]:
         finally:
             step_cpu_s[0] = time.thread_time() - c0
 
-    times: dict[str, list[float]] = {k: [] for k in
-                                     ("plain", "floor", "before", "after", "before_e2e", "after_e2e")}
+    labels = ("plain", "floor", "before", "after", "before_e2e", "after_e2e")
+    times: dict[str, list[float]] = {label: [] for label in labels}
     num_ops: dict[str, int] = {}
     for i in range(repeats):
         c0 = time.thread_time()
@@ -187,10 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         row = measure(name, build(), args.repeats)
         existing = open(path).read() if os.path.exists(path) else ""
         atomic_write_text(path, existing + json.dumps(row) + "\n")
+        figures = {k: row[k + "_us_per_op"] for k in ("floor", "before", "after")}
         print(f"{name:36s} ops={row['num_ops']:5d} us/op (median [p10, p90]): "
-              + "  ".join(f"{k} {row[k + '_us_per_op']['median']:.1f} "
-                          f"[{row[k + '_us_per_op']['p10']:.1f}, {row[k + '_us_per_op']['p90']:.1f}]"
-                          for k in ("floor", "before", "after"))
+              + "  ".join(f"{k} {f['median']:.1f} [{f['p10']:.1f}, {f['p90']:.1f}]"
+                          for k, f in figures.items())
               + f"  paired after/before {row['paired_after_over_before']:.2f}", file=sys.stderr)
     return 0
 

@@ -261,7 +261,7 @@ class OpRecorder(TorchDispatchMode):
         if self._pending:
             self._tag_pending()
         index = len(self._rows)
-        # current_phase(), inlined
+        # current_phase(), inlined (a method call per op): keep the two alike
         if _current_graph_task_id() != -1:
             self._seen_backward = True
             phase = "backward"
@@ -308,7 +308,8 @@ class OpRecorder(TorchDispatchMode):
                 live_bytes = self.live.track_all(outputs)
             flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
             self._rows.append((
-                index, info, phase, module, source, input_keys, output_keys, flops, t0, t1, live_bytes, forward_op, node_name, recompute,
+                index, info, phase, module, source, input_keys, output_keys, flops, t0, t1,
+                live_bytes, forward_op, node_name, recompute,
             ))
             if recompute:
                 self.num_recomputed += 1
