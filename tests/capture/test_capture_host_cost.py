@@ -102,3 +102,39 @@ def test_make_recorder_passes_its_arguments():
     model = torch.nn.Linear(2, 2)
     recorder = make_recorder(model, live=None)
     assert isinstance(recorder, OpRecorder) and recorder.live is None
+
+
+def test_op_records_built_without_their_init_equal_those_built_with_it():
+    # build_ops fills each frozen OpRecord's fields directly (frozen_record): every field, no other
+    from dataclasses import fields
+
+    from levers.capture.records import OpRecord
+
+    names = {f.name for f in fields(OpRecord)}
+    capture = capture_step(fixture_models.linear(), warmup=1, timed=0)
+    for op in capture.ops:
+        assert set(vars(op)) == names
+        rebuilt = OpRecord(**{name: getattr(op, name) for name in names})
+        assert rebuilt == op and hash(rebuilt) == hash(op)
+
+
+def test_tensor_keys_give_what_meta_of_gives():
+    from levers.capture.ops import MetaCache, meta_of, meta_of_key, nbytes, tensor_key
+
+    tensors = [torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(()),
+               torch.empty(4, device="meta"), torch.ones(()).expand(5), torch.ones(4, 4).t()]
+    for t in tensors:
+        assert meta_of_key(tensor_key(t)) == (meta_of(t), nbytes(t))
+    assert MetaCache().of_keys([tensor_key(t) for t in tensors]) == MetaCache().of_all(tensors)
+
+
+def test_list_arguments_are_walked_where_the_schema_lets_them_hold_tensors():
+    from levers.capture.ops import lists_may_hold_tensors
+
+    aten = torch.ops.aten
+    for func in (aten.cat.default, aten.stack.default, aten.index.Tensor,
+                 aten.index_put_.default, aten._foreach_add_.List):
+        assert lists_may_hold_tensors(func), func
+    for func in (aten.view.default, aten.sum.dim_IntList, aten.permute.default, aten.mm.default,
+                 aten.split_with_sizes.default):
+        assert not lists_may_hold_tensors(func), func

@@ -65,12 +65,13 @@ _NORM_CALLS: dict[Callable, str] = {
 if hasattr(F, "rms_norm"):
     _NORM_CALLS[F.rms_norm] = "rms_norm"
 _SDPA = F.scaled_dot_product_attention
-# function -> (kind, call name) for the calls recorded whatever their arguments
-_CALL_KINDS: dict[Callable, tuple[str, str]] = {
-    **{f: ("sync", name) for f, name in _SYNC_CALLS.items()},
-    **{f: ("norm", name) for f, name in _NORM_CALLS.items()},
-    **{f: ("loss", name) for f, name in _LOSS_CALLS.items()},
-    _SDPA: ("sdpa", "scaled_dot_product_attention"),
+# function -> (kind, call name, whether it is recorded only when _conditional_sync says so)
+_CALL_KINDS: dict[Callable, tuple[str, str, bool]] = {
+    **{f: ("sync", name, True) for f, name in _MAYBE_SYNC_CALLS.items()},
+    **{f: ("sync", name, False) for f, name in _SYNC_CALLS.items()},
+    **{f: ("norm", name, False) for f, name in _NORM_CALLS.items()},
+    **{f: ("loss", name, False) for f, name in _LOSS_CALLS.items()},
+    _SDPA: ("sdpa", "scaled_dot_product_attention", False),
 }
 
 # the CUDA memory-metric functions wrapped during a capture
@@ -186,11 +187,10 @@ class CallRecorder(TorchFunctionMode):
         kwargs = kwargs or {}
         known = _CALL_KINDS.get(func)  # one lookup: this runs for every torch call of the step
         if known is None:
-            name = _MAYBE_SYNC_CALLS.get(func)
-            if name is None or not _conditional_sync(func, args, kwargs):
-                return func(*args, **kwargs)
-            known = ("sync", name)
-        kind, name = known
+            return func(*args, **kwargs)
+        kind, name, conditional = known
+        if conditional and not _conditional_sync(func, args, kwargs):
+            return func(*args, **kwargs)
         if not self.recorder.paused:
             self.recorder.note_autocast()
         record_args: dict[str, Any] = {}

@@ -84,6 +84,25 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def tensor_key(t: torch.Tensor) -> tuple:
+    """(shape, dtype, device): all that ``meta_of`` and ``nbytes`` read of a tensor."""
+    return (t.shape, t.dtype, t.device)
+
+
+def meta_of_key(key: tuple) -> tuple[TensorMeta, int]:
+    """``(meta_of(t), nbytes(t))`` from ``tensor_key(t)``."""
+    shape, dtype, device = key
+    numel = 1
+    for d in shape:
+        numel *= d
+    meta = TensorMeta(
+        shape=tuple(int(d) for d in shape),
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(device),
+    )
+    return meta, numel * dtype.itemsize
+
+
 # (shape, dtype, device) -> (TensorMeta, bytes), shared by every capture of the process (the
 # warm-up capture fills it for the measured one); emptied when it grows past this many entries
 _KNOWN_METAS: dict[tuple, tuple[TensorMeta, int]] = {}
@@ -112,6 +131,23 @@ class MetaCache:
             hit = self._known[key] = (meta_of(t), nbytes(t))
         return hit
 
+    def of_keys(self, keys: list[tuple]) -> tuple[tuple[TensorMeta, ...], int]:
+        """``of_all`` of the tensors whose ``tensor_key`` are ``keys``: the recorder reads the
+        keys while the op runs and resolves them after the step."""
+        known = self._known
+        metas = []
+        total_bytes = 0
+        for key in keys:
+            try:
+                hit = known.get(key)
+            except TypeError:  # symbolic sizes do not hash
+                hit = meta_of_key(key)
+            if hit is None:
+                hit = known[key] = meta_of_key(key)
+            metas.append(hit[0])
+            total_bytes += hit[1]
+        return tuple(metas), total_bytes
+
     def of_all(self, tensors: list[torch.Tensor]) -> tuple[tuple[TensorMeta, ...], int]:
         """(the metas of ``tensors``, their summed bytes): ``of`` over a list, in one call."""
         known = self._known
@@ -139,11 +175,17 @@ class OpInfo(NamedTuple):
     allocates_only: bool  # its output is garbage until written: no bytes written
     has_flops: bool  # op_flops can count it
     is_profiler: bool  # the profiler's own record_function ops: not part of the step
+    # a list, tuple or dict argument may hold tensors (False: its lists are of ints, floats...)
+    lists_may_hold_tensors: bool
     # the op's C++ entry point: what ``func(...)`` calls, without OpOverload.__call__'s frame
     call: Any
 
 
+# op overload -> its OpInfo
 _op_infos: dict[Any, OpInfo] = {}
+# id(op overload) -> its OpInfo, for the recorder's one lookup per op (an OpOverload's own
+# __hash__ is Python code). Safe: _op_infos holds every overload seen, so no id is reused
+op_infos_by_id: dict[int, OpInfo] = {}
 
 
 def op_info(func: torch._ops.OpOverload) -> OpInfo:
@@ -158,9 +200,34 @@ def op_info(func: torch._ops.OpOverload) -> OpInfo:
             allocates_only=func in _ALLOCATING,
             has_flops=packet in _SDPA_FORWARD or packet in _SDPA_BACKWARD or packet in flop_registry,
             is_profiler=func.namespace == "profiler",
+            lists_may_hold_tensors=lists_may_hold_tensors(func),
             call=getattr(func, "_op", func),
         )
+        op_infos_by_id[id(func)] = info
     return info
+
+
+# container argument types (as their schema prints them) that cannot hold a tensor
+_TENSORLESS_CONTAINERS = frozenset({
+    "List[int]", "Optional[List[int]]", "List[float]", "Optional[List[float]]", "List[bool]",
+    "Optional[List[bool]]", "List[str]", "Optional[List[str]]", "List[complex]",
+})
+
+
+def lists_may_hold_tensors(func: torch._ops.OpOverload) -> bool:
+    """Whether a container argument of ``func`` may hold a tensor, by its schema (True when
+    unsure): the recorder walks the containers of those ops only."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return True
+    for arg in schema.arguments:
+        kind = str(arg.type)
+        is_container = "List" in kind or "Tuple" in kind or "Dict" in kind
+        if is_container and kind not in _TENSORLESS_CONTAINERS:
+            return True
+        if kind == "Any" or kind in ("t", "t1", "t2"):  # generic: anything, a list too
+            return True
+    return False
 
 
 def schema_kind(func: torch._ops.OpOverload) -> tuple[bool, bool]:

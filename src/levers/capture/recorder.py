@@ -29,17 +29,29 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from levers.capture.ops import MetaCache, op_flops, op_info, tensors_in, tensors_in_call
-from levers.capture.records import CallRecord, OpRecord, SourceLoc
+from levers.capture.ops import (
+    MetaCache,
+    op_flops,
+    op_info,
+    op_infos_by_id,
+    tensors_in,
+    tensors_in_call,
+)
+from levers.capture.records import CallRecord, OpRecord, SourceLoc, frozen_record
 from levers.capture.source import in_checkpoint_recompute, user_frame
 
 _TAG = "levers_op"  # key in autograd Node.metadata: the index of the forward op that made it
 _PROGRESS_EVERY_S = 0.2
+# an op's row: (index, OpInfo, phase, module, source, tensor_key of each input, of each output,
+# flops, start and end perf_counter, live bytes, forward_op, autograd node name, recompute)
+_INFO, _MODULE, _SOURCE = 1, 3, 4
 _Tensor = torch.Tensor
 _perf_counter = time.perf_counter
 _weakref = weakref.ref
 _getframe = sys._getframe
 _current_graph_task_id = torch._C._current_graph_task_id
+_current_autograd_node = torch._C._current_autograd_node
+_containers = (tuple, list, dict)
 _is_grad_enabled = torch.is_grad_enabled
 # one C call that says whether any autocast is on (absent on some versions: then always ask)
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
@@ -54,24 +66,36 @@ class LiveStorages:
 
     def __init__(self) -> None:
         self.live_bytes = 0
-        self._refs: dict[int, weakref.ref] = {}
+        self._refs: dict[int, weakref.ref] = {}  # id(storage) -> weak reference to it
+        self._sizes: dict[weakref.ref, tuple[int, int]] = {}  # reference -> (id, bytes)
+        self._on_free = self._freed  # bound once; every reference calls it
 
     def track(self, t: torch.Tensor) -> None:
-        if t.is_meta or t.is_sparse:
-            return
-        storage = t.untyped_storage()
-        key = id(storage)
-        known = self._refs.get(key)
-        if known is not None and known() is storage:
-            return
-        size = storage.nbytes()
-        self.live_bytes += size
+        self.track_all([t])
 
-        def freed(_ref, key=key, size=size) -> None:
-            self.live_bytes -= size
-            self._refs.pop(key, None)
+    def track_all(self, tensors: list[torch.Tensor]) -> int:
+        """Track the storages of ``tensors`` not tracked yet, until they are freed; the live
+        bytes after."""
+        refs = self._refs
+        for t in tensors:
+            if t.is_meta or t.is_sparse:
+                continue
+            storage = t.untyped_storage()
+            key = id(storage)
+            known = refs.get(key)
+            if known is not None and known() is storage:
+                continue
+            size = storage.nbytes()
+            self.live_bytes += size
+            ref = _weakref(storage, self._on_free)
+            refs[key] = ref
+            self._sizes[ref] = (key, size)
+        return self.live_bytes
 
-        self._refs[key] = weakref.ref(storage, freed)
+    def _freed(self, ref: weakref.ref) -> None:
+        key, size = self._sizes.pop(ref)
+        self.live_bytes -= size
+        self._refs.pop(key, None)
 
 
 class OpRecorder(TorchDispatchMode):
@@ -87,13 +111,14 @@ class OpRecorder(TorchDispatchMode):
         progress: Callable[[int, str], None] | None = None,
     ) -> None:
         super().__init__()
-        # one tuple per op, in OpRecord's field order (less device_us); see build_ops
+        # one tuple per op, as _dispatch reads it (see _INFO above); build_ops makes the records
         self._rows: list[tuple] = []
         self._metas = MetaCache()
         self.num_recomputed = 0
         self.calls: list[CallRecord] = []
         self.phase = "forward"
         self.module_stack: list[torch.nn.Module] = []
+        self.module_path: str | None = None  # current_module(), kept by push/pop_module
         self.paused = False
         self.live = live
         self.range_marker = range_marker
@@ -131,6 +156,9 @@ class OpRecorder(TorchDispatchMode):
 
     def push_module(self, module: torch.nn.Module, *_: Any) -> None:
         self.module_stack.append(module)
+        path = self._module_paths.get(id(module))
+        if path is not None:
+            self.module_path = path
         if not self.paused:
             self.note_autocast()  # a module call samples the autocast state its ops run under
 
@@ -139,7 +167,8 @@ class OpRecorder(TorchDispatchMode):
         for i in range(len(self.module_stack) - 1, -1, -1):
             if self.module_stack[i] is module:
                 del self.module_stack[i]
-                return
+                break
+        self.module_path = self.current_module()
 
     def enter_optimizer(self, *_: Any) -> None:
         self._in_optimizer += 1
@@ -156,6 +185,8 @@ class OpRecorder(TorchDispatchMode):
         return "other" if self._seen_backward else "forward"
 
     def current_module(self) -> str | None:
+        """The path of the innermost running module of the model (``module_path`` is this,
+        kept up to date by the module hooks so that an op reads it without a walk)."""
         for module in reversed(self.module_stack):
             path = self._module_paths.get(id(module))
             if path is not None:
@@ -191,19 +222,19 @@ class OpRecorder(TorchDispatchMode):
         self._pending.clear()
 
     def _backward_attribution(
-        self, inputs: list[torch.Tensor]
+        self,
     ) -> tuple[str | None, SourceLoc | None, int | None, str | None, bool]:
         """(module, source, forward_op, node name, recompute) of an op run in backward."""
         if self.module_stack and in_checkpoint_recompute():  # the stack walk only when it can be
-            return self.current_module(), user_frame(), None, None, True
-        node = torch._C._current_autograd_node()
+            return self.module_path, user_frame(), None, None, True
+        node = _current_autograd_node()
         if node is None:
             return None, None, None, None, False
         node_name = node.name()
         forward_index = node.metadata.get(_TAG)
         if forward_index is not None:
             fwd = self._rows[forward_index]
-            return fwd[3], fwd[4], forward_index, node_name, False
+            return fwd[_MODULE], fwd[_SOURCE], forward_index, node_name, False
         variable = getattr(node, "variable", None)  # AccumulateGrad nodes hold their parameter
         if variable is not None:
             return self._param_owner.get(id(variable)), None, None, node_name, False
@@ -214,14 +245,30 @@ class OpRecorder(TorchDispatchMode):
         return owners.pop() if len(owners) == 1 else None
 
     def _dispatch(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        info = op_info(func)
+        """Run the op and append its row.
+
+        This runs for every op of the step, so it does only what must be read while the op
+        runs, and leaves the rest to ``build_ops`` after the step: each tensor's (shape, dtype,
+        device) is kept as read (no tensor is held: that would change the step's memory) and
+        turned into metas and bytes later; the source line, module and autograd node are read
+        here because the stack, the module hooks' state and the node are gone afterwards.
+        """
+        info = op_infos_by_id.get(id(func)) or op_info(func)
         if self.paused or info.is_profiler:
-            return func(*args, **kwargs)
+            return func(*args, **(kwargs or {}))
+        if kwargs is None:
+            kwargs = {}
         if self._pending:
             self._tag_pending()
         index = len(self._rows)
-        phase = self.current_phase()
+        # current_phase(), inlined (a method call per op): keep the two alike
+        if _current_graph_task_id() != -1:
+            self._seen_backward = True
+            phase = "backward"
+        elif self._in_optimizer:
+            phase = "optimizer"
+        else:
+            phase = "other" if self._seen_backward else "forward"
         call = info.call
         t0 = _perf_counter()
         if self.range_marker is not None:
@@ -229,9 +276,50 @@ class OpRecorder(TorchDispatchMode):
                 out = call(*args, **kwargs)
         else:
             out = call(*args, **kwargs)
-        wall_us = (_perf_counter() - t0) * 1e6
+        t1 = _perf_counter()
         try:
-            self._record(func, info, args, kwargs, out, index, phase, t0, wall_us)
+            # tensor_key of each tensor argument (as tensors_in_call(args, kwargs) finds them)
+            input_keys = []
+            walk_lists = info.lists_may_hold_tensors  # else lists of ints (sizes, dims): skipped
+            for x in args:
+                if isinstance(x, _Tensor):
+                    input_keys.append((x.shape, x.dtype, x.device))
+                elif walk_lists and isinstance(x, _containers):
+                    input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(x)]
+            if kwargs:
+                input_keys += [(t.shape, t.dtype, t.device) for t in tensors_in(kwargs)]
+            if isinstance(out, _Tensor):
+                outputs = [out]
+                output_keys = [(out.shape, out.dtype, out.device)]
+            else:
+                outputs = tensors_in(out)
+                output_keys = [(t.shape, t.dtype, t.device) for t in outputs]
+            forward_op = node_name = None
+            recompute = False
+            if phase == "backward":
+                module, source, forward_op, node_name, recompute = self._backward_attribution()
+            elif phase == "optimizer":
+                module = self._optimizer_module(tensors_in_call(args, kwargs))
+                source = user_frame(_getframe(1))
+            else:  # the walk starts above this frame
+                module, source = self.module_path, user_frame(_getframe(1))
+            live_bytes = None  # on a GPU: the allocator's figure, read from the profiler afterwards
+            if self.live is not None:
+                live_bytes = self.live.track_all(outputs)
+            flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
+            self._rows.append((
+                index, info, phase, module, source, input_keys, output_keys, flops, t0, t1,
+                live_bytes, forward_op, node_name, recompute,
+            ))
+            if recompute:
+                self.num_recomputed += 1
+            if phase != "backward" and _is_grad_enabled():
+                pending = self._pending
+                for t in outputs:
+                    pending.append((_weakref(t), index))
+            if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
+                self._last_progress = t0
+                self.progress(len(self._rows), phase)
         except Exception as exc:  # levers' own bookkeeping failed: not the user's step
             raise CaptureInternalError(f"levers could not record {func}: {exc!r}") from exc
         return out
@@ -240,48 +328,6 @@ class OpRecorder(TorchDispatchMode):
     # it: a step with compiled code needs that; see UnguardedOpRecorder for the others
     __torch_dispatch__ = _dispatch
 
-    def _record(self, func, info, args, kwargs, out, index: int, phase: str, t0: float,
-                wall_us: float) -> None:
-        """Append the op's row. Rows are plain tuples (building a frozen OpRecord costs
-        microseconds, paid once per op after the step instead, in ``build_ops``)."""
-        inputs = tensors_in_call(args, kwargs)
-        outputs = [out] if isinstance(out, _Tensor) else tensors_in(out)
-        forward_op = node_name = None
-        recompute = False
-        if phase == "backward":
-            module, source, forward_op, node_name, recompute = self._backward_attribution(inputs)
-        elif phase == "optimizer":
-            module, source = self._optimizer_module(inputs), user_frame(_getframe(2))
-        else:  # the walk starts above this frame and _dispatch's
-            module, source = self.current_module(), user_frame(_getframe(2))
-        input_metas, read_bytes = self._metas.of_all(inputs)
-        output_metas, write_bytes = self._metas.of_all(outputs)
-        # first-order traffic: views move nothing; an allocation writes nothing yet
-        if info.is_view:
-            read_bytes = write_bytes = 0
-        elif info.allocates_only:
-            write_bytes = 0
-        live_bytes = None  # on a GPU: the allocator's figure, read from the profiler afterwards
-        if self.live is not None:
-            for t in outputs:
-                self.live.track(t)
-            live_bytes = self.live.live_bytes
-        flops = op_flops(func, args, kwargs, out) if info.has_flops else 0
-        self._rows.append((
-            index, info.name, phase, module, source, input_metas, output_metas,
-            read_bytes, write_bytes, flops, wall_us, live_bytes, forward_op, node_name,
-            recompute, info.is_view, info.is_inplace, t0,
-        ))
-        if recompute:
-            self.num_recomputed += 1
-        if phase != "backward" and _is_grad_enabled():
-            pending = self._pending
-            for t in outputs:
-                pending.append((_weakref(t), index))
-        if self.progress is not None and t0 - self._last_progress > _PROGRESS_EVERY_S:
-            self._last_progress = t0
-            self.progress(len(self._rows), phase)
-
     def build_ops(
         self,
         device_us: dict[int, float] | None = None,
@@ -289,31 +335,38 @@ class OpRecorder(TorchDispatchMode):
     ) -> list[OpRecord]:
         """The OpRecords of the step, with the device time and allocator bytes (per op index)
         that a GPU capture reads from the profiler after the step."""
+        metas = self._metas
         ops = []
-        for (index, name, phase, module, source, inputs, outputs, read_bytes, write_bytes, flops,
-             wall_us, live, forward_op, node_name, recompute, is_view, is_inplace,
-             t0) in self._rows:
-            ops.append(OpRecord(
-                index=index,
-                name=name,
-                phase=phase,
-                module=module,
-                source=source,
-                inputs=inputs,
-                outputs=outputs,
-                read_bytes=read_bytes,
-                write_bytes=write_bytes,
-                flops=flops,
-                wall_us=wall_us,
-                device_us=None if device_us is None else device_us.get(index, 0.0),
-                live_bytes=live if live_bytes is None else live_bytes[index],
-                forward_op=forward_op,
-                autograd_node=node_name,
-                recompute=recompute,
-                is_view=is_view,
-                is_inplace=is_inplace,
-                start_us=(t0 - self.t_start) * 1e6,
-            ))
+        for (index, info, phase, module, source, input_keys, output_keys, flops, t0, t1, live,
+             forward_op, node_name, recompute) in self._rows:
+            inputs, read_bytes = metas.of_keys(input_keys)
+            outputs, write_bytes = metas.of_keys(output_keys)
+            # first-order traffic: views move nothing; an allocation writes nothing yet
+            if info.is_view:
+                read_bytes = write_bytes = 0
+            elif info.allocates_only:
+                write_bytes = 0
+            ops.append(frozen_record(OpRecord, {
+                "index": index,
+                "name": info.name,
+                "phase": phase,
+                "module": module,
+                "source": source,
+                "inputs": inputs,
+                "outputs": outputs,
+                "read_bytes": read_bytes,
+                "write_bytes": write_bytes,
+                "flops": flops,
+                "wall_us": (t1 - t0) * 1e6,
+                "device_us": None if device_us is None else device_us.get(index, 0.0),
+                "live_bytes": live if live_bytes is None else live_bytes[index],
+                "forward_op": forward_op,
+                "autograd_node": node_name,
+                "recompute": recompute,
+                "is_view": info.is_view,
+                "is_inplace": info.is_inplace,
+                "start_us": (t0 - self.t_start) * 1e6,
+            }))
         return ops
 
     def add_call(
@@ -332,7 +385,9 @@ class OpRecorder(TorchDispatchMode):
         self._tag_pending()
         index = len(self.calls)
         if kind == "sdpa" and first_op is not None:
-            args["backend_ran"] = sdpa_backend_of(row[1] for row in self._rows[first_op : last_op + 1])
+            args["backend_ran"] = sdpa_backend_of(
+                row[_INFO].name for row in self._rows[first_op : last_op + 1]
+            )
         if loss_target is not None:
             self._loss_targets.append((index, loss_target, args.get("ignore_index", -100)))
         self.calls.append(
@@ -341,7 +396,7 @@ class OpRecorder(TorchDispatchMode):
                 kind=kind,
                 name=name,
                 phase=self.current_phase(),
-                module=self.current_module(),
+                module=self.module_path,
                 source=source,
                 args=args,
                 first_op=first_op,

@@ -77,6 +77,16 @@ class OpRecord:
     start_us: float | None = None  # host time from the capture's start to the op's start
 
 
+def frozen_record(cls: type, values: dict[str, Any]) -> Any:
+    """``cls(**values)`` for a frozen dataclass ``cls`` without the generated ``__init__``'s
+    ``object.__setattr__`` per field (microseconds a record: a capture builds one OpRecord per
+    op). ``values`` must name every field, and nothing else: nothing checks it here (a test
+    does, for the one caller)."""
+    record = object.__new__(cls)
+    record.__dict__.update(values)
+    return record
+
+
 @dataclass(frozen=True)
 class CallRecord:
     """A high-level call that diagnosis needs, with its arguments.

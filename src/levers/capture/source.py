@@ -20,6 +20,10 @@ _CHECKPOINT_FILE = os.path.join(_TORCH_DIR, "utils", "checkpoint.py")
 
 # (code object, line) -> SourceLoc; code objects live as long as their functions
 _cache: dict[tuple[CodeType, int], SourceLoc] = {}
+# code object -> whether it is user code: one lookup per frame of every op's stack walk (a
+# filename would need the code's co_filename first)
+_user_code: dict[CodeType, bool] = {}
+_MAX_CACHED = 100_000
 
 
 def _loc(frame: FrameType) -> SourceLoc:
@@ -37,9 +41,18 @@ def _loc(frame: FrameType) -> SourceLoc:
 def user_frame(start: FrameType | None = None) -> SourceLoc | None:
     """The innermost user frame on the stack, or None when there is none."""
     frame = start if start is not None else sys._getframe(1)
+    user_code = _user_code
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return _loc(frame)
+        code = frame.f_code
+        user = user_code.get(code)
+        if user is None:
+            if len(user_code) > _MAX_CACHED:
+                user_code.clear()
+            user = user_code[code] = is_user_file(code.co_filename)
+        if user:  # _loc(frame), inlined: this runs for every op
+            line = frame.f_lineno
+            loc = _cache.get((code, line))
+            return loc if loc is not None else _loc(frame)
         frame = frame.f_back
     return None
 
