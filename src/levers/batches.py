@@ -1,0 +1,274 @@
+"""Variable-length batches: the batches a step trains on, and the layouts levers turn them into.
+
+A *padded batch* is what a language-model step usually gets: a dict with ``input_ids`` [B, W],
+``attention_mask`` [B, W] (1 on the real tokens of each row, contiguous) and ``labels`` [B, W]
+(-100 on padding, and wherever the loss is to skip a token). Three layouts of the same sequences
+remove or round that padding, each a pure function of the batch (:func:`pack`, :func:`flatten`,
+:func:`pad_to_multiple`):
+
+- *packed*: the sequences laid first-fit-decreasing into rows of ``row_len`` tokens, the rest of
+  each row filled; ``position_ids`` restart at 0 for every sequence (and for the filler) and
+  there is no ``attention_mask``, which is how Hugging Face transformers recognises packed rows
+  and keeps attention inside each sequence (its mask functions build a document mask from the
+  restarts; its flash-attention paths read them as varlen boundaries).
+- *flattened* (padding-free): one row, every sequence back to back, ``position_ids`` restarting,
+  no padding at all: the batch ``transformers.DataCollatorWithFlattening`` builds (a test holds
+  the two equal), built here from device tensors without a round trip through Python lists.
+- *padded to a multiple*: the same padded batch, its width rounded up to a multiple (64), so
+  that a compiled step sees few widths instead of one per batch.
+
+In every layout the label of a sequence's first token is -100 (a causal model predicts nothing
+from the token before it: in a padded row that target is dropped by the shift; in a packed row
+it would be the previous sequence's last token predicting this one's first), so the set of
+(context, target) pairs, and with it the loss per real token, is the padded batch's.
+
+:class:`Batches` is a step's data pipeline: where the step draws its padded batch, the real
+tokens it holds, and the transforms levers put between the batches and the model. A step that
+exposes one (``step.batches``, found through wrappers by :func:`batches_of`) can be packed by a
+lever and unpacked by its undo.
+
+Shapes: B rows, W padded width, N real tokens of the batch, R packed rows, L row length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+IGNORE_INDEX = -100
+PAD_ID = 0
+Batch = dict[str, Any]
+Transform = Callable[[Batch], Batch]
+
+
+@dataclass
+class Batches:
+    """A step's data pipeline: ``draw()`` gives the next padded batch, ``next()`` the batch the
+    model gets (drawn, then each transform in order).
+
+    ``lengths`` are the real lengths of every batch when they are the same each step (the
+    built-in workloads'), else None; ``transforms`` holds ``(lever id, transform)`` pairs.
+    """
+
+    draw: Callable[[], Batch]
+    lengths: tuple[int, ...] | None = None
+    transforms: list[tuple[str, Transform]] = field(default_factory=list)
+
+    def next(self) -> Batch:
+        batch = self.draw()
+        for _, transform in self.transforms:
+            batch = transform(batch)
+        return batch
+
+    @property
+    def layout(self) -> str:
+        """"padded", or the id of the lever that changed the layout last."""
+        return self.transforms[-1][0] if self.transforms else "padded"
+
+
+def batches_of(step: Any) -> Batches | None:
+    """The :class:`Batches` a step exposes as ``step.batches``, looked for through the
+    ``__wrapped__`` chain of the wrappers levers put around a step; None when it has none."""
+    seen = 0
+    while step is not None and seen < 32:
+        found = getattr(step, "batches", None)
+        if isinstance(found, Batches):
+            return found
+        step, seen = getattr(step, "__wrapped__", None), seen + 1
+    return None
+
+
+# -- the padded batch ------------------------------------------------------------------------
+
+
+def longtail_lengths(num: int, max_len: int, *, seed: int = 0) -> tuple[int, ...]:
+    """``num`` sequence lengths from a long-tailed (log-normal) distribution with median
+    ``max_len / 8`` and sigma 1, capped at ``max_len`` (at least 2 tokens): the quantiles at
+    (i + 0.5) / num, in an order drawn from ``seed``. Quantiles rather than draws, so that the
+    mean stays at most ``max_len / 4`` for every ``num`` (the log-normal's mean is
+    ``e^0.5 / 8`` of ``max_len``, 0.21) and the longest is the distribution's tail."""
+    normal = torch.distributions.Normal(0.0, 1.0)
+    quantiles = torch.tensor([(i + 0.5) / num for i in range(num)], dtype=torch.float64)
+    z = normal.icdf(quantiles)
+    raw = torch.exp(math.log(max_len / 8) + z)
+    lengths = [max(2, min(max_len, int(round(float(x))))) for x in raw]
+    order = torch.randperm(num, generator=torch.Generator().manual_seed(seed)).tolist()
+    return tuple(lengths[i] for i in order)
+
+
+def draw_padded(
+    lengths: Sequence[int], vocab_size: int, generator: torch.Generator, *, pad_id: int = PAD_ID
+) -> Batch:
+    """A right-padded batch of random tokens with the given real lengths (width the longest),
+    drawn on the generator's device: ``input_ids``, ``attention_mask``, ``labels`` (the tokens,
+    -100 on padding)."""
+    device = generator.device
+    width = max(lengths)
+    ids_bw = torch.randint(
+        0, vocab_size, (len(lengths), width), generator=generator, device=device
+    )
+    mask_bw = torch.arange(width, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+    ids_bw = ids_bw.masked_fill(~mask_bw, pad_id)
+    return {
+        "input_ids": ids_bw,
+        "attention_mask": mask_bw.long(),
+        "labels": ids_bw.masked_fill(~mask_bw, IGNORE_INDEX),
+    }
+
+
+
+def padded(sequences: Sequence[torch.Tensor], *, pad_id: int = PAD_ID) -> Batch:
+    """Right-padded batch of 1-D token tensors: ``input_ids``, ``attention_mask``, ``labels``
+    (the tokens, -100 on padding), padded to the longest."""
+    width = max(int(s.numel()) for s in sequences)
+    device = sequences[0].device
+    ids_bw = torch.full((len(sequences), width), pad_id, dtype=torch.long, device=device)
+    mask_bw = torch.zeros((len(sequences), width), dtype=torch.long, device=device)
+    for row, seq in enumerate(sequences):
+        ids_bw[row, : seq.numel()] = seq
+        mask_bw[row, : seq.numel()] = 1
+    labels_bw = ids_bw.masked_fill(mask_bw == 0, IGNORE_INDEX)
+    return {"input_ids": ids_bw, "attention_mask": mask_bw, "labels": labels_bw}
+
+
+def _real(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """(ids [N], labels [N], lengths) of the real tokens, row by row, from a padded batch."""
+    if "attention_mask" not in batch or batch["attention_mask"] is None:
+        raise ValueError(
+            "a padded batch needs its attention_mask (1 on real tokens) to find the sequences; "
+            "this one has none (already packed or flattened?)"
+        )
+    ids_bw = batch["input_ids"]
+    mask_bw = batch["attention_mask"].bool()
+    labels_bw = batch.get("labels")
+    if labels_bw is None:
+        labels_bw = ids_bw
+    lengths = mask_bw.sum(1).tolist()  # sync point: one per batch, the layout is built on the host
+    return ids_bw[mask_bw], labels_bw[mask_bw], [int(n) for n in lengths]
+
+
+def _starts(lengths: Sequence[int]) -> list[int]:
+    out, at = [], 0
+    for n in lengths:
+        out.append(at)
+        at += n
+    return out
+
+
+# -- flattened (padding-free) ----------------------------------------------------------------
+
+
+def flatten(batch: Batch) -> Batch:
+    """One row of every sequence back to back: ``input_ids`` [1, N], ``labels`` [1, N] (-100 at
+    each sequence's first token), ``position_ids`` [1, N] restarting at 0; no attention mask."""
+    ids_n, labels_n, lengths = _real(batch)
+    lengths = [n for n in lengths if n > 0]
+    device = ids_n.device
+    lengths_t = torch.tensor(lengths, device=device)
+    starts_t = torch.tensor(_starts(lengths), device=device)
+    total = int(sum(lengths))
+    position_n = torch.arange(total, device=device) - torch.repeat_interleave(starts_t, lengths_t)
+    labels_n = labels_n.clone()
+    labels_n[starts_t] = IGNORE_INDEX
+    return {
+        "input_ids": ids_n[None],
+        "labels": labels_n[None],
+        "position_ids": position_n[None],
+    }
+
+
+# -- packed ----------------------------------------------------------------------------------
+
+
+def first_fit_decreasing(lengths: Sequence[int], row_len: int) -> list[list[int]]:
+    """Sequence indices per row: each sequence, longest first, into the first row it fits."""
+    if lengths and max(lengths) > row_len:
+        raise ValueError(
+            f"a sequence of {max(lengths)} tokens does not fit a packed row of {row_len}: raise "
+            "row_len (packing never splits a sequence)"
+        )
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        n = lengths[index]
+        if n == 0:
+            continue
+        for r, room in enumerate(free):
+            if n <= room:
+                rows[r].append(index)
+                free[r] -= n
+                break
+        else:
+            rows.append([index])
+            free.append(row_len - n)
+    return rows
+
+
+def pack(batch: Batch, row_len: int | None = None, *, pad_id: int = PAD_ID) -> Batch:
+    """The sequences first-fit-decreasing into rows of ``row_len`` (default the batch's padded
+    width, so no row is longer than a padded one): ``input_ids``, ``labels``, ``position_ids``
+    [R, L]. The filler at a row's end is its own run of positions from 0 and has labels -100;
+    there is no attention mask (transformers finds the documents from the position restarts)."""
+    ids_n, labels_n, lengths = _real(batch)
+    width = int(batch["input_ids"].shape[1])
+    row_len = width if row_len is None else int(row_len)
+    rows = first_fit_decreasing(lengths, row_len)
+    starts = _starts(lengths)
+    total = len(ids_n)
+    filler = total  # index of the pad token appended after the real ones
+    index: list[int] = []
+    positions: list[int] = []
+    first: list[bool] = []
+    for row in rows:
+        used = 0
+        for s in row:
+            n = lengths[s]
+            index.extend(range(starts[s], starts[s] + n))
+            positions.extend(range(n))
+            first.extend([True] + [False] * (n - 1))
+            used += n
+        rest = row_len - used
+        index.extend([filler] * rest)
+        positions.extend(range(rest))
+        first.extend([True] * rest)  # filler is never a target
+    device = ids_n.device
+    index_t = torch.tensor(index, device=device)
+    ids_ext = torch.cat([ids_n, ids_n.new_full((1,), pad_id)])
+    labels_ext = torch.cat([labels_n, labels_n.new_full((1,), IGNORE_INDEX)])
+    shape = (len(rows), row_len)
+    labels_rl = labels_ext[index_t].masked_fill(torch.tensor(first, device=device), IGNORE_INDEX)
+    return {
+        "input_ids": ids_ext[index_t].view(shape),
+        "labels": labels_rl.view(shape),
+        "position_ids": torch.tensor(positions, device=device).view(shape),
+    }
+
+
+# -- padded to a multiple --------------------------------------------------------------------
+
+
+def pad_to_multiple(batch: Batch, multiple: int = 64, *, pad_id: int = PAD_ID) -> Batch:
+    """The padded batch with its width rounded up to a multiple of ``multiple``: more padding
+    (mask 0, labels -100) on the side the batch is padded on (right unless its last column is
+    all real and its first is not)."""
+    ids_bw = batch["input_ids"]
+    width = int(ids_bw.shape[1])
+    extra = math.ceil(width / multiple) * multiple - width
+    if extra == 0:
+        return batch
+    mask_bw = batch.get("attention_mask")
+    if mask_bw is None:
+        mask_bw = torch.ones_like(ids_bw)
+    left = bool(mask_bw[:, -1].all() and not mask_bw[:, 0].all())  # sync point: once per batch
+    side = (extra, 0) if left else (0, extra)
+    pad = torch.nn.functional.pad
+    out = dict(batch)
+    out["input_ids"] = pad(ids_bw, side, value=pad_id)
+    out["attention_mask"] = pad(mask_bw, side, value=0)
+    if batch.get("labels") is not None:
+        out["labels"] = pad(batch["labels"], side, value=IGNORE_INDEX)
+    return out
