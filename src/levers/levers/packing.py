@@ -81,7 +81,6 @@ LEVER = register(
         fixes=("PAD001",),
         applies=applies,
         patch=patch,
-        needs_gpu=True,
         options=("row_len",),
         check=check,
         known_problems="packed rows under sdpa get a dense document mask (the efficient kernel, "

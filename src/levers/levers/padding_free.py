@@ -50,7 +50,6 @@ LEVER = register(
         fixes=("PAD001",),
         applies=applies,
         patch=patch,
-        needs_gpu=True,
         known_problems="the row's length changes with every batch, so a compiled step re-traces "
         "(mark it dynamic); under sdpa one long row gets a dense [N, N] document mask",
     )
