@@ -82,6 +82,49 @@ def batches_of(step: Any) -> Batches | None:
     return None
 
 
+def collator_attribute(host: Any) -> str | None:
+    """Where ``host`` keeps the function that builds its batches: a Hugging Face Trainer's
+    ``data_collator``, a DataLoader's ``collate_fn``; None for anything else."""
+    if isinstance(host, torch.utils.data.DataLoader):
+        return "collate_fn"
+    if hasattr(host, "data_collator") and hasattr(host, "model"):
+        return "data_collator"
+    return None
+
+
+def wrap_collator(host: Any) -> tuple[Batches, Callable[[], None]]:
+    """Put a :class:`Batches` between ``host``'s collator and the model: its collator is
+    replaced by one that runs the original, then the transforms levers add. Returns the batches
+    and the undo that puts the original collator back (a Trainer builds its DataLoader from its
+    collator when training starts: wrap it before ``trainer.train()``)."""
+    name = collator_attribute(host)
+    if name is None:
+        raise TypeError(
+            f"{type(host).__name__} has no collator levers can wrap: pass a Hugging Face "
+            "Trainer (data_collator) or a torch DataLoader (collate_fn)"
+        )
+    original = getattr(host, name)
+    if original is None:
+        raise ValueError(f"{type(host).__name__}.{name} is None: there is no collator to wrap")
+    found = Batches(draw=lambda: {}, lengths=None)
+    if type(original).__name__ == "DataCollatorWithFlattening":  # already without padding
+        found.transforms.append(("padding-free", lambda batch: batch))
+
+    def collate(features: Any) -> Batch:
+        batch = original(features)
+        for _, transform in found.transforms:
+            batch = transform(dict(batch))
+        return batch
+
+    collate.batches = found  # type: ignore[attr-defined]
+    setattr(host, name, collate)
+
+    def undo() -> None:
+        setattr(host, name, original)
+
+    return found, undo
+
+
 # -- the padded batch ------------------------------------------------------------------------
 
 

@@ -41,7 +41,8 @@ NO_BATCHES = (
 
 
 def batches(target: Target) -> Batches | None:
-    return batches_of(target.step)
+    """The batches the data levers change: a wrapped collator's, else the step's."""
+    return target.batches if target.batches is not None else batches_of(target.step)
 
 
 def padding_reason(found: Batches | None) -> str | None:

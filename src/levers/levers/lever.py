@@ -59,6 +59,9 @@ class Target:
     step: Callable[[], Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # the workload's factory parameters
     options: dict[str, Any] = field(default_factory=dict)  # the lever's options, by name
+    # the batches of a Trainer's or DataLoader's collator (levers.apply(trainer, ...)); a
+    # workload's step carries its own (levers.batches.batches_of)
+    batches: Any = None
 
 
 class NotApplicable(LeversError, ValueError):
