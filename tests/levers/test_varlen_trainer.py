@@ -55,6 +55,23 @@ def test_a_trainers_packed_step_has_the_padded_training_loss(tmp_path, lever_id)
     assert t.data_collator is pad_features
 
 
+@pytest.mark.slow
+def test_the_callback_packs_the_training_dataloader_for_the_run(tmp_path):
+    from levers.integrations.transformers import LeversCallback
+
+    base = trainer(tmp_path, "base").train().training_loss
+    t = trainer(tmp_path, "callback")
+    callback = LeversCallback(levers="packing")
+    t.add_callback(callback)
+    seen = []
+    t.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(sorted(kwargs)), with_kwargs=True
+    )
+    assert t.train().training_loss == pytest.approx(base, rel=1e-5)
+    assert "position_ids" in seen[0] and "attention_mask" not in seen[0]
+    assert callback.applied is None  # undone when training ended
+
+
 def test_a_dataloader_collate_fn_is_wrapped_and_restored():
     model = hf.build(seed=0).model
     loader = torch.utils.data.DataLoader(Sequences(), batch_size=8, collate_fn=pad_features)
