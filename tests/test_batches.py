@@ -63,6 +63,18 @@ def test_pack_lays_every_real_token_once_with_positions_restarting():
     assert "attention_mask" not in out
 
 
+def test_known_lengths_and_left_padding_give_the_same_layouts():
+    batch = padded(SEQS)
+    lengths = [len(x) for x in SEQS]
+    left = {k: torch.stack([torch.cat([r[n:], r[:n]]) for r, n in zip(v, lengths)])
+            for k, v in batch.items()}  # each row's padding moved to its left
+    assert left["attention_mask"][1].tolist() == [0, 0, 0, 0, 1]
+    for layout in (flatten, lambda b, **kw: pack(b, 6, **kw)):
+        expected = layout(batch)
+        for out in (layout(batch, lengths=lengths), layout(left)):
+            assert all(torch.equal(out[k], expected[k]) for k in expected)
+
+
 def test_pack_defaults_to_the_padded_width_and_never_splits_a_sequence():
     assert pack(padded(SEQS))["input_ids"].shape == (3, 5)
     with pytest.raises(ValueError, match="raise row_len"):

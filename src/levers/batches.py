@@ -50,8 +50,10 @@ class Batches:
     """A step's data pipeline: ``draw()`` gives the next padded batch, ``next()`` the batch the
     model gets (drawn, then each transform in order).
 
-    ``lengths`` are the real lengths of every batch when they are the same each step (the
-    built-in workloads'), else None; ``transforms`` holds ``(lever id, transform)`` pairs.
+    ``lengths``: every batch ``draw()`` gives is right-padded with these real lengths, the same
+    each step (the built-in workloads'); the layouts are then built once and read nothing from
+    the device. None when they vary (a collator's), read from each batch's mask.
+    ``transforms`` holds ``(lever id, transform)`` pairs.
     """
 
     draw: Callable[[], Batch]
@@ -154,14 +156,14 @@ def draw_padded(
     ids_bw = torch.randint(
         0, vocab_size, (len(lengths), width), generator=generator, device=device
     )
-    mask_bw = torch.arange(width, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+    lengths_b = _to_device(list(lengths), torch.long, device)
+    mask_bw = torch.arange(width, device=device)[None] < lengths_b[:, None]
     ids_bw = ids_bw.masked_fill(~mask_bw, pad_id)
     return {
         "input_ids": ids_bw,
         "attention_mask": mask_bw.long(),
         "labels": ids_bw.masked_fill(~mask_bw, IGNORE_INDEX),
     }
-
 
 
 def padded(sequences: Sequence[torch.Tensor], *, pad_id: int = PAD_ID) -> Batch:
@@ -178,50 +180,118 @@ def padded(sequences: Sequence[torch.Tensor], *, pad_id: int = PAD_ID) -> Batch:
     return {"input_ids": ids_bw, "attention_mask": mask_bw, "labels": labels_bw}
 
 
-def _real(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """(ids [N], labels [N], lengths) of the real tokens, row by row, from a padded batch."""
-    if "attention_mask" not in batch or batch["attention_mask"] is None:
+@dataclass(frozen=True)
+class Layout:
+    """Where each token of a layout comes from, as device tensors: ``index`` into the padded
+    batch flattened with one pad token appended (``B * W`` is that pad), the ``position_ids``,
+    and ``no_target`` (True where the label becomes -100: each sequence's first token, filler)."""
+
+    index: torch.Tensor
+    position_ids: torch.Tensor
+    no_target: torch.Tensor
+    shape: tuple[int, int]
+
+
+_LAYOUTS: dict[tuple, Layout] = {}
+_MAX_LAYOUTS = 256
+
+
+def _to_device(values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    host = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":  # pinned and asynchronous: no wait for the queued GPU work
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
+def _where(batch: Batch, lengths: Sequence[int] | None) -> tuple[list[int], list[int], int]:
+    """(lengths, first real column per row, width) of a padded batch. Given ``lengths`` the
+    batch is right-padded with them (no device read); else both are read from the mask."""
+    ids_bw = batch["input_ids"]
+    width = int(ids_bw.shape[1])
+    if lengths is not None:
+        return [int(n) for n in lengths], [0] * len(lengths), width
+    mask_bw = batch.get("attention_mask")
+    if mask_bw is None:
         raise ValueError(
             "a padded batch needs its attention_mask (1 on real tokens) to find the sequences; "
             "this one has none (already packed or flattened?)"
         )
+    mask_bw = mask_bw.bool()
+    read = torch.stack([mask_bw.sum(1), mask_bw.int().argmax(1)]).tolist()  # sync point: once
+    return [int(n) for n in read[0]], [int(f) for f in read[1]], width
+
+
+def _layout(
+    kind: str, lengths: list[int], first: list[int], width: int, row_len: int | None,
+    device: torch.device,
+) -> Layout:
+    key = (kind, tuple(lengths), tuple(first), width, row_len, str(device))
+    if key in _LAYOUTS:
+        return _LAYOUTS[key]
+    pad = len(lengths) * width  # the pad token appended after the flattened batch
+    seqs = [i for i, n in enumerate(lengths) if n > 0]
+    if kind == "flatten":
+        rows, row_len = [seqs], sum(lengths)
+    else:
+        row_len = width if row_len is None else row_len
+        rows = first_fit_decreasing(lengths, row_len)
+    index: list[int] = []
+    positions: list[int] = []
+    no_target: list[bool] = []
+    for row in rows:
+        used = 0
+        for s in row:
+            n, at = lengths[s], s * width + first[s]
+            index.extend(range(at, at + n))
+            positions.extend(range(n))
+            no_target.extend([True] + [False] * (n - 1))
+            used += n
+        rest = row_len - used
+        index.extend([pad] * rest)
+        positions.extend(range(rest))  # filler is its own document, never a target
+        no_target.extend([True] * rest)
+    layout = Layout(
+        index=_to_device(index, torch.long, device),
+        position_ids=_to_device(positions, torch.long, device).view(len(rows), row_len),
+        no_target=_to_device(no_target, torch.bool, device).view(len(rows), row_len),
+        shape=(len(rows), row_len),
+    )
+    if len(_LAYOUTS) >= _MAX_LAYOUTS:
+        _LAYOUTS.pop(next(iter(_LAYOUTS)))
+    _LAYOUTS[key] = layout
+    return layout
+
+
+def _lay_out(batch: Batch, layout: Layout, pad_id: int) -> Batch:
     ids_bw = batch["input_ids"]
-    mask_bw = batch["attention_mask"].bool()
     labels_bw = batch.get("labels")
     if labels_bw is None:
         labels_bw = ids_bw
-    lengths = mask_bw.sum(1).tolist()  # sync point: one per batch, the layout is built on the host
-    return ids_bw[mask_bw], labels_bw[mask_bw], [int(n) for n in lengths]
-
-
-def _starts(lengths: Sequence[int]) -> list[int]:
-    out, at = [], 0
-    for n in lengths:
-        out.append(at)
-        at += n
-    return out
+    ids_ext = torch.cat([ids_bw.reshape(-1), ids_bw.new_full((1,), pad_id)])
+    labels_ext = torch.cat([labels_bw.reshape(-1), labels_bw.new_full((1,), IGNORE_INDEX)])
+    return {
+        "input_ids": ids_ext[layout.index].view(layout.shape),
+        "labels": labels_ext[layout.index].view(layout.shape).masked_fill(
+            layout.no_target, IGNORE_INDEX
+        ),
+        "position_ids": layout.position_ids,
+    }
 
 
 # -- flattened (padding-free) ----------------------------------------------------------------
 
 
-def flatten(batch: Batch) -> Batch:
+def flatten(
+    batch: Batch, *, lengths: Sequence[int] | None = None, pad_id: int = PAD_ID
+) -> Batch:
     """One row of every sequence back to back: ``input_ids`` [1, N], ``labels`` [1, N] (-100 at
-    each sequence's first token), ``position_ids`` [1, N] restarting at 0; no attention mask."""
-    ids_n, labels_n, lengths = _real(batch)
-    lengths = [n for n in lengths if n > 0]
-    device = ids_n.device
-    lengths_t = torch.tensor(lengths, device=device)
-    starts_t = torch.tensor(_starts(lengths), device=device)
-    total = int(sum(lengths))
-    position_n = torch.arange(total, device=device) - torch.repeat_interleave(starts_t, lengths_t)
-    labels_n = labels_n.clone()
-    labels_n[starts_t] = IGNORE_INDEX
-    return {
-        "input_ids": ids_n[None],
-        "labels": labels_n[None],
-        "position_ids": position_n[None],
-    }
+    each sequence's first token), ``position_ids`` [1, N] restarting at 0; no attention mask.
+
+    ``lengths``: the batch is right-padded with these real lengths (a workload's, the same every
+    step): nothing is read from the device, and the layout is built once."""
+    lengths_, first, width = _where(batch, lengths)
+    layout = _layout("flatten", lengths_, first, width, None, batch["input_ids"].device)
+    return _lay_out(batch, layout, pad_id)
 
 
 # -- packed ----------------------------------------------------------------------------------
@@ -251,44 +321,21 @@ def first_fit_decreasing(lengths: Sequence[int], row_len: int) -> list[list[int]
     return rows
 
 
-def pack(batch: Batch, row_len: int | None = None, *, pad_id: int = PAD_ID) -> Batch:
+def pack(
+    batch: Batch,
+    row_len: int | None = None,
+    *,
+    lengths: Sequence[int] | None = None,
+    pad_id: int = PAD_ID,
+) -> Batch:
     """The sequences first-fit-decreasing into rows of ``row_len`` (default the batch's padded
     width, so no row is longer than a padded one): ``input_ids``, ``labels``, ``position_ids``
     [R, L]. The filler at a row's end is its own run of positions from 0 and has labels -100;
-    there is no attention mask (transformers finds the documents from the position restarts)."""
-    ids_n, labels_n, lengths = _real(batch)
-    width = int(batch["input_ids"].shape[1])
-    row_len = width if row_len is None else int(row_len)
-    rows = first_fit_decreasing(lengths, row_len)
-    starts = _starts(lengths)
-    total = len(ids_n)
-    filler = total  # index of the pad token appended after the real ones
-    index: list[int] = []
-    positions: list[int] = []
-    first: list[bool] = []
-    for row in rows:
-        used = 0
-        for s in row:
-            n = lengths[s]
-            index.extend(range(starts[s], starts[s] + n))
-            positions.extend(range(n))
-            first.extend([True] + [False] * (n - 1))
-            used += n
-        rest = row_len - used
-        index.extend([filler] * rest)
-        positions.extend(range(rest))
-        first.extend([True] * rest)  # filler is never a target
-    device = ids_n.device
-    index_t = torch.tensor(index, device=device)
-    ids_ext = torch.cat([ids_n, ids_n.new_full((1,), pad_id)])
-    labels_ext = torch.cat([labels_n, labels_n.new_full((1,), IGNORE_INDEX)])
-    shape = (len(rows), row_len)
-    labels_rl = labels_ext[index_t].masked_fill(torch.tensor(first, device=device), IGNORE_INDEX)
-    return {
-        "input_ids": ids_ext[index_t].view(shape),
-        "labels": labels_rl.view(shape),
-        "position_ids": torch.tensor(positions, device=device).view(shape),
-    }
+    there is no attention mask (transformers finds the documents from the position restarts).
+    ``lengths`` as for :func:`flatten`."""
+    lengths_, first, width = _where(batch, lengths)
+    layout = _layout("pack", lengths_, first, width, row_len, batch["input_ids"].device)
+    return _lay_out(batch, layout, pad_id)
 
 
 # -- padded to a multiple --------------------------------------------------------------------

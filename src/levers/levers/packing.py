@@ -68,7 +68,9 @@ def applies(target: Target) -> str | None:
 
 def patch(target: Target) -> Callable[[], None]:
     row_len = _row_len(target.options)
-    return add_transform(batches(target), ID, lambda batch: pack(batch, row_len))
+    found = batches(target)
+    known = found.lengths  # a workload's lengths, the same every step: no device read per step
+    return add_transform(found, ID, lambda batch: pack(batch, row_len, lengths=known))
 
 
 LEVER = register(

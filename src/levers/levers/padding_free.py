@@ -37,7 +37,9 @@ def applies(target: Target) -> str | None:
 
 
 def patch(target: Target) -> Callable[[], None]:
-    return add_transform(batches(target), ID, flatten)
+    found = batches(target)
+    known = found.lengths  # a workload's lengths, the same every step: no device read per step
+    return add_transform(found, ID, lambda batch: flatten(batch, lengths=known))
 
 
 LEVER = register(
