@@ -68,6 +68,11 @@ def build(
     resolved_device = _params.device(device)
     param_dtype = _params.dtype(dtype)
     resolved_seed = _params.integer("seed", seed)
+    if attn == "flex_attention" and resolved_device.type == "cpu":
+        raise ValueError(
+            "attn=flex_attention trains only on a GPU (FlexAttention has no backward on a CPU): "
+            "set device=cuda, or use attn=sdpa here"
+        )
     shapes = SIZES[size]
     if batch_size is not None:
         shapes = dataclasses.replace(
