@@ -161,3 +161,18 @@ def test_the_step_is_found_through_a_wrapping_lever():
     assert w.step.batches.layout == "packing"
     generator = torch.Generator().manual_seed(0)
     assert draw_padded((3, 1), 10, generator)["input_ids"].shape == (2, 3)
+
+
+def test_the_capture_says_which_layout_the_step_draws_and_pad001_sees_the_padding():
+    from levers.capture.step import capture_step
+
+    w = varlen()
+    capture = capture_step(w)
+    assert capture.settings["batches"] == "padded"
+    loss = max((c for c in capture.calls if c.kind == "loss"), key=lambda c: c.args["num_targets"])
+    padded_width = max(w.step.batches.lengths)
+    assert loss.args["num_targets"] == 8 * padded_width
+    assert loss.args["num_ignored"] == 8 * padded_width - (w.tokens_per_step - 8)
+    levers.apply(w, "packing")
+    assert capture_step(w).settings["batches"] == "packing"
+    assert capture_step(hf.build()).settings["batches"] is None

@@ -89,6 +89,9 @@ class Lever:
     # checks the values of its options (raises ValueError), when the spec is read: before any
     # workload is built or predicted
     check: Callable[[dict[str, Any]], None] | None = None
+    # it changes the step's batches (packing), not the model: it needs a step that exposes them
+    # (levers.batches.Batches), a Trainer's collator or a DataLoader's
+    acts_on_batches: bool = False
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:

@@ -81,6 +81,7 @@ LEVER = register(
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
         fixes=("PAD001",),
+        acts_on_batches=True,
         applies=applies,
         patch=patch,
         options=("row_len",),

@@ -69,6 +69,7 @@ LEVER = register(
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
         fixes=("PAD001",),
+        acts_on_batches=True,
         applies=applies,
         patch=patch,
         needs_gpu=True,  # it pays only where compiled GPU code would re-trace per width

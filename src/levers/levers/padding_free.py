@@ -50,6 +50,7 @@ LEVER = register(
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
         fixes=("PAD001",),
+        acts_on_batches=True,
         applies=applies,
         patch=patch,
         known_problems="the row's length changes with every batch, so a compiled step re-traces "
