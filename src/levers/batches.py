@@ -156,7 +156,7 @@ def draw_padded(
     ids_bw = torch.randint(
         0, vocab_size, (len(lengths), width), generator=generator, device=device
     )
-    lengths_b = _to_device(list(lengths), torch.long, device)
+    lengths_b = _to_device(list(lengths), torch.long, device, fake=_is_fake(ids_bw))
     mask_bw = torch.arange(width, device=device)[None] < lengths_b[:, None]
     ids_bw = ids_bw.masked_fill(~mask_bw, pad_id)
     return {
@@ -196,9 +196,17 @@ _LAYOUTS: dict[tuple, Layout] = {}
 _MAX_LAYOUTS = 256
 
 
-def _to_device(values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _is_fake(tensor: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor) or tensor.device.type == "meta"
+
+
+def _to_device(
+    values: list[Any], dtype: torch.dtype, device: torch.device, *, fake: bool = False
+) -> torch.Tensor:
     host = torch.tensor(values, dtype=dtype)
-    if device.type == "cuda":  # pinned and asynchronous: no wait for the queued GPU work
+    if device.type == "cuda" and not fake:  # pinned and asynchronous: no wait for the GPU
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device)
 
@@ -223,10 +231,13 @@ def _where(batch: Batch, lengths: Sequence[int] | None) -> tuple[list[int], list
 
 def _layout(
     kind: str, lengths: list[int], first: list[int], width: int, row_len: int | None,
-    device: torch.device,
+    like: torch.Tensor,
 ) -> Layout:
+    """The layout's device tensors, cached by what decides them; never cached from fake or meta
+    tensors (a memory prediction), whose tensors a real step must not get."""
+    device, fake = like.device, _is_fake(like)
     key = (kind, tuple(lengths), tuple(first), width, row_len, str(device))
-    if key in _LAYOUTS:
+    if key in _LAYOUTS and not fake:
         return _LAYOUTS[key]
     pad = len(lengths) * width  # the pad token appended after the flattened batch
     seqs = [i for i, n in enumerate(lengths) if n > 0]
@@ -251,11 +262,13 @@ def _layout(
         positions.extend(range(rest))  # filler is its own document, never a target
         no_target.extend([True] * rest)
     layout = Layout(
-        index=_to_device(index, torch.long, device),
-        position_ids=_to_device(positions, torch.long, device).view(len(rows), row_len),
-        no_target=_to_device(no_target, torch.bool, device).view(len(rows), row_len),
+        index=_to_device(index, torch.long, device, fake=fake),
+        position_ids=_to_device(positions, torch.long, device, fake=fake).view(len(rows), row_len),
+        no_target=_to_device(no_target, torch.bool, device, fake=fake).view(len(rows), row_len),
         shape=(len(rows), row_len),
     )
+    if fake:
+        return layout
     if len(_LAYOUTS) >= _MAX_LAYOUTS:
         _LAYOUTS.pop(next(iter(_LAYOUTS)))
     _LAYOUTS[key] = layout
@@ -290,7 +303,7 @@ def flatten(
     ``lengths``: the batch is right-padded with these real lengths (a workload's, the same every
     step): nothing is read from the device, and the layout is built once."""
     lengths_, first, width = _where(batch, lengths)
-    layout = _layout("flatten", lengths_, first, width, None, batch["input_ids"].device)
+    layout = _layout("flatten", lengths_, first, width, None, batch["input_ids"])
     return _lay_out(batch, layout, pad_id)
 
 
@@ -334,7 +347,7 @@ def pack(
     there is no attention mask (transformers finds the documents from the position restarts).
     ``lengths`` as for :func:`flatten`."""
     lengths_, first, width = _where(batch, lengths)
-    layout = _layout("pack", lengths_, first, width, row_len, batch["input_ids"].device)
+    layout = _layout("pack", lengths_, first, width, row_len, batch["input_ids"])
     return _lay_out(batch, layout, pad_id)
 
 
