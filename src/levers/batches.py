@@ -25,7 +25,12 @@ it would be the previous sequence's last token predicting this one's first), so 
 :class:`Batches` is a step's data pipeline: where the step draws its padded batch, the real
 tokens it holds, and the transforms levers put between the batches and the model. A step that
 exposes one (``step.batches``, found through wrappers by :func:`batches_of`) can be packed by a
-lever and unpacked by its undo.
+lever and unpacked by its undo; :func:`wrap_collator` puts one behind a Hugging Face Trainer's
+``data_collator`` or a DataLoader's ``collate_fn``.
+
+With known lengths (a workload's, the same every step) a layout is an index gather built once
+and cached on the device, so a packed step reads nothing back from the GPU; without them, the
+lengths are read from the mask once per batch (one sync).
 
 Shapes: B rows, W padded width, N real tokens of the batch, R packed rows, L row length.
 """
@@ -56,11 +61,13 @@ class Batches:
     ``transforms`` holds ``(lever id, transform)`` pairs.
     """
 
-    draw: Callable[[], Batch]
+    draw: Callable[[], Batch] | None = None  # None for a collator's (it gets the batches)
     lengths: tuple[int, ...] | None = None
     transforms: list[tuple[str, Transform]] = field(default_factory=list)
 
     def next(self) -> Batch:
+        if self.draw is None:
+            raise TypeError("these batches come through a collator: they have no draw()")
         batch = self.draw()
         for _, transform in self.transforms:
             batch = transform(batch)
@@ -108,7 +115,7 @@ def wrap_collator(host: Any) -> tuple[Batches, Callable[[], None]]:
     original = getattr(host, name)
     if original is None:
         raise ValueError(f"{type(host).__name__}.{name} is None: there is no collator to wrap")
-    found = Batches(draw=lambda: {}, lengths=None)
+    found = Batches()
     if type(original).__name__ == "DataCollatorWithFlattening":  # already without padding
         found.transforms.append(("padding-free", lambda batch: batch))
 
