@@ -108,7 +108,8 @@ def document_leak(model: torch.nn.Module, *, rows: int) -> str | None:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        # eager even where blocks are compiled: the probe's 8 tokens must not cost a compile
+        with torch.no_grad(), _eager():
             packed = model(input_ids=ids, position_ids=positions).logits[0, 5:].float()
             alone = model(input_ids=second[None], position_ids=positions[:1, :3]).logits[0].float()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run the probe is not trusted
@@ -129,6 +130,13 @@ def document_leak(model: torch.nn.Module, *, rows: int) -> str | None:
             f"{diff / scale:.1%} of their size)"
         )
     return None
+
+
+def _eager() -> Any:
+    import contextlib
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def _is_fake(tensor: Any) -> bool:
