@@ -25,7 +25,11 @@ included); the peak allocated and reserved memory of the timed steps; the git co
 transformers versions, GPU and date. ``summary.json`` holds the rows and, per attention
 implementation, each layout's real tokens/s against ``padded``; ``catalogue.json`` holds the
 lever rows ``levers list`` reads (ratio of medians, CI95 by a bootstrap over steps) when OUT is
-``bench/results/levers_catalogue_<name>``. Both are written atomically after every row.
+``bench/results/levers_catalogue_<name>``. Both are written atomically after every row, merged
+with the rows an earlier call wrote there (so the compiled rows can be another call):
+
+    PYTHONPATH=src python bench/varlen.py --variants padded+compile@sdpa,\
+        pad-to-multiple+compile@sdpa,packing+compile@sdpa --out bench/results/levers_catalogue_varlen_h200
 """
 
 from __future__ import annotations
@@ -221,8 +225,18 @@ def comparisons(rows: list[dict[str, Any]], seed: int) -> tuple[list[dict], list
     return summary, catalogue
 
 
+def earlier_rows(out: Path) -> list[dict[str, Any]]:
+    """The rows an earlier run wrote to ``out`` (another call with other variants)."""
+    path = out / "summary.json"
+    return json.loads(path.read_text())["rows"] if path.exists() else []
+
+
 def write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], seed: int) -> None:
+    """Write the summary and the catalogue, merged with the rows already in ``out`` (a row of
+    this run replaces an earlier one of the same variant and shape)."""
     out.mkdir(parents=True, exist_ok=True)
+    mine = {(r["variant"], r["shape"]) for r in rows}
+    rows = [r for r in earlier_rows(out) if (r["variant"], r["shape"]) not in mine] + rows
     summary, catalogue = comparisons(rows, seed)
     atomic_write_text(out / "summary.json", json.dumps(
         {"meta": meta, "rows": rows, "comparisons": summary}, indent=2) + "\n")

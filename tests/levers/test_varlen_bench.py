@@ -49,6 +49,11 @@ def test_quick_run_writes_rows_comparisons_and_a_catalogue(tmp_path):
 
     measured = read_catalogue(tmp_path / "catalogue.json")
     assert {m.lever for m in measured} == {"packing", "padding-free", "pad-to-multiple"}
+    # a second call with one variant keeps the other rows and replaces its own
+    bench = _bench()
+    assert bench.main(["--quick", "--variants", "packing@sdpa", "--out", str(tmp_path)]) == 0
+    again = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    assert sorted(r["variant"] for r in again) == sorted(rows)
 
 
 def test_a_bad_variant_is_refused_before_anything_runs(tmp_path):
