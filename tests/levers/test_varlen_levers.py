@@ -176,3 +176,31 @@ def test_the_capture_says_which_layout_the_step_draws_and_pad001_sees_the_paddin
     levers.apply(w, "packing")
     assert capture_step(w).settings["batches"] == "packing"
     assert capture_step(hf.build()).settings["batches"] is None
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma", "mistral"])
+def test_packing_keeps_the_padded_step_on_the_other_architectures(arch):
+    padded = run_steps(varlen(arch=arch))
+    candidate = varlen(arch=arch)
+    levers.apply(candidate, "packing")
+    assert worst(run_steps(candidate), padded) <= MEASURED_GRAD_RTOL
+
+
+def test_a_model_that_keeps_a_kv_cache_gets_it_turned_off_while_packed():
+    # transformers reads the position restarts only without a cache; a config as shipped
+    # (use_cache=True) builds one in every forward, training included
+    padded_w = varlen()
+    padded_w.model.config.use_cache = True
+    padded = run_steps(padded_w)
+    candidate = varlen()
+    candidate.model.config.use_cache = True
+    handle = levers.apply(candidate, "packing")
+    assert candidate.model.config.use_cache is False
+    assert worst(run_steps(candidate), padded) <= MEASURED_GRAD_RTOL
+    handle.undo()
+    assert candidate.model.config.use_cache is True
+    # the leak the switch prevents: packed rows with the cache on
+    leaking = varlen()
+    levers.apply(leaking, "packing")
+    leaking.model.config.use_cache = True
+    assert worst(run_steps(leaking), padded) > 1000 * load_all()["packing"].tolerance

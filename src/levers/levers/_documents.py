@@ -13,7 +13,9 @@ this; it relies on Hugging Face transformers, which recognises packed rows from
   only for a batch of one row (``_is_packed_sequence`` checks ``batch_size == 1``): padding-free,
   never packed rows.
 
-Anything else is refused. Where the model can run (not on fake or meta tensors), the claim is
+transformers reads the restarts only when the forward builds no KV cache, so the levers turn
+the config's ``use_cache`` off while they are on (:func:`cache_off`). Anything else is refused.
+Where the model can run (not on fake or meta tensors), the claim is
 also measured, not trusted: :func:`document_leak` runs the model on two short documents packed
 in a row and on the second alone (eval mode, no grad, 8 tokens) and refuses the lever when the
 second one's logits differ.
@@ -110,8 +112,11 @@ def document_leak(model: torch.nn.Module, *, rows: int) -> str | None:
     try:
         # eager even where blocks are compiled: the probe's 8 tokens must not cost a compile
         with torch.no_grad(), _eager():
-            packed = model(input_ids=ids, position_ids=positions).logits[0, 5:].float()
-            alone = model(input_ids=second[None], position_ids=positions[:1, :3]).logits[0].float()
+            extra = _no_cache_kwargs(model)
+            packed = model(input_ids=ids, position_ids=positions, **extra).logits[0, 5:].float()
+            alone = model(
+                input_ids=second[None], position_ids=positions[:1, :3], **extra
+            ).logits[0].float()
     except Exception as exc:  # noqa: BLE001 - a model that cannot run the probe is not trusted
         return (
             f"the check that attention stays inside each document could not run "
@@ -130,6 +135,30 @@ def document_leak(model: torch.nn.Module, *, rows: int) -> str | None:
             f"{diff / scale:.1%} of their size)"
         )
     return None
+
+
+def _no_cache_kwargs(model: torch.nn.Module) -> dict[str, Any]:
+    """``use_cache=False`` for a model whose config has a KV cache switch: as the step runs with
+    the lever on (:func:`cache_off`)."""
+    return {"use_cache": False} if hasattr(model.config, "use_cache") else {}
+
+
+def cache_off(model: torch.nn.Module):
+    """Turn the config's KV cache off while the lever is on; returns the undo.
+
+    transformers looks for packed sequences only without a cache (``_preprocess_mask_arguments``
+    reads the position ids when ``cache is None``), and a model whose config keeps
+    ``use_cache=True`` (as shipped) builds one in every forward, training included: attention
+    would cross documents. A training step never reads the cache."""
+    config = getattr(model, "config", None)
+    if config is None or not getattr(config, "use_cache", False):
+        return lambda: None
+    config.use_cache = False
+
+    def undo() -> None:
+        config.use_cache = True
+
+    return undo
 
 
 def _eager() -> Any:

@@ -27,7 +27,13 @@ from typing import Any, Callable
 
 from levers.batches import pack
 from levers.levers import register
-from levers.levers._documents import add_transform, attention_reason, batches, padding_reason
+from levers.levers._documents import (
+    add_transform,
+    attention_reason,
+    batches,
+    cache_off,
+    padding_reason,
+)
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
@@ -70,7 +76,14 @@ def patch(target: Target) -> Callable[[], None]:
     row_len = _row_len(target.options)
     found = batches(target)
     known = found.lengths  # a workload's lengths, the same every step: no device read per step
-    return add_transform(found, ID, lambda batch: pack(batch, row_len, lengths=known))
+    undo_transform = add_transform(found, ID, lambda batch: pack(batch, row_len, lengths=known))
+    undo_cache = cache_off(target.model)
+
+    def undo() -> None:
+        undo_transform()
+        undo_cache()
+
+    return undo
 
 
 LEVER = register(

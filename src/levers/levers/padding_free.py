@@ -23,7 +23,13 @@ from typing import Callable
 
 from levers.batches import flatten
 from levers.levers import register
-from levers.levers._documents import add_transform, attention_reason, batches, padding_reason
+from levers.levers._documents import (
+    add_transform,
+    attention_reason,
+    batches,
+    cache_off,
+    padding_reason,
+)
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
@@ -39,7 +45,14 @@ def applies(target: Target) -> str | None:
 def patch(target: Target) -> Callable[[], None]:
     found = batches(target)
     known = found.lengths  # a workload's lengths, the same every step: no device read per step
-    return add_transform(found, ID, lambda batch: flatten(batch, lengths=known))
+    undo_transform = add_transform(found, ID, lambda batch: flatten(batch, lengths=known))
+    undo_cache = cache_off(target.model)
+
+    def undo() -> None:
+        undo_transform()
+        undo_cache()
+
+    return undo
 
 
 LEVER = register(
