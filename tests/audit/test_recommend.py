@@ -57,12 +57,35 @@ def test_not_recommended_and_no_payoff_are_left_out_and_implemented_preferred():
     rec = _stack(
         [
             _finding("MEM001", ("ac-full",), 0, recommended=False),
-            _finding("PAD001", ("padding-free-collation",), 0),
+            _finding("PAD001", ("packing", "padding-free", "pad-to-multiple"), 0),
             _finding("NORM001", ("rms-norm-fused", "compile-blocks"), 8),
         ],
         implemented=frozenset({"compile-blocks"}),
     )
     assert rec.levers == ("compile-blocks",) and rec.missing == ()
+
+
+def test_padding_worth_removing_recommends_packing_where_the_step_exposes_batches():
+    import dataclasses
+
+    from levers.audit.rules.pad001_padding_tokens import LEVERS
+
+    padded = dataclasses.replace(CAPTURE, settings={"batches": "padded"})
+    rec = recommend(
+        [_finding("PAD001", LEVERS, 30)], padded, step_ms=100.0, weight=0.0,
+        workload_spec="hf", set_items=["lengths=longtail"],
+    )
+    assert rec.levers == ("packing",) and rec.missing == ()
+    assert rec.command == "levers ab hf --set lengths=longtail --lever packing"
+    # a step without batches to change (a script, a Trainer): no levers ab command that would
+    # refuse, but how to apply it
+    rec = recommend(
+        [_finding("PAD001", LEVERS, 30), _finding("NORM001", ("rms-norm-fused",), 8)], CAPTURE,
+        step_ms=100.0, weight=0.0, workload_spec="demo",
+    )
+    assert rec.levers == ("rms-norm-fused",)
+    (note,) = rec.notes
+    assert note.startswith("PAD001: packing left out") and 'levers.apply(trainer, "packing")' in note
 
 
 def test_empty_stack_has_no_command():

@@ -89,3 +89,23 @@ def test_compile_forms_checkpointing_policies_and_known_clashes_are_alternatives
     assert [[c.lever for c in g] for g in groups(ordered)] == [
         ["compile-blocks", "compile-model"], ["x"], ["ac-full"],
     ]
+
+
+def test_the_data_levers_are_candidates_on_padded_batches_and_one_group():
+    pytest.importorskip("transformers")
+    from levers.levers import load_all
+    from levers.levers.lever import target_of
+    from levers.workloads import hf
+
+    registry = {k: v for k, v in load_all().items()
+                if k in ("packing", "padding-free", "pad-to-multiple")}
+    padded = hf.build(lengths="longtail", batch_size=8, seq_len=64)
+    tried, skipped = candidates(
+        registry, lambda lever: lever.applies(target_of(padded)), on_gpu=True
+    )
+    assert [c.lever for c in tried] == ["packing", "pad-to-multiple", "padding-free"]
+    assert len(groups(tried)) == 1 and skipped == []
+    fixed = hf.build()
+    tried, skipped = candidates(registry, lambda lever: lever.applies(target_of(fixed)))
+    assert tried == [] and all("exposes no batches" in s.reason or "GPU" in s.reason
+                               for s in skipped)

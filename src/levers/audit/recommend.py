@@ -4,7 +4,9 @@ The stack takes the ranked findings in order: each finding the audit recommends 
 positive and its rule did not mark it ``recommended: False``) adds the first of its levers
 (``details["levers"]``, else ``lever``) that is implemented, does not clash with a lever already
 in the stack, and is not already covered by one (a regional compile fuses the norm, RoPE and
-SwiGLU chains that the fused-kernel levers target). On a CPU capture a lever that cannot run
+SwiGLU chains that the fused-kernel levers target). A lever on the step's batches (packing)
+is left out, with a note on how to apply it to a Trainer or DataLoader, when the capture shows
+that the step exposes none (``settings["batches"]`` is null). On a CPU capture a lever that cannot run
 without a CUDA device (its ``runs_on_cpu`` is False: ``raise-batch``) is left out, with a note
 that says why, so that the command runs where the audit ran. The command replays the workload as
 the user gave it, with ``--lever`` naming the stack:
@@ -74,6 +76,25 @@ def cuda_only_levers() -> frozenset[str]:
     return frozenset(lever.id for lever in load_all().values() if not lever.runs_on_cpu)
 
 
+def batch_levers() -> frozenset[str]:
+    """Ids of the levers that change the step's batches rather than the model (packing)."""
+    try:
+        from levers.levers import load_all
+    except ImportError:  # a build without the lever catalogue
+        return frozenset()
+    return frozenset(lever.id for lever in load_all().values() if lever.acts_on_batches)
+
+
+def _no_batches_note(lever: str, code: str) -> str:
+    return (
+        f"{code}: {lever} left out: it changes the step's batches and this step exposes none "
+        "(step.batches, as the hf workload with lengths=longtail does); apply it to your "
+        f'Trainer with levers.apply(trainer, "{lever}") before trainer.train(), or '
+        f'LeversCallback(levers="{lever}"), or to a DataLoader with levers.apply(model, '
+        f'"{lever}", data=loader)'
+    )
+
+
 def _cuda_only_note(lever: str, code: str, spec: str | None, gpu: str | None) -> str:
     if lever == "raise-batch" and spec:
         how = (
@@ -123,6 +144,8 @@ def recommend(
     the note names ``gpu`` (the target's memory-model name) for the prediction to run instead."""
     have = implemented_levers() if implemented is None else implemented
     cuda_only = frozenset() if on_gpu else cuda_only_levers()
+    # a lever on the batches needs a step that exposes them (the capture says whether it does)
+    no_batches = batch_levers() if capture.settings.get("batches") is None else frozenset()
     stack: list[str] = []
     codes: list[str] = []
     notes: list[str] = []
@@ -138,9 +161,15 @@ def recommend(
             continue
         choices = sorted(ids, key=lambda i: (i not in have, ids.index(i)))
         pick = None
+        noted = False
         for lever in choices:
             if lever in cuda_only:
                 notes.append(_cuda_only_note(lever, finding.code, workload_spec, gpu))
+                continue
+            if lever in no_batches:
+                if not noted:  # one note per finding, naming its first lever on the batches
+                    notes.append(_no_batches_note(lever, finding.code))
+                    noted = True
                 continue
             clash = _clash(lever, stack)
             if clash is None:

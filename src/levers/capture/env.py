@@ -54,4 +54,14 @@ def settings(workload: Any, recorder: Any) -> dict[str, Any]:
         "activation_checkpointing": recorder.num_recomputed > 0,
         "optimizer": _optimizer_info(workload.optimizer),
         "distributed": distributed_info(workload.model),
+        "batches": _batches_layout(workload),
     }
+
+
+def _batches_layout(workload: Any) -> str | None:
+    """The layout of the batches the step draws through ``step.batches`` ("padded", or the data
+    lever that changed it), or None when the step exposes none (the data levers need them)."""
+    from levers.batches import batches_of
+
+    found = batches_of(getattr(workload, "step", None))
+    return None if found is None else found.layout

@@ -6,6 +6,11 @@ run's output.
 
 After step N the report is in ``<args.output_dir>/levers/`` (audit.md, audit.html, capture.json,
 trace.json); ``callback.audited`` holds the findings. Needs ``transformers`` (``levers[hf]``).
+
+``LeversCallback(levers="packing")`` also applies levers for the run: when training begins, to
+the Trainer's model and optimizer and, for the data levers (packing, padding-free,
+pad-to-multiple), to the collate_fn of its training DataLoader (built by then, iterated after);
+undone when training ends. ``callback.applied`` is the handle (``levers.apply``'s).
 """
 
 from __future__ import annotations
@@ -26,8 +31,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 class LeversCallback(TrainerCallback):
     """Audit optimizer step ``step`` (1-based, >= 2) of the Trainer's run."""
 
-    def __init__(self, step: int = DEFAULT_STEP, *, target: str | None = None) -> None:
+    def __init__(
+        self, step: int = DEFAULT_STEP, *, target: str | None = None, levers: Any = None
+    ) -> None:
         self._auditor = StepAuditor(step=step, target=target, name="trainer")
+        self._levers = levers
+        self.applied: Any = None
 
     @property
     def audited(self) -> Any:
@@ -38,6 +47,13 @@ class LeversCallback(TrainerCallback):
         return self._auditor.written
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self._levers and model is not None:
+            from levers.levers.handle import apply
+
+            self.applied = apply(
+                model, self._levers, optimizer=kwargs.get("optimizer"),
+                data=kwargs.get("train_dataloader"),
+            )
         self._auditor.begin(model)
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -45,3 +61,6 @@ class LeversCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self._auditor.end()
+        if self.applied is not None:
+            self.applied.undo()
+            self.applied = None

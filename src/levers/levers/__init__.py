@@ -32,6 +32,9 @@ _MODULES: tuple[str, ...] = (
     "ac_full",
     "ac_selective",
     "ac_budget",
+    "packing",
+    "padding_free",
+    "pad_to_multiple",
 )
 
 REGISTRY: dict[str, Lever] = {}

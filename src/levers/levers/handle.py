@@ -14,6 +14,11 @@ Levers are applied in the order given. One that does not apply raises
 (``skip_inapplicable=True`` skips it instead, and ``handle.skipped`` says why). Levers that wrap
 the training step (autocast, the windowed peak metric) need ``step=``; the wrapped step is
 ``handle.step``.
+
+The data levers (packing, padding-free, pad-to-multiple) change batches: a workload's (its step
+draws them through ``step.batches``), a Hugging Face Trainer's (``levers.apply(trainer,
+"packing")``, before ``trainer.train()``: its collator is wrapped, and the undo puts it back) or
+a DataLoader's (``levers.apply(model, "packing", data=loader)``: its ``collate_fn`` is wrapped).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from levers.batches import collator_attribute, wrap_collator
 from levers.levers import load_all
 from levers.levers.lever import (
     Lever,
@@ -152,12 +158,27 @@ def apply(
     *,
     optimizer: torch.optim.Optimizer | None = None,
     step: Callable[[], Any] | None = None,
+    data: Any = None,
     skip_inapplicable: bool = False,
     **options: Any,
 ) -> Handle:
     """Apply the levers ``ids`` ("a,b", a list, ``id:key=value`` specs) in place; returns the
-    :class:`Handle`."""
+    :class:`Handle`. ``model_or_workload`` may be a Hugging Face Trainer (its model, optimizer
+    and collator); ``data`` a DataLoader whose batches the data levers change."""
     levers = find_specs(ids)
+    if not isinstance(model_or_workload, (torch.nn.Module, Workload)) and (
+        collator_attribute(model_or_workload) == "data_collator"
+    ):
+        trainer = model_or_workload
+        data = trainer if data is None else data
+        optimizer = optimizer or getattr(trainer, "optimizer", None)
+        model_or_workload = trainer.model
+    if data is not None:
+        if isinstance(model_or_workload, Workload):
+            raise TypeError("a workload draws its own batches: data= is for a model's DataLoader")
+        return _apply_with_collator(
+            model_or_workload, data, levers, optimizer, step, skip_inapplicable, options
+        )
     if isinstance(model_or_workload, Workload):
         workload = model_or_workload
         target = Target(
@@ -175,6 +196,28 @@ def apply(
         )
     target = Target(model=model_or_workload, optimizer=optimizer, step=step, options=dict(options))
     return _apply(Handle(target), levers, skip_inapplicable, quiet=False)
+
+
+def _apply_with_collator(
+    model: Any,
+    host: Any,
+    levers: list[tuple[Lever, dict[str, Any]]],
+    optimizer: torch.optim.Optimizer | None,
+    step: Callable[[], Any] | None,
+    skip_inapplicable: bool,
+    options: dict[str, Any],
+) -> Handle:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"levers.apply with a collator needs the model: got {type(model).__name__}"
+        )
+    found, undo_collator = wrap_collator(host)
+    target = Target(
+        model=model, optimizer=optimizer, step=step, options=dict(options), batches=found
+    )
+    handle = Handle(target)
+    handle._undos.append(undo_collator)  # undone last, after every lever
+    return _apply(handle, levers, skip_inapplicable, quiet=False)
 
 
 def apply_to_workload(

@@ -59,6 +59,9 @@ class Target:
     step: Callable[[], Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # the workload's factory parameters
     options: dict[str, Any] = field(default_factory=dict)  # the lever's options, by name
+    # the batches of a Trainer's or DataLoader's collator (levers.apply(trainer, ...)); a
+    # workload's step carries its own (levers.batches.batches_of)
+    batches: Any = None
 
 
 class NotApplicable(LeversError, ValueError):
@@ -86,6 +89,9 @@ class Lever:
     # checks the values of its options (raises ValueError), when the spec is read: before any
     # workload is built or predicted
     check: Callable[[dict[str, Any]], None] | None = None
+    # it changes the step's batches (packing), not the model: it needs a step that exposes them
+    # (levers.batches.Batches), a Trainer's collator or a DataLoader's
+    acts_on_batches: bool = False
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:

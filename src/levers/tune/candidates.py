@@ -31,6 +31,9 @@ SPEED_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"compile-blocks", "compile-model"}),
     # the two float8 recipes: which pays depends on the shapes, so tune measures both
     frozenset({"float8", "float8-rowwise"}),
+    # three layouts of the same padded batches: a stack holds one (packing unpads what
+    # pad-to-multiple rounds, and pad-to-multiple has no padding left after packing)
+    frozenset({"packing", "padding-free", "pad-to-multiple"}),
 )
 MEMORY_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"ac-full", "ac-selective", "ac-budget"}),

@@ -8,9 +8,19 @@ trains on the loss the model returns with a fused AdamW, under bf16 autocast on 
 :func:`levers.workloads._runtime.held_out_losses`), the quality read of ``levers ab``.
 
 Parameters: ``arch`` (llama | qwen2 | gemma | mistral), ``attn`` (the attention implementation:
-eager | sdpa), ``size`` (tiny | 1b | 8b), ``device`` (cpu | cuda), ``dtype`` (parameter dtype,
-float32), ``seed`` (0), ``batch_size`` and ``seq_len`` (per size, as in
-:data:`levers.workloads.llama.SIZES`). Needs ``pip install 'levers[hf]'``.
+eager | sdpa | flex_attention), ``size`` (tiny | 1b | 8b), ``device`` (cpu | cuda), ``dtype``
+(parameter dtype, float32), ``seed`` (0), ``batch_size`` and ``seq_len`` (per size, as in
+:data:`levers.workloads.llama.SIZES`), ``lengths`` (fixed | longtail). Needs
+``pip install 'levers[hf]'``.
+
+``lengths=longtail`` gives the step variable-length data: its ``batch_size`` sequences have
+lengths from a long-tailed distribution (:func:`levers.batches.longtail_lengths`: median
+``seq_len / 8``, mean at most ``seq_len / 4``, the longest up to ``seq_len``), the same lengths
+every step (drawn once from the seed; the tokens are drawn anew each step), padded to the
+longest with an ``attention_mask`` and labels -100 on the padding. ``tokens_per_step`` counts
+the real tokens only, so tokens/s never counts padding. The step draws its batches through
+``step.batches`` (:class:`levers.batches.Batches`), where the data levers (``packing``,
+``padding-free``, ``pad-to-multiple``) change their layout.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from typing import Any
 
 import torch
 
+from levers.batches import Batches, draw_padded, longtail_lengths
 from levers.errors import MissingDependency
 from levers.workload import Workload
 from levers.workloads import _params, _runtime
@@ -32,7 +43,8 @@ ARCHS = {
     "gemma": "GemmaConfig",
     "mistral": "MistralConfig",
 }
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+LENGTHS = ("fixed", "longtail")
 LEARNING_RATE = 1e-4
 
 
@@ -46,14 +58,21 @@ def build(
     seed: Any = 0,
     batch_size: Any = None,
     seq_len: Any = None,
+    lengths: str = "fixed",
 ) -> Workload:
     """Build the ``hf`` workload; see the module docstring for the parameters."""
     _params.choice("arch", arch, tuple(ARCHS))
+    _params.choice("lengths", lengths, LENGTHS)
     _params.choice("attn", attn, ATTN_IMPLEMENTATIONS)
     _params.choice("size", size, tuple(SIZES))
     resolved_device = _params.device(device)
     param_dtype = _params.dtype(dtype)
     resolved_seed = _params.integer("seed", seed)
+    if attn == "flex_attention" and resolved_device.type == "cpu":
+        raise ValueError(
+            "attn=flex_attention trains only on a GPU (FlexAttention has no backward on a CPU): "
+            "set device=cuda, or use attn=sdpa here"
+        )
     shapes = SIZES[size]
     if batch_size is not None:
         shapes = dataclasses.replace(
@@ -73,10 +92,16 @@ def build(
     model.train()
     optimizer = _runtime.adamw(model, lr=LEARNING_RATE)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
+    if lengths == "longtail":
+        real = longtail_lengths(shapes.batch_size, shapes.seq_len, seed=resolved_seed)
+        step = varlen_step(model, optimizer, shapes, generator, real)
+        tokens = sum(real)
+    else:
+        step, tokens = training_step(model, optimizer, shapes, generator), None
     return Workload(
         model=model,
-        step=training_step(model, optimizer, shapes, generator),
-        tokens_per_step=shapes.batch_size * shapes.seq_len,
+        step=step,
+        tokens_per_step=tokens or shapes.batch_size * shapes.seq_len,
         optimizer=optimizer,
         name=f"hf-{arch}-{size}",
         eval_losses=_runtime.held_out_losses(
@@ -97,6 +122,7 @@ def build(
             "seed": resolved_seed,
             "batch_size": shapes.batch_size,
             "seq_len": shapes.seq_len,
+            **({"lengths": lengths} if lengths != "fixed" else {}),
         },
         device=resolved_device,
     )
@@ -148,6 +174,34 @@ def training_step(
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
+    return step
+
+
+def varlen_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    shapes: LlamaConfig,
+    generator: torch.Generator,
+    lengths: tuple[int, ...],
+) -> Callable[[], torch.Tensor]:
+    """The step on padded variable-length batches: each step's batch comes from
+    ``step.batches`` (random tokens of the fixed ``lengths``, then any data lever's layout), the
+    model's loss (the mean over real targets), backward, AdamW."""
+    device = generator.device
+    batches = Batches(
+        draw=lambda: draw_padded(lengths, shapes.vocab_size, generator), lengths=tuple(lengths)
+    )
+
+    def step() -> torch.Tensor:
+        batch = batches.next()
+        with _runtime.autocast(device):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    step.batches = batches  # type: ignore[attr-defined]
     return step
 
 

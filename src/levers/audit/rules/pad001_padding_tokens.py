@@ -26,13 +26,18 @@ collator = DataCollatorWithFlattening()
 ```
 
 ## Fix
-Padding-free collation or packing (lever `padding-free-collation`), length bucketing (lever
-`length-bucketing`), or at least padding widths to a multiple of 64 so that compiled code does
-not re-trace for every length (lever `pad-to-multiple-64`); none of these is implemented yet.
+Pack the sequences into fewer rows with attention kept inside each (lever `packing`), or flatten
+the batch into one row without padding, as `DataCollatorWithFlattening` does (lever
+`padding-free`); both restart the position ids per sequence, and transformers keeps each
+sequence's attention to itself. Where the padding stays, round its width up to a multiple of 64
+so that compiled code does not re-trace for every length (lever `pad-to-multiple`). Length
+bucketing is not implemented yet.
 
 ## Fix safety
-Exact for bucketing and width rounding (the same tokens, differently batched); packing needs
-per-document attention (position ids, varlen attention) to be exact.
+Changes numerics within rounding only: the same tokens predict the same targets from the same
+context, summed in another order and through matmuls of other shapes; each lever's test checks
+the loss per real token and the gradients against the padded step (fp32). Packing is exact only
+with per-document attention: the levers refuse a model whose attention would cross documents.
 
 ## Known problems
 Only targets are read: padding whose target is a real token (no ignore_index), or prompt tokens
@@ -55,13 +60,13 @@ from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import receipt
 from levers.audit.rules.registry import registered, rule
-from levers.vocab import EXACT
+from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "PAD001", "padding-tokens"
 MIN_PADDING_SHARE = 0.01
 WORTH_IT_STEP_SHARE = 0.05
 WIDTH_MULTIPLE = 64
-LEVERS = ("padding-free-collation", "length-bucketing", "pad-to-multiple-64")
+LEVERS = ("packing", "padding-free", "pad-to-multiple")
 
 
 def _sequences(capture: Capture) -> tuple[int, int] | None:
@@ -73,7 +78,7 @@ def _sequences(capture: Capture) -> tuple[int, int] | None:
     return None
 
 
-@rule(CODE, NAME, severity="medium", fix_safety=EXACT, levers=LEVERS)
+@rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     losses = [c for c in capture.calls if c.kind == "loss" and c.args.get("num_targets")]
     # no loss with integer targets to read padding from
@@ -109,14 +114,16 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     if seqs is not None and seqs[1] % WIDTH_MULTIPLE:
         message += (
             f" The sequence length {seqs[1]} is not a multiple of {WIDTH_MULTIPLE}: round the "
-            "padded width up to one, so compiled code does not re-trace for every length."
+            "padded width up to one (lever pad-to-multiple), so compiled code does not re-trace "
+            "for every length."
         )
     optimizer_ms = b.of(OPTIMIZER).time_ms
     variable_ms = b.step_ms - optimizer_ms
     fraction = 1.0 - on_padding_ms / variable_ms if variable_ms > 0 else 1.0
     yield registered(CODE).finding(
         message=message,
-        fix_title="Pack sequences (padding-free collation) or bucket them by length"
+        fix_title="Pack the sequences into fewer rows with per-sequence attention, or flatten "
+        "them into one row (padding-free)"
         if worth_it
         else "Leave the padding: removing it buys less than the change costs",
         receipts=(
