@@ -42,6 +42,22 @@ NO_BATCHES = (
 )
 
 
+def token_count_option(options: dict[str, Any], spec: str, default: int | None) -> int | None:
+    """A positive number of tokens from a lever's options (``spec`` is ``"lever:name"``, for the
+    message); ``default`` where the option is absent or empty."""
+    name = spec.split(":", 1)[1]
+    value = options.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count <= 0:
+        raise ValueError(f"{spec}={value!r} must be a positive number of tokens")
+    return count
+
+
 def batches(target: Target) -> Batches | None:
     """The batches the data levers change: a wrapped collator's, else the step's."""
     return target.batches if target.batches is not None else batches_of(target.step)

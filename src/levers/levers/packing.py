@@ -33,6 +33,7 @@ from levers.levers._documents import (
     batches,
     cache_off,
     padding_reason,
+    token_count_option,
 )
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
@@ -42,16 +43,7 @@ TOLERANCE = 1e-4
 
 
 def _row_len(options: dict[str, Any]) -> int | None:
-    value = options.get("row_len")
-    if value in (None, ""):
-        return None
-    try:
-        row_len = int(value)
-    except (TypeError, ValueError):
-        row_len = 0
-    if row_len <= 0:
-        raise ValueError(f"packing:row_len={value!r} must be a positive number of tokens")
-    return row_len
+    return token_count_option(options, "packing:row_len", None)
 
 
 def check(options: dict[str, Any]) -> None:

@@ -22,7 +22,12 @@ from typing import Any, Callable
 
 from levers.batches import pad_to_multiple
 from levers.levers import register
-from levers.levers._documents import add_transform, batches, padding_reason
+from levers.levers._documents import (
+    add_transform,
+    batches,
+    padding_reason,
+    token_count_option,
+)
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
@@ -32,13 +37,8 @@ TOLERANCE = 1e-4
 
 
 def _multiple(options: dict[str, Any]) -> int:
-    value = options.get("multiple", DEFAULT_MULTIPLE)
-    try:
-        multiple = int(value)
-    except (TypeError, ValueError):
-        multiple = 0
-    if multiple <= 0:
-        raise ValueError(f"pad-to-multiple:multiple={value!r} must be a positive number of tokens")
+    multiple = token_count_option(options, "pad-to-multiple:multiple", DEFAULT_MULTIPLE)
+    assert multiple is not None  # it has a default
     return multiple
 
 
