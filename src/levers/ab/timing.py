@@ -7,9 +7,10 @@ stream, and starts on an idle device: a ``synchronize()`` before each step's sta
 outside its timing. Without it a step inherits the other side's backlog: after a step whose host
 finishes early (a CUDA graph's replay), the host launches the next side's step while the device
 is still busy, and that step's events then time its kernels back to back with none of its own
-launch gaps. A host-bound eager step of a timm-shaped ViT-B/16 at batch 64 read 22 ms against
-27 ms timed alone, beside a CUDA-graph candidate that read its true 18 ms (issue 20, H200): the
-claim was 57% low. From an idle start the events time what the step costs on its own, launch
+launch gaps. On an H200 the A/B of a host-bound
+eager ViT-B/16 at batch 64 against its CUDA-graph form read a ratio and claim that put the
+baseline at about 22 ms, against 27 ms timed alone, and the candidate at its true 18 ms (issue
+20): the claim was 57% low. From an idle start the events time what the step costs on its own, launch
 gaps included, which is what a training loop that runs one of the two sides pays (less the
 overlap of one step's last kernels with the next step's first launches, the same on both sides).
 Inside a step nothing waits for the device: losses stay device tensors, memory statistics are
