@@ -11,8 +11,9 @@ from collections import Counter
 import pytest
 
 from levers.audit.bottleneck import (
-    ATTENTION, CLASSES, ELEMENTWISE, LAUNCH, LOSS, MATMULS, MEMORY_BOUND, NORMS, OPTIMIZER,
-    THROUGHPUT_BOUND, UNKNOWN, classify_ops, explain_gap, step_bottleneck, tokens_per_s_ratio,
+    ATTENTION, CLASSES, ELEMENTWISE, EXPERTS, LAUNCH, LOSS, MATMULS, MEMORY_BOUND, NORMS,
+    OPTIMIZER, ROUTING, THROUGHPUT_BOUND, UNKNOWN, classify_ops, explain_gap, step_bottleneck,
+    tokens_per_s_ratio,
 )
 from levers.audit.config import PredictedMemory, make_config
 from levers.audit.cost.step import estimated_step_us
@@ -134,3 +135,36 @@ def test_tokens_per_s_model():
     fixed, step = b.fixed_ms, b.step_ms
     expected = (8 / (fixed + (step - fixed) * 4)) / (2 / step)
     assert tokens_per_s_ratio(b, 2, 8) == pytest.approx(expected)
+
+
+@functools.cache
+def mixtral_tiny():
+    pytest.importorskip("transformers")
+    return capture_step(load_workload("zoo", {"model": "mixtral"}), warmup=1, timed=0)
+
+
+def test_a_mixture_of_experts_has_its_experts_and_routing_as_classes_of_their_own():
+    """Issue 22: the audit names the expert GEMMs' share; the router's ops are routing."""
+    capture = mixtral_tiny()
+    classes = classify_ops(capture)
+    names = Counter((cls, op.name.split(".")[1]) for cls, op in zip(classes, capture.ops))
+    assert names[(EXPERTS, "_grouped_mm")] > 0  # forward, and backward's two per projection
+    assert not [n for (cls, n) in names if n == "_grouped_mm" and cls != EXPERTS]
+    assert names[(ROUTING, "topk")] > 0 and names[(ROUTING, "_softmax")] > 0
+    for cls, op in zip(classes, capture.ops):
+        if cls == EXPERTS:
+            assert ".experts" in op.module
+    # the expert matmuls count their FLOPs (torch's registry has no grouped_mm formula)
+    experts = step_bottleneck(capture, make_config(capture)).of(EXPERTS)
+    assert experts.flops > 0 and experts.bound == "FLOP"
+    # a dense model has neither class
+    dense = Counter(classify_ops(hf_tiny()))
+    assert dense[EXPERTS] == 0 and dense[ROUTING] == 0
+
+
+def test_grouped_matmul_flops_are_one_matmul_over_all_rows():
+    from levers.capture.ops import grouped_mm_flops
+
+    assert grouped_mm_flops((10, 8), (3, 8, 6)) == 2 * 10 * 8 * 6  # tokens x experts' weights
+    assert grouped_mm_flops((8, 10), (10, 6)) == 2 * 8 * 10 * 6  # weight gradient, groups on K
+    assert grouped_mm_flops((3, 4, 8), (3, 8, 6)) == 2 * 3 * 4 * 8 * 6  # batched groups

@@ -17,6 +17,11 @@ without a prediction.
 - ``loss``: ops inside a loss call (cross_entropy, log_softmax, ...) and their backward;
 - ``norms``: ops inside an F.layer_norm/F.rms_norm call, fused norm aten ops, the ops of a
   hand-written norm chain (NORM001's pattern), and their backward;
+- ``experts``: in a mixture of experts, the ops of the experts module (a module whose class name
+  ends in ``Experts``, or a module named ``experts``: their grouped or per-expert matmuls and
+  activations), and their backward;
+- ``routing``: the other ops of the block that holds the experts (the router's logits, softmax
+  and top-k, sorting and scattering the tokens to the experts and back), and their backward;
 - ``matmuls``: matmul and convolution aten ops (and any other op that counts FLOPs);
 - ``elementwise``: everything else (activations, residual adds, casts, copies, embeddings,
   reductions; views count here and take no time).
@@ -50,8 +55,12 @@ from levers.vocab import ESTIMATED, MEASURED
 
 MATMULS, ATTENTION, NORMS, ELEMENTWISE = "matmuls", "attention", "norms", "elementwise"
 LOSS, OPTIMIZER, COMMUNICATION, LAUNCH = "loss", "optimizer", "communication", "launch-and-idle"
-CLASSES = (MATMULS, ATTENTION, NORMS, ELEMENTWISE, LOSS, OPTIMIZER, COMMUNICATION, LAUNCH)
-FLOP_BOUND = (MATMULS, ATTENTION)
+EXPERTS, ROUTING = "experts", "routing"
+CLASSES = (
+    MATMULS, ATTENTION, EXPERTS, ROUTING, NORMS, ELEMENTWISE, LOSS, OPTIMIZER, COMMUNICATION,
+    LAUNCH,
+)
+FLOP_BOUND = (MATMULS, ATTENTION, EXPERTS)
 
 MEMORY_BOUND, THROUGHPUT_BOUND, UNKNOWN = "memory-bound", "throughput-bound", "unknown"
 # less free memory than this share of the usable memory: the next batch step does not fit
@@ -135,10 +144,32 @@ def classify_ops(capture: Capture) -> tuple[str, ...]:
     loss = closure(call_op_indices(capture, ("loss",)))
     norms = closure(call_op_indices(capture, ("norm",)))
     norms |= closure(i for chain in view.unfused_norms for i in chain.ops)
+    experts, moe_blocks = moe_modules(capture.modules)
     classes = []
     for op in capture.ops:
-        classes.append(_class_of(op, sdpa, loss, norms))
+        cls = _class_of(op, sdpa, loss, norms)
+        if cls in (MATMULS, ELEMENTWISE) and op.module:
+            if _within(op.module, experts):
+                cls = EXPERTS
+            elif _within(op.module, moe_blocks):
+                cls = ROUTING
+        classes.append(cls)
     return tuple(classes)
+
+
+def moe_modules(modules: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The experts modules of a mixture of experts (class name ending in ``Experts``, or named
+    ``experts``) and the blocks that hold them (their parents: router, experts and the glue)."""
+    experts = tuple(
+        path for path, cls in modules.items()
+        if path and (cls.endswith("Experts") or path.rsplit(".", 1)[-1] == "experts")
+    )
+    blocks = tuple(path.rpartition(".")[0] for path in experts if "." in path)
+    return experts, blocks
+
+
+def _within(module: str, paths: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in paths)
 
 
 def _class_of(op: OpRecord, sdpa: set[int], loss: set[int], norms: set[int]) -> str:

@@ -198,7 +198,10 @@ def op_info(func: torch._ops.OpOverload) -> OpInfo:
             is_view=is_view,
             is_inplace=is_inplace,
             allocates_only=func in _ALLOCATING,
-            has_flops=packet in _SDPA_FORWARD or packet in _SDPA_BACKWARD or packet in flop_registry,
+            has_flops=(
+                packet in _SDPA_FORWARD or packet in _SDPA_BACKWARD or packet in _GROUPED_MM
+                or packet in flop_registry
+            ),
             is_profiler=func.namespace == "profiler",
             lists_may_hold_tensors=lists_may_hold_tensors(func),
             call=getattr(func, "_op", func),
@@ -276,9 +279,30 @@ def sdpa_forward_flops(query_shape, key_shape, value_shape) -> int:
     return 2 * b * h_q * s_q * s_k * (d_q + d_v)
 
 
+def grouped_mm_flops(a_shape, b_shape) -> int:
+    """FLOPs of ``torch._grouped_mm(a, b, offs)``, which PyTorch's registry has no formula for
+    (torch 2.11 and 2.13): each row of ``a`` meets one group's matrix, so the work is that of
+    one matmul over all rows, ``2 * a.numel() * N``. That holds for a 2-D ``a`` by 3-D ``b`` (a
+    mixture of experts' forward and input gradient), 2-D by 2-D with the groups along K (its
+    weight gradient) and 3-D by 3-D (batched groups); a 3-D ``a`` by a 2-D ``b`` (groups along
+    N) is ``2 * a.numel() * N / groups``."""
+    a_numel = 1
+    for size in a_shape:
+        a_numel *= size
+    if len(a_shape) == 3 and len(b_shape) == 2:
+        return 2 * a_numel * b_shape[-1] // max(a_shape[0], 1)
+    return 2 * a_numel * b_shape[-1]
+
+
+_GROUPED_MM = {getattr(_aten, "_grouped_mm", None)} - {None}
+
+
 def op_flops(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -> int:
-    """FLOPs of one op by PyTorch's registry; 0 for ops it has no formula for."""
+    """FLOPs of one op by PyTorch's registry (and a grouped matmul's, which it lacks); 0 for ops
+    it has no formula for."""
     packet = func._overloadpacket
+    if packet in _GROUPED_MM:
+        return grouped_mm_flops(args[0].shape, args[1].shape)
     if packet in _SDPA_FORWARD:
         return sdpa_forward_flops(*(t.shape for t in args[:3]))
     if packet in _SDPA_BACKWARD:
