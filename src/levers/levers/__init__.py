@@ -15,6 +15,7 @@ _MODULES: tuple[str, ...] = (
     "rms_norm_fused",
     "sdpa_cudnn_backend",
     "sdpa_attention",
+    "experts_grouped_mm",
     "loss_valid_rows",
     "inplace_scatter",
     "windowed_peak_metric",
