@@ -3,7 +3,8 @@
 # wrote into one file (the device returns at most 8 files). Each job has its own time limit.
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
-#       breakdown breakdown_host calibvision attnfreed
+#       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
+#       varlen_more zoo_moe_swin
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -62,6 +63,23 @@ for job in "$@"; do
             --only vit-b16-timm-b32,vit-b16-timm-b64,vit-b16-timm-b128,resnet50-timm-b32,resnet50-timm-b64,resnet50-timm-b128 ;;
         attnfreed) run attnfreed 240 python bench/attn_freed.py --out "$R/attn_freed_h200" \
             --only qwen2-1b-eager,vit-b16-timm-eager --timeout-s 110 ;;
+        # the GPU tests written without a GPU (optimizer state, variable-length data, the zoo's
+        # compile levers under inductor)
+        newgpu) run newgpu 300 python -m pytest -q -p no:cacheprovider -rfEs -m gpu \
+            tests/levers/test_optimizer_state.py tests/levers/test_varlen_gpu.py tests/zoo ;;
+        # issue 22: the paired held-out-loss read of each optimizer-state lever (500 steps)
+        optstate_bf16) run optstate_bf16 590 python bench/optimizer_state.py \
+            --levers adamw-bf16-state --out "$R/optimizer_state_h200/bf16" ;;
+        optstate_8bit) run optstate_8bit 590 python bench/optimizer_state.py \
+            --levers adamw-8bit --out "$R/optimizer_state_h200/8bit" ;;
+        # issue 22: the flex_attention and compiled rows the first varlen call left out
+        varlen_more) run varlen_more 420 python bench/varlen.py \
+            --variants padded@flex_attention,packing@flex_attention,padding-free@flex_attention,padded+compile@sdpa,pad-to-multiple+compile@sdpa,packing+compile@sdpa \
+            --steps 10 --warmup 3 --out "$R/levers_catalogue_varlen_h200" ;;
+        # issue 20: the mixture of experts and Swin, from the committed zoo rows
+        zoo_moe_swin) mkdir -p "$R/zoo_h200" && cp bench/results/zoo_h200/*.json "$R/zoo_h200/"
+            run zoo_moe_swin 590 python bench/zoo_tune.py --only mixtral,swin --tune-budget 45 \
+            --budget-s 400 --out "$R/zoo_h200" ;;
         *) echo "unknown job $job" ;;
     esac
     # packed after every job (to a temporary name, then moved), so a call cut short keeps the
