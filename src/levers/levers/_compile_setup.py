@@ -97,9 +97,14 @@ def _traits(unit: torch.nn.Module) -> dict[str, str]:
     return traits
 
 
-def recompile_limit() -> int:
+def _limit_name() -> str:
+    """dynamo's name for the limit: ``recompile_limit`` (``cache_size_limit`` before torch 2.6)."""
     config = torch._dynamo.config
-    return int(getattr(config, "recompile_limit", getattr(config, "cache_size_limit", 8)))
+    return "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+
+
+def recompile_limit() -> int:
+    return int(getattr(torch._dynamo.config, _limit_name()))
 
 
 def recompile_limit_at_least(programs: int) -> Undo:
@@ -108,8 +113,7 @@ def recompile_limit_at_least(programs: int) -> Undo:
     layer takes the bf16 output of the downsampling convolution under autocast, the others the
     fp32 residual, so a ConvNeXt-T's layers need 8 programs and one more hit the limit of 8 on
     the H200 (the layers after it ran uncompiled and compile-blocks read 0.98x)."""
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    config, name = torch._dynamo.config, _limit_name()
     previous = getattr(config, name)
     if previous >= programs:
         return lambda: None
@@ -117,29 +121,6 @@ def recompile_limit_at_least(programs: int) -> Undo:
 
     def undo() -> None:
         setattr(config, name, previous)
-
-    return undo
-
-
-def caching_configs(model: torch.nn.Module) -> list[object]:
-    """The distinct model configs reachable from ``model`` that keep ``use_cache=True`` (a T5's
-    decoder holds a copy of its own, so every module's ``config`` is looked at)."""
-    found: dict[int, object] = {}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and getattr(config, "use_cache", None) is True:
-            found.setdefault(id(config), config)
-    return list(found.values())
-
-
-def training_cache_off(model: torch.nn.Module) -> Undo:
-    configs = caching_configs(model)
-    for config in configs:
-        config.use_cache = False
-
-    def undo() -> None:
-        for config in configs:
-            config.use_cache = True
 
     return undo
 

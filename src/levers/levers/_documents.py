@@ -14,7 +14,7 @@ this; it relies on Hugging Face transformers, which recognises packed rows from
   never packed rows.
 
 transformers reads the restarts only when the forward builds no KV cache, so the levers turn
-the config's ``use_cache`` off while they are on (:func:`cache_off`). Anything else is refused.
+the config's ``use_cache`` off while they are on (:func:`relayout`). Anything else is refused.
 Where the model can run (not on fake or meta tensors), the claim is
 also measured, not trusted: :func:`document_leak` runs the model on two short documents packed
 in a row and on the second alone (eval mode, no grad, 8 tokens) and refuses the lever when the
@@ -23,11 +23,12 @@ second one's logits differ.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from levers.batches import Batches, batches_of
+from levers.levers._find import training_cache_off
 from levers.levers.lever import Target
 
 MASK_IMPLEMENTATIONS = frozenset({"eager", "sdpa", "flex_attention"})
@@ -155,24 +156,25 @@ def document_leak(model: torch.nn.Module, *, rows: int) -> str | None:
 
 def _no_cache_kwargs(model: torch.nn.Module) -> dict[str, Any]:
     """``use_cache=False`` for a model whose config has a KV cache switch: as the step runs with
-    the lever on (:func:`cache_off`)."""
+    the lever on (:func:`relayout`)."""
     return {"use_cache": False} if hasattr(model.config, "use_cache") else {}
 
 
-def cache_off(model: torch.nn.Module):
-    """Turn the config's KV cache off while the lever is on; returns the undo.
-
-    transformers looks for packed sequences only without a cache (``_preprocess_mask_arguments``
-    reads the position ids when ``cache is None``), and a model whose config keeps
-    ``use_cache=True`` (as shipped) builds one in every forward, training included: attention
-    would cross documents. A training step never reads the cache."""
-    config = getattr(model, "config", None)
-    if config is None or not getattr(config, "use_cache", False):
-        return lambda: None
-    config.use_cache = False
+def relayout(target: Target, lever_id: str, layout: Any) -> Callable[[], None]:
+    """Lay the target's batches out anew while the lever is on: ``layout(batch, lengths)`` on each
+    batch, ``lengths`` the workload's own (the same every step, so no device read per step) or
+    None, and the config's KV cache off (transformers looks for packed sequences only without a
+    cache: ``_preprocess_mask_arguments`` reads the position ids when ``cache is None``, and a
+    config as shipped builds one in every forward, so attention would cross documents). Returns
+    the undo of both."""
+    found = batches(target)
+    known = found.lengths
+    undo_transform = add_transform(found, lever_id, lambda batch: layout(batch, known))
+    undo_cache = training_cache_off(target.model)
 
     def undo() -> None:
-        config.use_cache = True
+        undo_transform()
+        undo_cache()
 
     return undo
 

@@ -23,6 +23,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from levers.blocks import Block, repeated_blocks
+from levers.levers._find import training_cache_off
 
 Undo = Callable[[], None]
 ContextFn = Callable[[], tuple[Any, Any]]
@@ -96,7 +97,7 @@ def wrap_blocks(
         per_call = context_fn_for(position, block) if context_fn_for else (lambda: None)
         module.forward = _checkpointed(module.forward, per_call)
         changed.append(module)
-    restore_cache = _cache_off(model)
+    restore_cache = training_cache_off(model)
 
     def undo() -> None:
         for module in changed:
@@ -104,15 +105,3 @@ def wrap_blocks(
         restore_cache()
 
     return undo
-
-
-def _cache_off(model: torch.nn.Module) -> Undo:
-    config = getattr(model, "config", None)
-    if config is None or not getattr(config, "use_cache", False):
-        return lambda: None
-    config.use_cache = False
-
-    def restore() -> None:
-        config.use_cache = True
-
-    return restore

@@ -40,9 +40,9 @@ from levers.levers._compile_setup import (
     recompile_limit,
     recompile_limit_at_least,
     stages_differ_in_shape,
-    training_cache_off,
     unspecialised_int_attributes,
 )
+from levers.levers._find import training_cache_off
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 

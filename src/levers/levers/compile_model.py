@@ -35,9 +35,9 @@ from levers.levers._compile_setup import (
     differing_int_attributes,
     is_compiled,
     liger_patched,
-    training_cache_off,
     unspecialised_int_attributes,
 )
+from levers.levers._find import training_cache_off
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 

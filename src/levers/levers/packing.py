@@ -28,11 +28,10 @@ from typing import Any, Callable
 from levers.batches import pack
 from levers.levers import register
 from levers.levers._documents import (
-    add_transform,
     attention_reason,
     batches,
-    cache_off,
     padding_reason,
+    relayout,
     token_count_option,
 )
 from levers.levers.lever import Lever, Target
@@ -66,16 +65,7 @@ def applies(target: Target) -> str | None:
 
 def patch(target: Target) -> Callable[[], None]:
     row_len = _row_len(target.options)
-    found = batches(target)
-    known = found.lengths  # a workload's lengths, the same every step: no device read per step
-    undo_transform = add_transform(found, ID, lambda batch: pack(batch, row_len, lengths=known))
-    undo_cache = cache_off(target.model)
-
-    def undo() -> None:
-        undo_transform()
-        undo_cache()
-
-    return undo
+    return relayout(target, ID, lambda batch, lengths: pack(batch, row_len, lengths=lengths))
 
 
 LEVER = register(

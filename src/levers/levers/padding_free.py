@@ -24,11 +24,10 @@ from typing import Callable
 from levers.batches import flatten
 from levers.levers import register
 from levers.levers._documents import (
-    add_transform,
     attention_reason,
     batches,
-    cache_off,
     padding_reason,
+    relayout,
 )
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
@@ -43,16 +42,7 @@ def applies(target: Target) -> str | None:
 
 
 def patch(target: Target) -> Callable[[], None]:
-    found = batches(target)
-    known = found.lengths  # a workload's lengths, the same every step: no device read per step
-    undo_transform = add_transform(found, ID, lambda batch: flatten(batch, lengths=known))
-    undo_cache = cache_off(target.model)
-
-    def undo() -> None:
-        undo_transform()
-        undo_cache()
-
-    return undo
+    return relayout(target, ID, lambda batch, lengths: flatten(batch, lengths=lengths))
 
 
 LEVER = register(

@@ -282,8 +282,8 @@ def _grouped_mm_any_dtype(func, args: tuple, kwargs: dict) -> Any:
     autocast). Sizes only: a 2-D input by 3-D weights with ``offs``, the experts' case."""
     a, b = args[0], args[1]
     offs = args[2] if len(args) > 2 else kwargs.get("offs")
-    plain = all(k in ("offs",) or kwargs[k] is None for k in kwargs)
-    if a.dtype == torch.bfloat16 or a.dim() != 2 or b.dim() != 3 or offs is None or not plain:
+    extra = any(value is not None for name, value in kwargs.items() if name != "offs")
+    if a.dtype == torch.bfloat16 or a.dim() != 2 or b.dim() != 3 or offs is None or extra:
         return NotImplemented
     return _GroupedMm.apply(a, b, offs)
 
