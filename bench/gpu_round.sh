@@ -4,7 +4,7 @@
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
-#       varlen_more zoo_moe_swin
+#       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -68,9 +68,9 @@ for job in "$@"; do
         newgpu) run newgpu 300 python -m pytest -q -p no:cacheprovider -rfEs -m gpu \
             tests/levers/test_optimizer_state.py tests/levers/test_varlen_gpu.py tests/zoo ;;
         # issue 22: the paired held-out-loss read of each optimizer-state lever (500 steps)
-        optstate_bf16) run optstate_bf16 590 python bench/optimizer_state.py \
+        optstate_bf16) run optstate_bf16 900 python bench/optimizer_state.py \
             --levers adamw-bf16-state --out "$R/optimizer_state_h200/bf16" ;;
-        optstate_8bit) run optstate_8bit 590 python bench/optimizer_state.py \
+        optstate_8bit) run optstate_8bit 900 python bench/optimizer_state.py \
             --levers adamw-8bit --out "$R/optimizer_state_h200/8bit" ;;
         # issue 22: the flex_attention and compiled rows the first varlen call left out
         varlen_more) run varlen_more 420 python bench/varlen.py \
@@ -80,6 +80,19 @@ for job in "$@"; do
         zoo_moe_swin) mkdir -p "$R/zoo_h200" && cp bench/results/zoo_h200/*.json "$R/zoo_h200/"
             run zoo_moe_swin 590 python bench/zoo_tune.py --only mixtral,swin --tune-budget 45 \
             --budget-s 400 --out "$R/zoo_h200" ;;
+        # issue 22: the mixture of experts (the zoo's mixtral, ~0.8e9 parameters): the guide's
+        # advice and the grouped-GEMM lever timed, its memory predicted, its audit
+        moe) run moe 420 python bench/moe.py --out "$R/moe_h200" --budget-s 360 ;;
+        memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
+            --only mixtral-zoo-b4,mixtral-zoo-b16 --jobs 2 --deadline-s 180 ;;
+        auditmoe) mkdir -p "$R/moe_audit_h200"
+            run auditmoe 300 python -m levers.cli audit zoo --set model=mixtral size=full device=cuda \
+            --findings-json "$R/moe_audit_h200/findings.json" --md "$R/moe_audit_h200/audit.md" ;;
+        # issue 21: float8's quality read, held-out loss paired over 200 steps per side
+        float8_quality) mkdir -p "$R/float8_quality_h200"
+            run float8_quality 560 python -m levers.cli ab llama --set size=1b device=cuda \
+            --lever float8 --steps 200 --json "$R/float8_quality_h200/ab.json" \
+            --md "$R/float8_quality_h200/ab.md" ;;
         *) echo "unknown job $job" ;;
     esac
     # packed after every job (to a temporary name, then moved), so a call cut short keeps the

@@ -87,6 +87,10 @@ CONFIGS = [
     ("resnet50-standin-b64", VISION + ":convnet", {"batch_size": 64, "impl": "standin"}, 24),
     # transformers GPT-2 (bench/text_workloads.py): a bias gradient on every linear
     ("gpt2-medium8-b8", TEXT + ":gpt2", {"batch_size": 8, "size": "medium8"}, 30),
+    # a Hugging Face mixture of experts (the zoo's mixtral, full: ~0.8e9 parameters, 8 experts,
+    # 2 per token): the router's integer histogram and the experts' grouped matmuls
+    ("mixtral-zoo-b4", "zoo", {"model": "mixtral", "size": "full", "batch_size": 4}, 20),
+    ("mixtral-zoo-b16", "zoo", {"model": "mixtral", "size": "full", "batch_size": 16}, 40),
     # other batches of the same models, for the convolution workspaces' dependence on shape
     ("vit-b16-timm-b32", VISION + ":vit", {"batch_size": 32, "impl": "timm"}, 16),
     ("vit-b16-timm-b128", VISION + ":vit", {"batch_size": 128, "impl": "timm"}, 56),

@@ -1,0 +1,233 @@
+"""Benchmark: a Hugging Face mixture of experts on one GPU, the guide's MoE advice measured.
+
+The zoo's ``mixtral`` (:mod:`levers.workloads.zoo`; ``full``: width 1024, 8 blocks, 8 experts of
+ffn 3584, 2 per token, about 0.8e9 parameters, batch 4 x 1024 tokens, fp32 master weights, bf16
+autocast, fused AdamW), one row per variant, each from a fresh model built from the same seed
+after ``torch._dynamo.reset()``. A variant is ``+``-joined parts applied in order:
+
+- ``default``: the model as transformers builds it (its experts implementation is its default);
+- ``experts-eager``: ``set_experts_implementation("eager")``, the loop over experts a model keeps
+  when it was saved or asked for it (the grouped-GEMM lever's starting point);
+- ``experts-autocast``: transformers' grouped matmul given bf16 operands under autocast (its
+  fp32 master weights cast per step, as autocast casts a linear's), a measurement of what the
+  experts lose when autocast does not cover ``grouped_mm``;
+- ``b=N``: the batch (the guide: raise the batch first on a MoE);
+- ``compile-model``, ``compile-model-ro``: the peers' whole-model compile, default mode and
+  ``reduce-overhead`` (CUDA graphs; each step marked with ``cudagraph_mark_step_begin``);
+- ``lever:ID``: ``levers.apply`` of that lever (``experts-grouped-mm``, ``compile-blocks``,
+  ``ac-full``, ``float8``, ...).
+
+Per row: median step time, tokens/s with spread and bootstrap CI95 (over steps), the median
+per-step peak allocated and the peak reserved, the warm-up time, the experts implementation that
+ran, what dynamo did (frames, recompiles, graph breaks) and the error where the variant failed.
+Per variant against ``--baseline`` (rows of one run only): the tokens/s ratio with CI95.
+``OUT/moe.json`` is written atomically after every row.
+
+    PYTHONPATH=src python bench/moe.py --out $OUT/moe_h200                       # on the H200
+    PYTHONPATH=src python bench/moe.py --device cpu --size tiny --steps 2 --out /tmp/moe   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import levers  # noqa: E402
+from levers.capture import compile_stats  # noqa: E402
+from levers.environment import levers_commit_id  # noqa: E402
+from levers.levers import load_all  # noqa: E402
+from levers.levers.lever import NotApplicable  # noqa: E402
+from levers.output.atomic import atomic_write_text  # noqa: E402
+from levers.workloads import zoo  # noqa: E402
+from levers_vs_peers import _bootstrap, measure  # noqa: E402
+
+VARIANTS = (
+    "default", "experts-eager", "experts-eager+lever:experts-grouped-mm", "experts-autocast",
+    "b=8", "b=16", "lever:ac-full", "b=16+lever:ac-full",
+    "compile-model", "compile-model-ro", "lever:compile-blocks", "lever:float8",
+)
+
+
+def _graph_step(step: Callable[[], Any]) -> Callable[[], Any]:
+    def graph_step() -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        return step().clone()
+
+    return graph_step
+
+
+def _experts_autocast() -> Callable[[], None]:
+    """Cast the grouped matmul's operands to autocast's dtype while autocast is on; the undo."""
+    from transformers.integrations import moe
+
+    original = moe._grouped_mm
+
+    def grouped_mm(input, weight, offs):  # noqa: A002 - transformers' parameter name
+        if torch.is_autocast_enabled(input.device.type):
+            dtype = torch.get_autocast_dtype(input.device.type)
+            input, weight = input.to(dtype), weight.to(dtype)
+        return original(input, weight, offs)
+
+    moe._grouped_mm = grouped_mm
+
+    def undo() -> None:
+        moe._grouped_mm = original
+
+    return undo
+
+
+def _implementation(model: torch.nn.Module) -> Any:
+    getter = getattr(model, "get_experts_implementation", None)
+    return getter() if callable(getter) else None
+
+
+def run_row(variant: str, args) -> dict[str, Any]:
+    parts = variant.split("+")
+    row: dict[str, Any] = {"model": args.model, "size": args.size, "variant": variant}
+    params: dict[str, Any] = {"model": args.model, "size": args.size, "device": args.device}
+    for part in parts:
+        if part.startswith("b="):
+            params["batch_size"] = int(part[2:])
+    undos: list[Callable[[], None]] = []
+    torch._dynamo.reset()
+    before = compile_stats.snapshot()
+    workload = None
+    try:
+        workload = zoo.build(**params)
+        row["batch_size"] = workload.params["batch_size"]
+        row["tokens_per_step"] = workload.tokens_per_step
+        row["shape"] = " ".join(f"{k}={workload.params[k]}" for k in ("size", "batch_size", "layers"))
+        for part in parts:
+            if part in ("default",) or part.startswith("b="):
+                continue
+            if part == "experts-eager":
+                workload.model.set_experts_implementation("eager")
+            elif part == "experts-autocast":
+                undos.append(_experts_autocast())
+            elif part == "compile-model":
+                workload.model.compile()
+            elif part == "compile-model-ro":
+                if workload.device.type != "cuda":
+                    raise LookupError("reduce-overhead (CUDA graphs) needs a GPU")
+                workload.model.compile(mode="reduce-overhead")
+                workload.step = _graph_step(workload.step)
+            elif part.startswith("lever:"):
+                handle = levers.apply(workload, part[len("lever:"):])
+                row.setdefault("applied", []).extend(handle.applied)
+                undos.append(handle.undo)
+            else:
+                raise ValueError(f"unknown part {part!r} of {variant!r}")
+        row["experts_implementation"] = _implementation(workload.model)
+        row.update(measure(workload, args.warmup, args.steps))
+        row["status"] = "ok"
+    except (LookupError, NotApplicable) as exc:
+        row["status"], row["error"] = "not-applicable", f"{type(exc).__name__}: {exc}"[:600]
+    except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
+        row["status"], row["error"] = "failed", f"{type(exc).__name__}: {exc}"[:600]
+        traceback.print_exc()
+    finally:
+        stats = compile_stats.since(before) or {}
+        row["compile"] = {
+            "frames_compiled": stats.get("frames_compiled", 0),
+            "recompiles": sum(r["count"] for r in stats.get("recompiles", [])),
+            "graph_breaks": sum(b["count"] for b in stats.get("graph_breaks", [])),
+            "graph_break_reasons": sorted({b["reason"] for b in stats.get("graph_breaks", [])})[:5],
+        }
+        for undo in reversed(undos):
+            undo()
+        workload = None
+        torch._dynamo.reset()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return row
+
+
+def summarise(row: dict[str, Any], rng: random.Random) -> None:
+    if row.get("status") != "ok":
+        return
+    durations, samples = row["dur_s"], row["tokens_per_s_samples"]
+    row["step_ms"] = 1e3 * statistics.median(durations)
+    row["step_ms_spread"] = [1e3 * min(durations), 1e3 * max(durations)]
+    row["tokens_per_s"] = statistics.median(samples)
+    row["tokens_per_s_spread"] = [min(samples), max(samples)]
+    row["tokens_per_s_ci95"] = _bootstrap(samples, None, statistics.median, rng)
+    peaks = row.get("peak_allocated_samples") or []
+    row["peak_allocated_gib"] = statistics.median(peaks) / 2**30 if peaks else None
+
+
+def ratios(rows: list[dict[str, Any]], baseline: str, rng: random.Random) -> dict[str, Any]:
+    ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
+    base = ok.get(baseline)
+    if base is None:
+        return {}
+    ratio = lambda x, y: statistics.median(x) / statistics.median(y)  # noqa: E731
+    out = {}
+    for name, row in ok.items():
+        a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
+        out[name] = {"tokens_per_s_ratio": ratio(a, b),
+                     "tokens_per_s_ratio_ci95": _bootstrap(a, b, ratio, rng)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory of moe.json")
+    parser.add_argument("--model", default="mixtral", help="a zoo model (mixtral)")
+    parser.add_argument("--size", default="full", choices=zoo.spec.SIZES)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--baseline", default="default", help="the variant ratios are against")
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--budget-s", type=float, default=None, help="start no row past this")
+    args = parser.parse_args(argv)
+    if args.model not in zoo.MODELS:
+        raise SystemExit(f"--model {args.model}: not a zoo model; models: {', '.join(zoo.MODELS)}")
+    load_all()
+    rng = random.Random(0)
+    start = time.monotonic()
+    meta = {"commit": levers_commit_id(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv)}
+    try:
+        import transformers
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    rows: list[dict[str, Any]] = []
+    for variant in [v for v in args.variants.split(",") if v]:
+        if args.budget_s is not None and time.monotonic() - start > args.budget_s:
+            print(f"budget: {variant} not started", flush=True)
+            continue
+        print(f"== {variant}", flush=True)
+        row = run_row(variant, args)
+        summarise(row, rng)
+        rows.append(row)
+        print(f"   {row['status']} {row.get('step_ms', 0):.1f} ms  {row.get('tokens_per_s', 0):.0f} "
+              f"tokens/s  peak {row.get('peak_allocated_gib') or 0:.2f} GiB  "
+              f"{row.get('experts_implementation')} {row.get('error', '')}", flush=True)
+        doc = {**meta, "rows": rows, "vs_baseline": ratios(rows, args.baseline, rng)}
+        args.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out / "moe.json", json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
