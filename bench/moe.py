@@ -8,14 +8,14 @@ after ``torch._dynamo.reset()``. A variant is ``+``-joined parts applied in orde
 - ``default``: the model as transformers builds it (its experts implementation is its default);
 - ``experts-eager``: ``set_experts_implementation("eager")``, the loop over experts a model keeps
   when it was saved or asked for it (the grouped-GEMM lever's starting point);
-- ``experts-autocast``: transformers' grouped matmul given bf16 operands under autocast (its
-  fp32 master weights cast per step, as autocast casts a linear's), a measurement of what the
-  experts lose when autocast does not cover ``grouped_mm``;
 - ``b=N``: the batch (the guide: raise the batch first on a MoE);
 - ``compile-model``, ``compile-model-ro``: the peers' whole-model compile, default mode and
   ``reduce-overhead`` (CUDA graphs; each step marked with ``cudagraph_mark_step_begin``);
 - ``lever:ID``: ``levers.apply`` of that lever (``experts-grouped-mm``, ``compile-blocks``,
-  ``ac-full``, ``float8``, ...).
+  ``ac-full``, ``float8``, ``grouped-mm-autocast``, ...).
+
+(At ef32dbf the ``grouped-mm-autocast`` row was a variant ``experts-autocast`` of this script
+whose patch of transformers' ``_grouped_mm`` is the lever's wrapper.)
 
 Per row: median step time, tokens/s with spread and bootstrap CI95 (over steps), the median
 per-step peak allocated and the peak reserved, the warm-up time, the experts implementation that
@@ -57,7 +57,8 @@ from levers.workloads import zoo  # noqa: E402
 from levers_vs_peers import _bootstrap, measure  # noqa: E402
 
 VARIANTS = (
-    "default", "experts-eager", "experts-eager+lever:experts-grouped-mm", "experts-autocast",
+    "default", "experts-eager", "experts-eager+lever:experts-grouped-mm",
+    "lever:grouped-mm-autocast",
     "b=8", "b=16", "lever:ac-full", "b=16+lever:ac-full",
     "compile-model", "compile-model-ro", "lever:compile-blocks", "lever:float8",
 )
@@ -69,26 +70,6 @@ def _graph_step(step: Callable[[], Any]) -> Callable[[], Any]:
         return step().clone()
 
     return graph_step
-
-
-def _experts_autocast() -> Callable[[], None]:
-    """Cast the grouped matmul's operands to autocast's dtype while autocast is on; the undo."""
-    from transformers.integrations import moe
-
-    original = moe._grouped_mm
-
-    def grouped_mm(input, weight, offs):  # noqa: A002 - transformers' parameter name
-        if torch.is_autocast_enabled(input.device.type):
-            dtype = torch.get_autocast_dtype(input.device.type)
-            input, weight = input.to(dtype), weight.to(dtype)
-        return original(input, weight, offs)
-
-    moe._grouped_mm = grouped_mm
-
-    def undo() -> None:
-        moe._grouped_mm = original
-
-    return undo
 
 
 def _implementation(model: torch.nn.Module) -> Any:
@@ -117,8 +98,6 @@ def run_row(variant: str, args) -> dict[str, Any]:
                 continue
             if part == "experts-eager":
                 workload.model.set_experts_implementation("eager")
-            elif part == "experts-autocast":
-                undos.append(_experts_autocast())
             elif part == "compile-model":
                 workload.model.compile()
             elif part == "compile-model-ro":
@@ -185,6 +164,47 @@ def ratios(rows: list[dict[str, Any]], baseline: str, rng: random.Random) -> dic
     return out
 
 
+# catalogue rows (levers list): (lever, its variant, the baseline variant)
+CATALOGUE = (
+    ("experts-grouped-mm", "experts-eager+lever:experts-grouped-mm", "experts-eager"),
+    ("grouped-mm-autocast", "lever:grouped-mm-autocast", "default"),
+    ("compile-blocks", "lever:compile-blocks", "default"),
+    ("ac-full", "lever:ac-full", "default"),
+    ("ac-full", "b=16+lever:ac-full", "b=16"),
+)
+# the name an earlier revision gave a variant, for reading its results
+RENAMED = {"experts-autocast": "lever:grouped-mm-autocast"}
+
+
+def _peak_delta(row: dict[str, Any], base: dict[str, Any]) -> float | None:
+    if not row["peak_allocated_samples"] or not base["peak_allocated_samples"]:
+        return None  # a CPU run
+    peak = lambda r: statistics.median(r["peak_allocated_samples"])  # noqa: E731
+    return peak(row) - peak(base)
+
+
+def catalogue(doc: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The levers' rows of one run, in the catalogue's form (levers.levers.catalogue)."""
+    rows = {RENAMED.get(r["variant"], r["variant"]): r for r in doc["rows"] if r.get("status") == "ok"}
+    ratio = lambda x, y: statistics.median(x) / statistics.median(y)  # noqa: E731
+    out = []
+    for lever, variant, baseline in CATALOGUE:
+        row, base = rows.get(variant), rows.get(baseline)
+        if row is None or base is None:
+            continue
+        a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
+        out.append({
+            "lever": lever, "levers": [lever], "workload": "zoo",
+            "shape": f"model={doc['rows'][0]['model']} {row['shape']}",
+            "baseline": baseline, "gpu": doc["gpu"], "torch": doc["torch"],
+            "commit": doc["commit"], "date": doc["date"], "status": "ok",
+            "tokens_per_s_ratio": ratio(a, b), "tokens_per_s_ratio_ci95": _bootstrap(a, b, ratio, rng),
+            "peak_allocated_delta_bytes": _peak_delta(row, base), "peak_reserved_delta_bytes": None,
+            "peak_allocated_delta_ci95": None, "error": None,
+        })
+    return {k: doc[k] for k in ("gpu", "torch", "commit", "date")} | {"rows": out}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="directory of moe.json")
@@ -196,7 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=None, help="start no row past this")
+    parser.add_argument("--catalogue-out", type=Path, default=None,
+                        help="also write the levers' rows to this directory's catalogue.json")
+    parser.add_argument("--catalogue-from", type=Path, default=None,
+                        help="write --catalogue-out from this moe.json and run nothing")
     args = parser.parse_args(argv)
+    if args.catalogue_from is not None:
+        if args.catalogue_out is None:
+            raise SystemExit("--catalogue-from needs --catalogue-out")
+        _write_catalogue(json.loads(args.catalogue_from.read_text(encoding="utf-8")), args.catalogue_out)
+        return 0
     if args.model not in zoo.MODELS:
         raise SystemExit(f"--model {args.model}: not a zoo model; models: {', '.join(zoo.MODELS)}")
     load_all()
@@ -226,7 +255,15 @@ def main(argv: list[str] | None = None) -> int:
         doc = {**meta, "rows": rows, "vs_baseline": ratios(rows, args.baseline, rng)}
         args.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out / "moe.json", json.dumps(doc, indent=2) + "\n")
+        if args.catalogue_out is not None:
+            _write_catalogue(doc, args.catalogue_out)
     return 0
+
+
+def _write_catalogue(doc: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = catalogue(doc, random.Random(0))
+    atomic_write_text(out / "catalogue.json", json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -46,16 +46,24 @@ def _gib(value: float | None) -> str:
 def describe(row: Any) -> str:
     if row.status != "ok":
         return f"FAILED ({row.error or 'no error recorded'}) at {row.workload} {row.shape}"
-    low, high = row.tokens_per_s_ratio_ci95 or (float("nan"), float("nan"))
     memory = _gib(row.peak_allocated_delta_bytes)
     if row.peak_allocated_delta_ci95 is not None:
         mlow, mhigh = row.peak_allocated_delta_ci95
         memory += f" [{mlow / GIB:+.1f}, {mhigh / GIB:+.1f}]"
-    return (
-        f"{row.tokens_per_s_ratio:.2f}x tokens/s [{low:.2f}, {high:.2f}] ({row.effect}), "
-        f"peak allocated {memory}, reserved {_gib(row.peak_reserved_delta_bytes)}; "
+    if row.tokens_per_s_ratio is None:
+        speed = "tokens/s not timed"
+    else:
+        low, high = row.tokens_per_s_ratio_ci95 or (float("nan"), float("nan"))
+        speed = f"{row.tokens_per_s_ratio:.2f}x tokens/s [{low:.2f}, {high:.2f}] ({row.effect})"
+    text = (
+        f"{speed}, peak allocated {memory}, reserved {_gib(row.peak_reserved_delta_bytes)}; "
         f"{row.workload} {row.shape} vs {row.baseline}"
     )
+    if row.quality:
+        text += f"; quality: {row.quality}"
+    if row.note:
+        text += f" ({row.note})"
+    return text
 
 
 def _provenance(row: Any) -> str:

@@ -16,6 +16,7 @@ _MODULES: tuple[str, ...] = (
     "sdpa_cudnn_backend",
     "sdpa_attention",
     "experts_grouped_mm",
+    "grouped_mm_autocast",
     "loss_valid_rows",
     "inplace_scatter",
     "windowed_peak_metric",

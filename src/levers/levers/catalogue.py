@@ -51,11 +51,20 @@ class Measurement:
     commit: str
     date: str
     error: str | None = None
+    # a numerics-changing lever's quality read ("held-out loss over 500 steps: ... PARITY")
+    quality: str | None = None
+    # what the row's reader must know (a step time that was not measured alone, say)
+    note: str | None = None
 
     @property
     def effect(self) -> str:
-        """"faster", "slower", "no effect" (CI95 holds 1) or "failed"."""
-        if self.status != "ok" or self.tokens_per_s_ratio_ci95 is None:
+        """"faster", "slower", "no effect" (CI95 holds 1), "not timed" (a memory or quality
+        row) or "failed"."""
+        if self.status != "ok":
+            return "failed"
+        if self.tokens_per_s_ratio is None:
+            return "not timed"
+        if self.tokens_per_s_ratio_ci95 is None:
             return "failed"
         low, high = self.tokens_per_s_ratio_ci95
         if low > 1.0:
@@ -169,6 +178,8 @@ def read_catalogue(explicit: str | os.PathLike | None = None) -> list[Measuremen
                     commit=row.get("commit", doc.get("commit", "?")),
                     date=row.get("date", doc.get("date", "?")),
                     error=row.get("error"),
+                    quality=row.get("quality"),
+                    note=row.get("note"),
                 )
             )
     return rows
