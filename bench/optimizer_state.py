@@ -35,6 +35,7 @@ Usage, from the repository root:
 
     python bench/optimizer_state.py --out bench/results/optimizer_state_h200        # the H200 run
     python bench/optimizer_state.py --quick --out /tmp/optimizer_state_quick         # CPU smoke
+    python bench/optimizer_state.py --device cpu --size tiny --out ...                # CPU read
     python bench/optimizer_state.py --levers adamw-8bit --out ...                     # one lever
 
 A run of the three variants at 1b is about 3 x (500 steps + torchao's first-step compile of a
@@ -83,9 +84,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--levers", default=",".join(LEVERS), help="levers to run (both)")
     parser.add_argument("--gpu-spec", default="h200", help="the GPU levers memory predicts for")
     parser.add_argument("--quick", action="store_true", help="CPU smoke: tiny, 3 steps, eager")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: a quality read without a GPU (torchao's update eager)")
     args = parser.parse_args(argv)
     if args.quick:
         args.size, args.steps, args.eval_every, args.warmup = "tiny", 3, 1, 1
+        args.device = "cpu"
     if args.steps < 2 or args.eval_every < 1 or not 0 <= args.warmup < args.steps:
         parser.error("need --steps >= 2, --eval-every >= 1 and 0 <= --warmup < --steps")
     return args
@@ -240,18 +244,18 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(levers_to_run) - set(LEVERS))
     if unknown:
         raise SystemExit(f"unknown lever(s) {', '.join(unknown)}; these are {', '.join(LEVERS)}")
-    if not args.quick and not torch.cuda.is_available():
-        raise SystemExit("needs a CUDA GPU (or --quick for the CPU smoke run)")
-    if args.quick:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU (or --device cpu, or --quick for the CPU smoke run)")
+    if args.device == "cpu":
         # torchao compiles its update per parameter shape at its first step: minutes on a CPU
         torch.compile = lambda fn, **kwargs: fn  # type: ignore[assignment]
-    device = "cpu" if args.quick else "cuda"
+    device = args.device
     params: dict[str, Any] = {"size": args.size, "device": device, "seed": args.seed}
     if args.batch_size is not None:
         params["batch_size"] = args.batch_size
     if args.seq_len is not None:
         params["seq_len"] = args.seq_len
-    gpu = "cpu" if args.quick else torch.cuda.get_device_name()
+    gpu = "cpu" if device == "cpu" else torch.cuda.get_device_name()
     try:
         torchao = importlib.metadata.version("torchao")
     except importlib.metadata.PackageNotFoundError:
