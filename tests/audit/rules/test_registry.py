@@ -19,6 +19,7 @@ FROZEN = {
     "DIST003": "fp32-gradient-allreduce",
     "DIST004": "unsharded-optimizer-state",
     "DTYPE001": "fp32-matmul",
+    "DTYPE002": "fp32-grouped-mm",
     "LOSS001": "loss-over-ignored-rows",
     "MEM001": "activations-without-checkpointing",
     "MEM002": "lifetime-peak-metric",

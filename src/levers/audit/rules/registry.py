@@ -47,6 +47,7 @@ RULE_MODULES = (
     "levers.audit.rules.mem002_lifetime_peak_metric",
     "levers.audit.rules.opt001_unfused_optimizer",
     "levers.audit.rules.dtype001_fp32_matmul",
+    "levers.audit.rules.dtype002_fp32_grouped_mm",
     "levers.audit.rules.elem001_memory_bound_elementwise",
     "levers.audit.rules.fuse001_unfused_swiglu",
     "levers.audit.rules.fuse002_unfused_rope",
