@@ -38,9 +38,9 @@ def _capture(autocast: bool):
     return capture_step(dataclasses.replace(workload, step=step), warmup=1, timed=0)
 
 
-def _findings(code: str, autocast: bool = True):
+def _findings(code: str, autocast: bool = True, assume_dtype: str | None = None):
     capture = _capture(autocast)
-    config = make_config(capture, target="h100", torch_version="2.11")
+    config = make_config(capture, target="h100", torch_version="2.11", assume_dtype=assume_dtype)
     return list(all_rules()[code].check(capture, config))
 
 
@@ -54,5 +54,9 @@ def test_fires_on_transformers_experts_in_fp32_under_autocast():
     assert {r.module for r in finding.receipts} == {"model.layers.*.mlp.experts"}
 
 
-def test_silent_without_autocast():
-    assert _findings("DTYPE002", autocast=False) == []
+def test_a_cpu_capture_in_fp32_is_judged_as_its_gpu_run_under_autocast():
+    (assumed,) = _findings("DTYPE002", autocast=False)  # the GPU run is assumed bf16 autocast
+    assert "would stay fp32 under the GPU run's bf16 autocast (assumed" in assumed.message
+    assert assumed.details["fp32_grouped_mm_flops"] == GROUPED_FLOPS
+    # declared to run in fp32 on the GPU too: fp32 by choice
+    assert _findings("DTYPE002", autocast=False, assume_dtype="fp32") == []

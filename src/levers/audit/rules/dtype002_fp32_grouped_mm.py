@@ -42,9 +42,9 @@ accumulation, as the step's other matmuls already do under autocast; check loss 
 ## Known problems
 The autocast state is the step's, not each op's: a grouped matmul run outside the autocast
 region of a step that enters it elsewhere is counted too; and the capture reads it when a module,
-a loss, attention or a norm is called, so an autocast region that calls none is not seen. A CPU capture without autocast is not
-flagged, though its GPU run under autocast with fp32 weights would be: capture under autocast
-(`torch.autocast("cpu", dtype=torch.bfloat16)`) to see it. The capture counts no FLOPs for the
+a loss, attention or a norm is called, so an autocast region that calls none is not seen. A CPU
+capture that ran in fp32 is judged as its GPU run under the assumed autocast (`--assume-dtype`,
+bf16 by default; `fp32` says the GPU run has none). The capture counts no FLOPs for the
 `grouped_mm_fallback` custom op; they are counted here from its operands' shapes (its backward
 as two grouped matmuls). Whether the grouped kernel uses TF32 for fp32 when TF32 is allowed is
 not checked: the fp32 part is priced with TF32 when it is allowed, the smaller saving.
@@ -131,6 +131,11 @@ def _device_type(op: OpRecord) -> str:
 @rule(CODE, NAME, severity="high", fix_safety=CHANGES_NUMERICS, levers=("grouped-mm-autocast",))
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     autocast = _autocast_dtypes(capture)
+    # a CPU capture that ran in fp32: its GPU run is assumed to autocast (--assume-dtype), and
+    # autocast would leave the grouped matmuls as they are here
+    assumed = not autocast and not config.on_gpu and config.assumed_dtype in LOW_PRECISION
+    if assumed:
+        autocast = {"cpu": config.assumed_dtype}
     # no low-precision autocast: the step computes in fp32 by choice, grouped matmuls included
     if not autocast:
         return
@@ -153,7 +158,9 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # too little work to matter, or a small part of a step dominated by other work
     if flops < MIN_FLOPS or flops < MIN_SHARE * step_flops:
         return
-    yield _finding(fp32, flops, step_flops, autocast[_device_type(fp32[0])], capture, config)
+    yield _finding(
+        fp32, flops, step_flops, autocast[_device_type(fp32[0])], capture, config, assumed
+    )
 
 
 def _sources(fp32: list[OpRecord], capture: Capture) -> dict[int, SourceLoc | None]:
@@ -184,6 +191,7 @@ def _finding(
     autocast_dtype: str,
     capture: Capture,
     config: RuleConfig,
+    assumed: bool,
 ) -> Finding:
     sources = _sources(fp32, capture)
     groups = group_by_source(fp32, lambda op: sources[op.index])
@@ -224,8 +232,14 @@ def _finding(
     return registered(CODE).finding(
         message=(
             f"{num_matmuls} grouped matmuls per step ({flops / 1e12:.3g} TFLOP, "
-            f"{flops / step_flops:.0%} of the step's FLOPs) run in fp32 under {low} autocast: "
-            f"autocast does not cast {uncast}, so with fp32 weights the experts run in "
+            f"{flops / step_flops:.0%} of the step's FLOPs) "
+            + (
+                f"ran in fp32 on this CPU and would stay fp32 under the GPU run's {low} autocast "
+                "(assumed; --assume-dtype fp32 if it runs without autocast): "
+                if assumed
+                else f"run in fp32 under {low} autocast: "
+            )
+            + f"autocast does not cast {uncast}, so with fp32 weights the experts run in "
             f"fp32 on {config.gpu.title}: {config.gpu.fp32_tflops:g} TFLOP/s fp32 against "
             f"{config.gpu.peak_flops(autocast_dtype) / 1e12:g} dense {low}."
         ),

@@ -8,6 +8,7 @@ are 1.61 GFLOP."""
 # (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
 
 import torch
+from audit_helpers import relabel_as_gpu
 
 from levers import Workload
 
@@ -22,7 +23,7 @@ class Experts(torch.nn.Module):
         self.grouped_mm = grouped_mm
 
     def forward(self, x, offs):
-        h = self.grouped_mm(x.to(self.gate_up.dtype), self.gate_up, offs=offs)  # mark: fire_bf16_autocast fire_fp16_autocast
+        h = self.grouped_mm(x.to(self.gate_up.dtype), self.gate_up, offs=offs)  # mark: fire_bf16_autocast fire_fp16_autocast fire_assumed_autocast
         return self.grouped_mm(torch.relu(h).to(self.down.dtype), self.down, offs=offs)
 
 
@@ -90,8 +91,19 @@ def ok_bf16_weights():
     return _workload(dtype=torch.bfloat16)
 
 
-def ok_no_autocast():
-    # the whole step in fp32 by choice, not grouped matmuls that autocast skipped
+def fire_assumed_autocast():
+    # a CPU capture in fp32: its GPU run is assumed to autocast to bf16, which would leave the
+    # grouped matmuls in fp32
+    return _workload(autocast=None)
+
+
+def ok_no_autocast_declared():
+    # the GPU run is declared fp32 (--assume-dtype fp32): fp32 by choice, grouped matmuls included
+    return _workload(autocast=None)
+
+
+def ok_no_autocast_on_gpu():
+    # a GPU capture without autocast: fp32 by choice
     return _workload(autocast=None)
 
 
@@ -104,3 +116,6 @@ def ok_tiny_share():
     # 640 tokens: 1.01 GFLOP of grouped matmuls next to an fp32 head's 10.1 GFLOP (9%)
     return _workload(tokens=640, vocab=10240)
 
+
+CONFIG = {"ok_no_autocast_declared": {"assume_dtype": "fp32"}}
+TRANSFORM = {"ok_no_autocast_on_gpu": relabel_as_gpu}
