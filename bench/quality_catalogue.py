@@ -7,8 +7,9 @@ per lever (:mod:`levers.levers.catalogue`) with its quality read and memory chan
 times are left out ("tokens/s not timed") when the run that made them shared the GPU, which
 ``--contended`` says.
 
-    python bench/quality_catalogue.py --out bench/results/levers_catalogue_quality_h200 --contended \
+    python bench/quality_catalogue.py --out bench/results/levers_catalogue_quality --contended \
         --optimizer-state bench/results/optimizer_state_h200/bf16_optimizer_state.json \
+        --optimizer-state bench/results/optimizer_state_cpu/optimizer_state.json \
         --ab float8=bench/results/float8_quality_h200/ab.json
 """
 
@@ -25,11 +26,21 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from levers.output.atomic import atomic_write_text  # noqa: E402
 
-CONTENDED = "its step time was taken beside other jobs on the GPU and is not shown"
+CONTENDED = "its step time was taken beside other jobs on the machine and is not shown"
 
 
 def _read(difference: float, low: float, high: float, verdict: str, what: str) -> str:
     return f"{what}: {difference:+.1e} [{low:+.1e}, {high:+.1e}] {verdict}"
+
+
+def _change(delta: float, whole: float) -> str:
+    """``-50.0% (-3.55 GiB)``; MiB under a GiB."""
+    unit, scale = ("GiB", 2**30) if abs(delta) >= 2**30 else ("MiB", 2**20)
+    return f"{delta / whole:+.1%} ({delta / scale:+.2f} {unit})"
+
+
+def _difference(value: float | None, base: float | None) -> float | None:
+    return None if value is None or base is None else value - base  # None: a CPU run
 
 
 def optimizer_state_rows(doc: dict[str, Any], contended: bool) -> list[dict[str, Any]]:
@@ -44,9 +55,10 @@ def optimizer_state_rows(doc: dict[str, Any], contended: bool) -> list[dict[str,
         low, high = final["ci95"]
         quality = _read(final["difference"], low, high, final["verdict"],
                         f"held-out loss after {meta['steps']} steps vs fp32 AdamW")
+        moments = base["state_moment_bytes"]
         quality += (f" (every {meta['eval_every']} steps: {verdicts}); optimizer moments "
-                    f"{paired['state_moment_bytes_vs_fp32'] / 2**30:+.2f} GiB, "
-                    f"levers memory predicted {paired['predicted_delta_state_bytes'] / 2**30:+.2f} GiB")
+                    f"{_change(paired['state_moment_bytes_vs_fp32'], moments)}, levers memory "
+                    f"predicted {_change(paired['predicted_delta_state_bytes'], moments)}")
         out.append({
             "lever": lever, "levers": [lever], "workload": meta["workload"],
             "shape": " ".join(f"{k}={v}" for k, v in meta["params"].items() if k != "device"),
@@ -54,7 +66,8 @@ def optimizer_state_rows(doc: dict[str, Any], contended: bool) -> list[dict[str,
             "commit": meta["commit"], "date": meta["date"], "status": "ok",
             "tokens_per_s_ratio": None if contended else paired["step_ms_ratio_vs_fp32"] ** -1,
             "tokens_per_s_ratio_ci95": None,
-            "peak_allocated_delta_bytes": rows[lever]["peak_allocated_bytes"] - base["peak_allocated_bytes"],
+            "peak_allocated_delta_bytes": _difference(rows[lever]["peak_allocated_bytes"],
+                                                      base["peak_allocated_bytes"]),
             "peak_reserved_delta_bytes": None, "peak_allocated_delta_ci95": None, "error": None,
             "quality": quality, "note": CONTENDED if contended else None,
         })
