@@ -79,32 +79,35 @@ def _match(
 
 
 def kernel_ops(
-    launched_by: Sequence[int | None], alignment: Alignment
+    launched_by: Sequence[int | None], alignment: Alignment, is_view: Sequence[bool]
 ) -> tuple[list[int | None], int]:
     """The content op of each kernel, from the timed op event that launched it (None: launched
     outside every op event), and how many kernels went to a neighbour: a kernel of an op event
-    that no content op aligned with goes to the nearest aligned event before it (after it, at
-    the start of the step), so no device time is lost."""
+    that no content op aligned with goes to the nearest aligned op before it that is not a
+    view (``is_view``, per content op: a view launches nothing), after it when there is none,
+    so no device time is lost."""
     content_of_timed = alignment.content_of_timed
-    nearest: list[int | None] = list(content_of_timed)
+    hosts = [
+        None if index is None or is_view[index] else index for index in content_of_timed
+    ]
+    nearest: list[int | None] = []
     previous = None
-    for position, index in enumerate(content_of_timed):
-        if index is None:
-            nearest[position] = previous
-        else:
-            previous = index
+    for host in hosts:
+        previous = host if host is not None else previous
+        nearest.append(previous)
     following = None
-    for position in range(len(content_of_timed) - 1, -1, -1):
-        if content_of_timed[position] is not None:
-            following = content_of_timed[position]
-        elif nearest[position] is None:
+    for position in range(len(hosts) - 1, -1, -1):
+        following = hosts[position] if hosts[position] is not None else following
+        if nearest[position] is None:
             nearest[position] = following
     ops: list[int | None] = []
     num_to_neighbour = 0
     for position in launched_by:
         if position is None:
             ops.append(None)
-            continue
-        ops.append(nearest[position])
-        num_to_neighbour += content_of_timed[position] is None
+        elif content_of_timed[position] is not None:
+            ops.append(content_of_timed[position])
+        else:
+            ops.append(nearest[position])
+            num_to_neighbour += 1
     return ops, num_to_neighbour

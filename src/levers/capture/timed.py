@@ -232,7 +232,9 @@ def join_passes(content: Capture, timed: TimedStep) -> Capture:
 
     op_of_correlation = timed.ops.op_of_correlation
     launched_by = [op_of_correlation.get(e.correlation_id) for e in timed.device_events]
-    op_indices, num_to_neighbour = kernel_ops(launched_by, alignment)
+    op_indices, num_to_neighbour = kernel_ops(
+        launched_by, alignment, [op.is_view for op in ops]
+    )
     device_us, kernels = gpu.kernel_records(list(timed.device_events), op_indices)
     end_ns = {
         index: timed.ops.ops[position].end_ns
