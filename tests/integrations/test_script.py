@@ -20,9 +20,11 @@ def test_audit_of_a_plain_loop_finds_its_habits_at_its_own_lines(tmp_path, capsy
     out = capsys.readouterr().out
     assert code == 0
     # the script's own output, up to the captured step (warm-up 2: steps 0 and 1 print; the
-    # captured step is step 1's print, zero_grad, step 2's batch, forward, backward, optimizer)
+    # recorded step is step 1's print, zero_grad, step 2's batch, forward, backward, optimizer;
+    # the timed step after it runs step 2's print to step 3's optimizer)
     assert "training 132032 parameters on cpu" in out
-    assert "step 0 loss" in out and "step 1 loss" in out and "step 2 loss" not in out
+    assert "step 0 loss" in out and "step 1 loss" in out and "step 2 loss" in out
+    assert "step 3 loss" not in out
     assert "done" not in out.splitlines()  # levers stopped the script after the capture
     # no `levers ab train_loop.py` (it would import the script, run its training, then refuse
     # it: no factory); what works for a script instead
