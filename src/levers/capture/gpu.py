@@ -142,7 +142,7 @@ def _join_raw(events: Any) -> ProfiledOps:
     ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> [(start_ns, end_ns, index)]
     launchers: dict[int, tuple[int, int]] = {}  # correlation id -> (thread, start_ns)
     end_ns: dict[int, int] = {}
-    device_events = []
+    raw_device = []
     for e in events:
         name = e.name()
         if name in _MEMORY_EVENTS:
@@ -151,7 +151,7 @@ def _join_raw(events: Any) -> ProfiledOps:
             # the profiler mirrors each CPU range on the device timeline ("gpu_user_annotation"):
             # a span, not a kernel
             if not _is_annotation(e):
-                device_events.append(e)
+                raw_device.append(e)
             continue
         if e.linked_correlation_id() != 0:
             continue  # a runtime call (cudaLaunchKernel): its op is found through the kernel
@@ -165,11 +165,8 @@ def _join_raw(events: Any) -> ProfiledOps:
         spans.sort()
     starts = {thread: [s[0] for s in spans] for thread, spans in ranges.items()}
 
-    per_op_us: dict[int, float] = {}
-    kernels: list[KernelRecord] = []
-    first_ns = min((e.start_ns() for e in device_events), default=0)
-    for e in device_events:
-        dur_us = (e.end_ns() - e.start_ns()) / 1000.0
+    op_indices: list[int | None] = []
+    for e in raw_device:
         index = None
         launcher = launchers.get(e.linked_correlation_id())
         if launcher is not None and launcher[0] in ranges:
@@ -179,16 +176,12 @@ def _join_raw(events: Any) -> ProfiledOps:
                 range_start_ns, range_end_ns, candidate = ranges[thread][pos]
                 if range_start_ns <= t_ns <= range_end_ns:
                     index = candidate
-        if index is not None:
-            per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
-        kernels.append(
-            KernelRecord(
-                name=e.name(),
-                device_us=dur_us,
-                op_index=index,
-                start_us=(e.start_ns() - first_ns) / 1000.0,
-            )
-        )
+        op_indices.append(index)
+    per_op_us, kernels = kernel_records(
+        [DeviceEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id())
+         for e in raw_device],
+        op_indices,
+    )
     return ProfiledOps(device_us=per_op_us, kernels=kernels, end_ns=end_ns)
 
 
@@ -223,13 +216,7 @@ def kernel_records(
 
 def summed_kernel_us(prof: profile) -> float:
     """Total device time of every kernel (and copy) a profiled region ran, in microseconds."""
-    return sum(
-        (e.end_ns() - e.start_ns()) / 1000.0
-        for e in prof.profiler.kineto_results.events()
-        if e.device_type() != DeviceType.CPU
-        and e.name() not in _MEMORY_EVENTS
-        and not _is_annotation(e)
-    )
+    return sum((e.end_ns - e.start_ns) / 1000.0 for e in device_events(prof))
 
 
 def _is_annotation(event: Any) -> bool:
