@@ -48,6 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from levers import Workload
 from levers.capture import capture_step, gpu, step as capture_step_module
 from levers.capture.step import MODES
+from levers.capture.timed import TimedPass
 from levers.environment import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
@@ -63,23 +64,29 @@ def _capture_one(workload: Workload, mode: str | None = None) -> Any:
 
 
 @contextlib.contextmanager
-def _timing_join(join_s: list[float]) -> Any:
-    """Append the wall time of every two-pass join to ``join_s`` (the post-processing the
-    timed pass adds to the content pass's)."""
-    join = capture_step_module.join_passes
+def _timing_post(stop_s: list[float], join_s: list[float]) -> Any:
+    """Append the wall time of every timed pass's stop (the profiler ended, its events read)
+    to ``stop_s`` and of every join of the two passes to ``join_s``: the post-processing the
+    timed pass adds to the content pass's."""
+    join, stop = capture_step_module.join_passes, TimedPass.stop
 
-    def timed_join(*args: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return join(*args)
-        finally:
-            join_s.append(time.perf_counter() - t0)
+    def timed(function: Callable[..., Any], into: list[float]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                into.append(time.perf_counter() - t0)
 
-    capture_step_module.join_passes = timed_join
+        return run
+
+    capture_step_module.join_passes = timed(join, join_s)
+    TimedPass.stop = timed(stop, stop_s)
     try:
         yield
     finally:
         capture_step_module.join_passes = join
+        TimedPass.stop = stop
 
 
 def _sync(device: torch.device) -> None:
@@ -233,6 +240,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
         "step_only_s": [],  # the captured step alone, as the capture timed it
         "captured_cpu_s": [],  # capture_step end to end
         "step_only_cpu_s": [],  # the captured step alone (the last step capture_step ran)
+        "stop_s": [],  # two passes: ending the profiler and reading the timed pass's events
         "join_s": [],  # two passes: joining the timed pass to the content pass
         "coverage": [],
         "num_kernels_to_neighbour": [],
@@ -259,7 +267,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
             t0, c0 = time.perf_counter(), time.process_time()
             workload.step = cpu_timed_step
             try:
-                with _timing_join(figures["join_s"]):
+                with _timing_post(figures["stop_s"], figures["join_s"]):
                     capture = _capture_one(workload, mode)
             finally:
                 workload.step = step
@@ -309,6 +317,7 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
             / max(num_ops, 1) * 1e6,
             "per_op_cpu_us": (captured_cpu["median_s"] - plain_cpu["median_s"])
             / max(num_ops, 1) * 1e6,
+            "timed_pass_stop": _summary(figures["stop_s"]),
             "join": _summary(figures["join_s"]),
             "coverage": min(figures["coverage"], default=None),
             "num_kernels_to_neighbour": max(figures["num_kernels_to_neighbour"], default=None),
@@ -571,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"end to end={row['captured']['median_s'] * 1e3:8.2f} ms "
                 f"({row['overhead_ratio']:.2f}x) cpu time/op: step {row['per_op_step_cpu_us']:.1f} "
                 f"us, end to end {row['per_op_cpu_us']:.1f} us"
-                + (f" join={join['median_s'] * 1e3:.0f} ms coverage={row['coverage']:.3f}"
+                + (f" stop={row['timed_pass_stop']['median_s'] * 1e3:.0f} ms "
+                   f"join={join['median_s'] * 1e3:.0f} ms coverage={row['coverage']:.3f}"
                    if join else "")
                 + f" [{time.perf_counter() - t0:.0f} s]",
                 file=sys.stderr,

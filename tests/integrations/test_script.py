@@ -159,3 +159,21 @@ def test_memory_of_a_script_reports_the_captured_peak_and_what_it_cannot_predict
 def test_memory_without_a_workload_or_script_says_what_to_give(capsys):
     assert main(["memory"]) == 2
     assert "needs a WORKLOAD" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("num_steps, mode, reason", [
+    (10, "two-pass", None),  # the step after the recorded one is timed
+    (3, "one-pass", "the run ended after the recorded step: no step was left to time"),
+])
+def test_a_script_is_captured_in_two_passes_when_a_step_is_left_to_time(
+    capsys, num_steps, mode, reason
+):
+    from levers.integrations.script import ScriptCommand, run_script
+
+    command = ScriptCommand(target=str(LOOP), is_module=False, args=("--steps", str(num_steps)))
+    run = run_script(command, warmup=2, timed=0)
+    capsys.readouterr()
+    assert run.capture is not None and run.exit_code == 0
+    assert (run.capture.passes.mode, run.capture.passes.reason) == (mode, reason)
+    if mode == "two-pass":
+        assert run.capture.passes.coverage >= 0.9

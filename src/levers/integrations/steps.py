@@ -10,9 +10,9 @@ step, and a second optimizer (a GAN's) falls inside the captured step instead of
 The captured step runs from the post hook of one primary step to the post hook of the next:
 zero_grad, data loading, forward, backward and the optimizer. In the two-pass mode (the
 default, :mod:`levers.capture.timed`) the step after it, to the next post hook, is the timed
-pass; a run that ends before that step has a one-pass capture of the recorded step. Lightning calls the forward and
-backward from a closure inside ``optimizer.step(closure)``: the closure is wrapped so that its
-ops are labelled forward and backward, not optimizer.
+pass; a run that ends before that step has a one-pass capture of the recorded step. Lightning
+calls the forward and backward from a closure inside ``optimizer.step(closure)``: the closure
+is wrapped so that its ops are labelled forward and backward, not optimizer.
 
 The model is the smallest ``nn.Module`` whose parameters cover the parameters of every optimizer
 seen before the capture (found among the live objects), unless the caller names it. When more
@@ -65,7 +65,7 @@ def _optimizer_names(optimizers: list[torch.optim.Optimizer]) -> dict[int, str]:
     return names
 
 
-def _one_pass(capture: Capture, reason: str) -> Capture:
+def _with_reason(capture: Capture, reason: str) -> Capture:
     assert capture.passes is not None
     return dataclasses.replace(
         capture, passes=dataclasses.replace(capture.passes, reason=reason)
@@ -195,7 +195,7 @@ class StepWatcher:
             self._timed.abort()
             self._timed = None
             assert self._recorded is not None
-            self.capture = self._with_params(_one_pass(
+            self.capture = self._with_params(_with_reason(
                 self._recorded, "the run ended after the recorded step: no step was left to time"
             ))
 
