@@ -9,8 +9,9 @@ alternates plain, profiled-plain and captured steps, one per capture mode asked 
 all alike. One JSON row per shape and mode goes to ``OUT_DIR/capture_overhead.jsonl``: commit,
 torch version, device and GPU name, shapes, the mode, the median and p10/p90 of each kind of
 step, the number of ops, the overhead ratios, the host cost per op and, for two passes, the
-alignment's coverage and the time to join the passes. ``--cprofile`` also writes one cProfile of a captured step per
-shape (``OUT_DIR/capture_profile_<shape>.txt``), to see where the host time goes.
+alignment's coverage and the time to end the timed pass and join the passes. ``--cprofile``
+also writes one cProfile of a captured step per shape (``OUT_DIR/capture_profile_<shape>.txt``),
+to see where the host time goes.
 
 Shapes (``--shape``, default all three):
     llama-1b      the built-in ``hf`` llama at size=1b: batch 4, seq 2048, bf16 autocast, fused AdamW

@@ -40,32 +40,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from levers.capture import capture_step
+from levers.capture.timed import decomposes
 from levers.environment import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
-
-_has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-_decomposes: dict[str, bool] = {}
-
-
-def decomposes(name: str) -> bool:
-    """Whether aten op ``name`` ("aten::linear") runs as other ops above the Python key."""
-    known = _decomposes.get(name)
-    if known is None:
-        # the profiler names the op without its overload: the default one where there is one,
-        # else any overload but the out= variants (an approximation)
-        packet = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
-        overloads = packet.overloads() if packet is not None else []
-        if "default" in overloads:
-            names = [name]
-        else:
-            names = [f"{name}.{o}" for o in overloads if not o.startswith("out")]
-        try:
-            known = any(_has_kernel(n, "CompositeImplicitAutograd") for n in names)
-        except RuntimeError:  # not an operator the dispatcher knows
-            known = False
-        _decomposes[name] = known
-    return known
 
 
 def mode_ops(roots: list[Any]) -> list[Any]:

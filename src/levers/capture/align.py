@@ -5,9 +5,9 @@ The two passes run two consecutive steps, and their op streams differ in known w
 op recorder gradients accumulate out of place (``add`` where the plain step runs ``add_``), the
 recorder's step adds ``detach`` calls, and ``reshape`` becomes ``view`` (``_reshape_alias``
 without it). A key is an op's name without namespace, overload or in-place underscore, with
-those aliases folded, and the shapes of its tensor inputs (0-d ones left out). The streams are aligned on these keys
-in order (``difflib``), then the gaps between aligned runs once more on the names alone (shapes
-that changed between the steps: a dynamic batch).
+those aliases folded, and the shapes of its tensor inputs (0-d ones left out). The streams are
+aligned on these keys in order (``difflib``), then the gaps between aligned runs once more on
+the names alone (shapes that changed between the steps: a dynamic batch).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from torch._C._profiler import _EventType
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from levers.capture.records import KernelRecord
+from levers.capture.records import KernelRecord, MemoryStats
 
 _PREFIX = "levers#"
 _MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")  # allocator events, not kernels or ops
@@ -42,6 +42,21 @@ def indexed(device: torch.device) -> torch.device:
     return torch.device(device.type, torch.cuda.current_device())
 
 
+def allocator_memory(
+    device: torch.device, start_bytes: int, peak_op: int | None = None
+) -> MemoryStats:
+    """The caching allocator's figures of a step that started with ``start_bytes`` allocated
+    (its peaks reset then)."""
+    return MemoryStats(
+        source="cuda-allocator",
+        start_bytes=start_bytes,
+        peak_bytes=torch.cuda.max_memory_allocated(device),
+        end_bytes=torch.cuda.memory_allocated(device),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+        peak_op=peak_op,
+    )
+
+
 def range_marker() -> Callable[[int], Any]:
     """A factory of cheap profiler ranges, one per op index."""
     fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
@@ -57,7 +72,9 @@ def kernel_profiler() -> profile:
 def timed_profiler(on_cuda: bool) -> profile:
     """The timed pass's profiler: op events with their input shapes (to align them with the
     recorded ops) and, on a GPU, the kernels and the allocator's events."""
-    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
+    activities = [ProfilerActivity.CPU]
+    if on_cuda:
+        activities.append(ProfilerActivity.CUDA)
     return profile(activities=activities, record_shapes=True, profile_memory=on_cuda)
 
 

@@ -186,7 +186,7 @@ class CapturePasses:
     num_timed_ops: int | None = None  # op events the profiler saw in the timed pass
     num_aligned_ops: int | None = None  # content ops aligned with a timed op event
     coverage: float | None = None  # num_aligned_ops over the content pass's ops
-    num_kernels_to_neighbour: int = 0  # kernels of an unaligned op, joined to the nearest aligned one
+    num_kernels_to_neighbour: int = 0  # kernels of unaligned op events, given to an aligned op
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,9 @@ def capture_step(
     except BaseException:
         capture.abort()
         raise
-    content = capture.stop(step_s=step_s, returned=returned, reason="the one-pass mode was asked for")
+    content = capture.stop(
+        step_s=step_s, returned=returned, reason="the one-pass mode was asked for"
+    )
     if mode == "one-pass":
         return content
     timed_pass = TimedPass(workload.device)
@@ -357,14 +359,7 @@ class StepCapture:
                 self._profiler, gpu.indexed(device), joined.end_ns, recorder.num_ops, self._start_bytes
             )
             ops = recorder.build_ops(device_us=joined.device_us, live_bytes=live_bytes)
-            memory = MemoryStats(
-                source="cuda-allocator",
-                start_bytes=self._start_bytes,
-                peak_bytes=torch.cuda.max_memory_allocated(device),
-                end_bytes=torch.cuda.memory_allocated(device),
-                peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
-                peak_op=peak_op(ops),
-            )
+            memory = gpu.allocator_memory(device, self._start_bytes, peak_op(ops))
         else:
             assert self._live is not None
             kernels = []

@@ -60,7 +60,8 @@ class TimedOps:
     """The timed step's ops in the order they started, and which op each event belongs to."""
 
     ops: tuple[OpEvent, ...]
-    op_of_correlation: dict[int, int]  # correlation id of an op event or one below it -> position
+    # correlation id of an op event or one below it -> position (empty when kernels were not asked)
+    op_of_correlation: dict[int, int]
 
 
 def decomposes(name: str) -> bool:
@@ -85,10 +86,11 @@ def decomposes(name: str) -> bool:
     return known
 
 
-def timed_ops(prof: Any) -> TimedOps:
-    """The ops a dispatch mode would have recorded in the profiled step, in order."""
+def timed_ops(prof: Any, *, kernels: bool) -> TimedOps:
+    """The ops a dispatch mode would have recorded in the profiled step, in order; with
+    ``kernels``, the correlation ids that join kernels to them (a walk of every event below)."""
     torch_op = _EventType.TorchOp
-    found: list[tuple[int, Any, list[int]]] = []  # (start_ns, event, correlation ids below it)
+    found: list[tuple[int, Any, Any]] = []  # (start_ns, event, correlation ids below it)
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         event = stack.pop()
@@ -97,7 +99,9 @@ def timed_ops(prof: Any) -> TimedOps:
         match = _OPERATOR.match(event.name)
         if match is not None and match.group(1) not in _NOT_OPS:
             if not decomposes(event.name):
-                found.append((event.start_time_ns, event, _correlation_ids(event)))
+                found.append(
+                    (event.start_time_ns, event, _correlation_ids(event) if kernels else ())
+                )
                 continue
         stack.extend(event.children)
     found.sort(key=lambda item: item[0])
@@ -181,22 +185,14 @@ class TimedPass:
         step_s = time.perf_counter() - self._t0
         prof, self._profiler = self._profiler, None
         prof.__exit__(None, None, None)
-        memory = None
-        if device.type == "cuda":
-            memory = MemoryStats(
-                source="cuda-allocator",
-                start_bytes=self._start_bytes,
-                peak_bytes=torch.cuda.max_memory_allocated(device),
-                end_bytes=torch.cuda.memory_allocated(device),
-                peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
-            )
+        on_cuda = device.type == "cuda"
         return TimedStep(
             device=device,
             step_s=step_s,
-            ops=timed_ops(prof),
-            device_events=tuple(gpu.device_events(prof)) if memory is not None else (),
+            ops=timed_ops(prof, kernels=on_cuda),
+            device_events=tuple(gpu.device_events(prof)) if on_cuda else (),
             profiler=prof,
-            memory=memory,
+            memory=gpu.allocator_memory(device, self._start_bytes) if on_cuda else None,
         )
 
 
