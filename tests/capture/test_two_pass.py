@@ -156,6 +156,25 @@ def test_known_stream_differences_align():
     assert op_name_key("aten.add_.Tensor") == op_name_key("aten::add") == "add"
 
 
+def test_a_step_whose_batch_changes_still_aligns():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = [4, 6, 4]  # warm-up, the recorded step, the timed step
+
+    def step() -> None:
+        loss = model(torch.randn(batches.pop(0), 8)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    capture = capture_step(Workload(model=model, step=step, optimizer=opt, name="dyn"),
+                           warmup=1, timed=0, mode="two-pass")
+    assert capture.passes.mode == "two-pass" and capture.passes.coverage >= 0.9
+    first_linear = next(op for op in capture.ops if op.name == "aten.addmm.default")
+    assert first_linear.inputs[1].shape == (6, 8)  # the recorded step's batch
+
+
 def test_kernels_join_through_the_alignment():
     # timed op events 0..4; event 2 did not align, content op 1 is a view
     alignment = Alignment(content_of_timed=(0, 1, None, 3, None))
