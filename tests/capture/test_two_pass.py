@@ -8,15 +8,16 @@ import importlib
 import pytest
 import torch
 from torch.nn.modules.module import _global_forward_pre_hooks
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import fixture_models
 from levers.capture import capture_step, gpu
 from levers.capture.align import Alignment, align, kernel_ops, op_name_key
 from levers.capture.json_io import read_capture, write_capture
-from levers.capture.records import Capture
+from levers.capture.records import Capture, MemoryStats, peak_op
 from levers.capture.step import capture_mode
-from levers.capture.timed import MIN_COVERAGE
+from levers.capture.timed import MIN_COVERAGE, TimedStep, join_passes, timed_ops
 from levers.workload import Workload
 
 
@@ -192,6 +193,42 @@ def test_kernels_join_through_the_alignment():
     assert device_us == {0: 0.5 + 1.0 + 1.5 + 3.5, 3: 2.0 + 3.0}
     # every kernel's time is kept: the ops' and the unjoined ones' add up to all of it
     assert sum(device_us.values()) + kernels[4].device_us == sum(k.device_us for k in kernels)
+
+
+def test_the_device_join_on_a_cpu_profile_with_planted_kernels():
+    """join_passes as on a GPU, over a real CPU profile: one planted kernel per timed op event
+    (named by the event's own correlation id) and one launched outside every op."""
+    workload = fixture_models.linear()
+    workload.step()
+    content = capture_step(workload, warmup=0, timed=0, ran_before=True, mode="one-pass")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 profile_memory=True) as prof:
+        workload.step()
+    ops = timed_ops(prof, kernels=True)
+    own_id: dict[int, int] = {}  # position -> the event's own correlation id (the smallest)
+    for correlation_id, position in ops.op_of_correlation.items():
+        own_id[position] = min(correlation_id, own_id.get(position, correlation_id))
+    planted = [gpu.DeviceEvent(f"k{p}", 1000 * p, 1000 * p + 10 * (p + 1), own_id[p])
+               for p in range(len(ops.ops))]
+    planted.append(gpu.DeviceEvent("outside", 10**7, 10**7 + 5, 0))
+    memory = MemoryStats(source="cuda-allocator", start_bytes=100, peak_bytes=10**6,
+                         end_bytes=100)
+    timed = TimedStep(device=torch.device("cpu"), step_s=0.001, ops=ops,
+                      device_events=tuple(planted), profiler=prof, memory=memory)
+    joined = join_passes(content, timed)
+    alignment = align([(op.name, tuple(m.shape for m in op.inputs)) for op in content.ops],
+                      [(e.name, e.input_shapes) for e in ops.ops])
+    assert joined.passes.mode == "two-pass" and joined.passes.num_kernels_to_neighbour == 0
+    assert joined.timing.captured_step_s == 0.001
+    assert [k.name for k in joined.kernels] == [k.name for k in planted]
+    assert joined.kernels[-1].op_index is None
+    expected = {index: (10 * (p + 1)) / 1000.0
+                for p, index in enumerate(alignment.content_of_timed) if index is not None}
+    assert len(expected) >= 0.9 * len(content.ops)
+    assert {op.index: op.device_us for op in joined.ops if op.device_us} == expected
+    assert all(op.live_bytes is not None for op in joined.ops)
+    assert joined.memory.peak_op == peak_op(joined.ops)
+    assert joined.memory.start_bytes == 100 and joined.memory.source == "cuda-allocator"
 
 
 def test_an_unaligned_event_before_every_aligned_op_joins_the_next_one():

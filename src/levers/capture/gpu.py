@@ -37,7 +37,7 @@ def synchronize(device: torch.device) -> None:
 
 def indexed(device: torch.device) -> torch.device:
     """``cuda`` as ``cuda:N``, the form the profiler's allocator events carry."""
-    if device.index is not None:
+    if device.index is not None or device.type != "cuda":
         return device
     return torch.device(device.type, torch.cuda.current_device())
 
