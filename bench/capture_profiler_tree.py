@@ -4,7 +4,7 @@ Issue 23's design records the captured step with the profiler alone. This script
 far the profiler's own record of a step is from the op list the capture's ``TorchDispatchMode``
 records today, on any workload and on the CPU:
 
-1. capture the step as levers does (``capture_step``), keeping its op names;
+1. capture the step as levers does in one pass (``capture_step(mode="one-pass")``), keeping its op names;
 2. run one more step under ``torch.profiler`` (CPU activity, shapes and memory; no dispatch
    mode, no function mode) and walk the C++ event tree
    (``kineto_results.experimental_event_tree()``, not ``prof.events()``);
@@ -107,7 +107,7 @@ def compare(spec: str, sets: list[str]) -> dict[str, Any]:
     workload = load_workload(spec, parse_set(sets))
     for _ in range(2):
         workload.step()
-    ops = capture_step(workload, warmup=0, timed=0, ran_before=True).ops
+    ops = capture_step(workload, warmup=0, timed=0, ran_before=True, mode="one-pass").ops
     captured = [".".join(op.name.split(".")[:2]) for op in ops]
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  profile_memory=True, with_stack=True) as prof:
