@@ -4,7 +4,7 @@ Issue 23's design records the captured step with the profiler alone. This script
 far the profiler's own record of a step is from the op list the capture's ``TorchDispatchMode``
 records today, on any workload and on the CPU:
 
-1. capture the step as levers does in one pass (``capture_step(mode="one-pass")``), keeping its op names;
+1. capture the step as levers does in one pass (``mode="one-pass"``), keeping its op names;
 2. run one more step under ``torch.profiler`` (CPU activity, shapes and memory; no dispatch
    mode, no function mode) and walk the C++ event tree
    (``kineto_results.experimental_event_tree()``, not ``prof.events()``);
