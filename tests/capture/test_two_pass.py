@@ -181,10 +181,15 @@ def test_kernels_join_through_the_alignment():
     alignment = Alignment(content_of_timed=(0, 1, None, 3, None))
     is_view = [False, True, False, False]
     launched_by = [0, 2, 2, 3, None, 4, 0]  # the op event that launched each kernel
-    ops, num_to_neighbour = kernel_ops(launched_by, alignment, is_view)
+    ops, num_to_neighbour = kernel_ops(launched_by, alignment, is_view, [False] * 5)
     # event 2's kernels go to the nearest aligned op before it that is not a view: op 0
     assert ops == [0, 0, 0, 3, None, 3, 0]
     assert num_to_neighbour == 3
+    # an unaligned collective's kernels stay with the step
+    collective = [False, False, True, False, False]
+    assert kernel_ops(launched_by, alignment, is_view, collective) == (
+        [0, None, None, 3, None, 3, 0], 1
+    )
     events = [gpu.DeviceEvent(f"k{i}", 1000 * i, 1000 * i + 500 * (i + 1), i)
               for i in range(len(launched_by))]
     device_us, kernels = gpu.kernel_records(events, ops)
@@ -232,7 +237,9 @@ def test_the_device_join_on_a_cpu_profile_with_planted_kernels():
 
 
 def test_an_unaligned_event_before_every_aligned_op_joins_the_next_one():
-    ops, num_to_neighbour = kernel_ops([0, 1], Alignment(content_of_timed=(None, 0)), [False])
+    ops, num_to_neighbour = kernel_ops(
+        [0, 1], Alignment(content_of_timed=(None, 0)), [False], [False, False]
+    )
     assert ops == [0, 0] and num_to_neighbour == 1
 
 

@@ -79,13 +79,18 @@ def _match(
 
 
 def kernel_ops(
-    launched_by: Sequence[int | None], alignment: Alignment, is_view: Sequence[bool]
+    launched_by: Sequence[int | None],
+    alignment: Alignment,
+    is_view: Sequence[bool],
+    is_collective: Sequence[bool],
 ) -> tuple[list[int | None], int]:
     """The content op of each kernel, from the timed op event that launched it (None: launched
     outside every op event), and how many kernels went to a neighbour: a kernel of an op event
     that no content op aligned with goes to the nearest aligned op before it that is not a
     view (``is_view``, per content op: a view launches nothing), after it when there is none,
-    so no device time is lost."""
+    so no device time is lost. The kernels of an unaligned collective (``is_collective``, per
+    timed op event) stay with the step (None), as in a one-pass capture: a communication
+    kernel's time, waiting for the other ranks included, is no neighbour's compute."""
     content_of_timed = alignment.content_of_timed
     hosts = [
         None if index is None or is_view[index] else index for index in content_of_timed
@@ -107,6 +112,8 @@ def kernel_ops(
             ops.append(None)
         elif content_of_timed[position] is not None:
             ops.append(content_of_timed[position])
+        elif is_collective[position]:
+            ops.append(None)
         else:
             ops.append(nearest[position])
             num_to_neighbour += 1

@@ -35,10 +35,13 @@ from torch._C._profiler import _EventType
 
 from levers.capture import gpu
 from levers.capture.align import align, kernel_ops
+from levers.capture.collectives import COLLECTIVE_PREFIXES
 from levers.capture.records import Capture, CapturePasses, MemoryStats, peak_op
 
 _OPERATOR = re.compile(r"^(\w+)::(\w+)$")  # "aten::add_"; not "autograd::engine::..." nor "detach"
 _NOT_OPS = ("profiler",)  # namespaces of the profiler's own ranges, which the recorder skips too
+# "c10d::allreduce_": the profiler's names of the ops collectives.COLLECTIVE_PREFIXES names
+_COLLECTIVE_EVENTS = tuple(prefix.replace(".", "::") for prefix in COLLECTIVE_PREFIXES)
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 _decomposes: dict[str, bool] = {}
 # below this share of the content pass's ops aligned, the passes ran different steps
@@ -229,7 +232,10 @@ def join_passes(content: Capture, timed: TimedStep) -> Capture:
     op_of_correlation = timed.ops.op_of_correlation
     launched_by = [op_of_correlation.get(e.correlation_id) for e in timed.device_events]
     op_indices, num_to_neighbour = kernel_ops(
-        launched_by, alignment, [op.is_view for op in ops]
+        launched_by,
+        alignment,
+        [op.is_view for op in ops],
+        [e.name.startswith(_COLLECTIVE_EVENTS) for e in timed.ops.ops],
     )
     device_us, kernels = gpu.kernel_records(list(timed.device_events), op_indices)
     end_ns = {
