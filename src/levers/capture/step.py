@@ -5,8 +5,9 @@ dispatch mode, a function mode, module and optimizer hooks and, on a GPU, the pr
 parameters and optimizer state after it are bitwise equal to those after an uncaptured step.
 
 Two passes by default (:mod:`levers.capture.timed`): the step recorded in full, untimed, then
-the next step timed under the profiler alone. ``mode="one-pass"`` (or ``LEVERS_CAPTURE=one-pass``)
-records and times one step under the op recorder, as levers did before.
+the next step timed under the profiler alone. ``mode="one-pass"`` (or
+``LEVERS_CAPTURE=one-pass``) records and times one step under the op recorder, as levers did
+before.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ from levers.errors import StepError, user_traceback
 from levers.workload import Workload
 from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
 
+MODES = ("two-pass", "one-pass")
+MODE_VARIABLE = "LEVERS_CAPTURE"
+
 
 def _run_step(workload: Workload) -> Any:
     try:
@@ -63,10 +67,6 @@ def _run_step(workload: Workload) -> Any:
             "fix the step (the traceback below shows where) and run again",
             user_traceback=user_traceback(exc),
         ) from exc
-
-
-MODES = ("two-pass", "one-pass")
-MODE_VARIABLE = "LEVERS_CAPTURE"
 
 
 def capture_mode(mode: str | None = None) -> str:
@@ -356,7 +356,8 @@ class StepCapture:
             joined = gpu.read_profile(self._profiler)
             kernels = joined.kernels
             live_bytes = gpu.allocated_after_ops(
-                self._profiler, gpu.indexed(device), joined.end_ns, recorder.num_ops, self._start_bytes
+                self._profiler, gpu.indexed(device), joined.end_ns, recorder.num_ops,
+                self._start_bytes,
             )
             ops = recorder.build_ops(device_us=joined.device_us, live_bytes=live_bytes)
             memory = gpu.allocator_memory(device, self._start_bytes, peak_op(ops))
