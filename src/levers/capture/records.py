@@ -15,6 +15,7 @@ Legend for fields:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -159,7 +160,7 @@ class MemoryStats:
     peak_op: int | None = None  # index of the op after which the tracked peak was reached
 
 
-def peak_op(ops: "list[OpRecord] | tuple[OpRecord, ...]") -> int | None:
+def peak_op(ops: Iterable[OpRecord]) -> int | None:
     """The index of the op after which the most bytes were live (None: no op has a figure)."""
     best, best_bytes = None, -1
     for op in ops:
