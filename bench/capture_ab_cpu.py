@@ -11,6 +11,11 @@ for the step alone (``before``/``after``, what the issue calls the per-op host c
 ``capture_step`` end to end (``*_e2e``: records assembled too). The two must record the same
 number of ops.
 
+``--modes`` pairs this levers' two capture modes instead of two levers: "before" is the
+one-pass capture (the step recorded and timed under the op recorder), "after" the two-pass one,
+whose timed step is the second step ``capture_step`` runs (under the profiler alone; the
+figures of "after" are that step's) and whose end-to-end figure covers both steps and the join.
+
 One JSON row per workload to ``OUT_DIR/capture_ab_cpu.jsonl``: commit, torch, CPU, op count,
 median, p10, p90 and min-based per-op figures, the paired ratio after/before and the 1-minute
 load average.
@@ -20,11 +25,13 @@ Usage:
     PYTHONPATH=src:DIR python bench/capture_ab_cpu.py --out OUT_DIR --repeats 31 \\
         --case demo --case llama --case "hf arch=llama attn=sdpa size=tiny" \\
         --shape gpt2-medium8 --shape vit-b16
+    PYTHONPATH=src python bench/capture_ab_cpu.py --modes --out OUT_DIR --repeats 31 --case demo
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -80,32 +87,43 @@ def _quantile(xs: list[float], q: float) -> float:
     return sorted(xs)[round(q * (len(xs) - 1))]
 
 
-def measure(name: str, workload: Any, repeats: int) -> dict[str, Any]:
+def measure(name: str, workload: Any, repeats: int, modes: bool) -> dict[str, Any]:
     from levers.capture import capture_step as after
-    from levers_before.capture import capture_step as before
 
-    captures: dict[str, Callable[..., Any]] = {"before": before, "after": after}
+    if modes:
+        captures: dict[str, Callable[..., Any]] = {
+            "before": functools.partial(after, mode="one-pass"),
+            "after": functools.partial(after, mode="two-pass"),
+        }
+    else:
+        from levers_before.capture import capture_step as before
+
+        captures = {"before": before, "after": after}
     for _ in range(2):
         workload.step()
     for capture in captures.values():  # fills each levers' caches
         capture(workload, warmup=0, timed=0, ran_before=True)
     step = workload.step
     step_cpu_s = [0.0]
+    step_wall_s = [0.0]
 
-    def timed_step() -> Any:  # the step as capture_step calls it, in thread CPU time
-        c0 = time.thread_time()
+    def timed_step() -> Any:  # the step as capture_step calls it (its last call: the timed one)
+        c0, t0 = time.thread_time(), time.perf_counter()
         try:
             return step()
         finally:
             step_cpu_s[0] = time.thread_time() - c0
+            step_wall_s[0] = time.perf_counter() - t0
 
-    labels = ("plain", "floor", "before", "after", "before_e2e", "after_e2e")
+    labels = ("plain", "floor", "before", "after", "before_e2e", "after_e2e",
+              "plain_wall", "before_wall", "after_wall")
     times: dict[str, list[float]] = {label: [] for label in labels}
     num_ops: dict[str, int] = {}
     for i in range(repeats):
-        c0 = time.thread_time()
+        c0, t0 = time.thread_time(), time.perf_counter()
         step()
         times["plain"].append(time.thread_time() - c0)
+        times["plain_wall"].append(time.perf_counter() - t0)
         with _EmptyFunction(), _EmptyDispatch():
             c0 = time.thread_time()
             step()
@@ -119,20 +137,28 @@ def measure(name: str, workload: Any, repeats: int) -> dict[str, Any]:
             finally:
                 workload.step = step
             times[label].append(step_cpu_s[0])
+            times[label + "_wall"].append(step_wall_s[0])
             num_ops[label] = len(capture.ops)
             del capture
     assert num_ops["before"] == num_ops["after"], num_ops
     ops = num_ops["after"]
     row: dict[str, Any] = {"bench": "capture_ab_cpu", "case": name, "num_ops": ops,
+                           "pair": "one-pass, two-pass" if modes else "levers_before, levers",
                            "repeats": repeats,
                            "plain_ms": statistics.median(times["plain"]) * 1e3}
-    for label in ("floor", "before", "after", "before_e2e", "after_e2e"):
-        per_op = [(t - p) / ops * 1e6 for t, p in zip(times[label], times["plain"])]
+    for label in ("floor", "before", "after", "before_e2e", "after_e2e", "before_wall",
+                  "after_wall"):
+        plain = times["plain_wall" if label.endswith("_wall") else "plain"]
+        per_op = [(t - p) / ops * 1e6 for t, p in zip(times[label], plain)]
         row[label + "_us_per_op"] = {
             "median": statistics.median(per_op), "p10": _quantile(per_op, 0.1),
             "p90": _quantile(per_op, 0.9),
-            "min_based": (min(times[label]) - min(times["plain"])) / ops * 1e6,
+            "min_based": (min(times[label]) - min(plain)) / ops * 1e6,
         }
+    for label in ("before", "after"):  # the timed step over the plain step before it
+        ratios = [t / p for t, p in zip(times[label], times["plain"])]
+        row[label + "_over_plain"] = {"median": statistics.median(ratios),
+                                      "p10": _quantile(ratios, 0.1), "p90": _quantile(ratios, 0.9)}
     ratios = [(a - p) / (b - p) for a, b, p in zip(times["after"], times["before"], times["plain"])]
     row["paired_after_over_before"] = statistics.median(ratios)
     env = environment(workload.device)
@@ -151,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", action="append", default=[],
                         help="a shape of bench/capture_overhead.py, at its --smoke size")
     parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--modes", action="store_true",
+                        help="pair this levers' one-pass (before) and two-pass (after) captures")
     parser.add_argument("--make-before", metavar="REV",
                         help="instead: copy REV's levers as levers_before under --before-dir")
     parser.add_argument("--before-dir", help="where --make-before puts levers_before")
@@ -184,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
 
         jobs.append((f"{shape} --smoke", build_shape))
     for name, build in jobs:
-        row = measure(name, build(), args.repeats)
+        row = measure(name, build(), args.repeats, args.modes)
         existing = open(path).read() if os.path.exists(path) else ""
         atomic_write_text(path, existing + json.dumps(row) + "\n")
-        figures = {k: row[k + "_us_per_op"] for k in ("floor", "before", "after")}
+        figures = {k: row[k + "_us_per_op"] for k in ("floor", "before", "after", "before_wall",
+                                                      "after_wall")}
         print(f"{name:36s} ops={row['num_ops']:5d} us/op (median [p10, p90]): "
               + "  ".join(f"{k} {f['median']:.1f} [{f['p10']:.1f}, {f['p90']:.1f}]"
                           for k, f in figures.items())

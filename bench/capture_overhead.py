@@ -1,14 +1,17 @@
 """Capture overhead: wall time of a captured step over a plain step.
 
-On a GPU the captured step is host-bound: its extra time is about (number of aten ops) x (levers'
-host cost per op), plus the profiler. For each shape this script builds the workload, runs
-warm-up steps, then alternates plain, profiled-plain and captured steps
-(``_capture_one``: one captured step, as ``capture_step`` takes it after its warm-up) so drift
-hits all alike. One
-JSON row per shape goes to ``OUT_DIR/capture_overhead.jsonl``: commit, torch version, device and
-GPU name, shapes, the median and p10/p90 of each kind of step, the number of ops, the overhead
-ratios and the host cost per op. ``--cprofile`` also writes one cProfile of a captured step per
-shape (``OUT_DIR/capture_profile_<shape>.txt``), to see where the host time goes.
+The captured step is the one the capture times: in the two-pass mode (levers' default) the
+timed pass, a step under the profiler alone; in the one-pass mode the step under the op
+recorder, whose extra time on a GPU is about (number of aten ops) x (levers' host cost per op),
+plus the profiler. For each shape this script builds the workload, runs warm-up steps, then
+alternates plain, profiled-plain and captured steps, one per capture mode asked for
+(``_capture_one``: one capture, as ``capture_step`` takes it after its warm-up), so drift hits
+all alike. One JSON row per shape and mode goes to ``OUT_DIR/capture_overhead.jsonl``: commit,
+torch version, device and GPU name, shapes, the mode, the median and p10/p90 of each kind of
+step, the number of ops, the overhead ratios, the host cost per op and, for two passes, the
+alignment's coverage and the time to end the timed pass and join the passes. ``--cprofile``
+also writes one cProfile of a captured step per shape (``OUT_DIR/capture_profile_<shape>.txt``),
+to see where the host time goes.
 
 Shapes (``--shape``, default all three):
     llama-1b      the built-in ``hf`` llama at size=1b: batch 4, seq 2048, bf16 autocast, fused AdamW
@@ -18,7 +21,8 @@ Shapes (``--shape``, default all three):
 GPT-2 and ViT train under bf16 autocast with a fused AdamW, as the ``hf`` workload does.
 
 Usage:
-    python bench/capture_overhead.py --out OUT_DIR --cprofile            # GPU, all three shapes
+    python bench/capture_overhead.py --out OUT_DIR --cprofile            # GPU, all three shapes,
+                                                                         # both modes
     python bench/capture_overhead.py --out OUT_DIR --smoke               # CPU, tiny shapes
     python bench/capture_overhead.py --out OUT_DIR --case "llama size=tiny"  # any workload spec
 """
@@ -43,7 +47,9 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from levers import Workload
-from levers.capture import capture_step, gpu
+from levers.capture import capture_step, gpu, step as capture_step_module
+from levers.capture.step import MODES
+from levers.capture.timed import TimedPass
 from levers.environment import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
@@ -52,10 +58,36 @@ SHAPES = ("llama-1b", "gpt2-medium8", "vit-b16")
 LEARNING_RATE = 1e-4
 
 
-def _capture_one(workload: Workload) -> Any:
-    """One captured step of a workload whose step has already run, as ``capture_step`` captures
-    it after its warm-up."""
-    return capture_step(workload, warmup=0, timed=0, ran_before=True)
+def _capture_one(workload: Workload, mode: str | None = None) -> Any:
+    """One capture of a workload whose step has already run, as ``capture_step`` captures it
+    after its warm-up."""
+    return capture_step(workload, warmup=0, timed=0, ran_before=True, mode=mode)
+
+
+@contextlib.contextmanager
+def _timing_post(stop_s: list[float], join_s: list[float]) -> Any:
+    """Append the wall time of every timed pass's stop (the profiler ended, its events read)
+    to ``stop_s`` and of every join of the two passes to ``join_s``: the post-processing the
+    timed pass adds to the content pass's."""
+    join, stop = capture_step_module.join_passes, TimedPass.stop
+
+    def timed(function: Callable[..., Any], into: list[float]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                into.append(time.perf_counter() - t0)
+
+        return run
+
+    capture_step_module.join_passes = timed(join, join_s)
+    TimedPass.stop = timed(stop, stop_s)
+    try:
+        yield
+    finally:
+        capture_step_module.join_passes = join
+        TimedPass.stop = stop
 
 
 def _sync(device: torch.device) -> None:
@@ -192,20 +224,28 @@ def _timed(workload: Workload, profiled: bool) -> tuple[float, float]:
 
 
 def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int, repeats: int,
-            cprofile_path: str | None) -> dict[str, Any]:
+            cprofile_path: str | None, modes: list[str]) -> list[dict[str, Any]]:
+    """One row per capture mode, the modes' captures alternated with the plain steps."""
     device = workload.device
     on_cuda = device.type == "cuda"
     for _ in range(warmup):
         workload.step()
-    _capture_one(workload)  # the first capture fills levers' caches
+    for mode in modes:
+        _capture_one(workload, mode)  # the first capture fills levers' caches
     plain_s: list[float] = []
     profiled_s: list[float] = []  # a plain step under the capture's profiler: its share alone
-    captured_s: list[float] = []  # capture_step end to end: the step plus assembling records
-    step_only_s: list[float] = []  # the captured step alone, as the capture timed it
     # process CPU time: unlike wall time, not inflated by waiting for a core on a shared machine
     plain_cpu_s: list[float] = []
-    captured_cpu_s: list[float] = []  # capture_step end to end
-    step_only_cpu_s: list[float] = []  # the captured step alone
+    per_mode = {mode: {
+        "captured_s": [],  # capture_step end to end: the step(s) plus assembling records
+        "step_only_s": [],  # the captured step alone, as the capture timed it
+        "captured_cpu_s": [],  # capture_step end to end
+        "step_only_cpu_s": [],  # the captured step alone (the last step capture_step ran)
+        "stop_s": [],  # two passes: ending the profiler and reading the timed pass's events
+        "join_s": [],  # two passes: joining the timed pass to the content pass
+        "coverage": [],
+        "num_kernels_to_neighbour": [],
+    } for mode in modes}
     step = workload.step
     step_cpu_s = [0.0]
 
@@ -217,66 +257,82 @@ def measure(name: str, workload: Workload, shape: dict[str, Any], *, warmup: int
             step_cpu_s[0] = time.process_time() - c0
 
     num_ops = num_kernels = 0
-    for _ in range(repeats):
+    for i in range(repeats):
         wall_s, cpu_s = _timed(workload, profiled=False)
         plain_s.append(wall_s)
         plain_cpu_s.append(cpu_s)
         if on_cuda:
             profiled_s.append(_timed(workload, profiled=True)[0])
-        t0, c0 = time.perf_counter(), time.process_time()
-        workload.step = cpu_timed_step
-        try:
-            capture = _capture_one(workload)
-        finally:
-            workload.step = step
-        captured_s.append(time.perf_counter() - t0)
-        captured_cpu_s.append(time.process_time() - c0)
-        step_only_cpu_s.append(step_cpu_s[0])
-        step_only_s.append(capture.timing.captured_step_s)
-        num_ops, num_kernels = len(capture.ops), len(capture.kernels)
-        del capture
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
+            figures = per_mode[mode]
+            t0, c0 = time.perf_counter(), time.process_time()
+            workload.step = cpu_timed_step
+            try:
+                with _timing_post(figures["stop_s"], figures["join_s"]):
+                    capture = _capture_one(workload, mode)
+            finally:
+                workload.step = step
+            figures["captured_s"].append(time.perf_counter() - t0)
+            figures["captured_cpu_s"].append(time.process_time() - c0)
+            figures["step_only_cpu_s"].append(step_cpu_s[0])
+            figures["step_only_s"].append(capture.timing.captured_step_s)
+            if capture.passes.coverage is not None:
+                figures["coverage"].append(capture.passes.coverage)
+                figures["num_kernels_to_neighbour"].append(capture.passes.num_kernels_to_neighbour)
+            num_ops, num_kernels = len(capture.ops), len(capture.kernels)
+            del capture
     if cprofile_path is not None:
         _write_cprofile(workload, cprofile_path)
     env = environment(device)
-    plain, captured, step_only = _summary(plain_s), _summary(captured_s), _summary(step_only_s)
-    plain_cpu, captured_cpu = _summary(plain_cpu_s), _summary(captured_cpu_s)
-    step_only_cpu = _summary(step_only_cpu_s)
-    return {
-        "bench": "capture_overhead",
-        "shape": name,
-        "workload": workload.name,
-        "params": shape,
-        "num_ops": num_ops,
-        "num_kernels": num_kernels,
-        "tokens_per_step": workload.tokens_per_step,
-        "plain": plain,
-        "profiled_plain": _summary(profiled_s),
-        "captured": captured,
-        "captured_step_only": step_only,
-        "overhead_ratio": captured["median_s"] / plain["median_s"],
-        "step_only_overhead_ratio": step_only["median_s"] / plain["median_s"],
-        # levers' host cost per op: the captured step's extra time spread over its ops
-        "per_op_host_us": (step_only["median_s"] - plain["median_s"]) / max(num_ops, 1) * 1e6,
-        # the same from the fastest of each: steadier where other work shares the machine
-        "per_op_host_us_min": (step_only["min_s"] - plain["min_s"]) / max(num_ops, 1) * 1e6,
-        "plain_cpu_time": plain_cpu,
-        "captured_cpu_time": captured_cpu,
-        "captured_step_only_cpu_time": step_only_cpu,
-        # process CPU time per op: of the captured step (recording), and of capture_step end to
-        # end (recording and assembling the records)
-        "per_op_step_cpu_us": (step_only_cpu["median_s"] - plain_cpu["median_s"])
-        / max(num_ops, 1) * 1e6,
-        "per_op_cpu_us": (captured_cpu["median_s"] - plain_cpu["median_s"]) / max(num_ops, 1) * 1e6,
-        "commit": env["levers_commit"],
-        "torch": env["torch"],
-        "device": env["device"],
-        "device_name": env["device_name"],
-        "cpu": env["cpu"],
-        "num_cpus": env["num_cpus"],
-        "torch_threads": torch.get_num_threads(),
-        "load_average_1m": os.getloadavg()[0],  # other work on the machine skews host timings
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    plain, plain_cpu = _summary(plain_s), _summary(plain_cpu_s)
+    rows = []
+    for mode, figures in per_mode.items():
+        captured, step_only = _summary(figures["captured_s"]), _summary(figures["step_only_s"])
+        captured_cpu = _summary(figures["captured_cpu_s"])
+        step_only_cpu = _summary(figures["step_only_cpu_s"])
+        rows.append({
+            "bench": "capture_overhead",
+            "shape": name,
+            "mode": mode,
+            "workload": workload.name,
+            "params": shape,
+            "num_ops": num_ops,
+            "num_kernels": num_kernels,
+            "tokens_per_step": workload.tokens_per_step,
+            "plain": plain,
+            "profiled_plain": _summary(profiled_s),
+            "captured": captured,
+            "captured_step_only": step_only,
+            "overhead_ratio": captured["median_s"] / plain["median_s"],
+            "step_only_overhead_ratio": step_only["median_s"] / plain["median_s"],
+            # the captured step's extra time spread over its ops
+            "per_op_host_us": (step_only["median_s"] - plain["median_s"]) / max(num_ops, 1) * 1e6,
+            # the same from the fastest of each: steadier where other work shares the machine
+            "per_op_host_us_min": (step_only["min_s"] - plain["min_s"]) / max(num_ops, 1) * 1e6,
+            "plain_cpu_time": plain_cpu,
+            "captured_cpu_time": captured_cpu,
+            "captured_step_only_cpu_time": step_only_cpu,
+            # process CPU time per op: of the captured step, and of capture_step end to end
+            # (recording, timing and assembling the records)
+            "per_op_step_cpu_us": (step_only_cpu["median_s"] - plain_cpu["median_s"])
+            / max(num_ops, 1) * 1e6,
+            "per_op_cpu_us": (captured_cpu["median_s"] - plain_cpu["median_s"])
+            / max(num_ops, 1) * 1e6,
+            "timed_pass_stop": _summary(figures["stop_s"]),
+            "join": _summary(figures["join_s"]),
+            "coverage": min(figures["coverage"], default=None),
+            "num_kernels_to_neighbour": max(figures["num_kernels_to_neighbour"], default=None),
+            "commit": env["levers_commit"],
+            "torch": env["torch"],
+            "device": env["device"],
+            "device_name": env["device_name"],
+            "cpu": env["cpu"],
+            "num_cpus": env["num_cpus"],
+            "torch_threads": torch.get_num_threads(),
+            "load_average_1m": os.getloadavg()[0],  # other work on the machine skews host timings
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })
+    return rows
 
 
 # --- where the captured step's extra time goes (--breakdown) -----------------------------------
@@ -352,6 +408,7 @@ def _variant_contexts(workload: Workload) -> dict[str, Callable[[], Any]]:
         "empty dispatch mode, unguarded": _EmptyModeUnguarded,
         "observers, no profiler": lambda: _recorder_stack(workload),
         "observers, no profiler, gc off": lambda: _recorder_stack(workload, gc_off=True),
+        "profiler (the timed pass)": lambda: gpu.timed_profiler(on_cuda),
     }
     if on_cuda:
         variants.update({
@@ -466,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-bound", action="store_true",
                         help="the three shapes at batch 1 (and seq 64): the GPU waits for the "
                         "host, so the extra time is levers' host cost")
+    parser.add_argument("--mode", action="append", choices=MODES,
+                        help="a capture mode to measure (repeatable; default: both, paired)")
     parser.add_argument("--breakdown", action="store_true",
                         help="instead: time a step under each of the capture's observers alone "
                         "and stacked (rows to capture_breakdown.jsonl)")
@@ -505,23 +564,29 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cprofile_path = (os.path.join(args.out, f"capture_profile_{_slug(name)}.txt")
                          if args.cprofile else None)
-        row = measure(name, workload, shape, warmup=args.warmup, repeats=args.repeats,
-                      cprofile_path=cprofile_path)
-        row["smoke"] = args.smoke
-        row["label"] = args.label
-        _append_row(out_path, row)
-        profiled = row["profiled_plain"]
-        print(
-            f"{name:28s} ops={row['num_ops']:6d} plain={row['plain']['median_s'] * 1e3:8.2f} ms "
-            + (f"profiled={profiled['median_s'] * 1e3:8.2f} ms " if profiled else "")
-            + f"captured step={row['captured_step_only']['median_s'] * 1e3:8.2f} ms "
-            f"({row['step_only_overhead_ratio']:.2f}x, {row['per_op_host_us']:.1f} us/op) "
-            f"end to end={row['captured']['median_s'] * 1e3:8.2f} ms "
-            f"({row['overhead_ratio']:.2f}x) cpu time/op: step {row['per_op_step_cpu_us']:.1f} us, "
-            f"end to end {row['per_op_cpu_us']:.1f} us "
-            f"[{time.perf_counter() - t0:.0f} s]",
-            file=sys.stderr,
-        )
+        rows = measure(name, workload, shape, warmup=args.warmup, repeats=args.repeats,
+                       cprofile_path=cprofile_path, modes=args.mode or list(MODES))
+        for row in rows:
+            row["smoke"] = args.smoke
+            row["label"] = args.label
+            _append_row(out_path, row)
+            profiled = row["profiled_plain"]
+            join = row["join"]
+            print(
+                f"{name:28s} {row['mode']:8s} ops={row['num_ops']:6d} "
+                f"plain={row['plain']['median_s'] * 1e3:8.2f} ms "
+                + (f"profiled={profiled['median_s'] * 1e3:8.2f} ms " if profiled else "")
+                + f"captured step={row['captured_step_only']['median_s'] * 1e3:8.2f} ms "
+                f"({row['step_only_overhead_ratio']:.2f}x, {row['per_op_host_us']:.1f} us/op) "
+                f"end to end={row['captured']['median_s'] * 1e3:8.2f} ms "
+                f"({row['overhead_ratio']:.2f}x) cpu time/op: step {row['per_op_step_cpu_us']:.1f} "
+                f"us, end to end {row['per_op_cpu_us']:.1f} us"
+                + (f" stop={row['timed_pass_stop']['median_s'] * 1e3:.0f} ms "
+                   f"join={join['median_s'] * 1e3:.0f} ms coverage={row['coverage']:.3f}"
+                   if join else "")
+                + f" [{time.perf_counter() - t0:.0f} s]",
+                file=sys.stderr,
+            )
         device_of = workload.device
         del workload
         _free(device_of)

@@ -4,7 +4,7 @@ Issue 23's design records the captured step with the profiler alone. This script
 far the profiler's own record of a step is from the op list the capture's ``TorchDispatchMode``
 records today, on any workload and on the CPU:
 
-1. capture the step as levers does (``capture_step``), keeping its op names;
+1. capture the step as levers does in one pass (``mode="one-pass"``), keeping its op names;
 2. run one more step under ``torch.profiler`` (CPU activity, shapes and memory; no dispatch
    mode, no function mode) and walk the C++ event tree
    (``kineto_results.experimental_event_tree()``, not ``prof.events()``);
@@ -40,32 +40,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from levers.capture import capture_step
+from levers.capture.timed import decomposes
 from levers.environment import environment
 from levers.loader import load_workload, parse_set
 from levers.output.atomic import atomic_write_text
-
-_has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-_decomposes: dict[str, bool] = {}
-
-
-def decomposes(name: str) -> bool:
-    """Whether aten op ``name`` ("aten::linear") runs as other ops above the Python key."""
-    known = _decomposes.get(name)
-    if known is None:
-        # the profiler names the op without its overload: the default one where there is one,
-        # else any overload but the out= variants (an approximation)
-        packet = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
-        overloads = packet.overloads() if packet is not None else []
-        if "default" in overloads:
-            names = [name]
-        else:
-            names = [f"{name}.{o}" for o in overloads if not o.startswith("out")]
-        try:
-            known = any(_has_kernel(n, "CompositeImplicitAutograd") for n in names)
-        except RuntimeError:  # not an operator the dispatcher knows
-            known = False
-        _decomposes[name] = known
-    return known
 
 
 def mode_ops(roots: list[Any]) -> list[Any]:
@@ -129,7 +107,7 @@ def compare(spec: str, sets: list[str]) -> dict[str, Any]:
     workload = load_workload(spec, parse_set(sets))
     for _ in range(2):
         workload.step()
-    ops = capture_step(workload, warmup=0, timed=0, ran_before=True).ops
+    ops = capture_step(workload, warmup=0, timed=0, ran_before=True, mode="one-pass").ops
     captured = [".".join(op.name.split(".")[:2]) for op in ops]
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  profile_memory=True, with_stack=True) as prof:

@@ -30,8 +30,8 @@ run() {  # run NAME LIMIT_S COMMAND...: the job's output in $R/NAME.log, its exi
 
 for job in "$@"; do
     case $job in
-        gputests) run gputests 150 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
-        capture) run capture 200 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
+        gputests) run gputests 240 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
+        capture) run capture 300 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
         windowed) run windowed 60 python bench/windowed_peak.py --out "$R/windowed_peak_h200" ;;
         memvision) run memvision 170 python bench/memory_accuracy.py --out "$R/memory_vision_h200" \
             --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64,vit-b16-timm-b32,vit-b16-timm-b128,resnet50-timm-b32,resnet50-timm-b128 \

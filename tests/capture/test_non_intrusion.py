@@ -1,4 +1,5 @@
-"""A captured step trains exactly like an uncaptured one: bitwise-equal parameters and state."""
+"""A captured step trains exactly like an uncaptured one: bitwise-equal parameters and state.
+A two-pass capture runs two steps (the recorded one and the timed one), both like plain steps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 import fixture_models
 from levers.capture import capture_step
+from levers.capture.step import MODES, capture_mode
 from levers.workload import Workload
 
 
@@ -23,23 +25,28 @@ def _state(workload: Workload) -> dict[str, torch.Tensor]:
     return state
 
 
-def assert_capture_does_not_change_training(build, num_warmup: int = 1) -> None:
+def assert_capture_does_not_change_training(
+    build, num_warmup: int = 1, mode: str | None = None
+) -> None:
     plain, captured = build(), build()
     for _ in range(num_warmup):
         plain.step()
     plain.step()  # the same step the capture records
-    capture_step(captured, warmup=num_warmup, timed=0)
+    if capture_mode(mode) == "two-pass":
+        plain.step()  # the step the capture times
+    capture_step(captured, warmup=num_warmup, timed=0, mode=mode)
     a, b = _state(plain), _state(captured)
     assert a.keys() == b.keys() and len(a) > 0
     for key in a:
         assert torch.equal(a[key], b[key]), f"{key} differs after a captured step"
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_fixture_model_trains_identically(checkpointing, optimizer):
+def test_fixture_model_trains_identically(checkpointing, optimizer, mode):
     assert_capture_does_not_change_training(
-        lambda: fixture_models.net(checkpointing=checkpointing, optimizer=optimizer)
+        lambda: fixture_models.net(checkpointing=checkpointing, optimizer=optimizer), mode=mode
     )
 
 

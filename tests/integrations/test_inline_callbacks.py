@@ -105,7 +105,10 @@ def test_trainer_callback_writes_the_report_into_the_output_dir(tmp_path):
 
 
 @needs("lightning_fabric")
-def test_lightning_callback_writes_the_report_under_the_root_dir(tmp_path):
+@pytest.mark.parametrize("max_steps, mode", [(4, "two-pass"), (2, "one-pass")])
+def test_lightning_callback_writes_the_report_under_the_root_dir(tmp_path, max_steps, mode):
+    """Step 2 is recorded and step 3 timed; a run of two steps ends before the timed step and
+    gets the report of the recorded step alone."""
     from levers.integrations.lightning import LeversCallback
 
     try:
@@ -128,15 +131,16 @@ def test_lightning_callback_writes_the_report_under_the_root_dir(tmp_path):
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(40, 32), torch.randint(0, 10, (40,)))
     callback = LeversCallback(step=2)
-    trainer = pl.Trainer(max_steps=4, logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_steps=max_steps, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=str(tmp_path), callbacks=[callback],
                          accelerator="cpu", devices=1)
     trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=8))
-    assert trainer.global_step == 4
+    assert trainer.global_step == max_steps
     directory = tmp_path / "levers"
     assert {p.name for p in directory.iterdir()} == REPORTS
     capture = json.loads((directory / "capture.json").read_text())
+    assert capture["passes"]["mode"] == mode
     phases = [op["phase"] for op in capture["ops"]]
     # forward and backward ran in Lightning's closure inside optimizer.step: labelled as such
     addmm = [op for op in capture["ops"] if op["name"] == "aten.addmm.default"]

@@ -20,9 +20,11 @@ def test_audit_of_a_plain_loop_finds_its_habits_at_its_own_lines(tmp_path, capsy
     out = capsys.readouterr().out
     assert code == 0
     # the script's own output, up to the captured step (warm-up 2: steps 0 and 1 print; the
-    # captured step is step 1's print, zero_grad, step 2's batch, forward, backward, optimizer)
+    # recorded step is step 1's print, zero_grad, step 2's batch, forward, backward, optimizer;
+    # the timed step after it runs step 2's print to step 3's optimizer)
     assert "training 132032 parameters on cpu" in out
-    assert "step 0 loss" in out and "step 1 loss" in out and "step 2 loss" not in out
+    assert "step 0 loss" in out and "step 1 loss" in out and "step 2 loss" in out
+    assert "step 3 loss" not in out
     assert "done" not in out.splitlines()  # levers stopped the script after the capture
     # no `levers ab train_loop.py` (it would import the script, run its training, then refuse
     # it: no factory); what works for a script instead
@@ -157,3 +159,21 @@ def test_memory_of_a_script_reports_the_captured_peak_and_what_it_cannot_predict
 def test_memory_without_a_workload_or_script_says_what_to_give(capsys):
     assert main(["memory"]) == 2
     assert "needs a WORKLOAD" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("num_steps, mode, reason", [
+    (10, "two-pass", None),  # the step after the recorded one is timed
+    (3, "one-pass", "the run ended after the recorded step: no step was left to time"),
+])
+def test_a_script_is_captured_in_two_passes_when_a_step_is_left_to_time(
+    capsys, num_steps, mode, reason
+):
+    from levers.integrations.script import ScriptCommand, run_script
+
+    command = ScriptCommand(target=str(LOOP), is_module=False, args=("--steps", str(num_steps)))
+    run = run_script(command, warmup=2, timed=0)
+    capsys.readouterr()
+    assert run.capture is not None and run.exit_code == 0
+    assert (run.capture.passes.mode, run.capture.passes.reason) == (mode, reason)
+    if mode == "two-pass":
+        assert run.capture.passes.coverage >= 0.9

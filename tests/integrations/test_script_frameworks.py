@@ -63,9 +63,10 @@ def test_audit_of_a_lightning_script(tmp_path):
                         "python", str(LIGHTNING), "--max-steps", "10",
                         "--output-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr
-    # the LightningModule prints in training_step: steps 0, 1 (warm-up) and 2 (captured)
+    # the LightningModule prints in training_step: steps 0, 1 (warm-up), 2 (recorded) and 3
+    # (timed)
     printed = [line for line in result.stdout.splitlines() if line.startswith("step ")]
-    assert [line.split()[1] for line in printed] == ["0", "1", "2"]
+    assert [line.split()[1] for line in printed] == ["0", "1", "2", "3"]
     assert receipts_by_code(findings) == {
         "ATTN002": {("train_lightning.py", line_of(LIGHTNING, "attn = (q @ k.transpose"))},
         "MEM001": {("train_lightning.py", line_of(LIGHTNING, "x = x + self.attn(self.norm1(x))"))},

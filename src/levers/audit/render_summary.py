@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from levers.capture.records import Capture
+from levers.capture.records import Capture, CapturePasses
 from levers.audit import summary
 from levers.audit.paths import display_path
 from levers.units import (
@@ -116,7 +116,11 @@ def _step_grid(capture: Capture) -> Table:
     grid.add_row(
         "wall time / step", _step_time(timing), _how(capture, "wall_time", "step_time", "time")
     )
-    grid.add_row("captured step", _captured_time(timing), _how(capture, "wall_time", "step_time"))
+    grid.add_row(
+        "captured step",
+        _captured_time(timing, capture.passes),
+        _how(capture, "wall_time", "step_time"),
+    )
     if totals.device_us is not None:
         grid.add_row("device time", format_us(totals.device_us), _how(capture, "device_time"))
     if timing.tokens_per_step:
@@ -141,11 +145,18 @@ def _step_time(timing: summary.TimingSummary) -> str:
     )
 
 
-def _captured_time(timing: summary.TimingSummary) -> str:
+def _captured_time(timing: summary.TimingSummary, passes: CapturePasses | None) -> str:
     text = format_seconds(timing.captured_s)
     if timing.overhead_ratio is not None:
         text += f" ({timing.overhead_ratio:.1f}x a plain step: capture overhead)"
-    return text
+    if passes is None:  # a capture from before levers said how it was made
+        return text
+    if passes.mode == "two-pass":
+        return (
+            f"{text}; timed under the profiler alone, its ops aligned with "
+            f"{passes.coverage:.0%} of the recorded step's"
+        )
+    return f"{text}; one pass: {passes.reason}"
 
 
 def _memory(capture: Capture) -> str:

@@ -1,8 +1,10 @@
 """GPU kernels and allocator bytes joined to the ops, through PyTorch's profiler.
 
-Each recorded op runs inside a profiler range named ``levers#<index>``; the profiler attaches
-every kernel to the CPU op that launched it, so the kernels under a range are that op's kernels
-and their summed duration is the op's device time.
+In a one-pass capture each recorded op runs inside a profiler range named ``levers#<index>``;
+the profiler attaches every kernel to the CPU op that launched it, so the kernels under a range
+are that op's kernels and their summed duration is the op's device time. In a two-pass capture
+the timed pass has no ranges: each kernel's launching op event is aligned with a recorded op
+(:mod:`levers.capture.timed`, :mod:`levers.capture.align`) and :func:`kernel_records` joins them.
 
 The profiler also records every allocation and free of the caching allocator with the
 allocator's total after it (``profile_memory``), so the bytes allocated right after an op are the
@@ -22,10 +24,37 @@ from torch._C._profiler import _EventType
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from levers.capture.records import KernelRecord
+from levers.capture.records import KernelRecord, MemoryStats
 
 _PREFIX = "levers#"
 _MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")  # allocator events, not kernels or ops
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: timing boundary, outside the step
+
+
+def indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N``, the form the profiler's allocator events carry."""
+    if device.index is not None or device.type != "cuda":
+        return device
+    return torch.device(device.type, torch.cuda.current_device())
+
+
+def allocator_memory(
+    device: torch.device, start_bytes: int, peak_op: int | None = None
+) -> MemoryStats:
+    """The caching allocator's figures of a step that started with ``start_bytes`` allocated
+    (its peaks reset then)."""
+    return MemoryStats(
+        source="cuda-allocator",
+        start_bytes=start_bytes,
+        peak_bytes=torch.cuda.max_memory_allocated(device),
+        end_bytes=torch.cuda.memory_allocated(device),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+        peak_op=peak_op,
+    )
 
 
 def range_marker() -> Callable[[int], Any]:
@@ -38,6 +67,25 @@ def range_marker() -> Callable[[int], Any]:
 
 def kernel_profiler() -> profile:
     return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True)
+
+
+def timed_profiler(on_cuda: bool) -> profile:
+    """The timed pass's profiler: op events with their input shapes (to align them with the
+    recorded ops) and, on a GPU, the kernels and the allocator's events."""
+    activities = [ProfilerActivity.CPU]
+    if on_cuda:
+        activities.append(ProfilerActivity.CUDA)
+    return profile(activities=activities, record_shapes=True, profile_memory=on_cuda)
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """A kernel (or copy, or memset) the device ran, with the CPU op event that launched it."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    correlation_id: int  # of the innermost op event running when it was launched
 
 
 @dataclass(frozen=True)
@@ -111,7 +159,7 @@ def _join_raw(events: Any) -> ProfiledOps:
     ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> [(start_ns, end_ns, index)]
     launchers: dict[int, tuple[int, int]] = {}  # correlation id -> (thread, start_ns)
     end_ns: dict[int, int] = {}
-    device_events = []
+    raw_device = []
     for e in events:
         name = e.name()
         if name in _MEMORY_EVENTS:
@@ -120,7 +168,7 @@ def _join_raw(events: Any) -> ProfiledOps:
             # the profiler mirrors each CPU range on the device timeline ("gpu_user_annotation"):
             # a span, not a kernel
             if not _is_annotation(e):
-                device_events.append(e)
+                raw_device.append(e)
             continue
         if e.linked_correlation_id() != 0:
             continue  # a runtime call (cudaLaunchKernel): its op is found through the kernel
@@ -134,11 +182,8 @@ def _join_raw(events: Any) -> ProfiledOps:
         spans.sort()
     starts = {thread: [s[0] for s in spans] for thread, spans in ranges.items()}
 
-    per_op_us: dict[int, float] = {}
-    kernels: list[KernelRecord] = []
-    first_ns = min((e.start_ns() for e in device_events), default=0)
-    for e in device_events:
-        dur_us = (e.end_ns() - e.start_ns()) / 1000.0
+    op_indices: list[int | None] = []
+    for e in raw_device:
         index = None
         launcher = launchers.get(e.linked_correlation_id())
         if launcher is not None and launcher[0] in ranges:
@@ -148,28 +193,47 @@ def _join_raw(events: Any) -> ProfiledOps:
                 range_start_ns, range_end_ns, candidate = ranges[thread][pos]
                 if range_start_ns <= t_ns <= range_end_ns:
                     index = candidate
-        if index is not None:
-            per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
-        kernels.append(
-            KernelRecord(
-                name=e.name(),
-                device_us=dur_us,
-                op_index=index,
-                start_us=(e.start_ns() - first_ns) / 1000.0,
-            )
-        )
+        op_indices.append(index)
+    per_op_us, kernels = kernel_records(
+        [DeviceEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id())
+         for e in raw_device],
+        op_indices,
+    )
     return ProfiledOps(device_us=per_op_us, kernels=kernels, end_ns=end_ns)
 
 
-def summed_kernel_us(prof: profile) -> float:
-    """Total device time of every kernel (and copy) a profiled region ran, in microseconds."""
-    return sum(
-        (e.end_ns() - e.start_ns()) / 1000.0
+def device_events(prof: profile) -> list[DeviceEvent]:
+    """Every kernel, copy and memset of a profiled region, in the order the profiler lists them."""
+    return [
+        DeviceEvent(e.name(), e.start_ns(), e.end_ns(), e.linked_correlation_id())
         for e in prof.profiler.kineto_results.events()
         if e.device_type() != DeviceType.CPU
         and e.name() not in _MEMORY_EVENTS
         and not _is_annotation(e)
-    )
+    ]
+
+
+def kernel_records(
+    events: list[DeviceEvent], op_indices: list[int | None]
+) -> tuple[dict[int, float], list[KernelRecord]]:
+    """(device microseconds per op index, every kernel) for ``events``, the i-th launched by
+    op ``op_indices[i]`` (None: by no op)."""
+    per_op_us: dict[int, float] = {}
+    kernels: list[KernelRecord] = []
+    first_ns = min((e.start_ns for e in events), default=0)
+    for e, index in zip(events, op_indices, strict=True):
+        dur_us = (e.end_ns - e.start_ns) / 1000.0
+        if index is not None:
+            per_op_us[index] = per_op_us.get(index, 0.0) + dur_us
+        kernels.append(KernelRecord(
+            name=e.name, device_us=dur_us, op_index=index, start_us=(e.start_ns - first_ns) / 1000.0
+        ))
+    return per_op_us, kernels
+
+
+def summed_kernel_us(prof: profile) -> float:
+    """Total device time of every kernel (and copy) a profiled region ran, in microseconds."""
+    return sum((e.end_ns - e.start_ns) / 1000.0 for e in device_events(prof))
 
 
 def _is_annotation(event: Any) -> bool:

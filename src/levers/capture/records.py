@@ -15,6 +15,7 @@ Legend for fields:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -131,7 +132,9 @@ class StepTiming:
     """Wall time of plain (uncaptured) steps, and of the captured step."""
 
     step_s: tuple[float, ...]  # each timed plain step, synchronized
-    captured_step_s: float  # the captured step, including capture overhead
+    # the captured step, capture overhead included: the timed pass of a two-pass capture (the
+    # profiler alone), the step under the op recorder of a one-pass one
+    captured_step_s: float
 
     @property
     def median_s(self) -> float:
@@ -157,6 +160,36 @@ class MemoryStats:
     peak_op: int | None = None  # index of the op after which the tracked peak was reached
 
 
+def peak_op(ops: Iterable[OpRecord]) -> int | None:
+    """The index of the op after which the most bytes were live (None: no op has a figure)."""
+    best, best_bytes = None, -1
+    for op in ops:
+        if op.live_bytes is not None and op.live_bytes > best_bytes:
+            best, best_bytes = op.index, op.live_bytes
+    return best
+
+
+@dataclass(frozen=True)
+class CapturePasses:
+    """How the step was captured.
+
+    "two-pass": the ops and calls come from a step run under the op recorder (the content
+    pass, untimed), the timing, the kernels, their device time and (on a GPU) the allocator's
+    bytes from the next step run under the profiler alone (the timed pass), joined to the
+    content pass's ops by aligning the profiler's op events with them (name and input shapes,
+    in order). "one-pass": one step recorded and timed under the op recorder; ``reason`` says
+    why (asked for, an inline block, the alignment fell short, the run ended after one step).
+    """
+
+    mode: str  # "two-pass" or "one-pass"
+    reason: str | None = None
+    content_step_s: float | None = None  # wall time of the step under the op recorder
+    num_timed_ops: int | None = None  # op events the profiler saw in the timed pass
+    num_aligned_ops: int | None = None  # content ops aligned with a timed op event
+    coverage: float | None = None  # num_aligned_ops over the content pass's ops
+    num_kernels_to_neighbour: int = 0  # kernels of unaligned op events, given to an aligned op
+
+
 @dataclass(frozen=True)
 class Capture:
     """Everything levers recorded about one training step."""
@@ -174,6 +207,7 @@ class Capture:
     kernels: tuple[KernelRecord, ...] = ()
     modules: dict[str, str] = field(default_factory=dict)  # module path -> class name
     settings: dict[str, Any] = field(default_factory=dict)  # autocast, TF32, allocator conf...
+    passes: CapturePasses | None = None  # None in a capture written before levers said it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -208,6 +242,8 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
         kwargs["ops"] = tuple(_build(OpRecord, o) for o in data["ops"])
         kwargs["calls"] = tuple(_build(CallRecord, c) for c in data["calls"])
         kwargs["kernels"] = tuple(KernelRecord(**k) for k in data.get("kernels", ()))
+        if data.get("passes") is not None:
+            kwargs["passes"] = CapturePasses(**data["passes"])
         return Capture(**kwargs)
     if cls is OpRecord:
         d = dict(data)

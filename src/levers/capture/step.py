@@ -3,11 +3,17 @@
 The captured step is an ordinary step of the user's training: levers only observes it (a
 dispatch mode, a function mode, module and optimizer hooks and, on a GPU, the profiler), so the
 parameters and optimizer state after it are bitwise equal to those after an uncaptured step.
+
+Two passes by default (:mod:`levers.capture.timed`): the step recorded in full, untimed, then
+the next step timed under the profiler alone. ``mode="one-pass"`` (or
+``LEVERS_CAPTURE=one-pass``) records and times one step under the op recorder, as levers did
+before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any, Callable, Iterator
 
@@ -27,7 +33,15 @@ from levers.capture import compile_stats
 from levers.capture.env import settings
 from levers.environment import environment
 from levers.capture.loss import find_loss
-from levers.capture.records import SCHEMA_VERSION, Capture, MemoryStats, StepTiming
+from levers.capture.timed import TimedPass, join_passes
+from levers.capture.records import (
+    SCHEMA_VERSION,
+    Capture,
+    CapturePasses,
+    MemoryStats,
+    StepTiming,
+    peak_op,
+)
 from levers.capture.recorder import (
     CaptureInternalError,
     LiveStorages,
@@ -38,10 +52,8 @@ from levers.errors import StepError, user_traceback
 from levers.workload import Workload
 from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
 
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # sync point: timing boundary, outside the step
+MODES = ("two-pass", "one-pass")
+MODE_VARIABLE = "LEVERS_CAPTURE"
 
 
 def _run_step(workload: Workload) -> Any:
@@ -57,11 +69,24 @@ def _run_step(workload: Workload) -> Any:
         ) from exc
 
 
+def capture_mode(mode: str | None = None) -> str:
+    """``mode``, else ``$LEVERS_CAPTURE``, else "two-pass".
+
+    Raises:
+        ValueError: not one of :data:`MODES`.
+    """
+    chosen = mode or os.environ.get(MODE_VARIABLE) or MODES[0]
+    if chosen not in MODES:
+        source = f"mode={mode!r}" if mode else f"{MODE_VARIABLE}={chosen!r}"
+        raise ValueError(f"{source} is not a capture mode; use one of {', '.join(MODES)}")
+    return chosen
+
+
 def _timed_step(workload: Workload) -> float:
-    _synchronize(workload.device)
+    gpu.synchronize(workload.device)
     t0 = time.perf_counter()
     _run_step(workload)
-    _synchronize(workload.device)
+    gpu.synchronize(workload.device)
     return time.perf_counter() - t0
 
 
@@ -174,17 +199,20 @@ def capture_step(
     timed: int = 3,
     progress: Callable[[int, str], None] | None = None,
     ran_before: bool | None = None,
+    mode: str | None = None,
 ) -> Capture:
-    """Run ``warmup`` plain steps, ``timed`` timed plain steps, then capture one step.
-    ``ran_before`` (default: whether any plain step ran here) says whether the step has run
-    before the capture (see :class:`StepCapture`).
+    """Run ``warmup`` plain steps, ``timed`` timed plain steps, then capture one step: record
+    it and, in the two-pass ``mode`` (see :func:`capture_mode`), time the step after it under
+    the profiler alone. ``ran_before`` (default: whether any plain step ran here) says whether
+    the step has run before the capture (see :class:`StepCapture`).
 
     Raises:
-        ValueError: warmup or timed is negative.
+        ValueError: warmup or timed is negative, or mode is not a capture mode.
         StepError: the workload's step raised (with the user's traceback).
     """
     if warmup < 0 or timed < 0:
         raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
+    mode = capture_mode(mode)
     compiled_before = compile_stats.snapshot()
     for _ in range(warmup):
         _run_step(workload)
@@ -200,7 +228,19 @@ def capture_step(
     except BaseException:
         capture.abort()
         raise
-    return capture.stop(step_s=step_s, returned=returned)
+    content = capture.stop(
+        step_s=step_s, returned=returned, reason="the one-pass mode was asked for"
+    )
+    if mode == "one-pass":
+        return content
+    timed_pass = TimedPass(workload.device)
+    timed_pass.start()
+    try:
+        _run_step(workload)
+    except BaseException:
+        timed_pass.abort()
+        raise
+    return join_passes(content, timed_pass.stop())
 
 
 class StepCapture:
@@ -254,7 +294,7 @@ class StepCapture:
         stack = contextlib.ExitStack()
         try:
             if on_cuda:
-                _synchronize(device)
+                gpu.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
                 self._start_bytes = torch.cuda.memory_allocated(device)
             else:
@@ -280,7 +320,7 @@ class StepCapture:
             stack.close()
             raise
         self._stack = stack
-        _synchronize(device)
+        gpu.synchronize(device)
         self._t0 = time.perf_counter()
 
     def abort(self) -> None:
@@ -292,15 +332,19 @@ class StepCapture:
             self._stack.close()
             self._stack = None
 
-    def stop(self, *, step_s: tuple[float, ...] = (), returned: Any = None) -> Capture:
-        """End the capture and assemble it; ``step_s`` are the plain steps timed before it and
-        ``returned`` what the captured step returned (its loss is read from it)."""
+    def stop(
+        self, *, step_s: tuple[float, ...] = (), returned: Any = None, reason: str | None = None
+    ) -> Capture:
+        """End the capture and assemble it as a one-pass capture; ``step_s`` are the plain steps
+        timed before it, ``returned`` what the captured step returned (its loss is read from
+        it) and ``reason`` why one pass (:func:`levers.capture.timed.join_passes` makes it the
+        content pass of a two-pass capture)."""
         assert self._stack is not None and self.recorder is not None, "stop() before start()"
         workload, recorder = self.workload, self.recorder
         device = workload.device
         on_cuda = device.type == "cuda"
         try:
-            _synchronize(device)
+            gpu.synchronize(device)
             captured_s = time.perf_counter() - self._t0
             recorder.paused = True
         finally:
@@ -312,17 +356,11 @@ class StepCapture:
             joined = gpu.read_profile(self._profiler)
             kernels = joined.kernels
             live_bytes = gpu.allocated_after_ops(
-                self._profiler, _indexed(device), joined.end_ns, recorder.num_ops, self._start_bytes
+                self._profiler, gpu.indexed(device), joined.end_ns, recorder.num_ops,
+                self._start_bytes,
             )
             ops = recorder.build_ops(device_us=joined.device_us, live_bytes=live_bytes)
-            memory = MemoryStats(
-                source="cuda-allocator",
-                start_bytes=self._start_bytes,
-                peak_bytes=torch.cuda.max_memory_allocated(device),
-                end_bytes=torch.cuda.memory_allocated(device),
-                peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
-                peak_op=_peak_op(ops),
-            )
+            memory = gpu.allocator_memory(device, self._start_bytes, peak_op(ops))
         else:
             assert self._live is not None
             kernels = []
@@ -332,7 +370,7 @@ class StepCapture:
                 start_bytes=self._start_bytes,
                 peak_bytes=max([self._start_bytes] + [op.live_bytes or 0 for op in ops]),
                 end_bytes=self._live.live_bytes,
-                peak_op=_peak_op(ops),
+                peak_op=peak_op(ops),
             )
 
         return Capture(
@@ -353,6 +391,7 @@ class StepCapture:
                 "loss": _loss_value(returned),
                 "compile": self._compile,
             },
+            passes=CapturePasses(mode="one-pass", reason=reason),
         )
 
 
@@ -360,21 +399,6 @@ def _loss_value(returned: Any) -> float | None:
     """The captured step's loss as a float (after the step: the sync is outside its timing)."""
     loss = find_loss(returned).value
     return None if loss is None else float(loss)  # sync point: after the captured step
-
-
-def _indexed(device: torch.device) -> torch.device:
-    """``cuda`` as ``cuda:N``, the form the profiler's allocator events carry."""
-    if device.index is not None:
-        return device
-    return torch.device(device.type, torch.cuda.current_device())
-
-
-def _peak_op(ops: list) -> int | None:
-    best, best_bytes = None, -1
-    for op in ops:
-        if op.live_bytes is not None and op.live_bytes > best_bytes:
-            best, best_bytes = op.index, op.live_bytes
-    return best
 
 
 def _provenance(on_cuda: bool) -> dict[str, str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from levers.capture.records import Capture
 from levers.integrations.steps import StepWatcher
 from levers.integrations.inline import audit_capture, write_reports
 
@@ -44,7 +45,10 @@ class StepAuditor:
         if watcher is None or watcher.capture is None or self.written is not None:
             return
         self.end()
-        self.audited = audit_capture(watcher.capture, target=self.target)
+        self._write(watcher.capture, output_dir)
+
+    def _write(self, capture: Capture, output_dir: str | Path | None) -> None:
+        self.audited = audit_capture(capture, target=self.target)
         directory = Path(output_dir or ".") / REPORT_DIRNAME
         self.written = write_reports(self.audited, directory)
         print(
@@ -53,8 +57,12 @@ class StepAuditor:
             file=sys.stderr,
         )
 
-    def end(self) -> None:
+    def end(self, output_dir: str | Path | None = None) -> None:
+        """Stop watching. A run that ended right after the recorded step, before the step the
+        capture times, has a one-pass capture then: its report is written to ``output_dir``."""
         if self.watcher is not None:
             self.watcher.remove()
             if self.watcher.capture is None:
                 self.watcher = None
+            elif output_dir is not None and self.written is None:
+                self._write(self.watcher.capture, output_dir)

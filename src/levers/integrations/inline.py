@@ -87,7 +87,7 @@ def capture_step(
     except BaseException:
         capture.abort()
         raise
-    step.capture = capture.stop()
+    step.capture = capture.stop(reason="an inline capture records the one step of its block")
 
 
 def _inline_step() -> None:

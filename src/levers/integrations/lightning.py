@@ -61,4 +61,4 @@ class LeversCallback(*_callback_bases()):  # type: ignore[misc]
         self._auditor.after_step(trainer.log_dir or trainer.default_root_dir)
 
     def on_fit_end(self, trainer, pl_module):
-        self._auditor.end()
+        self._auditor.end(trainer.log_dir or trainer.default_root_dir)

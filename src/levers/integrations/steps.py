@@ -8,9 +8,11 @@ nesting level, so an optimizer that wraps another (accelerate's ``AcceleratedOpt
 step, and a second optimizer (a GAN's) falls inside the captured step instead of cutting it.
 
 The captured step runs from the post hook of one primary step to the post hook of the next:
-zero_grad, data loading, forward, backward and the optimizer. Lightning calls the forward and
-backward from a closure inside ``optimizer.step(closure)``: the closure is wrapped so that its
-ops are labelled forward and backward, not optimizer.
+zero_grad, data loading, forward, backward and the optimizer. In the two-pass mode (the
+default, :mod:`levers.capture.timed`) the step after it, to the next post hook, is the timed
+pass; a run that ends before that step has a one-pass capture of the recorded step. Lightning
+calls the forward and backward from a closure inside ``optimizer.step(closure)``: the closure
+is wrapped so that its ops are labelled forward and backward, not optimizer.
 
 The model is the smallest ``nn.Module`` whose parameters cover the parameters of every optimizer
 seen before the capture (found among the live objects), unless the caller names it. When more
@@ -38,7 +40,8 @@ from torch.optim.optimizer import (
 
 from levers.capture import compile_stats
 from levers.capture.records import Capture
-from levers.capture.step import StepCapture
+from levers.capture.step import StepCapture, capture_mode
+from levers.capture.timed import TimedPass, join_passes
 from levers.errors import LeversError
 from levers.workload import Workload
 
@@ -60,6 +63,13 @@ def _optimizer_names(optimizers: list[torch.optim.Optimizer]) -> dict[int, str]:
             name = f"{name}#{classes[:i + 1].count(name)}"
         names[id(optimizer)] = name
     return names
+
+
+def _with_reason(capture: Capture, reason: str) -> Capture:
+    assert capture.passes is not None
+    return dataclasses.replace(
+        capture, passes=dataclasses.replace(capture.passes, reason=reason)
+    )
 
 
 def _no_step() -> None:
@@ -125,6 +135,7 @@ class StepWatcher:
         on_captured: Callable[[Capture], None] | None = None,
         progress: Callable[[int, str], None] | None = None,
         on_step: Callable[[int, torch.optim.Optimizer], None] | None = None,
+        mode: str | None = None,
     ) -> None:
         if warmup < 1:
             raise ValueError(
@@ -141,6 +152,7 @@ class StepWatcher:
         self.on_captured = on_captured
         self.progress = progress
         self.on_step = on_step
+        self.mode = capture_mode(mode)
         self.num_steps = 0  # primary optimizer steps seen
         self.capture: Capture | None = None
         self.workload: Workload | None = None
@@ -152,6 +164,8 @@ class StepWatcher:
         self._depth = 0
         self._innermost: torch.optim.Optimizer | None = None
         self._active: StepCapture | None = None
+        self._recorded: Capture | None = None  # the content pass, while the timed pass runs
+        self._timed: TimedPass | None = None
         self._step_s: list[float] = []
         self._t_last = 0.0
         self._handles: list[Any] = []
@@ -177,6 +191,13 @@ class StepWatcher:
         if self._active is not None:  # the run ended inside the step being captured
             self._active.abort()
             self._active = None
+        if self._timed is not None:  # the run ended inside the timed pass: keep the recorded step
+            self._timed.abort()
+            self._timed = None
+            assert self._recorded is not None
+            self.capture = self._with_params(_with_reason(
+                self._recorded, "the run ended after the recorded step: no step was left to time"
+            ))
 
     def __enter__(self) -> StepWatcher:
         self.install()
@@ -268,14 +289,32 @@ class StepWatcher:
             self._start(optimizer)
         elif self.num_steps == start_capture + 1 and self._active is not None:
             active, self._active = self._active, None
-            capture = active.stop(step_s=tuple(self._step_s))
-            said = self.captured_text()
-            if said is not None:
-                params = {**capture.workload_params, "captured": said}
-                capture = dataclasses.replace(capture, workload_params=params)
-            self.capture = capture
-            if self.on_captured is not None:
-                self.on_captured(self.capture)
+            recorded = active.stop(
+                step_s=tuple(self._step_s), reason="the one-pass mode was asked for"
+            )
+            if self.mode == "one-pass":
+                self._captured(recorded)
+            else:
+                assert self.workload is not None
+                self._recorded = recorded
+                self._timed = TimedPass(self.workload.device)
+                self._timed.start()
+        elif self.num_steps == start_capture + 2 and self._timed is not None:
+            timed, self._timed = self._timed, None
+            assert self._recorded is not None
+            self._captured(join_passes(self._recorded, timed.stop()))
+
+    def _captured(self, capture: Capture) -> None:
+        self.capture = self._with_params(capture)
+        if self.on_captured is not None:
+            self.on_captured(self.capture)
+
+    def _with_params(self, capture: Capture) -> Capture:
+        said = self.captured_text()
+        if said is None:
+            return capture
+        params = {**capture.workload_params, "captured": said}
+        return dataclasses.replace(capture, workload_params=params)
 
     def captured_text(self) -> str | None:
         """What the captured step spans when more than one optimizer steps, else None."""

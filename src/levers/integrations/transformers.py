@@ -60,7 +60,7 @@ class LeversCallback(TrainerCallback):
         self._auditor.after_step(args.output_dir)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._auditor.end()
+        self._auditor.end(args.output_dir)
         if self.applied is not None:
             self.applied.undo()
             self.applied = None
