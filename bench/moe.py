@@ -58,7 +58,8 @@ from levers_vs_peers import _bootstrap, measure  # noqa: E402
 
 VARIANTS = (
     "default", "experts-eager", "experts-eager+lever:experts-grouped-mm",
-    "lever:grouped-mm-autocast",
+    "lever:grouped-mm-autocast", "lever:grouped-mm-autocast+lever:compile-blocks",
+    "b=16+lever:grouped-mm-autocast",
     "b=8", "b=16", "lever:ac-full", "b=16+lever:ac-full",
     "compile-model", "compile-model-ro", "lever:compile-blocks", "lever:float8",
 )
@@ -168,6 +169,8 @@ def ratios(rows: list[dict[str, Any]], baseline: str, rng: random.Random) -> dic
 CATALOGUE = (
     ("experts-grouped-mm", "experts-eager+lever:experts-grouped-mm", "experts-eager"),
     ("grouped-mm-autocast", "lever:grouped-mm-autocast", "default"),
+    ("grouped-mm-autocast", "b=16+lever:grouped-mm-autocast", "b=16"),
+    ("compile-blocks", "lever:grouped-mm-autocast+lever:compile-blocks", "lever:grouped-mm-autocast"),
     ("compile-blocks", "lever:compile-blocks", "default"),
     ("ac-full", "lever:ac-full", "default"),
     ("ac-full", "b=16+lever:ac-full", "b=16"),

@@ -24,9 +24,11 @@ def test_catalogue_rows_are_median_ratios_against_their_baselines(tmp_path) -> N
     rows = json.loads((tmp_path / "catalogue.json").read_text())["rows"]
     samples = {moe.RENAMED.get(r["variant"], r["variant"]): r["tokens_per_s_samples"]
                for r in doc["rows"] if r["status"] == "ok"}
-    assert [(r["lever"], r["baseline"]) for r in rows] == [
-        (lever, baseline) for lever, _, baseline in moe.CATALOGUE]
-    for row, (lever, variant, baseline) in zip(rows, moe.CATALOGUE):
+    # the pairs this run has both sides of, in the catalogue's order
+    ran = [entry for entry in moe.CATALOGUE if entry[1] in samples and entry[2] in samples]
+    assert len(ran) >= 4
+    assert [(r["lever"], r["baseline"]) for r in rows] == [(lever, base) for lever, _, base in ran]
+    for row, (lever, variant, baseline) in zip(rows, ran):
         expected = statistics.median(samples[variant]) / statistics.median(samples[baseline])
         assert row["tokens_per_s_ratio"] == expected
         low, high = row["tokens_per_s_ratio_ci95"]
