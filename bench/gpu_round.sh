@@ -4,7 +4,7 @@
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
-#       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality
+#       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -83,6 +83,12 @@ for job in "$@"; do
         # issue 22: the mixture of experts (the zoo's mixtral, ~0.8e9 parameters): the guide's
         # advice and the grouped-GEMM lever timed, its memory predicted, its audit
         moe) run moe 420 python bench/moe.py --out "$R/moe_h200" --budget-s 360 ;;
+        # the grouped-mm-autocast lever itself (ef32dbf measured its cast as a bench patch), with
+        # compile-blocks and at batch 16, beside the default in one run; then the audit, whose
+        # DTYPE002 now names it and measures it on the step
+        moe_autocast) run moe_autocast 300 python bench/moe.py --out "$R/moe_autocast_h200" \
+            --variants default,lever:grouped-mm-autocast,lever:grouped-mm-autocast+lever:compile-blocks,b=16,b=16+lever:grouped-mm-autocast \
+            --catalogue-out "$R/levers_catalogue_moe_autocast_h200" --budget-s 240 ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
             --only mixtral-zoo-b4,mixtral-zoo-b16 --jobs 2 --deadline-s 180 ;;
         auditmoe) mkdir -p "$R/moe_audit_h200"
