@@ -42,8 +42,8 @@ with levers.apply(model, "adamw-bf16-state", optimizer=optimizer):  # 4 bytes pe
 ## Fix
 Lever `adamw-bf16-state` (the moments in bf16, stochastically rounded: half the state), the one
 the recommended stack takes; lever `adamw-8bit` (torchao's AdamW8bit: about a quarter) frees
-more and quantizes more. `levers memory --whatif` predicts each (`bf16-optimizer-states`,
-`8bit-optimizer-states`). Under DDP, shard the state first (DIST004: exact).
+more and quantizes more. `levers memory` predicts the peak with each (its what-ifs
+`bf16-optimizer-states` and `8bit-optimizer-states`). Under DDP, shard the state first (DIST004: exact).
 
 ## Fix safety
 Changes numerics: bf16 moments keep 8 mantissa bits (stochastic rounding keeps them unbiased),
