@@ -140,3 +140,35 @@ def test_a_script_gets_no_levers_ab_of_itself_but_what_works(monkeypatch):
     rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
     assert rec.next_steps[-1].endswith("levers tune -- python plain_train.py --steps 9")
 
+
+
+# -- the rules' own findings put their levers in the stack (issue 22: a place for each lever) --
+
+
+def _rule_stack(code, case):
+    from audit_helpers import captured, run_rule
+
+    from levers.audit.rank import MEMORY_WEIGHT
+
+    capture, _ = captured(code, case)
+    return recommend(
+        run_rule(code, case), capture, step_ms=100.0, weight=MEMORY_WEIGHT,
+        workload_spec="case", on_gpu=False,
+    )
+
+
+def test_mem004_where_memory_binds_stacks_bf16_state_not_8bit():
+    rec = _rule_stack("MEM004", "fire_adamw_memory_bound")
+    assert rec.levers == ("adamw-bf16-state",) and rec.codes == ("MEM004",)
+    assert rec.missing == () and rec.notes == ()
+
+
+def test_mem004_without_a_bound_memory_stacks_nothing():
+    assert _rule_stack("MEM004", "fire_adamw").levers == ()
+    assert _rule_stack("MEM004", "regress_throughput_bound").levers == ()
+
+
+def test_moe001_on_transformers_experts_stacks_grouped_mm_and_on_hand_written_ones_nothing():
+    rec = _rule_stack("MOE001", "regress_hf_mixtral_eager")
+    assert rec.levers == ("experts-grouped-mm",) and rec.codes == ("MOE001",)
+    assert _rule_stack("MOE001", "fire_experts_loop").levers == ()

@@ -31,6 +31,7 @@ DEFAULT_ASSUMED_DTYPE = "bfloat16"
 
 CHECKPOINTING_WHATIF = "activation-checkpointing"
 SDPA_WHATIF = "sdpa-attention"
+BF16_STATE_WHATIF, INT8_STATE_WHATIF = "bf16-optimizer-states", "8bit-optimizer-states"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class PredictedMemory:
         checkpointing_note: why the what-if is not applicable (or how it was predicted).
         sdpa_applicable / sdpa_delta_allocated_bytes / sdpa_delta_reserved_bytes / sdpa_note:
             the same for the eager-attention-to-SDPA what-if (ATTN002's freed memory).
+        optimizer_bytes: the optimizer state live at the allocated peak.
+        bf16_state_delta_allocated_bytes / int8_state_delta_allocated_bytes: the allocated
+            peak's change with Adam's moments in bf16 / 8 bits (the what-ifs
+            ``bf16-optimizer-states`` and ``8bit-optimizer-states``); None when not predicted.
         batch_param / batch_now / batch_fit: the workload's batch parameter, its value, and the
             largest value levers memory's fit predicts to fit (None when not searched).
         fit_budget_bytes: the reserved-peak budget of that fit (usable less the margin).
@@ -81,6 +86,11 @@ class PredictedMemory:
     batch_fit_cap: int | None = None
     # why batch_fit is a lower bound ("the search stops at 16x the batch now"); "" when exact
     batch_fit_note: str = ""
+    # the optimizer state at the predicted peak, and the allocated peak's change with the
+    # optimizer-state what-ifs (MEM004's freed memory); None when that what-if was not predicted
+    optimizer_bytes: int = 0
+    bf16_state_delta_allocated_bytes: int | None = None
+    int8_state_delta_allocated_bytes: int | None = None
 
 
 def _whatif_numbers(plan: Any, name: str) -> tuple[bool, int, int, str]:
@@ -124,7 +134,16 @@ def predicted_memory_from_plan(plan: Any) -> PredictedMemory:
         checkpointing_delta_reserved_bytes=delta_reserved,
         checkpointing_note=note,
         **dict(zip(_SDPA_FIELDS, _whatif_numbers(plan, SDPA_WHATIF))),
+        optimizer_bytes=categories.get("optimizer", 0),
+        bf16_state_delta_allocated_bytes=_allocated_delta(plan, BF16_STATE_WHATIF),
+        int8_state_delta_allocated_bytes=_allocated_delta(plan, INT8_STATE_WHATIF),
     )
+
+
+def _allocated_delta(plan: Any, name: str) -> int | None:
+    """The allocated peak's change with one what-if; None when it was not predicted."""
+    applicable, delta_allocated, _, _ = _whatif_numbers(plan, name)
+    return delta_allocated if applicable else None
 
 
 _SDPA_FIELDS = (

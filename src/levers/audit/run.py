@@ -17,8 +17,9 @@ from typing import Any
 
 from levers.capture.records import Capture
 
-# the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's freed memory)
-MEMORY_RULES = ("MEM001", "ATTN002")
+# the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's and MEM004's
+# freed memory)
+MEMORY_RULES = ("MEM001", "ATTN002", "MEM004")
 # rules that read levers memory's fit of the batch parameter
 FIT_RULES = ("MEM001", "MEM003")
 BATCH_PARAM = "batch_size"

@@ -29,6 +29,28 @@ def world_size(capture: Capture) -> int:
     return int(max(info.get("world_size") or 1, ddp.get("world_size") or 1))
 
 
+# the optimizers whose state is sharded across the ranks already
+SHARDED_OPTIMIZERS = ("ZeroRedundancyOptimizer",)
+# below a MiB per rank sharding the state is not worth its all-gather (DIST004 stays quiet)
+MIN_SHARDING_SAVED_BYTES = 2**20
+
+
+def sharding_saved_bytes(capture: Capture) -> int:
+    """The optimizer-state bytes per rank that sharding it across the DDP ranks (ZeRO-1) would
+    free: the state times (N - 1) / N; 0 unless the model is DDP-wrapped (FSDP2 shards already)
+    over 2 ranks or more and its optimizer does not shard its state. DIST004 reports it; MEM004
+    stays quiet where DIST004 fires (sharding is exact, the smaller state is not)."""
+    # only DDP replicates the state; FSDP2 shards it already
+    if distributed(capture).get("strategy") != "ddp":
+        return 0
+    ranks = world_size(capture)
+    optimizer = capture.settings.get("optimizer") or {}
+    # one rank has nothing to shard across; no optimizer, or one that shards its state already
+    if ranks < 2 or not optimizer or optimizer.get("class") in SHARDED_OPTIMIZERS:
+        return 0
+    return int(optimizer.get("state_bytes") or 0) * (ranks - 1) // ranks
+
+
 def model_call_receipt(capture: Capture, *, op: str, shapes: str, count: int = 1) -> Receipt:
     source = next(
         (o.source for o in capture.ops if o.phase == "forward" and o.source is not None), None

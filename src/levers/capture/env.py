@@ -21,11 +21,31 @@ def tensor_nbytes(value: torch.Tensor) -> int:
     return value.numel() * value.element_size()
 
 
+def _moments(optimizer: torch.optim.Optimizer) -> tuple[dict[str, int], list[int]]:
+    """The optimizer's per-parameter state tensors that are not scalars (Adam's moments; the
+    step counters are scalars): their bytes by form (the dtype of a plain tensor, the class name
+    of a tensor subclass such as torchao's ``OptimState8bit``), and the value counts of the plain
+    float32 ones (what MEM004 prices the optimizer-state levers on)."""
+    by_form: dict[str, int] = {}
+    float32_numels: list[int] = []
+    for state in optimizer.state.values():
+        for value in state.values():
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                continue
+            plain = type(value) is torch.Tensor or isinstance(value, torch.nn.Parameter)
+            form = str(value.dtype).removeprefix("torch.") if plain else type(value).__name__
+            by_form[form] = by_form.get(form, 0) + tensor_nbytes(value)
+            if form == "float32":
+                float32_numels.append(value.numel())
+    return by_form, float32_numels
+
+
 def _optimizer_info(optimizer: torch.optim.Optimizer | None) -> dict[str, Any] | None:
     if optimizer is None:
         return None
     plain = (bool, int, float, str, type(None))
     defaults = {k: v for k, v in optimizer.defaults.items() if isinstance(v, plain)}
+    moment_bytes, float32_moment_numels = _moments(optimizer)
     return {
         "class": type(optimizer).__name__,
         "defaults": defaults,
@@ -37,6 +57,9 @@ def _optimizer_info(optimizer: torch.optim.Optimizer | None) -> dict[str, Any] |
             for v in state.values()
             if isinstance(v, torch.Tensor)
         ),
+        # the state by form, and the float32 moments' sizes (what MEM004 reads)
+        "moment_bytes": moment_bytes,
+        "float32_moment_numels": float32_moment_numels,
     }
 
 

@@ -86,7 +86,7 @@ LEVER = register(
         title="Keep Adam/AdamW's two moments in 8 bits, block-wise quantized (torchao AdamW8bit)",
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
-        fixes=(),
+        fixes=("MEM004",),
         applies=applies,
         patch=patch,
         # its saving is device memory, which a CPU run does not read (levers tune leaves it out

@@ -175,7 +175,7 @@ LEVER = register(
         title="Keep Adam/AdamW's two moments in bf16, stochastically rounded (torchao's update)",
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
-        fixes=(),
+        fixes=("MEM004",),
         applies=applies,
         patch=patch,
         # its saving is device memory, which a CPU run does not read (levers tune leaves it out

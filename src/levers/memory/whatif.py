@@ -33,11 +33,18 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from levers.adam_state import (  # noqa: F401 - INT8_* and int8_moment_nbytes re-exported
+    BF16_STATE_LEVER,
+    INT8_BLOCK,
+    INT8_MAP_BYTES,
+    INT8_MIN_NUMEL,
+    INT8_STATE_LEVER,
+    int8_moment_nbytes,
+)
 from levers.blocks import repeated_blocks
 from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
@@ -150,13 +157,6 @@ def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: 
     )
 
 
-# the levers that make the optimizer-state what-ifs' changes
-BF16_STATE_LEVER, INT8_STATE_LEVER = "adamw-bf16-state", "adamw-8bit"
-# torchao's AdamW8bit: moments of at least this many values, in blocks of this many, one byte a
-# value, a float32 scale a block and a 256-entry float32 map a tensor
-INT8_MIN_NUMEL, INT8_BLOCK, INT8_MAP_BYTES = 4096, 256, 256 * 4
-
-
 def float32_moments(trace: Trace) -> list[tuple[int, Allocation]]:
     """(handle, allocation) of each float32 optimizer state tensor that is not a scalar (the
     moments; a fused Adam's step counters are scalars)."""
@@ -172,14 +172,6 @@ def float32_moments(trace: Trace) -> list[tuple[int, Allocation]]:
 def bf16_optimizer_sizes(trace: Trace) -> dict[int, int]:
     """New byte counts for the moments that bf16 optimizer state halves."""
     return {handle: allocation.nbytes // 2 for handle, allocation in float32_moments(trace)}
-
-
-def int8_moment_nbytes(shape: tuple[int, ...]) -> int | None:
-    """The bytes of one moment in torchao's 8-bit state, or None where torchao keeps it fp32."""
-    numel = math.prod(shape)
-    if numel < INT8_MIN_NUMEL or numel % INT8_BLOCK:
-        return None
-    return numel + 4 * (numel // INT8_BLOCK) + INT8_MAP_BYTES
 
 
 def int8_optimizer_sizes(trace: Trace) -> dict[int, int]:

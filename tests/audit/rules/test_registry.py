@@ -33,6 +33,8 @@ FROZEN = {
     "MEM003": "unused-gpu-memory",
     "PAD001": "padding-tokens",
     "COMP001": "graph-breaks-and-recompiles",
+    "MEM004": "optimizer-state-peak",
+    "MOE001": "experts-loop",
 }
 SECTIONS = (
     "## What it does",

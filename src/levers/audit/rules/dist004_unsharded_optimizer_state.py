@@ -58,34 +58,28 @@ from levers.audit.finding import Finding, Work
 from levers.audit.patterns import fmt_bytes
 from levers.vocab import EXACT
 from levers.audit.rules.registry import registered, rule
-from levers.audit.scale import distributed, model_call_receipt, world_size
+from levers.audit.scale import (
+    MIN_SHARDING_SAVED_BYTES,
+    model_call_receipt,
+    sharding_saved_bytes,
+    world_size,
+)
 from levers.capture.records import Capture
 
 CODE, NAME = "DIST004", "unsharded-optimizer-state"
-MIN_SAVED_BYTES = 2**20  # below a MiB per rank the sharding is not worth its all-gather
 MEDIUM_SAVED_BYTES = 2**30
-SHARDED_OPTIMIZERS = ("ZeroRedundancyOptimizer",)
 
 
 @rule(CODE, NAME, severity="medium", fix_safety=EXACT)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
-    info = distributed(capture)
-    # only DDP replicates the state; FSDP2 shards it already
-    if info.get("strategy") != "ddp":
+    saved = sharding_saved_bytes(capture)
+    # not DDP over 2+ ranks with an unsharded optimizer, or too little to be worth the extra
+    # all-gather
+    if saved < MIN_SHARDING_SAVED_BYTES:
         return
     ranks = world_size(capture)
-    # one rank has nothing to shard across
-    if ranks < 2:
-        return
-    optimizer = capture.settings.get("optimizer") or {}
-    # no optimizer, or one that shards its state already
-    if not optimizer or optimizer.get("class") in SHARDED_OPTIMIZERS:
-        return
+    optimizer = capture.settings["optimizer"]
     state = int(optimizer.get("state_bytes") or 0)
-    saved = state * (ranks - 1) // ranks
-    # too little to be worth the extra all-gather
-    if saved < MIN_SAVED_BYTES:
-        return
     yield registered(CODE).finding(
         message=(
             f"each of the {ranks} DDP ranks holds the whole {optimizer.get('class')} state, "

@@ -58,7 +58,9 @@ RULE_MODULES = (
     "levers.audit.rules.dist002_find_unused_parameters",
     "levers.audit.rules.dist003_fp32_gradient_allreduce",
     "levers.audit.rules.dist004_unsharded_optimizer_state",
+    "levers.audit.rules.mem004_optimizer_state_peak",
     "levers.audit.rules.comp001_graph_breaks_and_recompiles",
+    "levers.audit.rules.moe001_experts_loop",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
