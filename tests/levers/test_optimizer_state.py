@@ -339,7 +339,9 @@ def test_on_a_gpu_the_fp32_state_is_parked_while_the_lever_is_on(lever_id):
 # -- where they are listed and tried ------------------------------------------------------
 
 
-def test_levers_list_shows_both_as_not_measured(capsys, tmp_path):
+def test_levers_list_shows_both_unmeasured_by_an_empty_catalogue_and_the_finding_they_fix(
+    capsys, tmp_path
+):
     from levers.cli import main
 
     empty = tmp_path / "catalogue.json"
@@ -347,7 +349,7 @@ def test_levers_list_shows_both_as_not_measured(capsys, tmp_path):
     assert main(["list", "--json", "--catalogue", str(empty)]) == 0
     listed = {item["id"]: item for item in json.loads(capsys.readouterr().out)["levers"]}
     for lever_id in IDS:
-        assert listed[lever_id]["measured"] == [] and listed[lever_id]["fixes"] == []
+        assert listed[lever_id]["measured"] == [] and listed[lever_id]["fixes"] == ["MEM004"]
 
 
 def test_tune_leaves_them_out_on_a_cpu_and_tries_them_as_one_group_on_a_gpu():

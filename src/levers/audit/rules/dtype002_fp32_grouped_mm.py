@@ -59,7 +59,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from levers.capture.ops import grouped_mm_flops
 from levers.capture.records import Capture, OpRecord, SourceLoc
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Part, Work
@@ -97,6 +96,9 @@ def _flops(op: OpRecord) -> int:
     matmul's of its (input, weight) shapes (twice that for its backward)."""
     if op.flops or _op_name(op) == GROUPED_MM or len(op.inputs) < 2:
         return op.flops
+    # imported here: levers.capture.ops imports torch, which `levers rule` must not
+    from levers.capture.ops import grouped_mm_flops
+
     flops = grouped_mm_flops(op.inputs[0].shape, op.inputs[1].shape)
     return 2 * flops if _op_name(op) == FALLBACK_BACKWARD else flops
 
