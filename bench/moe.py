@@ -55,6 +55,7 @@ from levers.levers.lever import NotApplicable  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers.workloads import zoo  # noqa: E402
 from levers_vs_peers import _bootstrap, measure  # noqa: E402
+from zoo import compile_summary, summarise  # noqa: E402
 
 VARIANTS = (
     "default", "experts-eager", "experts-eager+lever:experts-grouped-mm",
@@ -121,13 +122,7 @@ def run_row(variant: str, args) -> dict[str, Any]:
         row["status"], row["error"] = "failed", f"{type(exc).__name__}: {exc}"[:600]
         traceback.print_exc()
     finally:
-        stats = compile_stats.since(before) or {}
-        row["compile"] = {
-            "frames_compiled": stats.get("frames_compiled", 0),
-            "recompiles": sum(r["count"] for r in stats.get("recompiles", [])),
-            "graph_breaks": sum(b["count"] for b in stats.get("graph_breaks", [])),
-            "graph_break_reasons": sorted({b["reason"] for b in stats.get("graph_breaks", [])})[:5],
-        }
+        row["compile"] = compile_summary(before)
         for undo in reversed(undos):
             undo()
         workload = None
@@ -136,19 +131,6 @@ def run_row(variant: str, args) -> dict[str, Any]:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return row
-
-
-def summarise(row: dict[str, Any], rng: random.Random) -> None:
-    if row.get("status") != "ok":
-        return
-    durations, samples = row["dur_s"], row["tokens_per_s_samples"]
-    row["step_ms"] = 1e3 * statistics.median(durations)
-    row["step_ms_spread"] = [1e3 * min(durations), 1e3 * max(durations)]
-    row["tokens_per_s"] = statistics.median(samples)
-    row["tokens_per_s_spread"] = [min(samples), max(samples)]
-    row["tokens_per_s_ci95"] = _bootstrap(samples, None, statistics.median, rng)
-    peaks = row.get("peak_allocated_samples") or []
-    row["peak_allocated_gib"] = statistics.median(peaks) / 2**30 if peaks else None
 
 
 def ratios(rows: list[dict[str, Any]], baseline: str, rng: random.Random) -> dict[str, Any]:
@@ -253,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         summarise(row, rng)
         rows.append(row)
         print(f"   {row['status']} {row.get('step_ms', 0):.1f} ms  {row.get('tokens_per_s', 0):.0f} "
-              f"tokens/s  peak {row.get('peak_allocated_gib') or 0:.2f} GiB  "
+              f"tokens/s  peak {(row.get('peak_allocated_bytes') or 0) / 2**30:.2f} GiB  "
               f"{row.get('experts_implementation')} {row.get('error', '')}", flush=True)
         doc = {**meta, "rows": rows, "vs_baseline": ratios(rows, args.baseline, rng)}
         args.out.mkdir(parents=True, exist_ok=True)

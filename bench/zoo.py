@@ -163,14 +163,7 @@ def run_row(model: str, variant: str, args, options: dict[str, Any]) -> dict[str
         if args.debug:
             traceback.print_exc()
     finally:
-        stats = compile_stats.since(before) or {}
-        row["compile"] = {
-            "frames_compiled": stats.get("frames_compiled", 0),
-            "recompiles": sum(r["count"] for r in stats.get("recompiles", [])),
-            "graph_breaks": sum(b["count"] for b in stats.get("graph_breaks", [])),
-            "recompile_limit_hit": stats.get("recompile_limit_hit", False),
-            "graph_break_reasons": sorted({b["reason"] for b in stats.get("graph_breaks", [])})[:5],
-        }
+        row["compile"] = compile_summary(before)
         if cleanup is not None:
             cleanup()
         workload = None
@@ -179,6 +172,18 @@ def run_row(model: str, variant: str, args, options: dict[str, Any]) -> dict[str
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return row
+
+
+def compile_summary(before: Any) -> dict[str, Any]:
+    """What torch.compile did since the ``compile_stats.snapshot()`` ``before``."""
+    stats = compile_stats.since(before) or {}
+    return {
+        "frames_compiled": stats.get("frames_compiled", 0),
+        "recompiles": sum(r["count"] for r in stats.get("recompiles", [])),
+        "graph_breaks": sum(b["count"] for b in stats.get("graph_breaks", [])),
+        "recompile_limit_hit": stats.get("recompile_limit_hit", False),
+        "graph_break_reasons": sorted({b["reason"] for b in stats.get("graph_breaks", [])})[:5],
+    }
 
 
 def summarise(row: dict[str, Any], rng: random.Random) -> None:
