@@ -84,6 +84,8 @@ def test_a_plan_gives_mem001_its_numbers():
         checkpointing_delta_allocated_bytes=-MIB,
         checkpointing_delta_reserved_bytes=-2 * MIB,
         checkpointing_note="re-prediction with 4 blocks wrapped",
+        # the bf16-state what-if's allocated change, MEM004's
+        bf16_state_delta_allocated_bytes=-5,
     )
 
 
@@ -244,9 +246,9 @@ def test_no_memory_model_and_unselected_memory_rules_skip_the_prediction(capsys,
         "a timeline estimate from the capture (no memory-model prediction)"
         in " ".join(out.split())
     )
-    # without MEM001 and ATTN002 the step is still predicted, for the bound, but without the
-    # what-ifs; ATTN002 alone asks for them (the memory its fix frees)
-    code = main(["audit", "llama", *QUICK, "--ignore", "MEM001,ATTN002"])
+    # without MEM001, ATTN002 and MEM004 the step is still predicted, for the bound, but without
+    # the what-ifs; ATTN002 alone asks for them (the memory its fix frees)
+    code = main(["audit", "llama", *QUICK, "--ignore", "MEM001,ATTN002,MEM004"])
     capsys.readouterr()
     assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False]
     code = main(["audit", "llama", *QUICK, "--select", "ATTN002"])
