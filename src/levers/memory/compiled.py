@@ -88,6 +88,18 @@ def predicting(
         _active.clear()
         if graphs:
             torch._dynamo.reset()
+            forget_dispatch_caches()
+
+
+def forget_dispatch_caches() -> None:
+    """Drop the Python dispatcher's cached kernel choices. AOTAutograd traces under it, and it
+    caches, per op and dispatch key, the kernels levers registers for a prediction
+    (:mod:`levers.memory.composites`, :mod:`levers.memory.autocast`): once those are removed, a
+    stale choice would send a later compile (the real step's) to a key with no kernel, which
+    silently drops the op's gradient. Called where they are removed."""
+    for op in list(torch._ops.get_cached_ops()):
+        op._dispatch_cache.clear()
+    torch._ops.reset_cached_ops()
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:

@@ -118,3 +118,4 @@ def cuda_composites(book: DeviceBook) -> Iterator[None]:
         yield
     finally:
         library._destroy()
+        compiled.forget_dispatch_caches()

@@ -9,7 +9,8 @@ Llama-8B-shaped model "exists" on a laptop, and every op runs its meta kernel. A
 - :mod:`levers.memory.autocast` applies CUDA's autocast lists;
 - :mod:`levers.memory.sdpa` runs the attention kernel the target GPU would pick;
 - :mod:`levers.memory.shadow` keeps the values of token ids, masks and indices;
-- :mod:`levers.memory.tracker` records what is allocated and freed, where.
+- :mod:`levers.memory.tracker` records what is allocated and freed, where;
+- :mod:`levers.memory.compiled` compiles what the workload compiles as inductor partitions it.
 
 The factory is called with ``device="cuda"`` unless the caller set a device. Optimizers whose
 ``foreach`` was left to torch get ``foreach=True``, which is what torch picks for CUDA tensors
