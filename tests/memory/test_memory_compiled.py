@@ -164,3 +164,45 @@ def test_a_compiled_blocks_activations_are_what_it_saves_compiled_outside(predic
     assert compiled_run.trace.compiled_graphs[0].saved_bytes == saved_bytes
     # and less than the block keeps eager
     assert predicted < _activation_bytes(eager, 0, f"{prefix}1")
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offset = torch.arange(x.shape[-1]).float()  # made inside the compiled graph
+        return x + self.down(torch.nn.functional.gelu(self.up(x + offset)))
+
+
+def compiled_without_device(batch_size: int = 32):
+    """A factory that takes no device (run under ``torch.device("cuda")``) and compiles its
+    blocks itself."""
+    from levers.workload import Workload
+
+    model = torch.nn.Sequential(*[_Block() for _ in range(3)])
+    for block in model:
+        block.compile()
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randn(batch_size, 64)
+
+    def step() -> None:
+        model(x).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=optimizer)
+
+
+def test_a_factory_that_compiles_under_a_cuda_default_device():
+    # without the stand-in, torch.device("cuda") would put CUDA tensors in the graph
+    prediction = run_prediction(source_of(compiled_without_device), H200, num_steps=2)
+    # as dynamo compiles Module.compile()d blocks on real tensors without the lever's setup:
+    # the second block once more, the third reusing its graph
+    assert [g.module for g in prediction.trace.compiled_graphs] == ["0", "1"]
+    assert compiled.ASSUMPTION in prediction.trace.assumptions
+    # the gelu's input (32 x 256 fp32) is recomputed from the up projection's input in the
+    # backward instead of kept: each block keeps its output and the up projection's output
+    kept = {a.shape for a in prediction.trace.allocations if a.category == "activations"}
+    assert (32, 256) in kept

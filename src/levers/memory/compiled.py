@@ -6,18 +6,23 @@ backward instead of saving their outputs (the HF llama 1b at batch 4 on an H200:
 allocated eager, 24.09 GiB compiled per layer). A prediction of that step compiles the same
 blocks, on the fakes, with :data:`BACKEND`: AOTAutograd with inductor's decompositions,
 inductor's joint-graph passes and its partitioner (``torch._inductor.compile_fx.partition_fn``:
-the min-cut rematerialization), the graphs then run op by op (no code generation). Two things
-keep that faithful inside the stand-in:
+the min-cut rematerialization), the graphs then run op by op (no code generation). Three things
+keep that one graph per block, and faithful, inside the stand-in:
 
-- the stand-in's torch-function mode is taken off the stack while a compiled module runs
-  (:func:`run_outside_stand_in`): dynamo would trace into the mode itself and break the graph at
-  every device question it answers. The tracker stays (its ``ignore_compile_internals`` keeps it
-  off while dynamo compiles and on while the compiled graphs run), so each op of the graphs is
-  booked as before, on the GPU when an input is;
+- the stand-in's torch-function mode is taken off the stack while a compiled module runs, and
+  the tracker's global module hooks out of the hook tables (:func:`run_outside_stand_in`):
+  dynamo would trace into the mode itself and break the graph at every device question it
+  answers, and it would guard on the module stack the hooks keep, compiling every block again.
+  The tracker stays (its ``ignore_compile_internals`` keeps it off while dynamo compiles and on
+  while the compiled graphs run), so each op of the graphs is booked as before, on the GPU when
+  an input is, with the compiled module's name;
 - the graph's ``scaled_dot_product_attention`` is routed to the stand-in's SDPA handler
   before AOTAutograd traces it, so the graph holds the target GPU's attention kernel (flash,
   cuDNN, memory-efficient; their outputs, logsumexp and workspaces) instead of the CPU's
-  decomposition into a full score matrix; inductor keeps those kernels as they are too.
+  decomposition into a full score matrix; inductor keeps those kernels as they are too;
+- while the backend traces, :mod:`levers.memory.composites` takes CUDA's paths (``rms_norm``
+  calls ``_fused_rms_norm``, which inductor's decompositions then split): dynamo's fakes are
+  not in the stand-in's book, and the CPU's composites save other tensors.
 
 What differs from inductor: inductor fuses the elementwise ops of a graph, so their
 intermediates never exist, while here they run one by one; the compiled prediction is an upper
@@ -264,14 +269,26 @@ def run_outside_stand_in(
 
 @contextlib.contextmanager
 def _without_mode(mode: torch.overrides.TorchFunctionMode) -> Iterator[None]:
+    """``mode`` off the torch-function mode stack, and with it a ``torch.device("cuda")``
+    context (a factory without a device runs under one): without the stand-in to rewrite its
+    device, dynamo would put CUDA tensors in the graph, which a CPU build cannot make. A
+    tensor that the graph makes from no GPU input (``torch.arange`` in a block) is then booked
+    on the host."""
     from torch._dynamo.utils import set_torch_function_mode_stack
     from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
 
     stack = _get_current_function_mode_stack()
-    if mode not in stack:
+
+    def hidden(m: Any) -> bool:
+        return m is mode or (
+            isinstance(m, DeviceContext) and torch.device(m.device).type == "cuda"
+        )
+
+    if not any(hidden(m) for m in stack):
         yield
         return
-    set_torch_function_mode_stack([m for m in stack if m is not mode])
+    set_torch_function_mode_stack([m for m in stack if not hidden(m)])
     try:
         yield
     finally:
