@@ -4,7 +4,7 @@ Per-block compile (lever ``compile-blocks``) changes a step's memory mostly thro
 saves for backward: inductor's min-cut partitioner recomputes cheap elementwise ops in the
 backward instead of saving their outputs (the HF llama 1b at batch 4 on an H200: 29.47 GiB
 allocated eager, 24.09 GiB compiled per layer). A prediction of that step compiles the same
-blocks, on the fakes, with :data:`BACKEND`: AOTAutograd with inductor's decompositions,
+blocks, on the fakes, with :func:`backend`: AOTAutograd with inductor's decompositions,
 inductor's joint-graph passes and its partitioner (``torch._inductor.compile_fx.partition_fn``:
 the min-cut rematerialization), the graphs then run op by op (no code generation). Three things
 keep that one graph per block, and faithful, inside the stand-in:
@@ -30,7 +30,7 @@ bound by the transient buffers of the largest fused group (a few activation-size
 one block, alive only inside one kernel). Attention calls inside compiled graphs are described
 by the graph's trace and recorded at each run of the compiled forward.
 
-While a prediction runs, :func:`predicting` makes every ``torch.compile`` use :data:`BACKEND`
+While a prediction runs, :func:`predicting` makes every ``torch.compile`` use :func:`backend`
 (``torch.compiler.set_stance(force_backend=...)``) and names the SDPA handler it routes to;
 the backend refuses to compile outside a prediction. A module compiled another way than
 ``Module.compile()`` (``torch.compile(model)``'s wrapper) is compiled by it too, but with the
@@ -76,7 +76,7 @@ class CompiledGraph:
 def predicting(
     sdpa_handler: Callable[..., Any], record_attention: Callable[[Any], None] = lambda call: None
 ) -> Iterator[list[CompiledGraph]]:
-    """Compile everything that compiles in this prediction with :data:`BACKEND` (whatever
+    """Compile everything that compiles in this prediction with :func:`backend` (whatever
     backend the workload or a lever asked for: inductor's code cannot run on fakes), which
     routes attention to ``sdpa_handler``; each run of a compiled forward passes the
     descriptions of its attention calls to ``record_attention`` (the handler describes them
@@ -154,8 +154,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
             partition_fn=partition_fn,
         )(gm, example_inputs)
 
-
-BACKEND = backend
 
 
 def tracing() -> bool:
