@@ -176,6 +176,7 @@ class Step:
         whatifs: bool = False,
         world_size: int | None = None,
         strategy: str | None = None,
+        lever_ids: Sequence[str] = (),
     ) -> MemoryPlan:
         """levers memory's :class:`levers.memory.MemoryPlan` of the step on ``gpu`` (any name
         of :mod:`levers.hardware`, or a budget such as ``"40GiB"``), kept per arguments.
@@ -183,7 +184,9 @@ class Step:
         The prediction is of the GPU run: a ``device`` parameter (the device a capture ran on
         here) is not passed to the factory. ``world_size``: also predict each of that many
         data-parallel ranks sharing the model by ``strategy`` (``ddp``, the default, ``zero1``
-        or ``fsdp2``), in the plan's ``extra["per_rank"]``.
+        or ``fsdp2``), in the plan's ``extra["per_rank"]``. ``lever_ids``: levers applied to
+        every predicted build (``compile-blocks`` is predicted compiled, as inductor partitions
+        it; a lever that does not apply is skipped).
 
         Raises:
             TypeError: the Step holds a built Workload (the model builds it again under fake
@@ -194,7 +197,7 @@ class Step:
         import levers.memory
 
         source = self._memory_source_or_refuse("memory")
-        key = (str(gpu), margin, num_steps, whatifs, world_size, strategy)
+        key = (str(gpu), margin, num_steps, whatifs, world_size, strategy, tuple(lever_ids))
         if key not in self._plans:
             # only what was given is passed on: predict_memory's own defaults hold otherwise
             options: dict[str, Any] = {}
@@ -202,12 +205,16 @@ class Step:
                 options["margin"] = margin
             if num_steps is not None:
                 options["num_steps"] = num_steps
+            if lever_ids:
+                options["transform"] = _lever_transform(lever_ids)
             params = self._memory_params()
             if world_size is None:
                 plan = levers.memory.predict_memory(
                     source, gpu=gpu, params=params, whatifs=whatifs, **options
                 )
             else:
+                if lever_ids:
+                    raise ValueError("lever_ids predicts one rank's step; leave out world_size")
                 plan = _per_rank_plan(
                     source, params, gpu, options, whatifs, world_size, strategy or "ddp"
                 )
@@ -223,6 +230,7 @@ class Step:
         num_steps: int | None = None,
         start: int | None = None,
         progress: Callable[[FitPoint], None] | None = None,
+        lever_ids: Sequence[str] = (),
     ) -> FitResult:
         """The largest integer ``param`` (a factory parameter) whose predicted peak fits
         ``gpu`` less the margin, searched from ``start`` (default: the Step's value of it).
@@ -236,7 +244,11 @@ class Step:
         from levers.memory.prediction import source_of
         from levers.memory.steps import DEFAULT_NUM_STEPS
 
-        built = source_of(self._memory_source_or_refuse("fit"), self._memory_params())
+        built = source_of(
+            self._memory_source_or_refuse("fit"),
+            self._memory_params(),
+            _lever_transform(lever_ids) if lever_ids else None,
+        )
         return fit_param(
             built,
             resolve_gpu(gpu),
@@ -490,6 +502,19 @@ class Step:
             clock=clock or time.monotonic,
             set_items=set_items,
         )
+
+
+def _lever_transform(ids: Sequence[str]) -> Callable[[Workload], None]:
+    """Apply the levers ``ids`` to a workload built for a memory prediction (those that do not
+    apply are skipped, as raise-batch's prediction skips them)."""
+    from levers.levers.handle import apply_to_workload, find_specs
+
+    find_specs(list(ids))  # an unknown id or option is refused now, not in the prediction
+
+    def transform(workload: Workload) -> None:
+        apply_to_workload(workload, list(ids), quiet=True)
+
+    return transform
 
 
 def _per_rank_plan(

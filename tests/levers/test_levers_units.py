@@ -312,6 +312,28 @@ def test_raise_batch_picks_the_largest_predicted_fit_and_says_so():
         levers.apply(llama.build(), "raise-batch")
 
 
+def test_raise_batch_predicts_the_step_with_its_blocks_compiled(monkeypatch):
+    # issue 21: the fit is of the step that will run, blocks compiled, not of the eager step
+    from levers.levers.raise_batch import NOT_PREDICTED, fit_batch
+    from levers.memory import compiled
+
+    graphs = []
+    original = compiled.backend
+
+    def counting(gm, example_inputs, **kwargs):
+        graphs.append(gm)
+        return original(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compiled, "backend", counting)
+    assert "compile-blocks" not in NOT_PREDICTED
+    options = {"gpu": "2GiB", "max_batch_size": 4, "levers": ["compile-blocks"]}
+    params, said = fit_batch("llama", {"size": "tiny"}, options)
+    assert params["batch_size"] == 4
+    assert "with compile-blocks" in said
+    # the predicted steps ran compiled (eager ones would call no backend)
+    assert graphs
+
+
 def test_raise_batch_never_runs_a_gpu_batch_on_the_host():
     # a batch fitted to a GPU's memory, run on the CPU, is killed by the kernel: refused first
     lever = REGISTRY["raise-batch"]

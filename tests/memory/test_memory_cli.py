@@ -70,12 +70,39 @@ def test_fit_prints_the_curve(capsys):
         (["--margin", "1.5"], "margin must be in [0, 1)"),
         (["--fit", "batch_size", "--set", "batch_size=2.5"], "not a positive integer"),
         (["--measure"], "needs a CUDA GPU"),
+        (["--lever", "compile-everything"], "--lever: unknown lever(s) compile-everything"),
+        (["--lever", "compile-blocks", "--world-size", "2"], "run --fit, --measure and --lever"),
     ],
 )
 def test_user_errors_say_what_to_do(capsys, argv, message):
     code, _out, err = run(capsys, f"{FACTORIES}:mlp", "--no-whatifs", "--steps", "1", *argv)
     assert code == 2
     assert message in err
+
+
+def test_a_lever_is_predicted_with_the_step(capsys, tmp_path):
+    # issue 21: the step that will run, blocks compiled; the plan says how it was predicted
+    pytest.importorskip("transformers")
+    plans = {}
+    for name, extra in (("eager", ()), ("compiled", ("--lever", "compile-blocks"))):
+        out_file = tmp_path / f"{name}.json"
+        code, out, err = run(
+            capsys, "hf", "--set", "arch=llama", "--set", "size=tiny", "--set", "batch_size=8",
+            "--gpu", "h200", "--steps", "2", "--no-whatifs", "--json", str(out_file), *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        plans[name] = json.loads(out_file.read_text())
+    assert any("min-cut rematerialization" in a for a in plans["compiled"]["assumptions"])
+    assert not any("min-cut" in a for a in plans["eager"]["assumptions"])
+
+    def first_block(plan) -> int:
+        by_module = {m["module"]: m["nbytes"] for m in plan["activations_by_module"]}
+        return by_module["model.layers.0"]
+
+    # at the peak (step 1's backward) the block keeps less compiled: inductor's partition
+    # recomputes elementwise ops (1.08 MiB against 1.71 MiB at batch 8)
+    assert first_block(plans["compiled"]) == 1135616
+    assert first_block(plans["eager"]) == 1790976
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 batch that fits? Predicted without a GPU.
 
     levers memory WORKLOAD [--set KEY=VALUE ...] --gpu GPU [--fit PARAM] [--margin F]
-                  [--measure] [--json FILE] [--predict-steps N] [--no-whatifs]
+                  [--measure] [--json FILE] [--predict-steps N] [--no-whatifs] [--lever NAME]
 """
 
 from __future__ import annotations
@@ -71,6 +71,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )
+    parser.add_argument(
+        "--lever",
+        dest="levers",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="predict the step with this lever applied (repeatable; compile-blocks and "
+        "compile-model are predicted compiled, partitioned as inductor partitions them)",
+    )
     from levers.cli.script import SCRIPT_HELP, add_script_arguments
 
     add_warmup_argument(parser, default=f"{SCRIPT_WARMUP}; a script after -- only")
@@ -128,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.json_path, make_parents=True)  # before the prediction, not after
     _check_distributed(args)
     params = parse_set(args.set_items)
+    _check_levers(_lever_ids(args.levers))
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
     step = Step(args.workload, params)
@@ -140,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
                 whatifs=args.whatifs,
                 world_size=args.world_size,
                 strategy=args.strategy,
+                lever_ids=_lever_ids(args.levers),
             )
         except LeversError:
             raise
@@ -186,10 +197,10 @@ def _check_distributed(args: argparse.Namespace) -> None:
     if args.world_size is not None:
         if args.world_size < 1:
             raise LeversError(f"--world-size must be at least 1, got {args.world_size}")
-        if args.fit or args.measure:
+        if args.fit or args.measure or args.levers:
             raise LeversError(
-                "--world-size predicts one rank of N from the single-rank step; run --fit and "
-                "--measure without it"
+                "--world-size predicts one rank of N from the single-rank step; run --fit, "
+                "--measure and --lever without it"
             )
         args.strategy = args.strategy or "ddp"
 
@@ -250,7 +261,25 @@ def _fit(console, step, args, margin: float, params: dict[str, Any]):
             start=start,
             num_steps=args.predict_steps,
             progress=progress,
+            lever_ids=_lever_ids(args.levers),
         )
+
+
+def _check_levers(ids: list[str]) -> None:
+    """Refuse an unknown lever or option before the prediction."""
+    if not ids:
+        return
+    from levers.levers.handle import find_specs
+
+    try:
+        find_specs(ids)
+    except (ValueError, KeyError) as exc:
+        raise LeversError(f"--lever: {exc}") from None
+
+
+def _lever_ids(given: list[str]) -> list[str]:
+    """``--lever a,b --lever c`` as ids: the spellings levers ab accepts."""
+    return [i.strip() for spec in given for i in spec.split(",") if i.strip()]
 
 
 def _check_fit_start(param: str, value: Any) -> None:

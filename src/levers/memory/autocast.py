@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from levers.memory import compiled
+
 LOWER_PRECISION = (
     "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
     "conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input", "convolution",
@@ -258,6 +260,7 @@ def cuda_autocast_policy() -> Iterator[None]:
     finally:
         library._destroy()
         cache.clear()
+        compiled.forget_dispatch_caches()
 
 
 @contextlib.contextmanager

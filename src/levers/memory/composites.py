@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from levers.memory import compiled
 from levers.memory.standin import GPU, DeviceBook
 
 _KEY = "AutogradCPU"
@@ -63,11 +64,19 @@ class _FusedRmsNorm(torch.autograd.Function):
 
 
 def _on_gpu(book: DeviceBook, tensor: Any) -> bool:
-    return isinstance(tensor, torch.Tensor) and book.device_of(tensor) == GPU
+    # a graph compiled in a prediction is traced on dynamo's own fakes, which the book does not
+    # know: every tensor there stands for the GPU's
+    return isinstance(tensor, torch.Tensor) and (
+        book.device_of(tensor) == GPU or compiled.tracing()
+    )
 
 
 def _rms_norm(book: DeviceBook):
     def kernel(x, normalized_shape, weight=None, eps=None):
+        if compiled.tracing():
+            # the op CUDA's composite calls; inductor's decompositions then split it, and its
+            # partitioner chooses what to keep (not _FusedRmsNorm's allocation-only stand-in)
+            return aten._fused_rms_norm(x, list(normalized_shape), weight, eps)[0]
         if not _on_gpu(book, x):
             return aten.rms_norm.default.decompose(x, normalized_shape, weight, eps)
         return _FusedRmsNorm.apply(x, tuple(normalized_shape), weight, eps)
@@ -109,3 +118,4 @@ def cuda_composites(book: DeviceBook) -> Iterator[None]:
         yield
     finally:
         library._destroy()
+        compiled.forget_dispatch_caches()

@@ -9,7 +9,8 @@ Llama-8B-shaped model "exists" on a laptop, and every op runs its meta kernel. A
 - :mod:`levers.memory.autocast` applies CUDA's autocast lists;
 - :mod:`levers.memory.sdpa` runs the attention kernel the target GPU would pick;
 - :mod:`levers.memory.shadow` keeps the values of token ids, masks and indices;
-- :mod:`levers.memory.tracker` records what is allocated and freed, where.
+- :mod:`levers.memory.tracker` records what is allocated and freed, where;
+- :mod:`levers.memory.compiled` compiles what the workload compiles as inductor partitions it.
 
 The factory is called with ``device="cuda"`` unless the caller set a device. Optimizers whose
 ``foreach`` was left to torch get ``foreach=True``, which is what torch picks for CUDA tensors
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from levers.errors import LeversError
-from levers.memory import sdpa
+from levers.memory import compiled, sdpa
 from levers.memory.autocast import cuda_autocast_policy
 from levers.memory.composites import cuda_composites
 from levers.hardware import GpuSpec
@@ -115,6 +116,11 @@ def trace_workload(
         standin = StandInMode(book, interceptors, observer=tracker.annotate_result)
         stack.enter_context(standin)
         stack.enter_context(backward_in_mode(standin))
+        compiled_graphs = stack.enter_context(
+            compiled.predicting(
+                interceptors[F.scaled_dot_product_attention], tracker.sdpa_calls.append
+            )
+        )
         if default_device is not None:
             # entered after the stand-in, so it runs first and names the device to it
             stack.enter_context(torch.device(default_device))
@@ -125,6 +131,7 @@ def trace_workload(
         tracker.label_inputs_after_build()
         if transform is not None:
             transform(workload)
+        _run_compiled_outside_stand_in(workload, standin, context)
         _prefer_foreach(workload.optimizer)
         try:
             removers.append(install_module_hooks(context, names))
@@ -139,7 +146,10 @@ def trace_workload(
             for remove in removers:
                 remove()
         num_parameters = sum(p.numel() for p in workload.model.parameters())
+        if compiled_graphs:
+            tracker.assumptions.append(compiled.ASSUMPTION)
         trace = tracker.finish(num_steps, num_parameters)
+        trace = dataclasses.replace(trace, compiled_graphs=tuple(compiled_graphs))
     if default_device is not None:
         trace = dataclasses.replace(
             trace, assumptions=trace.assumptions + (NO_DEVICE_ASSUMPTION,)
@@ -152,6 +162,18 @@ NO_DEVICE_ASSUMPTION = (
     "torch.device('cuda'), as `with torch.device('cuda'): factory()` places them on a GPU; "
     "give it a device parameter to control where its tensors go"
 )
+
+
+def _run_compiled_outside_stand_in(
+    workload: Workload, standin: StandInMode, context: SiteContext
+) -> None:
+    """Run each module that the factory or a transform compiled (``Module.compile()``) without
+    the stand-in's function mode, which dynamo would trace into; see
+    :mod:`levers.memory.compiled`."""
+    for name, module in compiled.compiled_modules(workload.model):
+        compiled.run_outside_stand_in(
+            module, standin, context.module_stack, name, standin.observer
+        )
 
 
 def _check_parameters_on_gpu(
@@ -218,9 +240,13 @@ def _sdpa_handler(tracker: StorageTracker, target: sdpa.SdpaTarget):
         backend, rejected = sdpa.choose_backend(
             q, k, v, mask, call["dropout_p"], call["is_causal"], call["enable_gqa"], target
         )
-        tracker.sdpa_calls.append(
-            sdpa.describe(backend, q, k, v, mask, call["is_causal"], call["enable_gqa"], rejected)
+        described = sdpa.describe(
+            backend, q, k, v, mask, call["is_causal"], call["enable_gqa"], rejected
         )
+        if compiled.tracing():  # recorded at each run of the compiled graph instead
+            compiled.note_traced_attention(described)
+        else:
+            tracker.sdpa_calls.append(described)
         with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
             return sdpa.run_backend(
                 backend,

@@ -29,7 +29,7 @@ def measure_peaks(source: Source, *, num_steps: int) -> Measured:
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    workload = source.build({**source.params, "device": source.params.get("device", "cuda")})
+    workload = source.built({**source.params, "device": source.params.get("device", "cuda")})
     for _ in range(num_steps):
         workload.step()
     torch.cuda.synchronize()  # sync point: the peaks are final only once the kernels ran

@@ -5,6 +5,7 @@ machine (no GPU needed), attributed, and checked against a GPU's capacity.
 from __future__ import annotations
 
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from levers.hardware import GpuSpec, resolve_gpu
@@ -13,6 +14,7 @@ from levers.memory.fake import DEFAULT_NUM_STEPS
 from levers.memory.plan import MemoryPlan
 from levers.memory.prediction import Prediction, Source, assumptions_of, run_prediction, source_of
 from levers.memory.whatif import all_whatifs
+from levers.workload import Workload
 
 DEFAULT_MARGIN = 0.05
 
@@ -57,6 +59,7 @@ def predict_memory(
     margin: float = DEFAULT_MARGIN,
     num_steps: int = DEFAULT_NUM_STEPS,
     whatifs: bool = False,
+    transform: Callable[[Workload], None] | None = None,
 ) -> MemoryPlan:
     """Predict the peak GPU memory of a training step without a GPU.
 
@@ -70,6 +73,9 @@ def predict_memory(
         num_steps: training steps to run after the build; peaks are over the whole run.
         whatifs: also predict the what-ifs (activation checkpointing, bf16 and 8-bit optimizer
             states, loss over valid rows, SDPA), each a full or partial re-prediction.
+        transform: changes the built workload before its first step, in this prediction and
+            every what-if's (the levers of ``levers memory --lever``; a compiled module is
+            predicted compiled: :mod:`levers.memory.compiled`).
 
     Returns:
         A :class:`MemoryPlan` with the predicted ``max_memory_allocated`` and
@@ -77,7 +83,7 @@ def predict_memory(
     """
     spec = resolve_gpu(gpu)
     margin = check_margin(margin)
-    source = source_of(workload_or_factory, params)
+    source = source_of(workload_or_factory, params, transform)
     return predict_source(source, spec, margin, num_steps=num_steps, whatifs=whatifs)
 
 

@@ -7,6 +7,7 @@ re-predict a source with changes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -31,13 +32,30 @@ class Source:
     label: str
     # the factory takes no device: it is built and run under ``torch.device("cuda")``
     default_device: str | None = None
+    # applied to every build before its first step (levers: ``levers memory --lever``), in
+    # every prediction of the source (what-ifs and fits included) and in ``--measure``
+    transform: Callable[[Workload], None] | None = None
 
     def with_params(self, **changes: Any) -> Source:
-        return Source(self.build, {**self.params, **changes}, self.label, self.default_device)
+        return dataclasses.replace(self, params={**self.params, **changes})
+
+    def built(self, params: dict[str, Any] | None = None) -> Workload:
+        """The workload built with ``params`` (default: the source's), transformed."""
+        workload = self.build(self.params if params is None else params)
+        if self.transform is not None:
+            self.transform(workload)
+        return workload
 
 
-def source_of(workload_or_factory: Any, params: dict[str, Any] | None = None) -> Source:
-    """A :class:`Source` for a spec (``"llama"``, ``"file.py:factory"``) or a factory."""
+def source_of(
+    workload_or_factory: Any,
+    params: dict[str, Any] | None = None,
+    transform: Callable[[Workload], None] | None = None,
+) -> Source:
+    """A :class:`Source` for a spec (``"llama"``, ``"file.py:factory"``) or a factory;
+    ``transform`` changes each build before its first step (see :class:`Source`)."""
+    if transform is not None:
+        return dataclasses.replace(source_of(workload_or_factory, params), transform=transform)
     params = dict(params or {})
     if isinstance(workload_or_factory, Workload):
         raise TypeError(
@@ -107,13 +125,19 @@ def run_prediction(
     transform: Callable[[Workload], None] | None = None,
 ) -> Prediction:
     start = time.perf_counter()
+    transforms = [t for t in (source.transform, transform) if t is not None]
+
+    def transformed(workload: Workload) -> None:
+        for change in transforms:
+            change(workload)
+
     # torch logs each meta kernel that fails on the fakes; those lines are about this fake run
     with torch_logs_captured():
         trace, workload = trace_workload(
             lambda: source.build(source.params),
             gpu,
             num_steps=num_steps,
-            transform=transform,
+            transform=transformed if transforms else None,
             default_device=source.default_device,
         )
     replayed = replay(trace)

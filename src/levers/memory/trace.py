@@ -70,3 +70,6 @@ class Trace:
     losses: tuple[LossCall, ...]
     assumptions: tuple[str, ...]
     num_parameters: int
+    # the graphs torch.compile compiled for the step's compiled modules (compile-blocks), in
+    # order (levers.memory.compiled.CompiledGraph); empty when nothing was compiled
+    compiled_graphs: tuple = ()

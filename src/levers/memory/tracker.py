@@ -27,6 +27,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from levers.capture.ops import op_flops
 from levers.memory import kernels
+from levers.memory.compiled import SITE_HOOK
 from levers.memory.shadow import ShadowValues
 from levers.memory.standin import GPU, HOST, DeviceBook
 from levers.memory.trace import Allocation, LossCall, Trace
@@ -126,6 +127,12 @@ class StorageTracker(TorchDispatchMode):
         self._workspace_owners: set = set()
         self._state_handles: set[int] = set()
         self._num_calls = 0
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # off while torch.compile compiles (dynamo would otherwise skip every frame under this
+        # mode), on while the compiled graphs run, which books their ops as any other
+        return True
 
     # --- dispatch -------------------------------------------------------------------------
 
@@ -419,6 +426,9 @@ def install_module_hooks(context: SiteContext, names: dict[int, str]) -> Callabl
 
     from torch.nn.modules import module as module_api
 
+    # compiled modules run without these: dynamo would trace them and guard on the stack
+    setattr(pre_hook, SITE_HOOK, True)
+    setattr(post_hook, SITE_HOOK, True)
     pre = module_api.register_module_forward_pre_hook(pre_hook)
     post = module_api.register_module_forward_hook(post_hook, always_call=True)
 

@@ -1,0 +1,315 @@
+"""Compiled modules in a predicted step: what ``torch.compile`` keeps for backward, on fakes.
+
+Per-block compile (lever ``compile-blocks``) changes a step's memory mostly through what it
+saves for backward: inductor's min-cut partitioner recomputes cheap elementwise ops in the
+backward instead of saving their outputs (the HF llama 1b at batch 4 on an H200: 29.47 GiB
+allocated eager, 24.09 GiB compiled per layer). A prediction of that step compiles the same
+blocks, on the fakes, with :func:`backend`: AOTAutograd with inductor's decompositions,
+inductor's joint-graph passes and its partitioner (``torch._inductor.compile_fx.partition_fn``:
+the min-cut rematerialization), the graphs then run op by op (no code generation). Three things
+keep that one graph per block, and faithful, inside the stand-in:
+
+- the stand-in's torch-function mode is taken off the stack while a compiled module runs, and
+  the tracker's global module hooks out of the hook tables (:func:`run_outside_stand_in`):
+  dynamo would trace into the mode itself and break the graph at every device question it
+  answers, and it would guard on the module stack the hooks keep, compiling every block again.
+  The tracker stays (its ``ignore_compile_internals`` keeps it off while dynamo compiles and on
+  while the compiled graphs run), so each op of the graphs is booked as before, on the GPU when
+  an input is, with the compiled module's name;
+- the graph's ``scaled_dot_product_attention`` is routed to the stand-in's SDPA handler
+  before AOTAutograd traces it, so the graph holds the target GPU's attention kernel (flash,
+  cuDNN, memory-efficient; their outputs, logsumexp and workspaces) instead of the CPU's
+  decomposition into a full score matrix; inductor keeps those kernels as they are too;
+- while the backend traces, :mod:`levers.memory.composites` takes CUDA's paths (``rms_norm``
+  calls ``_fused_rms_norm``, which inductor's decompositions then split): dynamo's fakes are
+  not in the stand-in's book, and the CPU's composites save other tensors.
+
+What differs from inductor: inductor fuses the elementwise ops of a graph, so their
+intermediates never exist, while here they run one by one; the compiled prediction is an upper
+bound by the transient buffers of the largest fused group (a few activation-sized tensors of
+one block, alive only inside one kernel). Attention calls inside compiled graphs are described
+by the graph's trace and recorded at each run of the compiled forward.
+
+While a prediction runs, :func:`predicting` makes every ``torch.compile`` use :func:`backend`
+(``torch.compiler.set_stance(force_backend=...)``) and names the SDPA handler it routes to;
+the backend refuses to compile outside a prediction. A module compiled another way than
+``Module.compile()`` (``torch.compile(model)``'s wrapper) is compiled by it too, but with the
+stand-in on the stack, where dynamo breaks the graph at the mode's device questions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# the SDPA handler of the prediction that runs, (func, args, kwargs) -> output, and the graphs
+# compiled for it; one prediction at a time
+_active: dict[str, Any] = {}
+
+ASSUMPTION = (
+    "compiled modules were predicted with inductor's partition of each graph (min-cut "
+    "rematerialization, on fakes) and their ops run one by one: inductor's fused elementwise "
+    "ops never materialise their intermediates, so the compiled peak is an upper bound by those"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledGraph:
+    """One graph the backend compiled: the compiled module it is from (``model.layers.0``), its
+    attention calls, and what its forward saves for backward (the partition's choice; the
+    module's inputs and parameters left out)."""
+
+    module: str
+    num_attention_calls: int
+    num_saved: int
+    saved_bytes: int
+    attention: tuple = ()  # the SDPA calls' descriptions (levers.memory.sdpa.SdpaCall)
+
+
+@contextlib.contextmanager
+def predicting(
+    sdpa_handler: Callable[..., Any], record_attention: Callable[[Any], None] = lambda call: None
+) -> Iterator[list[CompiledGraph]]:
+    """Compile everything that compiles in this prediction with :func:`backend` (whatever
+    backend the workload or a lever asked for: inductor's code cannot run on fakes), which
+    routes attention to ``sdpa_handler``; each run of a compiled forward passes the
+    descriptions of its attention calls to ``record_attention`` (the handler describes them
+    once, while the graph is traced: :func:`note_traced_attention`). Yields the list of the
+    graphs compiled, filled as they are. Dynamo's caches are cleared on exit when anything
+    compiled, so that a graph compiled for these fakes is never reused (not another
+    prediction's, not a real run's)."""
+    graphs: list[CompiledGraph] = []
+    _active.update(sdpa=sdpa_handler, graphs=graphs, record_attention=record_attention)
+    try:
+        with torch.compiler.set_stance("default", force_backend=backend):
+            yield graphs
+    finally:
+        _active.clear()
+        if graphs:
+            torch._dynamo.reset()
+            forget_dispatch_caches()
+
+
+def forget_dispatch_caches() -> None:
+    """Drop the Python dispatcher's cached kernel choices. AOTAutograd traces under it, and it
+    caches, per op and dispatch key, the kernels levers registers for a prediction
+    (:mod:`levers.memory.composites`, :mod:`levers.memory.autocast`): once those are removed, a
+    stale choice would send a later compile (the real step's) to a key with no kernel, which
+    silently drops the op's gradient. Called where they are removed."""
+    for op in list(torch._ops.get_cached_ops()):
+        op._dispatch_cache.clear()
+    torch._ops.reset_cached_ops()
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+    """A ``torch.compile`` backend: inductor's decompositions and partition, graphs run by ops."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import config as functorch_config
+    from torch._inductor.compile_fx import partition_fn, select_decomp_table
+    from functorch.compile import make_boxed_func
+
+    handler = _active.get("sdpa")
+    if handler is None:
+        raise RuntimeError(
+            "levers.memory.compiled.backend compiles only inside a memory prediction"
+        )
+    num_attention_calls = _route_sdpa(gm, handler)
+    name = _active.get("module", "?")
+    num_user_outputs = _num_outputs(gm)
+    graphs, record = _active["graphs"], _active["record_attention"]
+    traced: list[Any] = []
+
+    def forward_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        num_saved, saved_bytes = _saved_by(graph, num_user_outputs)
+        # AOTAutograd traces the graph more than once; the last trace is the compiled one
+        attention = tuple(traced[len(traced) - num_attention_calls :])
+        graphs.append(
+            CompiledGraph(name, num_attention_calls, num_saved, saved_bytes, attention)
+        )
+        forward = make_boxed_func(graph.forward)
+
+        def run(args: list[Any]) -> Any:
+            for call in attention:
+                record(call)
+            return forward(args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def nop(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        return make_boxed_func(graph.forward)
+
+    # the settings inductor compiles with (torch._inductor.compile_fx.compile_fx)
+    with functorch_config.patch(unlift_effect_tokens=True), _tracing(traced):
+        return aot_autograd(
+            fw_compiler=forward_compiler,
+            bw_compiler=nop,
+            decompositions=select_decomp_table(),
+            partition_fn=partition_fn,
+        )(gm, example_inputs)
+
+
+
+def tracing() -> bool:
+    """Whether the backend is tracing a graph now: the tensors then are dynamo's fakes, which
+    stand for the GPU's (:mod:`levers.memory.composites` takes CUDA's paths for them)."""
+    return "traced" in _active
+
+
+def note_traced_attention(call: Any) -> None:
+    """Keep the description of an attention call that the graph being traced makes."""
+    _active["traced"].append(call)
+
+
+@contextlib.contextmanager
+def _tracing(traced: list[Any]) -> Iterator[None]:
+    _active["traced"] = traced
+    try:
+        yield
+    finally:
+        _active.pop("traced", None)
+
+
+def _route_sdpa(gm: torch.fx.GraphModule, handler: Callable[..., Any]) -> int:
+    """Point the graph's SDPA calls at the stand-in's handler, which AOTAutograd then traces
+    into the target GPU's attention op; returns their number."""
+    routed = functools.partial(_sdpa_call, handler)
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is F.scaled_dot_product_attention:
+            node.target = routed
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def _saved_by(forward: torch.fx.GraphModule, num_user_outputs: int) -> tuple[int, int]:
+    """The tensors a partitioned forward returns for backward (its outputs past the user's),
+    and the bytes of their storages (a view keeps its whole base); inputs (parameters, the
+    block's input) are not new memory and are left out, as are sizes (symbolic ints)."""
+    inputs = {
+        n.meta["val"].untyped_storage()._cdata
+        for n in forward.graph.nodes
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    output = next(n for n in forward.graph.nodes if n.op == "output")
+    num_saved = 0
+    storages: dict[int, int] = {}
+    for node in dict.fromkeys(output.args[0][num_user_outputs:]):
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor):
+            continue
+        storage = value.untyped_storage()
+        if storage._cdata in inputs:  # an input or a view of one (a weight's transpose)
+            continue
+        num_saved += 1
+        storages[storage._cdata] = storage.nbytes()
+    return num_saved, sum(storages.values())
+
+
+def _num_outputs(gm: torch.fx.GraphModule) -> int:
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    return len(torch.utils._pytree.tree_leaves(output.args[0]))
+
+
+def _sdpa_call(handler: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return handler(F.scaled_dot_product_attention, args, kwargs)
+
+
+def compiled_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The modules that ``Module.compile()`` compiled (compile-blocks' blocks, compile-model's
+    model), by name."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if vars(module).get("_compiled_call_impl") is not None
+    ]
+
+
+def run_outside_stand_in(
+    module: torch.nn.Module,
+    stand_in: torch.overrides.TorchFunctionMode,
+    module_stack: list[str],
+    name: str,
+    observer: Callable[[Any], None] | None,
+) -> None:
+    """Run ``module``'s compiled call with ``stand_in`` off the torch-function mode stack and
+    the tracker's global module hooks (:data:`SITE_HOOK`) out of the hook tables, both of
+    which dynamo would trace (the hooks read the module stack, so dynamo guarded on it and
+    compiled every block again); the module's name is on ``module_stack`` instead (its
+    allocations and backward are the module's, not its submodules'), and ``observer`` sees the
+    result (to label the compiled backward node with the module)."""
+    compiled = vars(module)["_compiled_call_impl"]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        module_stack.append(name)
+        _active["module"] = name  # what the backend's graphs, if it compiles now, are of
+        try:
+            with _without_mode(stand_in), _without_site_hooks():
+                result = compiled(*args, **kwargs)
+            if observer is not None:
+                observer(result)
+            return result
+        finally:
+            module_stack.pop()
+            _active.pop("module", None)
+
+    call.__wrapped__ = compiled  # type: ignore[attr-defined]
+    module._compiled_call_impl = call
+
+
+@contextlib.contextmanager
+def _without_mode(mode: torch.overrides.TorchFunctionMode) -> Iterator[None]:
+    """``mode`` off the torch-function mode stack, and with it a ``torch.device("cuda")``
+    context (a factory without a device runs under one): without the stand-in to rewrite its
+    device, dynamo would put CUDA tensors in the graph, which a CPU build cannot make. A
+    tensor that the graph makes from no GPU input (``torch.arange`` in a block) is then booked
+    on the host."""
+    from torch._dynamo.utils import set_torch_function_mode_stack
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    stack = _get_current_function_mode_stack()
+
+    def hidden(m: Any) -> bool:
+        return m is mode or (
+            isinstance(m, DeviceContext) and torch.device(m.device).type == "cuda"
+        )
+
+    if not any(hidden(m) for m in stack):
+        yield
+        return
+    set_torch_function_mode_stack([m for m in stack if not hidden(m)])
+    try:
+        yield
+    finally:
+        set_torch_function_mode_stack(stack)
+
+
+# set on the tracker's global module hooks, which compiled modules run without
+SITE_HOOK = "_levers_site_hook"
+
+
+@contextlib.contextmanager
+def _without_site_hooks() -> Iterator[None]:
+    from torch.nn.modules import module as module_api
+
+    tables = (module_api._global_forward_pre_hooks, module_api._global_forward_hooks)
+    saved = [dict(table) for table in tables]
+    for table, entries in zip(tables, saved):
+        for key, hook in entries.items():
+            if getattr(hook, SITE_HOOK, False):
+                del table[key]
+    try:
+        yield
+    finally:
+        for table, entries in zip(tables, saved):
+            table.clear()
+            table.update(entries)
