@@ -4,7 +4,7 @@
 # Usage (repository root): LEVERS_COMMIT=$(git rev-parse HEAD) OUT=dir bash bench/gpu_round.sh JOB ...
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
-#       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast
+#       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -89,6 +89,12 @@ for job in "$@"; do
         moe_autocast) run moe_autocast 300 python bench/moe.py --out "$R/moe_autocast_h200" \
             --variants default,lever:grouped-mm-autocast,lever:grouped-mm-autocast+lever:compile-blocks,b=16,b=16+lever:grouped-mm-autocast \
             --catalogue-out "$R/levers_catalogue_moe_autocast_h200" --budget-s 240 ;;
+        # issue 21: levers memory's prediction of the compiled step against the H200, eager beside it
+        memcompile) mkdir -p "$R/memory_compile_h200"
+            run memcompile 300 bash -c "python -m levers.cli memory hf --set arch=llama size=1b batch_size=4 \
+                --gpu h200 --no-whatifs --measure --json $R/memory_compile_h200/eager.json && \
+                python -m levers.cli memory hf --set arch=llama size=1b batch_size=4 --gpu h200 \
+                --no-whatifs --lever compile-blocks --measure --json $R/memory_compile_h200/compiled.json" ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
             --only mixtral-zoo-b4,mixtral-zoo-b16 --jobs 2 --deadline-s 180 ;;
         auditmoe) mkdir -p "$R/moe_audit_h200"
