@@ -1,7 +1,8 @@
-"""grouped-mm-autocast on a Hugging Face mixture of experts: under bf16 autocast the experts'
-grouped matmuls take bf16 operands instead of the fp32 ones transformers casts to, the loss stays
+"""grouped-mm-autocast on a Hugging Face mixture of experts and on experts written by hand: under
+bf16 autocast the experts' grouped matmuls take bf16 operands instead of fp32 ones, the loss stays
 within the lever's tolerance of the fp32 experts' and the gradients reach the fp32 weights; a
-step without autocast is unchanged bit for bit; the undo puts transformers' function back."""
+step without autocast is unchanged bit for bit; the undo puts transformers' function back and
+removes the autocast rule."""
 
 from __future__ import annotations
 
@@ -75,8 +76,45 @@ def test_without_autocast_the_step_is_unchanged(mixtral):
     assert all(torch.equal(grads_on[n], g) for n, g in grads_off.items())
 
 
+class _HandWritten(torch.nn.Module):
+    """Experts as torchtitan writes them: one torch._grouped_mm over tokens sorted by expert."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.experts = torch.nn.Module()
+        self.experts.w = torch.nn.Parameter(torch.randn(4, 32, 16) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offs = torch.tensor([16, 32, 48, 64], dtype=torch.int32)
+        return torch._grouped_mm(x, self.experts.w, offs=offs)
+
+
+def test_experts_written_by_hand_get_autocast_s_rule_and_lose_it_on_undo():
+    from levers.levers.grouped_mm_autocast import torch_autocasts_grouped_mm
+
+    model, x = _HandWritten(), torch.randn(64, 32)
+
+    def step():
+        with _GroupedDtypes() as seen, torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().pow(2).sum().backward()  # a grad with real strides: _grouped_mm needs one
+        return out.detach().float(), seen.dtypes
+
+    assert not torch_autocasts_grouped_mm()
+    fp32, dtypes = step()
+    assert dtypes and all(d == (torch.float32, torch.float32) for d in dtypes)
+    with levers.apply(model, "grouped-mm-autocast"):
+        assert torch_autocasts_grouped_mm()
+        bf16, dtypes = step()
+        assert dtypes and all(d == (torch.bfloat16, torch.bfloat16) for d in dtypes)
+        assert model.experts.w.grad.dtype == torch.float32
+    assert not torch_autocasts_grouped_mm()
+    torch.testing.assert_close(bf16, fp32, rtol=LEVER.tolerance, atol=1e-2)
+    assert step()[1][0] == (torch.float32, torch.float32)
+
+
 def test_it_says_why_it_does_not_apply():
-    with pytest.raises(NotApplicable, match="not a Hugging Face model"):
+    with pytest.raises(NotApplicable, match="no experts module"):
         levers.apply(torch.nn.Linear(4, 4), "grouped-mm-autocast")
     with pytest.raises(NotApplicable, match="no experts module"):
         levers.apply(zoo.build(model="llama").model, "grouped-mm-autocast")

@@ -8,13 +8,17 @@ GEMMs, most of a MoE step's FLOPs, run in fp32. Measured on an H200 (the zoo's m
 parameters, batch 4 x 1024): the experts were 78% of a 148 ms step at 37.5 TFLOP/s, and
 casting both operands to bf16 ran the step 2.22x faster (bench/results/moe_h200/).
 
-The lever wraps transformers' grouped-matmul dispatcher so that, while autocast is on for the
-operands' device and the weights are fp32, both operands are cast to autocast's dtype first, as
-autocast casts a linear's; the gradient flows back through the casts to the fp32 weights. With
-autocast off nothing changes. The undo puts transformers' function back. The wrapper is
-process-wide (it is transformers' module function), so it acts on every such model in the
-process while on. Under torch.compile it also lets transformers take the grouped kernel, which
-it refuses for fp32 weights (its per-expert fallback instead).
+The lever gives ``torch._grouped_mm`` the autocast rule it lacks: an autocast kernel for
+``aten::_grouped_mm`` (CUDA and CPU; ``torch.library``) that casts its fp32 operands to
+autocast's dtype, as autocast casts a linear's, so experts written in any code (torchtitan-style
+``torch._grouped_mm`` calls included) run in bf16; the gradient flows back through the casts
+to the fp32 weights. On a Hugging Face model it also wraps transformers' grouped-matmul
+dispatcher to cast both operands before its own dtype check: under torch.compile transformers
+routes fp32 weights to its per-expert fallback op, which the aten rule would not reach, and the
+wrapper is the form measured on the H200. With autocast off nothing changes. The undo removes
+the kernel and puts transformers' function back. Both are process-wide: they act on every such
+model in the process while on. Where torch itself autocasts ``_grouped_mm`` (a later release),
+a model outside transformers has nothing to gain and the lever says so.
 
 Fix safety: changes numerics (the expert GEMMs in bf16 instead of fp32, as autocast runs every
 linear). Tolerance checked: 2e-2 relative on the loss of a bf16-autocast step on a CPU
@@ -33,6 +37,7 @@ from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
 GROUPED = "grouped_mm"
+AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}  # device type -> dispatch key
 
 
 def _moe_module() -> Any:
@@ -44,19 +49,38 @@ def _moe_module() -> Any:
 
 
 def _experts(model: torch.nn.Module) -> list[torch.nn.Module]:
-    return [m for m in model.modules() if type(m).__name__.endswith("Experts")]
+    """transformers' ``*Experts`` modules, or any module named ``experts`` (the bottleneck's
+    notion of a mixture of experts' experts)."""
+    return [
+        module
+        for name, module in model.named_modules()
+        if type(module).__name__.endswith("Experts") or name.rpartition(".")[2] == "experts"
+    ]
+
+
+def torch_autocasts_grouped_mm() -> bool:
+    """Whether this torch already has an autocast rule for ``aten::_grouped_mm``."""
+    return any(
+        torch._C._dispatch_has_kernel_for_dispatch_key("aten::_grouped_mm", key)
+        for key in AUTOCAST_KEYS.values()
+    )
 
 
 def applies(target: Target) -> str | None:
     model = target.model
-    if not is_hf_model(model):
-        return (
-            "not a Hugging Face model: in your own experts, cast both operands of "
-            "torch._grouped_mm to torch.get_autocast_dtype(device) while autocast is on"
-        )
     experts = _experts(model)
     if not experts:
-        return "no experts module (transformers' *Experts) whose matmuls to cast"
+        return (
+            "no experts module (a transformers *Experts module, or a module named experts) "
+            "whose grouped matmuls to cast"
+        )
+    weights = [p for m in experts for p in m.parameters()]
+    if weights and all(p.dtype != torch.float32 for p in weights):
+        return f"the experts' weights are already {weights[0].dtype}: nothing to cast"
+    if not is_hf_model(model):
+        if torch_autocasts_grouped_mm():
+            return "torch's autocast already casts torch._grouped_mm in this release"
+        return None
     if _moe_module() is None:
         return "this transformers has no grouped-matmul dispatcher (integrations.moe._grouped_mm)"
     getter = getattr(model, "get_experts_implementation", None)
@@ -67,10 +91,30 @@ def applies(target: Target) -> str | None:
             "matmuls: per-expert linears and batched matmuls are cast by autocast already "
             "(lever experts-grouped-mm switches them to grouped matmuls first)"
         )
-    weights = [p for m in experts for p in m.parameters(recurse=False)]
-    if weights and all(p.dtype != torch.float32 for p in weights):
-        return f"the experts' weights are already {weights[0].dtype}: nothing to cast"
     return None
+
+
+def _autocast_kernel(device: str, key: str) -> Callable[..., torch.Tensor]:
+    """``aten::_grouped_mm``'s autocast kernel for ``device``: fp32 operands (and bias) to
+    autocast's dtype, then the op below autocast."""
+    below = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+
+    def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+        dtype = torch.get_autocast_dtype(device)
+        cast = lambda t: t.to(dtype) if t is not None and t.dtype == torch.float32 else t  # noqa: E731
+        with torch._C._ExcludeDispatchKeyGuard(below):
+            return torch.ops.aten._grouped_mm(cast(mat_a), cast(mat_b), offs, cast(bias), out_dtype)
+
+    return grouped_mm
+
+
+def register_autocast_rule() -> Callable[[], None]:
+    """Register the autocast kernels; returns their removal."""
+    library = torch.library.Library("aten", "IMPL")
+    for device, key in AUTOCAST_KEYS.items():
+        library.impl("_grouped_mm", _autocast_kernel(device, key), key)
+    # torch.library has no public removal: a Library's registrations go with its _destroy
+    return library._destroy
 
 
 def autocast_grouped_mm(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -89,12 +133,18 @@ def autocast_grouped_mm(original: Callable[..., torch.Tensor]) -> Callable[..., 
 
 
 def patch(target: Target) -> Callable[[], None]:
-    moe = _moe_module()
-    original = moe._grouped_mm
-    moe._grouped_mm = autocast_grouped_mm(original)
+    undos: list[Callable[[], None]] = []
+    if not torch_autocasts_grouped_mm():
+        undos.append(register_autocast_rule())
+    moe = _moe_module() if is_hf_model(target.model) else None
+    if moe is not None:
+        original = moe._grouped_mm
+        moe._grouped_mm = autocast_grouped_mm(original)
+        undos.append(lambda: setattr(moe, "_grouped_mm", original))
 
     def undo() -> None:
-        moe._grouped_mm = original
+        for step in reversed(undos):
+            step()
 
     return undo
 
@@ -110,8 +160,9 @@ LEVER = register(
         patch=patch,
         known_problems=(
             "acts only while autocast is on (a step without autocast is unchanged); "
-            "process-wide while on: transformers' dispatcher is one function for every model; "
-            "experts written outside transformers are not reached"
+            "process-wide while on (an autocast rule for aten::_grouped_mm, and transformers' "
+            "dispatcher, serve every model); outside transformers, experts are found by name "
+            "(*Experts, or a module named experts); measured on the H200 in its transformers form"
         ),
     )
 )
