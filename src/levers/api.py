@@ -259,8 +259,11 @@ class Step:
             progress=progress,
         )
 
-    def measure_memory(self, *, num_steps: int | None = None) -> Measured:
-        """The step's peaks measured on this machine's GPU (to set beside :meth:`memory`).
+    def measure_memory(
+        self, *, num_steps: int | None = None, lever_ids: Sequence[str] = ()
+    ) -> Measured:
+        """The step's peaks measured on this machine's GPU (to set beside :meth:`memory`), with
+        the levers ``lever_ids`` applied as :meth:`memory` predicts them.
 
         Raises:
             LeversError: no GPU here.
@@ -269,7 +272,11 @@ class Step:
         from levers.memory.prediction import source_of
         from levers.memory.steps import DEFAULT_NUM_STEPS
 
-        built = source_of(self._memory_source_or_refuse("measure_memory"), self._memory_params())
+        built = source_of(
+            self._memory_source_or_refuse("measure_memory"),
+            self._memory_params(),
+            _lever_transform(lever_ids) if lever_ids else None,
+        )
         return measure_peaks(built, num_steps=DEFAULT_NUM_STEPS if num_steps is None else num_steps)
 
     def audit(

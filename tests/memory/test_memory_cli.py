@@ -105,6 +105,26 @@ def test_a_lever_is_predicted_with_the_step(capsys, tmp_path):
     assert first_block(plans["eager"]) == 1790976
 
 
+def test_measure_runs_the_step_with_the_levers_the_prediction_applied(capsys, monkeypatch):
+    # the measured step beside a compiled prediction must be the compiled step too
+    from levers.api import Step
+    from levers.memory.plan import Measured
+
+    asked = []
+
+    def measure_memory(self, *, num_steps=None, lever_ids=()):
+        asked.append(list(lever_ids))
+        return Measured("a GPU", 1, 2, num_steps, "torch")
+
+    monkeypatch.setattr(Step, "measure_memory", measure_memory)
+    code, _, err = run(
+        capsys, "llama", "--set", "size=tiny", "--steps", "1", "--no-whatifs", "--measure",
+        "--lever", "rms-norm-fused,fused-optimizer",
+    )  # fmt: skip
+    assert code == 0, err
+    assert asked == [["rms-norm-fused", "fused-optimizer"]]
+
+
 @pytest.mark.slow
 def test_llama_8b_on_an_h100_runs_on_this_machine_and_does_not_fit(capsys):
     code, out, err = run(capsys, "llama", "--set", "size=8b", "--gpu", "h100-80gb")

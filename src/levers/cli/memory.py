@@ -21,6 +21,7 @@ from levers.cli.options import (
     add_set_argument,
     add_warmup_argument,
     add_workload_argument,
+    lever_ids,
 )
 from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
@@ -137,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.json_path, make_parents=True)  # before the prediction, not after
     _check_distributed(args)
     params = parse_set(args.set_items)
-    _check_levers(_lever_ids(args.levers))
+    ids = lever_ids(args.levers)
+    _check_levers(ids)
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
     step = Step(args.workload, params)
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                 whatifs=args.whatifs,
                 world_size=args.world_size,
                 strategy=args.strategy,
-                lever_ids=_lever_ids(args.levers),
+                lever_ids=ids,
             )
         except LeversError:
             raise
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             raise prediction_failed(args.workload, exc, debug=_debug(args)) from exc
     if args.fit:
         try:
-            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params))
+            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params, ids))
         except KeyboardInterrupt:
             # the prediction is finished: show it rather than lose it with the search
             render_plan(plan, console)
@@ -171,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
             raise
     if args.measure:
         with console.status("measuring the real step on the GPU…"):
-            plan = replace(plan, measured=step.measure_memory(num_steps=args.predict_steps))
+            plan = replace(
+                plan, measured=step.measure_memory(num_steps=args.predict_steps, lever_ids=ids)
+            )
     render_plan(plan, console)
     if "per_rank" in plan.extra:
         from levers.memory.render import render_per_rank
@@ -242,7 +246,7 @@ def _reject_prediction_options(args: argparse.Namespace) -> None:
         )
 
 
-def _fit(console, step, args, margin: float, params: dict[str, Any]):
+def _fit(console, step, args, margin: float, params: dict[str, Any], ids: list[str]):
     start = params.get(args.fit)
     if start is not None:
         _check_fit_start(args.fit, start)
@@ -261,7 +265,7 @@ def _fit(console, step, args, margin: float, params: dict[str, Any]):
             start=start,
             num_steps=args.predict_steps,
             progress=progress,
-            lever_ids=_lever_ids(args.levers),
+            lever_ids=ids,
         )
 
 
@@ -275,11 +279,6 @@ def _check_levers(ids: list[str]) -> None:
         find_specs(ids)
     except (ValueError, KeyError) as exc:
         raise LeversError(f"--lever: {exc}") from None
-
-
-def _lever_ids(given: list[str]) -> list[str]:
-    """``--lever a,b --lever c`` as ids: the spellings levers ab accepts."""
-    return [i.strip() for spec in given for i in spec.split(",") if i.strip()]
 
 
 def _check_fit_start(param: str, value: Any) -> None:

@@ -171,3 +171,8 @@ def add_output_arguments(parser: Any, *, stdout: bool = False, **what: str) -> N
             help=f"write {thing} to FILE as {OUTPUT_FORMATS[name]}"
             + ("; without FILE (or with -), print it" if stdout else ""),
         )
+
+
+def lever_ids(given: list[str]) -> list[str]:
+    """``--lever a,b --lever c`` (and ``--exclude``) as lever ids, in order."""
+    return [part.strip() for value in given for part in value.split(",") if part.strip()]

@@ -24,6 +24,7 @@ from levers.cli.options import (
     add_warmup_argument,
     add_workload_argument,
     count,
+    lever_ids,
 )
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
@@ -85,10 +86,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _ids(values: list[str]) -> list[str]:
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
 def run(args: argparse.Namespace) -> int:
     import levers
     from levers.capture.json_io import check_writable
@@ -116,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
         with progress_status() as progress:
             result = step.tune(
                 budget=args.budget,
-                levers=_ids(args.levers) or None,
-                exclude=_ids(args.exclude),
+                levers=lever_ids(args.levers) or None,
+                exclude=lever_ids(args.exclude),
                 steps=args.steps,
                 warmup=args.warmup,
                 parity_steps=args.parity_steps,
@@ -179,8 +176,8 @@ def _run_script(args: argparse.Namespace) -> int:
             result = tune_script(
                 [*words, *command.args],
                 budget_s=budget_s,
-                only=_ids(args.levers) or None,
-                exclude=_ids(args.exclude),
+                only=lever_ids(args.levers) or None,
+                exclude=lever_ids(args.exclude),
                 design=design,
                 use_audit=args.audit,
                 record_path=args.record,
