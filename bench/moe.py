@@ -133,17 +133,22 @@ def run_row(variant: str, args) -> dict[str, Any]:
     return row
 
 
+def _tokens_ratio(row: dict[str, Any], base: dict[str, Any], rng: random.Random):
+    """The row's median tokens/s over the base's, and its bootstrap CI95 over steps."""
+    a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
+    ratio = lambda x, y: statistics.median(x) / statistics.median(y)  # noqa: E731
+    return ratio(a, b), _bootstrap(a, b, ratio, rng)
+
+
 def ratios(rows: list[dict[str, Any]], baseline: str, rng: random.Random) -> dict[str, Any]:
     ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
     base = ok.get(baseline)
     if base is None:
         return {}
-    ratio = lambda x, y: statistics.median(x) / statistics.median(y)  # noqa: E731
     out = {}
     for name, row in ok.items():
-        a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
-        out[name] = {"tokens_per_s_ratio": ratio(a, b),
-                     "tokens_per_s_ratio_ci95": _bootstrap(a, b, ratio, rng)}
+        value, ci95 = _tokens_ratio(row, base, rng)
+        out[name] = {"tokens_per_s_ratio": value, "tokens_per_s_ratio_ci95": ci95}
     return out
 
 
@@ -171,19 +176,18 @@ def _peak_delta(row: dict[str, Any], base: dict[str, Any]) -> float | None:
 def catalogue(doc: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """The levers' rows of one run, in the catalogue's form (levers.levers.catalogue)."""
     rows = {RENAMED.get(r["variant"], r["variant"]): r for r in doc["rows"] if r.get("status") == "ok"}
-    ratio = lambda x, y: statistics.median(x) / statistics.median(y)  # noqa: E731
     out = []
     for lever, variant, baseline in CATALOGUE:
         row, base = rows.get(variant), rows.get(baseline)
         if row is None or base is None:
             continue
-        a, b = row["tokens_per_s_samples"], base["tokens_per_s_samples"]
+        value, ci95 = _tokens_ratio(row, base, rng)
         out.append({
             "lever": lever, "levers": [lever], "workload": "zoo",
             "shape": f"model={doc['rows'][0]['model']} {row['shape']}",
             "baseline": baseline, "gpu": doc["gpu"], "torch": doc["torch"],
             "commit": doc["commit"], "date": doc["date"], "status": "ok",
-            "tokens_per_s_ratio": ratio(a, b), "tokens_per_s_ratio_ci95": _bootstrap(a, b, ratio, rng),
+            "tokens_per_s_ratio": value, "tokens_per_s_ratio_ci95": ci95,
             "peak_allocated_delta_bytes": _peak_delta(row, base), "peak_reserved_delta_bytes": None,
             "peak_allocated_delta_ci95": None, "error": None,
         })
