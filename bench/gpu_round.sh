@@ -5,6 +5,7 @@
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
+#       alignment captests
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -32,6 +33,10 @@ for job in "$@"; do
     case $job in
         gputests) run gputests 240 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
         capture) run capture 300 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
+        # issue 23: what each pass of a two-pass capture saw alone, and the capture's GPU tests
+        alignment) run alignment 120 python bench/capture_alignment.py --out "$R/capture_alignment_h200" ;;
+        captests) run captests 200 python -m pytest -q -p no:cacheprovider -rfEs --tb=short -m gpu \
+            tests/capture ;;
         windowed) run windowed 60 python bench/windowed_peak.py --out "$R/windowed_peak_h200" ;;
         memvision) run memvision 170 python bench/memory_accuracy.py --out "$R/memory_vision_h200" \
             --only vit-b16-timm-b64,vit-b16-standin-b64,resnet50-timm-b64,resnet50-standin-b64,vit-b16-timm-b32,vit-b16-timm-b128,resnet50-timm-b32,resnet50-timm-b128 \
