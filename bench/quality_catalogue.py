@@ -9,6 +9,7 @@ times are left out ("tokens/s not timed") when the run that made them shared the
 
     python bench/quality_catalogue.py --out bench/results/levers_catalogue_quality --contended \
         --optimizer-state bench/results/optimizer_state_h200/bf16_optimizer_state.json \
+        --optimizer-state bench/results/optimizer_state_h200/8bit_optimizer_state.json \
         --optimizer-state bench/results/optimizer_state_cpu/optimizer_state.json \
         --ab float8=bench/results/float8_quality_h200/ab.json
 """
