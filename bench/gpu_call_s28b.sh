@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device session, started in the background and polled (bench/gpu_poll.sh): the capture's
+# GPU tests and what each of its passes saw alone, then alone on the GPU one timing after
+# another: the capture overhead (the join now by Myers' alignment), pad-to-multiple's varied
+# widths, the ViT-B/16 peers and the compiled checkpointing rows.
+# Usage (repository root, on the device): LEVERS_COMMIT=<hash> bash bench/gpu_call_s28b.sh /tmp/g
+set -u
+D=${1:-/tmp/g}
+mkdir -p "$D" /tmp/levers_copy
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+tar --exclude=./.whl -cf - . | tar -xf - -C /tmp/levers_copy
+cd /tmp/levers_copy
+export PYTHONPATH=/tmp/site
+OUT=$D/a bash bench/gpu_round.sh captests alignment capture > "$D/a.out" 2>&1
+OUT=$D/b bash bench/gpu_round.sh varlen_varied > "$D/b.out" 2>&1
+OUT=$D/c bash bench/gpu_round.sh peers_vit > "$D/c.out" 2>&1
+OUT=$D/d bash bench/gpu_round.sh ac_compiled > "$D/d.out" 2>&1
+echo done > "$D/DONE"
