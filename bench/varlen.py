@@ -43,7 +43,9 @@ steady steps (those past the warm-up that compiled nothing, never the first), ea
 real tokens over its own time. Dynamo's recompile limit is raised to the row's steps plus
 :data:`RECOMPILE_ROOM` so that no width sends the blocks to eager silently; the row's ``dynamo``
 says what was used, and whether dynamo makes a dimension that changed dynamic (its default: a
-width change then costs one recompile to a dynamic program, not one per width). The comparisons
+width change then costs one recompile to a dynamic program, not one per width; with
+``--static-widths`` it does not, and every new width compiles a program of its own, the regime
+``pad-to-multiple`` is for; the rows' shape then ends in ``widths=static``). The comparisons
 add the widths, graphs and all-steps time of both sides and the all-steps speed-up; the
 catalogue row's ratio is the steady one, with the rest in its note:
 
@@ -136,23 +138,26 @@ def laid_out_tokens(workload: Any) -> int:
 
 def run_row(variant: str, args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
     layout, compiled, attn = parse_variant(variant)
+    static = args.static_widths and args.lengths == "varied"
     params = {"arch": "llama", "size": args.size, "device": args.device, "seed": args.seed,
               "batch_size": args.batch_size, "seq_len": args.seq_len, "lengths": args.lengths,
               "attn": attn}
     row: dict[str, Any] = {"variant": variant, "layout": layout, "attn": attn,
                            "compiled": compiled, "workload": "hf",
                            "shape": " ".join(f"{k}={v}" for k, v in params.items()
-                                             if k not in ("device", "seed")),
+                                             if k not in ("device", "seed"))
+                           + (" widths=static" if static else ""),
                            **meta}
     if attn == "flex_attention" and args.device == "cpu":
         return {**row, "status": "skipped",
                 "error": "FlexAttention has no backward on a CPU (torch raises); run on a GPU"}
     torch._dynamo.reset()
     device = torch.device(args.device)
-    undo_limit = lambda: None  # noqa: E731
+    undo_dynamo = lambda: None  # noqa: E731
     try:
         if args.lengths == "varied":
-            undo_limit = _recompile_limit_at_least(args.warmup + args.steps + RECOMPILE_ROOM)
+            undo_dynamo = _dynamo_for_varied(args.warmup + args.steps + RECOMPILE_ROOM,
+                                             static=static)
         workload = hf.build(**params)
         ids = [layout] if layout != "padded" else []
         if compiled:
@@ -174,7 +179,7 @@ def run_row(variant: str, args: argparse.Namespace, meta: dict[str, Any]) -> dic
                     "traceback": traceback.format_exc(limit=6)})
     finally:
         workload = None  # noqa: F841 - free the model before the next row
-        undo_limit()
+        undo_dynamo()
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -247,8 +252,7 @@ def time_varied(workload: Any, args: argparse.Namespace, device: torch.device) -
     compile_steps = [k for k in range(num_steps) if compiled_graphs[k]]
     rates = [real[k] / durations[k] for k in steady]
     return {
-        "status": "ok" if steady else "failed",
-        **({} if steady else {"error": "no steady step: every timed step compiled"}),
+        "status": "ok",  # without a steady step, the all-steps figures still stand
         "steps": args.steps, "warmup": args.warmup,
         "lengths_of_steps": [list(n) for n in lengths],
         "real_tokens_of_steps": real,
@@ -273,13 +277,22 @@ def time_varied(workload: Any, args: argparse.Namespace, device: torch.device) -
     }
 
 
-def _recompile_limit_at_least(limit: int) -> Any:
+def _dynamo_for_varied(limit: int, *, static: bool) -> Any:
     """Raise dynamo's recompile limit to ``limit`` for the row, so that a program per padded
-    width never sends the blocks past the limit to eager, silently; returns the undo."""
+    width never sends the blocks past the limit to eager, silently; with ``static``, turn off
+    its automatic dynamic shapes, so that every new width compiles a program of its own.
+    Returns the undo."""
     config, name = torch._dynamo.config, _limit_name()
-    previous = getattr(config, name)
-    setattr(config, name, max(previous, limit))
-    return lambda: setattr(config, name, previous)
+    previous = getattr(config, name), config.automatic_dynamic_shapes
+    setattr(config, name, max(previous[0], limit))
+    if static:
+        config.automatic_dynamic_shapes = False
+
+    def undo() -> None:
+        setattr(config, name, previous[0])
+        config.automatic_dynamic_shapes = previous[1]
+
+    return undo
 
 
 def _limit_name() -> str:
@@ -331,32 +344,36 @@ def comparisons(rows: list[dict[str, Any]], seed: int) -> tuple[list[dict], list
             summary.append({**entry, "status": "failed"})
             continue
         a, b = base["real_tokens_per_s_samples"], row["real_tokens_per_s_samples"]
-        ratio = statistics.median(b) / statistics.median(a)
-        ci95 = _bootstrap_ratio(a, b, rng) if min(len(a), len(b)) > 1 else (ratio, ratio)
+        ratio = ci95 = None  # lengths=varied with every timed step compiling: no steady ratio
+        if a and b:
+            ratio = statistics.median(b) / statistics.median(a)
+            ci95 = _bootstrap_ratio(a, b, rng) if min(len(a), len(b)) > 1 else (ratio, ratio)
         loss_diff = max(abs(x - y) for x, y in zip(base["loss_per_real_token"],
                                                    row["loss_per_real_token"]))
         peak = None
         if row.get("peak_allocated_bytes") is not None and base.get("peak_allocated_bytes"):
             peak = float(row["peak_allocated_bytes"] - base["peak_allocated_bytes"])
         entry.update({"status": "ok", "real_tokens_per_s_ratio": ratio,
-                      "real_tokens_per_s_ratio_ci95": list(ci95),
+                      "real_tokens_per_s_ratio_ci95": list(ci95) if ci95 else None,
                       "max_loss_difference": loss_diff, "peak_allocated_delta_bytes": peak})
         note = None
         if "all_steps_s" in row:  # lengths=varied: what the widths cost, compiles included
             entry.update({key: {"baseline": base[key], "variant": row[key]}
                           for key in ("num_distinct_widths", "compiled_graphs", "all_steps_s")})
             entry["all_steps_speedup"] = base["all_steps_s"] / row["all_steps_s"]
-            note = (f"lengths drawn afresh each step; ratio over the steady steps (none compiled "
-                    f"in); {row['num_distinct_widths']} distinct widths against "
+            steady = ("ratio over the steady steps (none compiled in)" if ratio is not None
+                      else "no steady ratio: every timed step of one side compiled")
+            note = (f"lengths drawn afresh each step; {steady}; "
+                    f"{row['num_distinct_widths']} distinct widths against "
                     f"{base['num_distinct_widths']}, {row['compiled_graphs']} graphs compiled "
                     f"against {base['compiled_graphs']}, all {len(row['step_s_of_steps'])} steps "
                     f"{row['all_steps_s']:.1f} s against {base['all_steps_s']:.1f} s")
-        if row["layout"] == "packing":
+        if row["layout"] == "packing" and ratio is not None:
             entry["goal"] = f"packing >= {GOAL_RATIO}x padded real tokens/s: " + (
                 "met" if ratio >= GOAL_RATIO else "not met")
         summary.append(entry)
         catalogue.append({**lever, "status": "ok", "tokens_per_s_ratio": ratio,
-                          "tokens_per_s_ratio_ci95": list(ci95),
+                          "tokens_per_s_ratio_ci95": list(ci95) if ci95 else None,
                           "peak_allocated_delta_bytes": peak, "peak_reserved_delta_bytes": None,
                           "peak_allocated_delta_ci95": None, "error": None,
                           **({"note": note} if note else {})})
@@ -399,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", choices=("longtail", "varied"), default="longtail",
                         help="the hf workload's lengths: longtail (the same every step) or varied "
                         "(drawn afresh each step, padded to each step's longest)")
+    parser.add_argument("--static-widths", action="store_true",
+                        help="with --lengths varied: dynamo's automatic dynamic shapes off, so "
+                        "every new width recompiles (the regime pad-to-multiple is for)")
     parser.add_argument("--compile-backend", default=None,
                         help="compile-blocks' backend for +compile variants (default its own, "
                         "inductor; aot_eager or eager for a quick CPU run)")
@@ -438,9 +458,12 @@ def main(argv: list[str] | None = None) -> int:
         write(args.out, rows, meta, args.seed)
     for entry in comparisons(rows, args.seed)[0]:
         if entry["status"] == "ok":
-            low, high = entry["real_tokens_per_s_ratio_ci95"]
-            print(f"{entry['variant']} vs {entry['baseline']}: "
-                  f"{entry['real_tokens_per_s_ratio']:.2f}x real tokens/s [{low:.2f}, {high:.2f}]"
+            steady = "no steady step on one side"
+            if entry["real_tokens_per_s_ratio"] is not None:
+                low, high = entry["real_tokens_per_s_ratio_ci95"]
+                steady = (f"{entry['real_tokens_per_s_ratio']:.2f}x real tokens/s "
+                          f"[{low:.2f}, {high:.2f}]")
+            print(f"{entry['variant']} vs {entry['baseline']}: {steady}"
                   f", loss differs by at most {entry['max_loss_difference']:.2e}"
                   + (f"; all steps {entry['all_steps_speedup']:.2f}x as fast, compiles included"
                      if "all_steps_speedup" in entry else "")

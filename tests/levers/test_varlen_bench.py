@@ -116,3 +116,28 @@ def test_quick_varied_run_records_the_widths_the_compiles_and_the_steady_steps(t
     assert entry["num_distinct_widths"] == {"baseline": 3, "variant": 2}
     catalogue = json.loads((tmp_path / "catalogue.json").read_text())["rows"]
     assert all("distinct widths" in row["note"] for row in catalogue)
+
+
+@pytest.mark.slow
+def test_with_static_widths_every_new_width_compiles_and_pad_to_multiple_compiles_fewer(tmp_path):
+    pytest.importorskip("transformers")
+    assert _bench().main(["--quick", "--lengths", "varied", "--static-widths",
+                          "--compile-backend", "eager", "--variants",
+                          "padded+compile@sdpa,pad-to-multiple+compile@sdpa",
+                          "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    rows = {row["variant"]: row for row in doc["rows"]}
+    padded, rounded = rows["padded+compile@sdpa"], rows["pad-to-multiple+compile@sdpa"]
+    for row in (padded, rounded):
+        assert row["shape"].endswith("widths=static")
+        assert row["dynamo"]["automatic_dynamic_shapes"] is False
+    # widths 128, 63, 58: a program each; rounded to 128, 64, 64: the third step reuses one
+    assert padded["compiled_graphs_of_steps"] == [1, 1, 1] and padded["steady_steps"] == []
+    assert padded["real_tokens_per_s"] is None
+    assert rounded["compiled_graphs_of_steps"] == [1, 1, 0] and rounded["steady_steps"] == [2]
+    entry = doc["comparisons"][0]
+    assert entry["real_tokens_per_s_ratio"] is None
+    assert entry["compiled_graphs"] == {"baseline": 3, "variant": 2}
+    import torch
+
+    assert torch._dynamo.config.automatic_dynamic_shapes is True  # put back after the rows
