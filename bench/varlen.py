@@ -23,8 +23,9 @@ loss is the mean over real targets; the same steps in every variant, so equal wi
 rounding across layouts); the tokens the model computed on per step (padding and filler
 included); the peak allocated and reserved memory of the timed steps; the git commit, torch and
 transformers versions, GPU and date. ``summary.json`` holds the rows and, per attention
-implementation, compile setting and shape, each layout's real tokens/s against ``padded``; ``catalogue.json`` holds the
-lever rows ``levers list`` reads (ratio of medians, CI95 by a bootstrap over steps) when OUT is
+implementation, compile setting and shape, each layout's real tokens/s against ``padded``;
+``catalogue.json`` holds the lever rows ``levers list`` reads (ratio of medians, CI95 by a
+bootstrap over steps) when OUT is
 ``bench/results/levers_catalogue_<name>``. Both are written atomically after every row, merged
 with the rows an earlier call wrote there (so the compiled rows can be another call):
 
@@ -34,7 +35,8 @@ with the rows an earlier call wrote there (so the compiled rows can be another c
 ``--lengths varied`` (the measurable case of ``pad-to-multiple``) builds the workload with
 ``lengths=varied`` instead: fresh lengths every step from the same distribution, each batch
 padded only to its own longest, so the padded width changes from step to step and a compiled
-step meets new shapes. Every step is then timed alone, the warm-up ones too, and a row records
+step meets new shapes. Every step is then timed alone, the warm-up ones too (the memory peaks
+are over all of them), and a row records
 each step's lengths, real tokens, the ``input_ids`` shape the model got and the graphs dynamo
 compiled in it (``torch._dynamo.utils.counters["stats"]["unique_graphs"]``); the number of
 distinct widths and of compiled graphs; ``all_steps_s``, the wall time of all steps, compiles
