@@ -5,7 +5,7 @@
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
-#       alignment captests
+#       alignment captests varlen_varied
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -81,6 +81,11 @@ for job in "$@"; do
         varlen_more) run varlen_more 420 python bench/varlen.py \
             --variants padded@flex_attention,packing@flex_attention,padding-free@flex_attention,padded+compile@sdpa,pad-to-multiple+compile@sdpa,packing+compile@sdpa \
             --steps 10 --warmup 3 --out "$R/levers_catalogue_varlen_h200" ;;
+        # issue 22: pad-to-multiple's measurable case, lengths drawn afresh each step (a new
+        # padded width per step); no warm-up, so every compile and recompile is counted and timed
+        varlen_varied) run varlen_varied 400 python bench/varlen.py --lengths varied \
+            --variants padded+compile@sdpa,pad-to-multiple+compile@sdpa,packing+compile@sdpa,padded@sdpa \
+            --steps 30 --warmup 0 --out "$R/levers_catalogue_varlen_varied_h200" ;;
         # issue 20: the mixture of experts and Swin, from the committed zoo rows
         zoo_moe_swin) mkdir -p "$R/zoo_h200" && cp bench/results/zoo_h200/*.json "$R/zoo_h200/"
             run zoo_moe_swin 590 python bench/zoo_tune.py --only mixtral,swin --tune-budget 45 \

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 import torch
 
@@ -15,6 +18,8 @@ from levers.batches import (
     pack,
     pad_to_multiple,
     padded,
+    varied_lengths,
+    varied_mean_tokens,
 )
 
 SEQS = [torch.tensor([5, 6, 7]), torch.tensor([8]), torch.tensor([9, 10, 11, 12, 13]), torch.tensor([14, 15])]
@@ -33,6 +38,37 @@ def test_longtail_lengths_have_a_mean_at_most_a_quarter_of_the_longest_allowed(n
 def test_longtail_lengths_have_a_long_tail():
     lengths = longtail_lengths(64, 4096)
     assert max(lengths) == 4096 and sorted(lengths)[32] <= 4096 / 6
+
+
+@pytest.mark.parametrize("max_len", [64, 4096])
+@pytest.mark.parametrize("num", [1, 8, 32])
+def test_varied_lengths_are_drawn_afresh_each_step_from_the_long_tail(num, max_len):
+    steps = [varied_lengths(num, max_len, seed=3, step=k) for k in range(2000)]
+    assert all(len(s) == num and all(2 <= n <= max_len for n in s) for s in steps)
+    # the same (seed, step), the same lengths; another seed, others
+    assert steps[5] == varied_lengths(num, max_len, seed=3, step=5)
+    assert steps[5] != varied_lengths(num, max_len, seed=4, step=5)
+    assert len({max(s) for s in steps}) > 10  # the padded width changes from step to step
+    mean = sum(map(sum, steps)) / (2000 * num)
+    assert mean <= max_len / 4
+    assert abs(mean * num - varied_mean_tokens(num, max_len)) <= 0.05 * mean * num
+    everything = sorted(n for s in steps for n in s)
+    assert everything[len(everything) // 2] == pytest.approx(max_len / 8, rel=0.1)  # median
+    assert max(everything) == max_len  # the tail reaches the longest allowed
+
+
+def test_each_varied_step_holds_one_length_from_every_stratum():
+    # the k-th shortest length of a step lies between the log-normal's quantiles k/8 and
+    # (k+1)/8: one draw per equally likely stratum, so every step spans the distribution
+    def at(q: float) -> float:
+        if q in (0.0, 1.0):
+            return 2 if q == 0.0 else 4096
+        return min(4096, math.exp(math.log(4096 / 8) + statistics.NormalDist().inv_cdf(q)))
+
+    for k in range(50):
+        ordered = sorted(varied_lengths(8, 4096, seed=0, step=k))
+        for i, n in enumerate(ordered):
+            assert at(i / 8) - 0.5 <= n <= at((i + 1) / 8) + 0.5, (k, i, n)
 
 
 def test_flatten_builds_what_data_collator_with_flattening_builds():

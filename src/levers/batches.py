@@ -38,6 +38,8 @@ Shapes: B rows, W padded width, N real tokens of the batch, R packed rows, L row
 from __future__ import annotations
 
 import math
+import random
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +152,40 @@ def longtail_lengths(num: int, max_len: int, *, seed: int = 0) -> tuple[int, ...
     lengths = [max(2, min(max_len, int(round(float(x))))) for x in raw]
     order = torch.randperm(num, generator=torch.Generator().manual_seed(seed)).tolist()
     return tuple(lengths[i] for i in order)
+
+
+def varied_lengths(num: int, max_len: int, *, seed: int = 0, step: int = 0) -> tuple[int, ...]:
+    """Step ``step``'s ``num`` sequence lengths, drawn afresh each step from
+    :func:`longtail_lengths`' distribution (log-normal, median ``max_len / 8``, sigma 1, capped at
+    ``max_len``, at least 2 tokens): one draw inside each of ``num`` equally likely strata (so a
+    step holds short and long sequences alike, as longtail's quantiles do), in an order drawn
+    too. The longest is the top stratum's draw, so the padded width changes from step to step
+    and reaches ``max_len`` in about one step in six at ``num=8``. The mean length is at most
+    ``max_len / 4`` in expectation (:func:`varied_mean_tokens`); one step's can be above it.
+
+    Deterministic from ``(seed, step)`` and pure Python: the same sequence of batches for every
+    variant built from one seed, and no tensor op (a memory prediction runs the step on fake
+    tensors)."""
+    rng = random.Random(f"varied-lengths:{seed}:{step}")
+    lengths = [_longtail_length((i + rng.random()) / num, max_len) for i in range(num)]
+    rng.shuffle(lengths)
+    return tuple(lengths)
+
+
+def varied_mean_tokens(num: int, max_len: int) -> int:
+    """The expected real tokens of a :func:`varied_lengths` batch: ``num`` times the mean length
+    of the distribution (the strata are equally likely), over 4096 of its quantiles."""
+    grid = 4096
+    mean = statistics.fmean(_longtail_length((j + 0.5) / grid, max_len) for j in range(grid))
+    return round(num * mean)
+
+
+def _longtail_length(quantile: float, max_len: int) -> int:
+    """The length at ``quantile`` of the log-normal of median ``max_len / 8`` and sigma 1, capped
+    at ``max_len``, at least 2 tokens."""
+    quantile = min(max(quantile, 1e-12), 1 - 1e-12)  # inv_cdf takes the open interval
+    raw = math.exp(math.log(max_len / 8) + statistics.NormalDist().inv_cdf(quantile))
+    return max(2, min(max_len, int(round(raw))))
 
 
 def draw_padded(

@@ -1,5 +1,6 @@
 """The data levers (packing, padding-free, pad-to-multiple) on the hf workload's padded
-variable-length batches: the loss per real token and the gradients of the changed step equal
+variable-length batches (the same lengths every step, and lengths=varied, drawn afresh each
+step): the loss per real token and the gradients of the changed step equal
 the padded step's within the lever's tolerance (fp32, CPU), a planted wrong packing (no document
 mask, positions not restarted) fails that same check, and the levers refuse what would let
 attention cross documents."""
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import levers
-from levers.batches import Batches, draw_padded, pack
+from levers.batches import Batches, draw_padded, pack, varied_lengths
 from levers.levers import load_all
 from levers.levers.lever import NotApplicable
 from levers.workload import Workload
@@ -27,7 +28,18 @@ MEASURED_GRAD_RTOL = 1e-6
 
 
 def varlen(attn: str = "sdpa", **params) -> Workload:
-    return hf.build(lengths="longtail", batch_size=8, seq_len=128, attn=attn, **params)
+    return hf.build(**{"lengths": "longtail", "batch_size": 8, "seq_len": 128, "attn": attn,
+                       **params})
+
+
+def model_widths(workload: Workload) -> list[tuple[int, ...]]:
+    """The shapes of the ``input_ids`` the model gets, one per forward, appended as it runs."""
+    shapes: list[tuple[int, ...]] = []
+    workload.model.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True,
+    )
+    return shapes
 
 
 def worst(a, b) -> float:
@@ -59,6 +71,32 @@ def test_the_lever_keeps_the_padded_steps_loss_and_gradients(lever_id, attn):
     spec = "pad-to-multiple:multiple=48" if lever_id == "pad-to-multiple" else lever_id
     levers.apply(candidate, spec)
     changed = run_steps(candidate)
+    tolerance = load_all()[lever_id].tolerance
+    assert worst(changed, padded) <= MEASURED_GRAD_RTOL <= tolerance
+    assert_close(changed, padded, tolerance)
+
+
+@pytest.mark.parametrize("lever_id", DATA_LEVERS)
+def test_the_lever_keeps_the_padded_steps_loss_and_gradients_when_lengths_vary(lever_id):
+    # lengths=varied: fresh lengths and a new padded width every step, read from the mask
+    padded_w = varlen(lengths="varied")
+    padded_shapes = model_widths(padded_w)
+    padded = run_steps(padded_w, num_steps=3)
+    candidate = varlen(lengths="varied")
+    spec = "pad-to-multiple:multiple=48" if lever_id == "pad-to-multiple" else lever_id
+    levers.apply(candidate, spec)
+    assert candidate.step.batches.layout == lever_id and candidate.step.batches.lengths is None
+    shapes = model_widths(candidate)
+    changed = run_steps(candidate, num_steps=3)
+    lengths = [varied_lengths(8, 128, seed=0, step=k) for k in range(3)]
+    widths = [max(n) for n in lengths]
+    assert padded_shapes == [(8, w) for w in widths] and len(set(widths)) == 3
+    if lever_id == "pad-to-multiple":
+        assert shapes == [(8, -(-w // 48) * 48) for w in widths]
+    elif lever_id == "packing":  # rows as wide as the step's padded batch, fewer of them
+        assert all(s[1] == w and s[0] < 8 for s, w in zip(shapes, widths))
+    else:  # one row of the step's real tokens
+        assert shapes == [(1, sum(n)) for n in lengths]
     tolerance = load_all()[lever_id].tolerance
     assert worst(changed, padded) <= MEASURED_GRAD_RTOL <= tolerance
     assert_close(changed, padded, tolerance)

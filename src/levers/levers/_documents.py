@@ -38,8 +38,9 @@ LEAK_RTOL = {torch.float32: 1e-4, torch.float64: 1e-8}
 LEAK_RTOL_LOW_PRECISION = 2e-2
 NO_BATCHES = (
     "the step exposes no batches to change: the data levers act on a step that draws its "
-    "batches through levers.batches.Batches (the hf workload with lengths=longtail; a factory "
-    "sets step.batches = Batches(draw=...)) or on a Trainer's collator (levers.apply(trainer, ...))"
+    "batches through levers.batches.Batches (the hf workload with lengths=longtail or varied; a "
+    "factory sets step.batches = Batches(draw=...)) or on a Trainer's collator "
+    "(levers.apply(trainer, ...))"
 )
 
 

@@ -5,6 +5,13 @@ Each padded batch the step draws (``step.batches``) is padded further by
 64), the new positions masked out (attention_mask 0, labels -100). A compiled step then sees a
 few widths instead of one per batch, and re-traces (or pads inside the kernels) less.
 
+Its case is batches padded each to their own longest (the ``hf`` workload's ``lengths=varied``,
+transformers' ``DataCollatorWithPadding``); ``bench/varlen.py --lengths varied`` counts the
+widths and the graphs compiled. Under torch.compile's default (automatic dynamic shapes) the
+second width already recompiles the blocks to one program for every width (2 graphs for 3
+widths, on a CPU with dynamo's eager backend), so the re-traces it saves are those of a static
+compile (``--static-widths`` there: 2 graphs against 3).
+
 Options: ``multiple`` (64).
 
 Refuses: a step without batches to change, batches without padding or already packed (nothing

@@ -10,7 +10,7 @@ trains on the loss the model returns with a fused AdamW, under bf16 autocast on 
 Parameters: ``arch`` (llama | qwen2 | gemma | mistral), ``attn`` (the attention implementation:
 eager | sdpa | flex_attention), ``size`` (tiny | 1b | 8b), ``device`` (cpu | cuda), ``dtype``
 (parameter dtype, float32), ``seed`` (0), ``batch_size`` and ``seq_len`` (per size, as in
-:data:`levers.workloads.llama.SIZES`), ``lengths`` (fixed | longtail). Needs
+:data:`levers.workloads.llama.SIZES`), ``lengths`` (fixed | longtail | varied). Needs
 ``pip install 'levers[hf]'``.
 
 ``lengths=longtail`` gives the step variable-length data: its ``batch_size`` sequences have
@@ -21,17 +21,37 @@ longest with an ``attention_mask`` and labels -100 on the padding. ``tokens_per_
 the real tokens only, so tokens/s never counts padding. The step draws its batches through
 ``step.batches`` (:class:`levers.batches.Batches`), where the data levers (``packing``,
 ``padding-free``, ``pad-to-multiple``) change their layout.
+
+``lengths=varied`` draws fresh lengths every step from the same distribution
+(:func:`levers.batches.varied_lengths`; step k's are ``varied_lengths(batch_size, seq_len,
+seed=seed, step=k)``, k counting the batches drawn since the build, so two workloads built from
+one seed see the same batches) and pads each batch only to its own longest sequence, as
+transformers' ``DataCollatorWithPadding`` does: the padded width changes from step to step,
+which is what ``pad-to-multiple`` is for. ``step.batches.lengths`` is None (they vary), so the
+layouts read each batch's lengths from its mask. ``tokens_per_step`` is then the expected real
+tokens of a step (:func:`levers.batches.varied_mean_tokens`), not each step's own count (at 8
+sequences a step's varies by about 13% around it, one standard deviation): tokens/s read from it
+is a step rate times a constant. Two variants built from one seed and stepped alike (``levers
+ab`` alternates its sides step by step) see the same batches, so their ratio is the ratio of
+their step rates on the same data; ``bench/varlen.py`` counts each step's own real tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from levers.batches import Batches, draw_padded, longtail_lengths
+from levers.batches import (
+    Batches,
+    draw_padded,
+    longtail_lengths,
+    varied_lengths,
+    varied_mean_tokens,
+)
 from levers.errors import MissingDependency
 from levers.workload import Workload
 from levers.workloads import _params, _runtime
@@ -44,7 +64,7 @@ ARCHS = {
     "mistral": "MistralConfig",
 }
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
-LENGTHS = ("fixed", "longtail")
+LENGTHS = ("fixed", "longtail", "varied")
 LEARNING_RATE = 1e-4
 
 
@@ -94,8 +114,15 @@ def build(
     generator = _runtime.data_generator(resolved_seed, resolved_device)
     if lengths == "longtail":
         real = longtail_lengths(shapes.batch_size, shapes.seq_len, seed=resolved_seed)
-        step = varlen_step(model, optimizer, shapes, generator, real)
+        batches = Batches(
+            draw=lambda: draw_padded(real, shapes.vocab_size, generator), lengths=real
+        )
+        step = varlen_step(model, optimizer, batches, generator.device)
         tokens = sum(real)
+    elif lengths == "varied":
+        batches = Batches(draw=varied_draw(shapes, generator, resolved_seed))
+        step = varlen_step(model, optimizer, batches, generator.device)
+        tokens = varied_mean_tokens(shapes.batch_size, shapes.seq_len)
     else:
         step, tokens = training_step(model, optimizer, shapes, generator), None
     return Workload(
@@ -177,20 +204,29 @@ def training_step(
     return step
 
 
+def varied_draw(
+    shapes: LlamaConfig, generator: torch.Generator, seed: int
+) -> Callable[[], dict[str, torch.Tensor]]:
+    """``draw()`` for ``lengths=varied``: the k-th call gives random tokens of
+    ``varied_lengths(batch_size, seq_len, seed=seed, step=k)``, padded to their longest."""
+    drawn = itertools.count()
+
+    def draw() -> dict[str, torch.Tensor]:
+        lengths = varied_lengths(shapes.batch_size, shapes.seq_len, seed=seed, step=next(drawn))
+        return draw_padded(lengths, shapes.vocab_size, generator)
+
+    return draw
+
+
 def varlen_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    shapes: LlamaConfig,
-    generator: torch.Generator,
-    lengths: tuple[int, ...],
+    batches: Batches,
+    device: torch.device,
 ) -> Callable[[], torch.Tensor]:
-    """The step on padded variable-length batches: each step's batch comes from
-    ``step.batches`` (random tokens of the fixed ``lengths``, then any data lever's layout), the
-    model's loss (the mean over real targets), backward, AdamW."""
-    device = generator.device
-    batches = Batches(
-        draw=lambda: draw_padded(lengths, shapes.vocab_size, generator), lengths=tuple(lengths)
-    )
+    """The step on padded variable-length batches: each step's batch comes from ``batches``
+    (random tokens padded to the longest, then any data lever's layout), the model's loss (the
+    mean over real targets), backward, AdamW."""
 
     def step() -> torch.Tensor:
         batch = batches.next()
