@@ -37,7 +37,8 @@ def test_gaps_on_a_static_step_recommend_compile_model_and_tune_searches_it():
     capture, _ = captured("HOST001", "fire_gaps")
     rec = _stack([finding], capture)
     assert (rec.levers, rec.codes) == (("compile-model",), ("HOST001",))
-    share, source = audit_expectations([finding], step_ms=finding.details["step_ms"])["compile-model"]
+    expected = audit_expectations([finding], step_ms=finding.details["step_ms"])
+    share, source = expected["compile-model"]
     assert abs(share - 0.16) < 1e-9 and source.startswith("audit HOST001")
 
 
@@ -55,7 +56,8 @@ def test_a_mixture_of_experts_and_a_size_recompile_are_reasons():
     [moe] = run_rule("HOST001", "fire_moe")
     assert moe.details["cuda_graph_reasons"][0].startswith("experts is a mixture of experts")
     [resized] = run_rule("HOST001", "fire_dynamic_shapes")
-    assert "size mismatch at index 0. expected 64, actual 48" in resized.details["cuda_graph_reasons"][0]
+    [reason] = resized.details["cuda_graph_reasons"]
+    assert "size mismatch at index 0. expected 64, actual 48" in reason
 
 
 def test_mean_gap_counts_idle_time_between_kernels_and_none_inside_overlaps():

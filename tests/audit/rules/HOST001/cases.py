@@ -29,7 +29,9 @@ class Experts(torch.nn.Module):
 
 def _workload(model=None, sync=False):
     torch.manual_seed(0)
-    model = model or torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8))
+    model = model or torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def step():
@@ -51,7 +53,8 @@ def _on_gpu(gap_share, *, kernel_starts=True, compile_stats=None):
         capture = relabel_as_gpu(capture)
         timed = [op.index for op in capture.ops if not op.is_view]
         ops = tuple(
-            dataclasses.replace(op, device_us=0.0 if op.is_view else KERNEL_US) for op in capture.ops
+            dataclasses.replace(op, device_us=0.0 if op.is_view else KERNEL_US)
+            for op in capture.ops
         )
         kernel_us = KERNEL_US * len(timed)
         step_us = kernel_us / (1.0 - gap_share)
@@ -62,7 +65,9 @@ def _on_gpu(gap_share, *, kernel_starts=True, compile_stats=None):
             for i, index in enumerate(timed)
         )
         calls = tuple(
-            dataclasses.replace(c, args={**c.args, "tensor": {**c.args["tensor"], "device": "cuda:0"}})
+            dataclasses.replace(
+                c, args={**c.args, "tensor": {**c.args["tensor"], "device": "cuda:0"}}
+            )
             if c.kind == "sync" and c.args.get("tensor") else c
             for c in capture.calls
         )
@@ -78,7 +83,8 @@ def _on_gpu(gap_share, *, kernel_starts=True, compile_stats=None):
 RESIZED = {
     "frames_compiled": 2, "graph_breaks": [], "recompile_limit_hit": False,
     "recompiles": [{
-        "function": "forward", "file": "/models/vit.py", "line": 40, "code": "def forward(self, x):",
+        "function": "forward", "file": "/models/vit.py", "line": 40,
+        "code": "def forward(self, x):",
         "count": 1, "reasons": ["0/0: tensor 'x' size mismatch at index 0. expected 64, actual 48"],
     }],
 }
