@@ -42,8 +42,9 @@ every row of a workload is credited the same useful work per sample whatever its
 recompute, and 989.4 TFLOP/s is the H200's dense bf16 peak.
 
 Writes, after every row (a run cut short keeps what it measured), ``OUT/summary.json`` (the rows,
-merged with rows already there) and ``CATALOGUE_OUT/catalogue.json`` (each lever's and stack's tokens/s ratio and memory change against
-its workload's default, with CI95), which ``levers list`` reads.
+merged with rows already there) and ``CATALOGUE_OUT/catalogue.json`` (each lever's and stack's
+tokens/s ratio and memory change against its workload's default, with CI95), which ``levers
+list`` reads.
 """
 
 from __future__ import annotations
