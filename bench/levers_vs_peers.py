@@ -28,7 +28,8 @@ run, which ``--only`` must name too: their catalogue rows are float8's own effec
 step), ``torchtitan-float8`` (the peer: torchao's tensorwise float8 on every linear its
 ``_auto_filter_for_recipe`` takes but the head, then per-layer compile, as torchtitan ships it)
 and ``levers-stack+float8``; on ``vit``, ``levers-stack+sdpa-cudnn`` (the stack with every SDPA
-call admitting cuDNN's attention first).
+call admitting cuDNN's attention first) and ``levers-stack-max-autotune`` (compile-model with
+``mode=max-autotune``: CUDA graphs and autotuned matmuls, minutes of compile).
 
 Per row: the median tokens/s of ``--steps`` timed steps after ``--warmup`` steps (compile time
 falls in the warm-up), its CI95 by bootstrap over steps, the per-step peak allocated (peak stats
@@ -188,6 +189,9 @@ def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
             "levers-stack": {"levers": list(VIT_STACK)},
             "levers-stack+sdpa-cudnn": {"levers": ["sdpa-cudnn-backend", *VIT_STACK],
                                         "optional": True},
+            # CUDA graphs with inductor's matmul templates autotuned: minutes of compile
+            "levers-stack-max-autotune": {"levers": list(VIT_STACK),
+                                          "options": {"mode": "max-autotune"}, "optional": True},
         }
     out = {
         "default": {},

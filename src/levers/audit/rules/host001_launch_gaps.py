@@ -22,7 +22,7 @@ per kernel disappears.
 ## Example
 ```python
 model = timm.create_model("vit_base_patch16_224")
-loss = F.cross_entropy(model(images), labels)  # ~1,500 kernels per step, each launched by Python
+loss = F.cross_entropy(model(images), labels)  # each of the step's kernels launched from Python
 ```
 
 Use instead:
