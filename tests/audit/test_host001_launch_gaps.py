@@ -9,7 +9,7 @@ from audit_helpers import BASE_CONFIG, captured, run_rule
 from levers.audit.bottleneck import LAUNCH, step_bottleneck
 from levers.audit.config import make_config
 from levers.audit.recommend import recommend
-from levers.audit.rules.host001_launch_gaps import MIN_SHARE, mean_gap_us
+from levers.audit.rules.host001_launch_gaps import MIN_SHARE, busy_us, mean_gap_us
 from levers.capture.records import KernelRecord
 from levers.tune.candidates import audit_expectations
 
@@ -68,3 +68,13 @@ def test_mean_gap_counts_idle_time_between_kernels_and_none_inside_overlaps():
     )
     assert mean_gap_us(kernels) == 5.0
     assert mean_gap_us(tuple(dataclasses.replace(k, start_us=None) for k in kernels)) is None
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    kernels = (
+        KernelRecord("a", 10.0, 0, start_us=0.0),
+        KernelRecord("b", 10.0, 1, start_us=5.0),
+        KernelRecord("c", 10.0, None, start_us=25.0),  # no op launched it: still busy
+    )
+    assert busy_us(kernels) == 25.0
+    assert busy_us(tuple(dataclasses.replace(k, start_us=None) for k in kernels)) is None

@@ -1,11 +1,13 @@
 """HOST001 launch-gaps: a GPU step that spends much of its time between kernels, not in them.
 
 ## What it does
-Reads the bottleneck's `launch-and-idle` class of a GPU capture: the measured step time minus the
-device time of every kernel (launch gaps, host work between launches, syncs). When that is at
-least 10% of the step it reports the share, the milliseconds per step, the number of kernels
-launched per step and, when the capture has the kernels' start times, the mean idle gap between
-one kernel's end and the next one's start. It names `compile-model`, whose CUDA graphs
+Reads the idle time of a GPU capture's step: the measured step time minus the time some kernel
+was running (launch gaps, host work between launches, syncs). It is the bottleneck's
+`launch-and-idle` class, except that where the capture has the kernels' timeline the kernels no
+op launched (a CUDA graph's replay) count as busy and overlapping kernels count once. When that is at least 10% of the step it reports the
+share, the milliseconds per step, the number of kernels launched per step and, when the capture
+has the kernels' start times, the mean idle gap between one kernel's end and the next one's
+start. It names `compile-model`, whose CUDA graphs
 (`mode="reduce-overhead"`, what its `mode=auto` picks on a static step) replay the step's
 kernels with one launch, and says why CUDA graphs cannot apply when the capture shows it:
 host-device syncs in the step (the calls SYNC001 reports), a mixture of experts (tokens routed
@@ -63,7 +65,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from levers.audit.bottleneck import LAUNCH, moe_modules, step_bottleneck
+from levers.audit.bottleneck import LAUNCH, Bottleneck, moe_modules, step_bottleneck
 from levers.audit.config import RuleConfig
 from levers.audit.finding import Finding, Work
 from levers.audit.patterns import receipt
@@ -83,6 +85,28 @@ HIGH_SHARE = 0.25
 # the words dynamo writes in a guard that failed on a tensor's size ("tensor 'x' size mismatch at
 # index 0. expected 4, actual 8")
 SIZE_GUARDS = ("size mismatch", "size(", ".size()")
+
+
+def busy_us(kernels: tuple[KernelRecord, ...]) -> float | None:
+    """The time some kernel was running: the union of the kernels' intervals (overlaps once);
+    None without start times (a capture written before levers recorded them)."""
+    if not kernels or any(k.start_us is None for k in kernels):
+        return None
+    total_us, end_us = 0.0, float("-inf")
+    for k in sorted(kernels, key=lambda k: k.start_us):
+        start_us = max(k.start_us, end_us)
+        total_us += max(k.start_us + k.device_us - start_us, 0.0)
+        end_us = max(end_us, k.start_us + k.device_us)
+    return total_us
+
+
+def idle_ms(capture: Capture, b: Bottleneck) -> float:
+    """The step's time outside every kernel: from the kernels' timeline when the capture has it
+    (kernels no op launched count as busy), else the bottleneck's launch-and-idle time."""
+    busy = busy_us(capture.kernels)
+    if busy is None:
+        return b.of(LAUNCH).time_ms
+    return max(b.step_ms - busy / 1e3, 0.0)
 
 
 def mean_gap_us(kernels: tuple[KernelRecord, ...]) -> float | None:
@@ -138,9 +162,10 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # a GPU capture without device time joined to its ops: no gap was measured
     if b.provenance != MEASURED:
         return
-    gaps = b.of(LAUNCH)
+    gap_ms = idle_ms(capture, b)
+    share = gap_ms / b.step_ms if b.step_ms > 0 else 0.0
     # the gaps are a small part of the step
-    if gaps.share < MIN_SHARE:
+    if share < MIN_SHARE:
         return
     num_kernels = len(capture.kernels)
     mean_us = mean_gap_us(capture.kernels)
@@ -149,7 +174,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     if mean_us is not None:
         kernels += f", {format_us(mean_us)} idle between one kernel and the next on average"
     message = (
-        f"{format_share(gaps.share)} of the step ({format_ms(gaps.time_ms)} of "
+        f"{format_share(share)} of the step ({format_ms(gap_ms)} of "
         f"{format_ms(b.step_ms)}, measured) is launch and idle time, outside every kernel "
         f"({kernels}): the GPU waits for the host"
     )
@@ -166,8 +191,8 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     # the step's first op with a user source line: where the step starts launching kernels
     first = next((op for op in capture.ops if op.source is not None), None)
     details: dict[str, Any] = {
-        "launch_and_idle_share": gaps.share,
-        "launch_and_idle_ms": gaps.time_ms,
+        "launch_and_idle_share": share,
+        "launch_and_idle_ms": gap_ms,
         "step_ms": b.step_ms,
         "num_kernels": num_kernels,
         "mean_gap_us": mean_us,
@@ -182,17 +207,17 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
             receipt(
                 first.source if first is not None else None,
                 module=None,
-                op=f"launch-and-idle {format_share(gaps.share)} of the step",
+                op=f"launch-and-idle {format_share(share)} of the step",
                 shapes=f"{num_kernels} kernels per step" if num_kernels else "",
             ),
         ),
-        severity="high" if gaps.share >= HIGH_SHARE else "medium",
+        severity="high" if share >= HIGH_SHARE else "medium",
         effort="S",
         risk="medium" if reasons else "low",
         work=Work(
             # with a reason listed nothing is claimed recovered
             fixed_fraction_of_now=1.0 if reasons else 0.0,
-            bench={"kind": "launch_gaps", "gap_us": gaps.time_ms * 1e3, "reasons": reasons},
+            bench={"kind": "launch_gaps", "gap_us": gap_ms * 1e3, "reasons": reasons},
         ),
         details=details,
     )
