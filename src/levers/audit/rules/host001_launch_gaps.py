@@ -39,6 +39,8 @@ loss = F.cross_entropy(model(images), labels).clone()
 is static; its undo says which mode it chose and why. When the finding lists reasons CUDA
 graphs cannot apply, remove them first (the syncs SYNC001 lists; fixed shapes, padded to a
 bucket); a mixture of experts keeps its gaps (compile-model then compiles without CUDA graphs).
+On a step compiled already (compile-model refuses it) the finding says to pass
+`mode="reduce-overhead"` to that compile instead.
 
 ## Fix safety
 Changes numerics: compile-model's inductor fuses and reorders elementwise work (tolerance 1e-5
@@ -187,6 +189,12 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         fix_title = (
             "Replay the step as CUDA graphs: compile the whole model with mode=reduce-overhead "
             "(compile-model; its mode=auto picks it on a static step)"
+        )
+    if (capture.settings.get("compile") or {}).get("frames_compiled"):
+        # compile-model refuses a model compiled already: say how to reach the same mode
+        fix_title += (
+            "; the step is compiled already: pass mode=\"reduce-overhead\" to that torch.compile, "
+            "or remove it and apply compile-model"
         )
     # the step's first op with a user source line: where the step starts launching kernels
     first = next((op for op in capture.ops if op.source is not None), None)

@@ -35,7 +35,7 @@ def _workload(model=None, sync=False):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def step():
-        x = torch.randn(4, 8)  # mark: fire_gaps fire_large_gaps fire_with_sync fire_moe fire_dynamic_shapes regress_no_kernel_starts
+        x = torch.randn(4, 8)  # mark: fire_gaps fire_large_gaps fire_with_sync fire_moe fire_dynamic_shapes regress_no_kernel_starts regress_compiled
         loss = model(x).pow(2).mean()
         if sync:
             loss = loss / loss.detach().abs().item()
@@ -85,6 +85,8 @@ def _on_gpu(gap_share, *, kernel_starts=True, compile_stats=None, replayed_share
     return transform
 
 
+COMPILED = {"frames_compiled": 2, "graph_breaks": [], "recompile_limit_hit": False,
+            "recompiles": []}
 RESIZED = {
     "frames_compiled": 2, "graph_breaks": [], "recompile_limit_hit": False,
     "recompiles": [{
@@ -102,6 +104,7 @@ ok_gpu_without_device_time = _workload
 ok_graph_replay_fills_the_gaps = _workload
 fire_dynamic_shapes = _workload
 regress_no_kernel_starts = _workload
+regress_compiled = _workload
 
 
 def fire_with_sync():
@@ -119,6 +122,7 @@ TRANSFORM = {
     "fire_moe": _on_gpu(0.16),
     "fire_dynamic_shapes": _on_gpu(0.16, compile_stats=RESIZED),
     "regress_no_kernel_starts": _on_gpu(0.16, kernel_starts=False),
+    "regress_compiled": _on_gpu(0.16, compile_stats=COMPILED),
     "ok_below_threshold": _on_gpu(0.05),
     "ok_gpu_without_device_time": relabel_as_gpu,
     # the ops' kernels leave 16% idle, but a replayed graph's kernels run in 12% of it
