@@ -103,4 +103,5 @@ def test_the_launch_gaps_are_measured_and_the_demo_syncs_keep_cuda_graphs_off(re
     (reason,) = gaps.details["cuda_graph_reasons"]
     assert reason.startswith("4 host-device syncs per step")
     assert gaps.details["recommended"] is False and gaps.cost.saved_ms == 0.0
+    assert gaps.lever is None
     assert gaps.cost.provenance == "estimated"

@@ -48,8 +48,11 @@ def test_a_host_sync_is_a_reason_carried_into_the_recommendation():
     assert reason.startswith("1 host-device sync per step (the first at cases.py:")
     assert "CUDA graphs cannot apply now: 1 host-device sync" in finding.fix_title
     assert finding.details["recommended"] is False and finding.cost.saved_ms == 0.0
+    assert finding.lever is None and "(compile-model, mode=reduce-overhead)" in finding.fix_title
     capture, _ = captured("HOST001", "fire_with_sync")
     assert _stack([finding], capture).levers == ()
+    # no zero saving that would rank compile-model last in tune's search
+    assert audit_expectations([finding], step_ms=finding.details["step_ms"]) == {}
 
 
 def test_a_mixture_of_experts_and_a_size_recompile_are_reasons():

@@ -49,9 +49,10 @@ relative in fp32). CUDA graphs themselves replay the same kernels.
 ## Known problems
 The cost is an estimate of what CUDA graphs can recover at most: the whole launch-and-idle time
 (host work a graph does not remove, such as drawing the batch, stays). With a reason listed the
-rule claims no saving and does not recommend the lever: a sync outside the model's forward (a
-`loss.item()` in the step function) does not stop compile-model from replaying the model, so
-there the rule is conservative and `levers ab WORKLOAD --lever compile-model` measures it.
+rule claims no saving and names no lever (the fix title still names compile-model, for once the
+reasons are gone): a sync outside the model's forward (a `loss.item()` in the step function)
+does not stop compile-model from replaying the model, so there the rule is conservative and
+`levers ab WORKLOAD --lever compile-model` measures it.
 Varying input shapes are seen only through dynamo's recompiles, so on an uncompiled step (one
 step is captured) they are not seen. It does not fire on a CPU capture: there
 `launch-and-idle` is the roofline's per-kernel overhead, an estimate, not a gap that was seen.
@@ -220,8 +221,12 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
             ),
         ),
         severity="high" if share >= HIGH_SHARE else "medium",
-        effort="S",
+        effort="M" if reasons else "S",
         risk="medium" if reasons else "low",
+        # with a reason the first fix is in the code: no lever is recommended, and none is given a
+        # zero saving that would rank it last in levers tune (compile-model may still pay by
+        # fusing, which other findings and the catalogue say)
+        lever=None if reasons else "compile-model",
         work=Work(
             # with a reason listed nothing is claimed recovered
             fixed_fraction_of_now=1.0 if reasons else 0.0,
