@@ -83,7 +83,7 @@ CODE, NAME = "HOST001", "launch-gaps"
 # buffers each step, the memory pool, a recording per new shape) and the whole-model compile take
 # most of the gain; issue 21's ViT-B/16 at batch 64 on an H200 shows 16%.
 MIN_SHARE = 0.10
-# from a quarter of the step, the gaps are the largest class of many steps
+# a quarter of the step or more spent waiting on the host: high severity
 HIGH_SHARE = 0.25
 # the words dynamo writes in a guard that failed on a tensor's size ("tensor 'x' size mismatch at
 # index 0. expected 4, actual 8")
