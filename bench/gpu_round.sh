@@ -5,7 +5,7 @@
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
-#       alignment captests varlen_varied
+#       alignment captests varlen_varied peers_vit peers_vit_more
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -52,6 +52,19 @@ for job in "$@"; do
                 cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
             run peers_more 420 python bench/levers_vs_peers.py --only qwen2,demo \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
+        # issue 21: timm's ViT-B/16 at batch 64, levers' compile-model (CUDA graphs) and the audit's
+        # stack beside per-block compile, whole-model compile and reduce-overhead, in one process
+        peers_vit) mkdir -p "$R/levers_vs_peers_h200"
+            [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
+                cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+            run peers_vit 400 python bench/levers_vs_peers.py --only vit \
+            --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
+        # the ViT's optional rows (cuDNN attention; max-autotune, minutes of compile) beside their
+        # own default and lever row, in a folder of their own: ratios only within one run
+        peers_vit_more) run peers_vit_more 560 python bench/levers_vs_peers.py \
+            --only vit:lever:compile-model,vit:levers-stack+sdpa-cudnn,vit:levers-stack-max-autotune \
+            --out "$R/levers_vs_peers_vit_more_h200" \
+            --catalogue-out "$R/levers_catalogue_vit_more_h200" ;;
         ranking) run ranking 240 python bench/audit_ranking.py --out "$R/audit_ranking_h200" ;;
         trainer) mkdir -p "$R/trainer_1b"
             run trainer 240 python -m levers.cli audit --json /tmp/levers_trainer_capture.json \

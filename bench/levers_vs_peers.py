@@ -3,6 +3,7 @@
     # on the H200 (two calls stay under 10 minutes each; results merge by workload and variant)
     PYTHONPATH=src python bench/levers_vs_peers.py --only llama
     PYTHONPATH=src python bench/levers_vs_peers.py --only qwen2,demo
+    PYTHONPATH=src python bench/levers_vs_peers.py --only vit
     # float8 on top of compile-blocks (torchao carried as a wheel, see below), in one call
     PYTHONPATH=/tmp/site:src python bench/levers_vs_peers.py --only llama:lever:compile-blocks,\
         llama:lever:float8,llama:lever:float8-rowwise,llama:torchtitan-float8
@@ -11,14 +12,24 @@
 
 Workloads (``--only`` takes group names or ``group:variant``): ``llama`` and ``qwen2`` are the
 ``hf`` workload at size=1b (batch 4, seq 2048, bf16 autocast, fused AdamW); ``demo`` is the demo
-at size=1b (batch 8). Every variant is built fresh from the same seed, in this process, after
-``torch._dynamo.reset()``; a variant that raises is a row with its error. Optional variants
+at size=1b (batch 8); ``vit`` is the ``zoo`` workload's timm ``vit_base_patch16_224`` at
+size=full (batch 64 at 224 x 224, 12 blocks, bf16 autocast, fused AdamW; issue 21: a host-bound
+step), measured beside the three ways users compile it: per block (``compile-layers``), the whole
+model in inductor's default mode (``compile-model``) and with CUDA graphs (``compile-model-ro``:
+``mode="reduce-overhead"``, ``torch.compiler.cudagraph_mark_step_begin()`` before each step and
+the loss cloned, as the CUDA-graph trees documentation asks); ``lever:compile-model`` is levers'
+lever at ``mode=auto`` (the row's ``compile_model_mode`` says what it chose, and why), and
+``levers-stack`` what the audit recommends there. ``--smoke`` without timm installed (it needs
+torchvision) runs transformers' ViT of the same tiny shape instead. Every variant is built fresh
+from the same seed, in this process, after ``torch._dynamo.reset()``; a variant that raises is a row with its error. Optional variants
 run only when ``--only`` names them: ``lever:float8`` and ``lever:float8-rowwise`` (each float8
 recipe on top of compile-blocks, measured against the ``lever:compile-blocks`` row of the same
 run, which ``--only`` must name too: their catalogue rows are float8's own effect on a compiled
 step), ``torchtitan-float8`` (the peer: torchao's tensorwise float8 on every linear its
 ``_auto_filter_for_recipe`` takes but the head, then per-layer compile, as torchtitan ships it)
-and ``levers-stack+float8``.
+and ``levers-stack+float8``; on ``vit``, ``levers-stack+sdpa-cudnn`` (the stack with every SDPA
+call admitting cuDNN's attention first) and ``levers-stack-max-autotune`` (compile-model with
+``mode=max-autotune``: CUDA graphs and autotuned matmuls, minutes of compile).
 
 Per row: the median tokens/s of ``--steps`` timed steps after ``--warmup`` steps (compile time
 falls in the warm-up), its CI95 by bootstrap over steps, the per-step peak allocated (peak stats
@@ -31,9 +42,10 @@ where F_baseline is the FLOPs of one step of the workload's default variant as c
 every row of a workload is credited the same useful work per sample whatever its kernels
 recompute, and 989.4 TFLOP/s is the H200's dense bf16 peak.
 
-Writes ``OUT/summary.json`` (the rows, merged with rows already there) and
-``CATALOGUE_OUT/catalogue.json`` (each lever's and stack's tokens/s ratio and memory change against
-its workload's default, with CI95), which ``levers list`` reads.
+Writes, after every row (a run cut short keeps what it measured), ``OUT/summary.json`` (the rows,
+merged with rows already there) and ``CATALOGUE_OUT/catalogue.json`` (each lever's and stack's
+tokens/s ratio and memory change against its workload's default, with CI95), which ``levers
+list`` reads.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import argparse
 import contextlib
 import datetime
 import gc
+import importlib.util
 import json
 import random
 import statistics
@@ -71,6 +84,9 @@ DEMO_LEVERS = (
     "inplace-scatter", "windowed-peak-metric",
 )
 DEMO_STACK = (*DEMO_LEVERS, "compile-blocks")
+# what the audit recommends on the ViT's GPU step: HOST001 (launch gaps) and ELEM001/NORM001 name
+# compile-model, which covers the fused-norm levers; its AdamW is fused already (OPT001 is silent)
+VIT_STACK = ("compile-model",)
 HF_SINGLES = (
     "rms-norm-fused", "sdpa-cudnn-backend", "fused-linear-cross-entropy", "liger-kernels",
     "compile-blocks", "fused-optimizer", "autocast-bf16",
@@ -118,11 +134,35 @@ def _compile_model(workload, options) -> None:
     workload.model.compile(**options)
 
 
+def _compile_model_cuda_graphs(workload, options) -> None:
+    """The whole model compiled with CUDA graphs as the CUDA-graph trees documentation shows it:
+    each step marked as a new one, its output copied before the next replay overwrites it."""
+    workload.model.compile(mode="reduce-overhead", **options)
+    step = workload.step
+
+    def graph_step():
+        torch.compiler.cudagraph_mark_step_begin()
+        return step().clone()
+
+    workload.step = graph_step
+
+
 def _compile_layers(workload, options) -> None:
     from levers.blocks import repeated_blocks
 
     for block in repeated_blocks(workload.model):
         block.module.compile(**options)
+
+
+def _compile_model_mode(workload, options) -> tuple[str, list[str]]:
+    """The mode compile-model chose (``mode=auto``: reduce-overhead on a static step) and why."""
+    from levers.levers.compile_model import static_step_reasons
+
+    reasons = static_step_reasons(workload.model)
+    mode = str(options.get("mode", "auto"))
+    if mode == "auto":
+        mode = "default" if reasons else "reduce-overhead"
+    return mode, reasons
 
 
 def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
@@ -139,6 +179,20 @@ def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
         out["levers-stack"] = {"levers": list(DEMO_STACK)}
         out["levers-stack+raise-batch"] = {"levers": list(DEMO_STACK), "raise_batch": True}
         return out
+    if group == "vit":
+        return {
+            "default": {},
+            "compile-layers": {"peer": "compile-layers"},
+            "compile-model": {"peer": "compile-model"},
+            "compile-model-ro": {"peer": "compile-model-ro"},
+            "lever:compile-model": {"levers": ["compile-model"]},  # mode=auto
+            "levers-stack": {"levers": list(VIT_STACK)},
+            "levers-stack+sdpa-cudnn": {"levers": ["sdpa-cudnn-backend", *VIT_STACK],
+                                        "optional": True},
+            # CUDA graphs with inductor's matmul templates autotuned: minutes of compile
+            "levers-stack-max-autotune": {"levers": list(VIT_STACK),
+                                          "options": {"mode": "max-autotune"}, "optional": True},
+        }
     out = {
         "default": {},
         "liger": {"peer": "liger"},
@@ -167,6 +221,11 @@ def group_params(group: str, smoke: bool, device: str) -> tuple[str, dict[str, A
     size = "tiny" if smoke else "1b"
     if group == "demo":
         return "demo", {"size": size, "device": device}
+    if group == "vit":
+        # a smoke run without timm (it needs torchvision) exercises the rows on transformers' ViT
+        # of the same tiny shape; the rows' shape says which model ran
+        model = "timm-vit" if not smoke or importlib.util.find_spec("timm") else "vit"
+        return "zoo", {"model": model, "size": "tiny" if smoke else "full", "device": device}
     return "hf", {"arch": group, "size": size, "device": device}
 
 
@@ -254,12 +313,17 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
         workload = load_workload(workload_name, params)
         row["batch_size"] = workload.params.get("batch_size")
         row["shape"] = " ".join(f"{k}={v}" for k, v in workload.params.items()
-                                if k in ("arch", "size", "batch_size", "seq_len", "fixed"))
+                                if k in ("arch", "model", "size", "batch_size", "seq_len",
+                                         "fixed"))
         peer = spec.get("peer")
         if peer == "liger":
             cleanups.append(_liger(workload))
         elif peer == "compile-model":
             _compile_model(workload, {k: v for k, v in lever_options.items() if k == "backend"})
+        elif peer == "compile-model-ro":
+            _compile_model_cuda_graphs(
+                workload, {k: v for k, v in lever_options.items() if k == "backend"}
+            )
         elif peer == "compile-layers":
             _compile_layers(workload, {k: v for k, v in lever_options.items() if k == "backend"})
         elif peer == "torchtitan-float8":
@@ -271,7 +335,15 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
             strict = len(lever_ids) == 1 or "baseline" in spec
             handle = levers.apply(workload, lever_ids, skip_inapplicable=not strict,
                                   **lever_options)
-            row["applied"], row["skipped"] = handle.applied, handle.skipped
+            # undone when the row ends: a lever's process-wide setting (the compile levers'
+            # dynamo flag) must not reach the rows after it
+            cleanups.append(handle.undo)
+            # copies: the undo clears the handle's own lists
+            row["applied"], row["skipped"] = list(handle.applied), dict(handle.skipped)
+            if "compile-model" in handle.applied:
+                row["compile_model_mode"], row["compile_model_reasons"] = _compile_model_mode(
+                    workload, lever_options
+                )
         row.update(measure(workload, args.warmup, args.steps))
         row["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
@@ -281,7 +353,10 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
             traceback.print_exc()
     finally:
         for cleanup in cleanups:
-            cleanup()
+            try:
+                cleanup()
+            except Exception as exc:  # noqa: BLE001 - the row's figures stand; say it
+                row["cleanup_error"] = f"{type(exc).__name__}: {exc}"[:600]
         workload = None
         gc.collect()
         if torch.cuda.is_available():
@@ -379,9 +454,27 @@ def parse_only(text: str | None, groups: list[str]) -> dict[str, set[str] | None
     return chosen
 
 
+def write_results(rows: list[dict[str, Any]], flops: dict[str, tuple[float, int]], args,
+                  meta: dict[str, Any]) -> None:
+    """The rows so far, summarised and merged with those in ``OUT/summary.json``, and the
+    catalogue of the merged rows; the same figures however often it is called."""
+    rng = random.Random(0)
+    summarise(rows, flops, rng)
+    for row in rows:
+        row["mfu_formula"] = ("FlopCounterMode FLOPs of the default step x batch/batch_default "
+                              "/ step time / 989.4e12 (H200 dense bf16)")
+    key = lambda r: (r.get("group"), r.get("variant"))  # noqa: E731
+    summary = _merge(args.out / "summary.json", rows, key)
+    _write_json(args.out / "summary.json", {"rows": summary, "command": " ".join(sys.argv)})
+    catalogue = catalogue_rows(summary, rng)
+    _write_json(args.catalogue_out / "catalogue.json",
+                {"rows": catalogue, "command": " ".join(sys.argv), **meta})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", help="groups (llama, qwen2, demo) or group:variant, comma-separated")
+    parser.add_argument("--only", help="groups (llama, qwen2, demo, vit) or group:variant, "
+                        "comma-separated")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, aot_eager compile")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 10; smoke 3)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; smoke 1)")
@@ -402,9 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("this benchmark runs on a CUDA GPU; use --smoke for a CPU run")
     options = {"backend": "aot_eager"} if args.smoke else {}
     load_all()
-    groups = ["llama", "qwen2", "demo"]
+    groups = ["llama", "qwen2", "demo", "vit"]
     chosen = parse_only(args.only, groups)
-    rng = random.Random(0)
     device = torch.device(args.device)
     meta = {
         "commit": levers_commit_id() or "unknown",
@@ -448,16 +540,9 @@ def main(argv: list[str] | None = None) -> int:
                 with contextlib.suppress(Exception):
                     flops[group] = (_step_flops(load_workload(workload_name, params)),
                                     row["batch_size"])
-    summarise(rows, flops, rng)
-    for row in rows:
-        row["mfu_formula"] = ("FlopCounterMode FLOPs of the default step x batch/batch_default "
-                              "/ step time / 989.4e12 (H200 dense bf16)")
-    key = lambda r: (r.get("group"), r.get("variant"))  # noqa: E731
-    summary = _merge(args.out / "summary.json", rows, key)
-    _write_json(args.out / "summary.json", {"rows": summary, "command": " ".join(sys.argv)})
-    catalogue = catalogue_rows(summary, rng)
-    _write_json(args.catalogue_out / "catalogue.json",
-                {"rows": catalogue, "command": " ".join(sys.argv), **meta})
+            # after every row, so that a run cut short by its time limit keeps the rows it made
+            write_results(rows, flops, args, meta)
+    write_results(rows, flops, args, meta)
     print(f"wrote {args.out / 'summary.json'} and {args.catalogue_out / 'catalogue.json'} "
           f"in {time.perf_counter() - started:.0f}s")
     for row in rows:

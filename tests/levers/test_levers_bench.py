@@ -104,3 +104,36 @@ def test_the_float8_rows_run_only_when_named_and_on_top_of_compile_blocks():
         assert variants[name]["optional"], name
     assert variants["lever:float8"]["levers"] == ["float8", "compile-blocks"]
     assert variants["lever:float8-rowwise"]["baseline"] == "lever:compile-blocks"
+
+
+def test_the_vit_group_sets_levers_beside_the_three_ways_users_compile_it():
+    bench = _bench()
+    variants = bench.variants_of("vit", smoke=False)
+    assert {"compile-layers", "compile-model", "compile-model-ro"} == {
+        spec["peer"] for spec in variants.values() if spec.get("peer")
+    }
+    assert variants["lever:compile-model"]["levers"] == ["compile-model"]
+    assert variants["levers-stack"]["levers"] == list(bench.VIT_STACK)
+    assert variants["levers-stack+sdpa-cudnn"]["optional"]
+    workload, params = bench.group_params("vit", smoke=False, device="cuda")
+    assert (workload, params["model"], params["size"]) == ("zoo", "timm-vit", "full")
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_vit_group_records_the_mode_compile_model_chose(tmp_path):
+    only = "vit:compile-model-ro,vit:lever:compile-model"
+    code = _bench().main(["--smoke", "--only", only, "--steps", "2", "--out", str(tmp_path / "s"),
+                          "--catalogue-out", str(tmp_path / "c")])
+    assert code == 0
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())["rows"]
+    by_variant = {row["variant"]: row for row in summary}
+    assert set(by_variant) == {"default", "compile-model-ro", "lever:compile-model"}
+    assert all(row["status"] == "ok" for row in summary), summary
+    lever = by_variant["lever:compile-model"]
+    assert lever["applied"] == ["compile-model"]
+    # on a CPU compile-model's mode=auto keeps inductor's default mode, and says why
+    assert lever["compile_model_mode"] == "default"
+    assert "on a GPU" in lever["compile_model_reasons"][0]
+    # the same seed, the same steps: the compiled rows' loss is the default's, within tolerance
+    default_loss = by_variant["default"]["last_loss"]
+    assert all(row["last_loss"] == pytest.approx(default_loss, rel=1e-5) for row in summary)

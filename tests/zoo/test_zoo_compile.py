@@ -133,6 +133,35 @@ def test_compile_model_picks_its_mode_and_says_why():
         levers.apply(workload, "compile-model", mode="fast")
 
 
+def test_compile_model_with_cuda_graphs_marks_each_step_and_its_undo_restores_everything(
+    monkeypatch,
+):
+    from levers.levers import compile_model
+
+    # a static step as compile-model sees it on a GPU; on the eager backend the mode is only
+    # recorded, so the step wrapping and the undo run on a CPU
+    monkeypatch.setattr(compile_model, "static_step_reasons", lambda model: [])
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    torch._dynamo.reset()
+    workload = zoo.build(model="gpt2", layers=2)
+    step, forward = workload.step, workload.model.forward
+    flag = torch._dynamo.config.allow_unspec_int_on_nn_module
+    handle = levers.apply(workload, "compile-model", backend="eager")  # mode=auto
+    chosen = handle._undos[0].__defaults__[0]
+    assert (chosen.mode, chosen.reasons) == ("reduce-overhead", [])
+    assert workload.step is not step and workload.model.config.use_cache is False
+    assert torch.isfinite(workload.step())
+    assert marks == [1]
+    handle.undo()
+    assert workload.step is step and workload.model.forward == forward
+    assert "_compiled_call_impl" not in vars(workload.model)
+    assert workload.model.config.use_cache is True
+    assert torch._dynamo.config.allow_unspec_int_on_nn_module is flag
+    workload.step()
+    assert marks == [1]
+
+
 def test_the_two_compile_levers_refuse_each_other():
     workload = zoo.build(model="llama")
     with levers.apply(workload, "compile-blocks", backend="eager"):

@@ -10,6 +10,7 @@ kernels replayed with one launch, which pays on host-bound steps such as a ViT-B
 where the step is static, and inductor's default mode where it is not, for the reasons
 :func:`static_step_reasons` gives (the parameters are not on a GPU; a mixture-of-experts routes
 tokens by data-dependent indices). The undo's ``mode`` and ``reasons`` say what was chosen and why.
+The audit's HOST001 recommends it when a GPU step spends a tenth of its time in launch gaps.
 Under CUDA graphs the step marks each step's start (``torch.compiler.cudagraph_mark_step_begin``)
 and returns a copy of its loss: a graph's outputs are overwritten by its next replay.
 
@@ -48,7 +49,9 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 def static_step_reasons(model: torch.nn.Module) -> list[str]:
     """Why the step cannot be replayed as CUDA graphs (empty when it can, as far as the model
-    shows: a step whose input shapes change still recompiles, and is not seen here)."""
+    shows: a step whose input shapes change still recompiles, and a host-device sync in the step
+    still waits; neither is seen without running the step, so HOST001 reads both from a
+    capture)."""
     reasons = []
     devices = {p.device.type for p in model.parameters()}
     if devices != {"cuda"}:
@@ -132,7 +135,7 @@ LEVER = register(
         title="torch.compile the whole model (CUDA graphs where the step is static)",
         safety=CHANGES_NUMERICS,
         tolerance=1e-5,
-        fixes=("NORM001", "ELEM001", "COMP001"),
+        fixes=("NORM001", "ELEM001", "COMP001", "HOST001"),
         applies=applies,
         patch=patch,
         needs_gpu=True,

@@ -35,6 +35,7 @@ FROZEN = {
     "COMP001": "graph-breaks-and-recompiles",
     "MEM004": "optimizer-state-peak",
     "MOE001": "experts-loop",
+    "HOST001": "launch-gaps",
 }
 SECTIONS = (
     "## What it does",

@@ -7,7 +7,8 @@ the target GPU and the assumed dtype) and its "fixed" parts through the roofline
 Measured (GPU capture): "now" is the device time the capture joined to the ops the finding
 names (forward and backward); "fixed" is a microbenchmark of the fix at the shapes seen, where
 one exists, else the estimate (and the cost says so). A sync's cost is always an estimate: it is
-idle time, which no kernel records.
+idle time, which no kernel records. So are launch gaps' (HOST001): the gap time is measured, but
+what CUDA graphs recover of it is an estimate.
 """
 
 from __future__ import annotations
@@ -39,9 +40,20 @@ def _tf32(capture: Capture) -> bool:
     return bool(capture.settings.get("cuda_matmul_allow_tf32"))
 
 
+# idle time, which no kernel records: its cost is an estimate on a GPU capture too
+IDLE_KINDS = ("sync_stall", "launch_gaps")
+
+
+def _idle_kind(work: Work) -> str | None:
+    kind = work.bench.get("kind") if work.bench else None
+    return kind if kind in IDLE_KINDS else None
+
+
 def estimate_now_us(work: Work, capture: Capture, config: RuleConfig) -> float:
-    if work.bench and work.bench.get("kind") == "sync_stall":
+    if _idle_kind(work) == "sync_stall":
         return float(work.bench["stall_us"])
+    if _idle_kind(work) == "launch_gaps":
+        return float(work.bench["gap_us"])
     if work.now:
         return roofline.parts_us(work.now, config.gpu)
     ops = (capture.ops[i] for i in work.now_ops)
@@ -83,11 +95,13 @@ def estimated_cost(finding: Finding, capture: Capture, config: RuleConfig) -> Co
     fixed_us = estimate_fixed_us(work, now_us, capture, config)
     calls = max(work.calls_per_step, 1)
     basis = estimate_basis(config)
-    if work.bench and work.bench.get("kind") == "sync_stall":
+    if _idle_kind(work) == "sync_stall":
         basis = (
             f"GPU idle after each sync, about {now_us / calls:g} us (one launch latency while the "
             "host refills the queue); the real cost depends on how far ahead the host was"
         )
+    elif _idle_kind(work) == "launch_gaps":
+        basis = _launch_gaps_basis(work.bench)
     return Cost(
         provenance=ESTIMATED,
         now_ms=now_us / 1e3,
@@ -98,6 +112,16 @@ def estimated_cost(finding: Finding, capture: Capture, config: RuleConfig) -> Co
         per_call_fixed_ms=fixed_us / 1e3 / calls,
         calls_per_step=calls,
     )
+
+
+def _launch_gaps_basis(bench: dict[str, Any]) -> str:
+    text = (
+        "launch-and-idle time of the captured step (step time minus kernel time); CUDA graphs "
+        "replay the kernels with one launch, so this is what they can recover at most"
+    )
+    if bench.get("reasons"):
+        text += "; nothing is recovered while CUDA graphs cannot apply"
+    return text
 
 
 def measured_now_us(work: Work, capture: Capture) -> float:
@@ -168,10 +192,8 @@ def measured_cost(
 ) -> Cost:
     work = finding.work
     estimate = estimated_cost(finding, capture, config)
-    # a sync's cost is idle time no kernel records; a metric has no time cost
-    if estimate.provenance == "none" or (
-        work.bench and work.bench.get("kind") == "sync_stall"
-    ):
+    # a sync's cost and launch gaps are idle time no kernel records; a metric has no time cost
+    if estimate.provenance == "none" or _idle_kind(work):
         return estimate
     calls = max(work.calls_per_step, 1)
     now_us = measured_now_us(work, capture)

@@ -61,6 +61,7 @@ RULE_MODULES = (
     "levers.audit.rules.mem004_optimizer_state_peak",
     "levers.audit.rules.comp001_graph_breaks_and_recompiles",
     "levers.audit.rules.moe001_experts_loop",
+    "levers.audit.rules.host001_launch_gaps",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
