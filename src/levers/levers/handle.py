@@ -9,7 +9,8 @@
     ...
     handle.undo()                  # the model exactly as it was
 
-Levers are applied in the order given. One that does not apply raises
+Levers are applied in the order given (a lever that plans for another's result, ``ac-budget``
+for ``compile-blocks``, after it: :func:`in_order`). One that does not apply raises
 :class:`levers.levers.lever.NotApplicable` with its reason after undoing those applied before it
 (``skip_inapplicable=True`` skips it instead, and ``handle.skipped`` says why). Levers that wrap
 the training step (autocast, the windowed peak metric) need ``step=``; the wrapped step is
@@ -112,7 +113,7 @@ def _apply(
     """Apply each (lever, its own options) in order; a lever sees the shared options given to
     :func:`apply` overlaid with its own."""
     shared = dict(handle.target.options)
-    for lever, own in levers:
+    for lever, own in in_order(levers):
         handle.target.options = {**shared, **own}
         try:
             reason = lever.applies(handle.target)
@@ -138,6 +139,22 @@ def _apply(
     if handle.workload is not None:
         handle.workload.step = handle.target.step
     return handle
+
+
+def in_order(levers: list[tuple[Lever, Any]]) -> list[tuple[Lever, Any]]:
+    """``levers`` in the order given, except that a lever that names others in ``after`` is
+    moved to just after the last of them (``ac-budget,compile-blocks`` applies compile-blocks
+    first)."""
+    ordered = list(levers)
+    for item in list(ordered):
+        position = next(i for i, other in enumerate(ordered) if other is item)
+        later = [
+            i for i, (other, _) in enumerate(ordered) if other.id in item[0].after and i > position
+        ]
+        if later:
+            ordered.insert(max(later) + 1, item)
+            ordered.pop(position)
+    return ordered
 
 
 def apply_chosen(workload: Workload, levers: list[tuple[Lever, dict[str, Any]]]) -> Handle:
