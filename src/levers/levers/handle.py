@@ -80,6 +80,9 @@ class Handle:
     workload: Workload | None = None
     applied: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    # what each applied lever's patch returned, by id: its undo, which may carry what it did
+    # (ac-budget's plan)
+    patches: dict[str, Undo] = field(default_factory=dict, repr=False)
     _undos: list[Undo] = field(default_factory=list, repr=False)
 
     @property
@@ -94,6 +97,7 @@ class Handle:
         while self._undos:
             self._undos.pop()()
         self.applied.clear()
+        self.patches.clear()
         if self.workload is not None:
             self.workload.step = self.target.step
 
@@ -136,6 +140,7 @@ def _apply(
 
         handle._undos.append(undo)
         handle.applied.append(lever.id)
+        handle.patches[lever.id] = undo_patch
     if handle.workload is not None:
         handle.workload.step = handle.target.step
     return handle
