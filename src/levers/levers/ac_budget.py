@@ -41,6 +41,15 @@ selective safety term, and chosen again under a lower budget until one fits
 The budget is bytes (``20GiB``, ``512MiB``, ``2e10``) or a fraction of the no-checkpointing
 block activations (``0.5``, ``50%``): ``fixed + fraction * L * block_activations``.
 
+**On compiled blocks.** Where ``compile-blocks`` compiled the blocks (it is applied first in
+any stack that names both, whatever the order: ``Lever.after``), the plan above does not
+describe the step: the partitioner already recomputes the cheap ops, and a selective policy's
+dispatch cost is traced away. The lever then makes the compiled plan instead
+(:mod:`levers.levers.ac_budget_compiled`): per block ``none``, a partitioner budget (torch's
+``activation_memory_budget``, 0.1 to 0.9, for that block's graph only) or ``full``, chosen by
+levers memory's prediction of the compiled step (it needs ``workload``; ``inputs`` and
+``sac_op_overhead_us`` do not apply there), never over the budget by that prediction.
+
 Options: ``budget`` (required), ``sac_op_overhead_us``, and where the inputs come from:
 ``inputs`` (a :class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to
 predict, e.g. ``hf``; its factory parameters are the workload's own) with ``gpu`` (default
