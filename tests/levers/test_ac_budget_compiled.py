@@ -206,3 +206,25 @@ def test_compile_blocks_and_ac_budget_in_either_order_keep_parity_and_undo_every
         assert "forward" not in vars(block)
         assert "_compiled_call_impl" not in vars(block)
     assert functorch_config.activation_memory_budget == budget_before
+
+
+def test_on_a_prediction_the_peak_rises_with_the_ratio_and_the_plan_is_monotone():
+    predict = levels_peak_predictor("hf", {"size": "tiny"}, "h200")
+    peaks: dict = {}
+
+    def memo(levels):
+        if levels not in peaks:
+            peaks[levels] = predict(levels)
+        return peaks[levels]
+
+    uniform = [memo((level, level)) for level in (FULL, "0.3", "0.7", NONE)]
+    assert uniform == sorted(uniform) and uniform[0] < uniform[-1]
+    previous = None
+    for budget in (uniform[3], uniform[2], (uniform[1] + uniform[2]) // 2, uniform[0]):
+        plan = choose_compiled(2, lambda lo, hi, b=budget: b, memo)
+        assert plan.predicted_peak_bytes <= budget
+        if previous is not None:
+            assert plan.position <= previous.position
+            assert plan.predicted_peak_bytes <= previous.predicted_peak_bytes
+        previous = plan
+    assert previous.levels == (FULL, FULL)
