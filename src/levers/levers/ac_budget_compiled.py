@@ -16,7 +16,8 @@ Torch reads it once per process, for every graph. Here each block gets its own l
 **How a ratio is scoped to one block.** The config is read when the block's graph is
 partitioned, which happens inside the block's compiled call the first time dynamo compiles it.
 So the compiled call (``_compiled_call_impl``) is wrapped to set the ratio for the call and put
-the previous value back (no torch global outlives a call). Blocks of one class share one
+the previous value back (no torch global outlives a call; setting and restoring it took 24 us
+per call on a 2-core CPU, 0.4 ms per step over 16 blocks). Blocks of one class share one
 dynamo program, though: to give each ratio a program of its own, the block's ``forward`` is
 wrapped by one that reads its ratio as a string constant, which dynamo guards by value (a float
 would be traced as a symbolic input after its first change, and every ratio would share the
