@@ -35,6 +35,7 @@ Usage, from the repository root:
     python bench/ac_policies.py --batches 4 --out ...                     # the batch-4 rows only
     python bench/ac_policies.py --only-compiled --batches 4 --out bench/results/ac_policies_h200
 
+``--skip-compiled`` leaves the compiled rows out (the eager run as before, ``gpu_round.sh ac``);
 ``--only-compiled`` runs the compiled rows alone and keeps the other rows of ``OUT/summary.json``
 (and its ``meta.json``); its own meta goes to ``OUT/meta_compiled.json``. On a CPU (``--smoke``)
 the compiled rows use the ``aot_eager_decomp_partition`` backend (the min-cut partitioner, no
@@ -555,6 +556,9 @@ def main() -> None:
         action="store_true",
         help="run the compiled rows only, keeping the other rows of OUT/summary.json",
     )
+    parser.add_argument(
+        "--skip-compiled", action="store_true", help="leave the compiled rows out"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -680,9 +684,10 @@ def main() -> None:
         eager_rows()
     backend = "aot_eager_decomp_partition" if smoke else "inductor"
     small = batches[0]
-    compiled_rows(
-        params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write
-    )
+    if not args.skip_compiled:
+        compiled_rows(
+            params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write
+        )
     pool.shutdown()
 
     meta = {
@@ -704,6 +709,7 @@ def main() -> None:
     from levers.workloads.llama import SIZES
 
     meta["seq_len"] = SIZES[size].seq_len
+    meta["compiled_rows"] = not args.skip_compiled
     meta["compiled_backend"] = backend
     meta["compiled_ratios"] = list(COMPILED_RATIOS)
     for row in rows:

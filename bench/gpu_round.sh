@@ -54,7 +54,8 @@ for job in "$@"; do
             --findings-json "$R/trainer_1b/findings.json" --html "$R/trainer_1b/audit.html" \
             --trace /tmp/levers_trainer_trace.json -- python tests/fixtures/scripts/train_trainer.py \
             --size 1b --max-steps 6 --output-dir /tmp/levers_trainer_run ;;
-        ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
+        # the eager rows; ac_compiled adds the compiled ones
+        ac) run ac 420 python bench/ac_policies.py --skip-compiled --out "$R/ac_policies_h200" ;;
         breakdown) run breakdown 150 python bench/capture_overhead.py --breakdown --cprofile \
             --out "$R/capture_breakdown_h200" --repeats 5 ;;
         breakdown_host) run breakdown_host 150 python bench/capture_overhead.py --breakdown --cprofile \
