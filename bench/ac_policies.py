@@ -13,7 +13,15 @@ memory over the timed steps:
   the other rows) and the op times of a GPU capture of the ``none`` step; each plan is checked
   by a full prediction (``choose_verified``) before it is timed;
 - the knee of matmul recompute time per byte saved: bf16 matmuls [M, k] @ [k, n] for the 1b
-  block's shapes and smaller widths, timed against a memory-bound op writing the same bytes.
+  block's shapes and smaller widths, timed against a memory-bound op writing the same bytes;
+- compiled rows at the first batch (issue 21), every block compiled by ``compile-blocks``
+  (inductor): ``compiled-none`` (no checkpointing), ``compiled-torch-budget`` (torch's
+  ``torch._functorch.config.activation_memory_budget`` at 0.3, 0.5 and 0.7 for every block)
+  and, for each of those, ``compiled-ac-budget``: ``compile-blocks,ac-budget`` at that row's
+  measured peak as the budget (ac-budget's compiled plan, chosen on the CPU workers by levers
+  memory's prediction of the compiled step; the row keeps the plan's levels, its predicted
+  peak and the prediction of torch's uniform ratio beside the torch row's measurement). Each
+  compiled row starts from a fresh dynamo (torch's config is not in dynamo's guards).
 
 It writes ``OUT/summary.json`` (one object per row: policy, batch_size, budget_bytes or null,
 tokens_per_s, tokens_per_s_ci95, peak_allocated_bytes, ms_per_step_median, ms_per_step_iqr,
@@ -25,6 +33,13 @@ Usage, from the repository root:
     python bench/ac_policies.py --out bench/results/ac_policies_h200      # the H200 run
     python bench/ac_policies.py --smoke --out /tmp/ac_smoke               # CPU, tiny shapes
     python bench/ac_policies.py --batches 4 --out ...                     # the batch-4 rows only
+    python bench/ac_policies.py --only-compiled --batches 4 --out bench/results/ac_policies_h200
+
+``--skip-compiled`` leaves the compiled rows out (the eager run as before, ``gpu_round.sh ac``);
+``--only-compiled`` runs the compiled rows alone and keeps the other rows of ``OUT/summary.json``
+(and its ``meta.json``); its own meta goes to ``OUT/meta_compiled.json``. On a CPU (``--smoke``)
+the compiled rows use the ``aot_eager_decomp_partition`` backend (the min-cut partitioner, no
+code generation) and the budgets are the predicted peaks of torch's uniform ratios.
 
 ``levers list`` reads ``OUT/summary.json`` (with ``meta.json``) as the checkpointing levers'
 catalogue rows when OUT is ``bench/results/ac_policies_<gpu>``.
@@ -118,6 +133,36 @@ def verified_plan_job(
     except ValueError as exc:  # a budget under the smallest reachable peak
         return None, None, str(exc)
     return plan, peak, None
+
+
+def compiled_plan_job(
+    params: dict[str, Any], gpu: str, budget: int | None, ratio: str, num_blocks: int
+) -> dict[str, Any]:
+    """ac-budget's compiled plan for ``budget`` (when None: the predicted peak of torch's
+    uniform ``ratio``), and the prediction of that uniform ratio."""
+    from levers.levers.ac_budget_compiled import choose_compiled, levels_peak_predictor
+
+    predict = levels_peak_predictor("hf", params, gpu)
+    peaks: dict[tuple[str, ...], int] = {}
+
+    def memo(levels: tuple[str, ...]) -> int:
+        if levels not in peaks:
+            peaks[levels] = predict(levels)
+        return peaks[levels]
+
+    uniform = memo((ratio,) * num_blocks)
+    limit = uniform if budget is None else budget
+    started = time.perf_counter()
+    try:
+        plan = choose_compiled(num_blocks, lambda lowest, highest: limit, memo)
+    except ValueError as exc:
+        return {"budget": limit, "error": str(exc), "uniform_predicted_peak_bytes": uniform}
+    return {
+        "budget": limit,
+        "uniform_predicted_peak_bytes": uniform,
+        "plan": plan,
+        "plan_s": time.perf_counter() - started,
+    }
 
 
 # --- timing one row -------------------------------------------------------------------------
@@ -222,6 +267,108 @@ def capture_times(params: dict[str, Any]) -> Any:
     del workload
     release(device)
     return capture
+
+
+# --- compiled rows -------------------------------------------------------------------------
+
+COMPILED_RATIOS = ("0.3", "0.5", "0.7")
+
+
+def compile_blocks_of(backend: str) -> Any:
+    """The apply of a compiled row: a fresh dynamo, then compile-blocks with ``backend``."""
+
+    def apply(workload: Any) -> dict[str, Any]:
+        from levers.levers import compile_blocks
+        from levers.levers.lever import apply as apply_lever
+
+        torch._dynamo.reset()
+        apply_lever(workload, compile_blocks.LEVER, {"backend": backend})
+        return {"compiled": True, "backend": backend}
+
+    return apply
+
+
+def compiled_rows(
+    params: dict[str, Any],
+    pred_params: dict[str, Any],
+    steps: int,
+    pool: Any,
+    gpu: str,
+    backend: str,
+    smoke: bool,
+    rows: list[dict[str, Any]],
+    write: Any,
+) -> None:
+    """The compiled rows at one batch: none, torch's ratios, and ac-budget at each ratio's
+    measured peak (its plan made on the CPU workers while the GPU runs the next row)."""
+    from torch._functorch import config as functorch_config
+
+    from levers.levers.ac_budget_compiled import apply_levels
+
+    compile_blocks = compile_blocks_of(backend)
+    num_blocks = build_layers(params)
+    rows.append(run_row("compiled-none", params, steps, compile_blocks))
+    write()
+    plans = {}
+    for ratio in COMPILED_RATIOS:
+
+        def torch_budget(workload: Any, ratio: str = ratio) -> dict[str, Any]:
+            return {**compile_blocks(workload), "activation_memory_budget": float(ratio)}
+
+        # read when each block's graph is partitioned, in the row's first step
+        with functorch_config.patch(activation_memory_budget=float(ratio)):
+            row = run_row("compiled-torch-budget", params, steps, torch_budget)
+        rows.append(row)
+        write()
+        budget = None if smoke else row.get("peak_allocated_bytes")
+        if budget is None and not smoke:
+            continue  # the torch row ran out of memory: no peak to match
+        plans[ratio] = pool.submit(compiled_plan_job, pred_params, gpu, budget, ratio, num_blocks)
+    for ratio, job in plans.items():
+        found = job.result()
+        fields = {
+            "budget_bytes": found["budget"],
+            "matches_activation_memory_budget": float(ratio),
+            "torch_uniform_predicted_peak_bytes": found["uniform_predicted_peak_bytes"],
+        }
+        if "error" in found:
+            rows.append(
+                {"policy": "compiled-ac-budget", "batch_size": params["batch_size"], **fields,
+                 "error": found["error"]}
+            )
+            print(f"compiled-ac-budget @ {ratio}: {found['error']}", flush=True)
+            continue
+        plan = found["plan"]
+        fields.update(
+            {
+                "predicted_peak_bytes": plan.predicted_peak_bytes,
+                "plan": {
+                    "levels": list(plan.levels),
+                    "counts": plan.counts(),
+                    "last_block_free": plan.last_block_free,
+                    "position": plan.position,
+                    "num_positions": plan.num_positions,
+                    "num_predictions": plan.num_predictions,
+                    "plan_s": found["plan_s"],
+                },
+            }
+        )
+
+        def budgeted(workload: Any, levels: Any = plan.levels, fields: Any = fields) -> Any:
+            compile_blocks(workload)
+            apply_levels(workload.model, levels)
+            return fields
+
+        row = run_row("compiled-ac-budget", params, steps, budgeted)
+        row["budget_bytes"] = found["budget"]
+        rows.append(row)
+        write()
+
+
+def build_layers(params: dict[str, Any]) -> int:
+    from levers.workloads.llama import SIZES
+
+    return SIZES[params["size"]].layers
 
 
 # --- the knee of recompute time per byte saved ----------------------------------------------
@@ -404,6 +551,14 @@ def main() -> None:
         default=None,
         help="ac-budget's per-op selective dispatch cost (default: the lever's)",
     )
+    parser.add_argument(
+        "--only-compiled",
+        action="store_true",
+        help="run the compiled rows only, keeping the other rows of OUT/summary.json",
+    )
+    parser.add_argument(
+        "--skip-compiled", action="store_true", help="leave the compiled rows out"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -434,85 +589,105 @@ def main() -> None:
     pool = futures.ProcessPoolExecutor(
         jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_hide_cuda
     )
-    inputs_jobs = {b: pool.submit(predict_inputs_job, pred_params[b], spec_gpu) for b in batches}
-
-    knee = measure_knee(
-        device,
-        tokens=256 if smoke else 8192,
-        widths=[32, 64, 128] if smoke else [256, 512, 768, 1024, 1536, 2048],
-        reps=5 if smoke else 20,
-    )
-    write_json(args.out / "knee.json", knee)
-    threshold = knee["knee_flops"] or ac_selective.DEFAULT_MM_FLOPS_THRESHOLD
-    print(f"knee: {knee['knee_flops']} FLOPs (threshold used: {threshold:.3g})", flush=True)
-
     rows: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []  # rows of an earlier run that --only-compiled keeps
 
-    def peak_of(policy: str, b: int) -> int | None:
-        for r in rows:
-            if r["policy"] == policy and r["batch_size"] == b:
-                return r["peak_allocated_bytes"]
-        return None
+    def eager_rows() -> None:
+        inputs_jobs = {b: pool.submit(predict_inputs_job, pred_params[b], spec_gpu) for b in batches}
 
-    def selective(w: Any) -> dict[str, Any]:
-        ac_selective.checkpoint_selective(w.model, threshold)
-        return {"mm_flops_threshold": threshold}
-
-    inputs: dict[int, Any] = {}
-    plan_jobs: dict[tuple[int, int], Any] = {}
-    small = batches[0]
-    for b in batches:
-        rows.append(run_row("none", params[b], steps))
-        try:
-            capture = capture_times(params[b])
-        except Exception as exc:  # the plan falls back to estimated op times
-            print(f"capture failed ({type(exc).__name__}: {exc}); ac-budget uses estimated times")
-            capture = None
-        rows.append(
-            run_row("ac-full", params[b], steps, lambda w: ac_full.patch(Target(w.model)) and None)
+        knee = measure_knee(
+            device,
+            tokens=256 if smoke else 8192,
+            widths=[32, 64, 128] if smoke else [256, 512, 768, 1024, 1536, 2048],
+            reps=5 if smoke else 20,
         )
-        rows.append(
-            run_row("torchtitan-op-sac", params[b], steps, lambda w: apply_torchtitan(w.model) and None)
-        )
-        rows.append(run_row("ac-selective", params[b], steps, selective))
-        write_json(args.out / "summary.json", rows)
-        # this batch's budgets: its plans are checked on the CPU workers while the GPU goes on
-        predicted = inputs_jobs[b].result()
-        inputs[b] = predicted
-        if capture is not None:
-            inputs[b] = with_capture_times(predicted, capture, f"{predicted.container}.0")
-        del capture
-        if smoke:  # no measured peaks on a CPU: fractions of the predicted activations
-            fractions = ("0.95", "0.9", "0.85", "0.8", "0.75") if b == small else ("0.9",)
-            listed = [ac_budget.budget_bytes(f, inputs[b]) for f in fractions]
-        else:
-            full_peak = peak_of("ac-full", b)
-            listed = [peak_of("torchtitan-op-sac", b), full_peak]
-            if full_peak:  # within 1% of ac-full's measured peak: the prediction's accuracy
-                listed.append(int(full_peak * 1.01))
-            if b == small:
-                listed += [int(g * GIB) for g in (27, 25, 22, 20, 18.5, 17)]
-        for budget in dict.fromkeys(x for x in listed if x):
-            plan_jobs[(b, budget)] = pool.submit(
-                verified_plan_job, pred_params[b], spec_gpu, inputs[b], budget, overhead_us
+        write_json(args.out / "knee.json", knee)
+        threshold = knee["knee_flops"] or ac_selective.DEFAULT_MM_FLOPS_THRESHOLD
+        print(f"knee: {knee['knee_flops']} FLOPs (threshold used: {threshold:.3g})", flush=True)
+
+        def peak_of(policy: str, b: int) -> int | None:
+            for r in rows:
+                if r["policy"] == policy and r["batch_size"] == b:
+                    return r["peak_allocated_bytes"]
+            return None
+
+        def selective(w: Any) -> dict[str, Any]:
+            ac_selective.checkpoint_selective(w.model, threshold)
+            return {"mm_flops_threshold": threshold}
+
+        inputs: dict[int, Any] = {}
+        plan_jobs: dict[tuple[int, int], Any] = {}
+        small = batches[0]
+        for b in batches:
+            rows.append(run_row("none", params[b], steps))
+            try:
+                capture = capture_times(params[b])
+            except Exception as exc:  # the plan falls back to estimated op times
+                print(f"capture failed ({type(exc).__name__}: {exc}); ac-budget uses estimated times")
+                capture = None
+            rows.append(
+                run_row("ac-full", params[b], steps, lambda w: ac_full.patch(Target(w.model)) and None)
             )
+            rows.append(
+                run_row("torchtitan-op-sac", params[b], steps, lambda w: apply_torchtitan(w.model) and None)
+            )
+            rows.append(run_row("ac-selective", params[b], steps, selective))
+            write_json(args.out / "summary.json", rows)
+            # this batch's budgets: its plans are checked on the CPU workers while the GPU goes on
+            predicted = inputs_jobs[b].result()
+            inputs[b] = predicted
+            if capture is not None:
+                inputs[b] = with_capture_times(predicted, capture, f"{predicted.container}.0")
+            del capture
+            if smoke:  # no measured peaks on a CPU: fractions of the predicted activations
+                fractions = ("0.95", "0.9", "0.85", "0.8", "0.75") if b == small else ("0.9",)
+                listed = [ac_budget.budget_bytes(f, inputs[b]) for f in fractions]
+            else:
+                full_peak = peak_of("ac-full", b)
+                listed = [peak_of("torchtitan-op-sac", b), full_peak]
+                if full_peak:  # within 1% of ac-full's measured peak: the prediction's accuracy
+                    listed.append(int(full_peak * 1.01))
+                if b == small:
+                    listed += [int(g * GIB) for g in (27, 25, 22, 20, 18.5, 17)]
+            for budget in dict.fromkeys(x for x in listed if x):
+                plan_jobs[(b, budget)] = pool.submit(
+                    verified_plan_job, pred_params[b], spec_gpu, inputs[b], budget, overhead_us
+                )
 
-    for (b, budget), job in plan_jobs.items():
-        plan, verified, error = job.result()
-        if plan is None:
-            rows.append({"policy": "ac-budget", "batch_size": b, "budget_bytes": budget, "error": error})
-            print(f"ac-budget b{b} @ {budget / GIB:.2f} GiB: {error}", flush=True)
-            continue
-        fields = plan_fields(plan, inputs[b], verified)
+        for (b, budget), job in plan_jobs.items():
+            plan, verified, error = job.result()
+            if plan is None:
+                rows.append({"policy": "ac-budget", "batch_size": b, "budget_bytes": budget, "error": error})
+                print(f"ac-budget b{b} @ {budget / GIB:.2f} GiB: {error}", flush=True)
+                continue
+            fields = plan_fields(plan, inputs[b], verified)
 
-        def budgeted(w: Any, plan: Any = plan, b: int = b, fields: Any = fields) -> dict[str, Any]:
-            ac_budget.apply_plan(w.model, inputs[b], plan)
-            return fields
+            def budgeted(w: Any, plan: Any = plan, b: int = b, fields: Any = fields) -> dict[str, Any]:
+                ac_budget.apply_plan(w.model, inputs[b], plan)
+                return fields
 
-        row = run_row("ac-budget", params[b], steps, budgeted)
-        row["budget_bytes"] = budget
-        rows.append(row)
-        write_json(args.out / "summary.json", rows)
+            row = run_row("ac-budget", params[b], steps, budgeted)
+            row["budget_bytes"] = budget
+            rows.append(row)
+            write_json(args.out / "summary.json", rows)
+
+    def write() -> None:
+        write_json(args.out / "summary.json", kept + rows)
+
+    if args.only_compiled:
+        summary = args.out / "summary.json"
+        if summary.exists():
+            kept = [
+                r for r in json.loads(summary.read_text()) if not r["policy"].startswith("compiled-")
+            ]
+    else:
+        eager_rows()
+    backend = "aot_eager_decomp_partition" if smoke else "inductor"
+    small = batches[0]
+    if not args.skip_compiled:
+        compiled_rows(
+            params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write
+        )
     pool.shutdown()
 
     meta = {
@@ -534,14 +709,17 @@ def main() -> None:
     from levers.workloads.llama import SIZES
 
     meta["seq_len"] = SIZES[size].seq_len
+    meta["compiled_rows"] = not args.skip_compiled
+    meta["compiled_backend"] = backend
+    meta["compiled_ratios"] = list(COMPILED_RATIOS)
     for row in rows:
         row.update(
             {"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name, "date": meta["date"]}
         )
-    write_json(args.out / "summary.json", rows)
-    write_json(args.out / "meta.json", meta)
-    frontier_svg([r for r in rows if "tokens_per_s" in r], args.out / "frontier.svg")
-    print(f"wrote {args.out}/summary.json, knee.json, frontier.svg in {meta['wall_s']:.0f} s")
+    write()
+    write_json(args.out / ("meta_compiled.json" if args.only_compiled else "meta.json"), meta)
+    frontier_svg([r for r in kept + rows if "tokens_per_s" in r], args.out / "frontier.svg")
+    print(f"wrote {args.out}/summary.json, frontier.svg in {meta['wall_s']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
-#       alignment captests varlen_varied peers_vit peers_vit_more
+#       alignment captests varlen_varied peers_vit peers_vit_more ac_compiled
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -71,7 +71,8 @@ for job in "$@"; do
             --findings-json "$R/trainer_1b/findings.json" --html "$R/trainer_1b/audit.html" \
             --trace /tmp/levers_trainer_trace.json -- python tests/fixtures/scripts/train_trainer.py \
             --size 1b --max-steps 6 --output-dir /tmp/levers_trainer_run ;;
-        ac) run ac 420 python bench/ac_policies.py --out "$R/ac_policies_h200" ;;
+        # the eager rows; ac_compiled adds the compiled ones
+        ac) run ac 420 python bench/ac_policies.py --skip-compiled --out "$R/ac_policies_h200" ;;
         breakdown) run breakdown 150 python bench/capture_overhead.py --breakdown --cprofile \
             --out "$R/capture_breakdown_h200" --repeats 5 ;;
         breakdown_host) run breakdown_host 150 python bench/capture_overhead.py --breakdown --cprofile \
@@ -118,6 +119,15 @@ for job in "$@"; do
                 --gpu h200 --no-whatifs --measure --json $R/memory_compile_h200/eager.json && \
                 python -m levers.cli memory hf --set arch=llama size=1b batch_size=4 --gpu h200 \
                 --no-whatifs --lever compile-blocks --measure --json $R/memory_compile_h200/compiled.json" ;;
+        # issue 21: ac-budget's compiled plan against torch's activation_memory_budget (0.3, 0.5,
+        # 0.7) at each torch row's measured peak; the compiled rows only, the eager rows kept from
+        # the committed summary (or from an ac job earlier in this call)
+        ac_compiled) mkdir -p "$R/ac_policies_h200"
+            [ -f "$R/ac_policies_h200/summary.json" ] || \
+                cp bench/results/ac_policies_h200/summary.json bench/results/ac_policies_h200/meta.json \
+                bench/results/ac_policies_h200/knee.json "$R/ac_policies_h200/" 2>/dev/null
+            run ac_compiled 500 python bench/ac_policies.py --only-compiled --batches 4 \
+                --out "$R/ac_policies_h200" ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
             --only mixtral-zoo-b4,mixtral-zoo-b16 --jobs 2 --deadline-s 180 ;;
         auditmoe) mkdir -p "$R/moe_audit_h200"

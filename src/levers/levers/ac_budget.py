@@ -41,6 +41,15 @@ selective safety term, and chosen again under a lower budget until one fits
 The budget is bytes (``20GiB``, ``512MiB``, ``2e10``) or a fraction of the no-checkpointing
 block activations (``0.5``, ``50%``): ``fixed + fraction * L * block_activations``.
 
+**On compiled blocks.** Where ``compile-blocks`` compiled the blocks (it is applied first in
+any stack that names both, whatever the order: ``Lever.after``), the plan above does not
+describe the step: the partitioner already recomputes the cheap ops, and a selective policy's
+dispatch cost is traced away. The lever then makes the compiled plan instead
+(:mod:`levers.levers.ac_budget_compiled`): per block ``none``, a partitioner budget (torch's
+``activation_memory_budget``, 0.1 to 0.9, for that block's graph only) or ``full``, chosen by
+levers memory's prediction of the compiled step (it needs ``workload``; ``inputs`` and
+``sac_op_overhead_us`` do not apply there), never over the budget by that prediction.
+
 Options: ``budget`` (required), ``sac_op_overhead_us``, and where the inputs come from:
 ``inputs`` (a :class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to
 predict, e.g. ``hf``; its factory parameters are the workload's own) with ``gpu`` (default
@@ -54,9 +63,16 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from levers.levers import register
+from levers.levers.ac_budget_compiled import (
+    CompiledBudgetHandle,
+    compiled_blocks,
+    levels_peak_predictor,
+    plan_compiled,
+)
 from levers.levers.ac_budget_inputs import BudgetInputs, OpCost, predict_inputs
 from levers.levers.checkpointing import blocks_or_reason, wrap_blocks
 from levers.levers.lever import Lever, Target, Undo
@@ -430,8 +446,6 @@ def gpu_params(params: dict[str, Any]) -> dict[str, Any]:
 def check_options(options: dict[str, Any]) -> None:
     """Refuse a bad option before any prediction (a budget that is not a size or a fraction,
     an unknown GPU, a negative overhead), each with its own message."""
-    from types import SimpleNamespace
-
     from levers.hardware import resolve_gpu
 
     if "budget" in options:
@@ -442,8 +456,37 @@ def check_options(options: dict[str, Any]) -> None:
     _overhead_of(options)
 
 
+def patch_compiled(target: Target) -> CompiledBudgetHandle:
+    """The compiled plan (:mod:`levers.levers.ac_budget_compiled`), for blocks that
+    compile-blocks compiled: a partitioner budget per block, chosen by levers memory's
+    prediction of the compiled step."""
+    if "workload" not in target.options:
+        raise ValueError(
+            "ac-budget on compiled blocks plans by a prediction of the compiled step: name the "
+            "workload to predict, e.g. ac-budget:budget=18GiB:workload=hf (inputs= describes "
+            "the eager step)"
+        )
+    budget = target.options["budget"]
+    budget_bytes(budget, SimpleNamespace(fixed_bytes=0, activation_bytes=1))  # refuse it early
+
+    def limit_of(lowest_peak: int, highest_peak: int) -> int:
+        span = SimpleNamespace(
+            fixed_bytes=lowest_peak, activation_bytes=max(highest_peak - lowest_peak, 0)
+        )
+        return budget_bytes(budget, span)
+
+    predict_peak = levels_peak_predictor(
+        target.options["workload"],
+        gpu_params(target.params),
+        str(target.options.get("gpu", "h200")),
+    )
+    return plan_compiled(target.model, limit_of, predict_peak)
+
+
 def patch(target: Target) -> Undo:
     check_options(target.options)
+    if compiled_blocks(target.model):  # compile-blocks came first (Lever.after sees to it)
+        return patch_compiled(target)
     overhead = _overhead_of(target.options)
     inputs = _inputs_of(target)
     return checkpoint_within(
@@ -461,5 +504,6 @@ LEVER = register(
         patch=patch,
         options=("budget", "sac_op_overhead_us", "inputs", "workload", "gpu"),
         check=check_options,
+        after=("compile-blocks",),
     )
 )

@@ -9,7 +9,8 @@
     ...
     handle.undo()                  # the model exactly as it was
 
-Levers are applied in the order given. One that does not apply raises
+Levers are applied in the order given (a lever that plans for another's result, ``ac-budget``
+for ``compile-blocks``, after it: :func:`in_order`). One that does not apply raises
 :class:`levers.levers.lever.NotApplicable` with its reason after undoing those applied before it
 (``skip_inapplicable=True`` skips it instead, and ``handle.skipped`` says why). Levers that wrap
 the training step (autocast, the windowed peak metric) need ``step=``; the wrapped step is
@@ -79,6 +80,9 @@ class Handle:
     workload: Workload | None = None
     applied: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    # what each applied lever's patch returned, by id: its undo, which may carry what it did
+    # (ac-budget's plan)
+    patches: dict[str, Undo] = field(default_factory=dict, repr=False)
     _undos: list[Undo] = field(default_factory=list, repr=False)
 
     @property
@@ -93,6 +97,7 @@ class Handle:
         while self._undos:
             self._undos.pop()()
         self.applied.clear()
+        self.patches.clear()
         if self.workload is not None:
             self.workload.step = self.target.step
 
@@ -112,7 +117,7 @@ def _apply(
     """Apply each (lever, its own options) in order; a lever sees the shared options given to
     :func:`apply` overlaid with its own."""
     shared = dict(handle.target.options)
-    for lever, own in levers:
+    for lever, own in in_order(levers):
         handle.target.options = {**shared, **own}
         try:
             reason = lever.applies(handle.target)
@@ -135,9 +140,26 @@ def _apply(
 
         handle._undos.append(undo)
         handle.applied.append(lever.id)
+        handle.patches[lever.id] = undo_patch
     if handle.workload is not None:
         handle.workload.step = handle.target.step
     return handle
+
+
+def in_order(levers: list[tuple[Lever, Any]]) -> list[tuple[Lever, Any]]:
+    """``levers`` in the order given, except that a lever that names others in ``after`` is
+    moved to just after the last of them (``ac-budget,compile-blocks`` applies compile-blocks
+    first)."""
+    ordered = list(levers)
+    for item in list(ordered):
+        position = next(i for i, other in enumerate(ordered) if other is item)
+        later = [
+            i for i, (other, _) in enumerate(ordered) if other.id in item[0].after and i > position
+        ]
+        if later:
+            ordered.insert(max(later) + 1, item)
+            ordered.pop(position)
+    return ordered
 
 
 def apply_chosen(workload: Workload, levers: list[tuple[Lever, dict[str, Any]]]) -> Handle:

@@ -27,6 +27,10 @@ A lever that acts on the workload's factory parameters rather than on a built mo
 (``raise-batch``) sets ``choose_params``: given the factory spec and its parameters it returns the
 parameters to build the candidate with and a sentence saying what it chose. ``levers ab --lever``
 calls it before building the candidate; ``patch`` is then never called on a built model.
+
+A lever that must see what another did (``ac-budget`` plans for the blocks as ``compile-blocks``
+compiled them) names it in ``after``: a stack of levers is applied in the order given, except
+that such a lever is moved after the levers it names (:func:`levers.levers.handle.in_order`).
 """
 
 from __future__ import annotations
@@ -92,6 +96,9 @@ class Lever:
     # it changes the step's batches (packing), not the model: it needs a step that exposes them
     # (levers.batches.Batches), a Trainer's collator or a DataLoader's
     acts_on_batches: bool = False
+    # levers this one is applied after when a stack names both, in either order (ac-budget
+    # plans for compiled blocks, so it follows compile-blocks)
+    after: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
