@@ -537,6 +537,7 @@ def plan_fields(plan: Any, inputs: Any, verified: Any) -> dict[str, Any]:
 
 
 def main() -> None:
+    global COMPILED_RATIOS  # --ratios
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, few steps")
@@ -559,7 +560,16 @@ def main() -> None:
     parser.add_argument(
         "--skip-compiled", action="store_true", help="leave the compiled rows out"
     )
+    parser.add_argument(
+        "--ratios",
+        default=",".join(COMPILED_RATIOS),
+        help="torch's activation_memory_budget ratios of the compiled rows (default: %(default)s)",
+    )
     args = parser.parse_args()
+    COMPILED_RATIOS = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
+    for ratio in COMPILED_RATIOS:
+        if not 0.0 < float(ratio) < 1.0:
+            parser.error(f"--ratios: {ratio} is not between 0 and 1")
     args.out.mkdir(parents=True, exist_ok=True)
 
     from levers.environment import levers_commit_id

@@ -2,7 +2,8 @@
 # One device session, started in the background and polled (bench/gpu_poll.sh): the capture's
 # GPU tests and what each of its passes saw alone, then alone on the GPU one timing after
 # another: the capture overhead (the join now by Myers' alignment), pad-to-multiple's varied
-# widths, the ViT-B/16 peers and the compiled checkpointing rows.
+# widths, the ViT-B/16 rows that decide its goal and the compiled checkpointing rows at
+# torch's ratio 0.5 (the shorter jobs: the session's device time is 20 minutes).
 # Usage (repository root, on the device): LEVERS_COMMIT=<hash> bash bench/gpu_call_s28b.sh /tmp/g
 set -u
 D=${1:-/tmp/g}
@@ -13,6 +14,6 @@ cd /tmp/levers_copy
 export PYTHONPATH=/tmp/site
 OUT=$D/a bash bench/gpu_round.sh captests alignment capture > "$D/a.out" 2>&1
 OUT=$D/b bash bench/gpu_round.sh varlen_varied > "$D/b.out" 2>&1
-OUT=$D/c bash bench/gpu_round.sh peers_vit > "$D/c.out" 2>&1
-OUT=$D/d bash bench/gpu_round.sh ac_compiled > "$D/d.out" 2>&1
+OUT=$D/c bash bench/gpu_round.sh peers_vit_core > "$D/c.out" 2>&1
+OUT=$D/d bash bench/gpu_round.sh ac_compiled_05 > "$D/d.out" 2>&1
 echo done > "$D/DONE"

@@ -5,7 +5,8 @@
 # Jobs: gputests capture windowed memvision memsegments peers_llama peers_more ranking trainer ac
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
-#       alignment captests varlen_varied peers_vit peers_vit_more ac_compiled
+#       alignment captests varlen_varied peers_vit peers_vit_more ac_compiled peers_vit_core
+#       ac_compiled_05
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -58,6 +59,14 @@ for job in "$@"; do
             [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
                 cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
             run peers_vit 400 python bench/levers_vs_peers.py --only vit \
+            --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
+        # the rows that decide the ViT goal alone (a shorter call): the default, the best peer
+        # (reduce-overhead) and levers' compile-model
+        peers_vit_core) mkdir -p "$R/levers_vs_peers_h200"
+            [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
+                cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+            run peers_vit_core 300 python bench/levers_vs_peers.py \
+            --only vit:default,vit:compile-model-ro,vit:lever:compile-model \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         # the ViT's optional rows (cuDNN attention; max-autotune, minutes of compile) beside their
         # own default and lever row, in a folder of their own: ratios only within one run
@@ -127,6 +136,13 @@ for job in "$@"; do
                 cp bench/results/ac_policies_h200/summary.json bench/results/ac_policies_h200/meta.json \
                 bench/results/ac_policies_h200/knee.json "$R/ac_policies_h200/" 2>/dev/null
             run ac_compiled 500 python bench/ac_policies.py --only-compiled --batches 4 \
+                --out "$R/ac_policies_h200" ;;
+        # the same at torch's ratio 0.5 only (the issue's 17.8 GiB point; a shorter call)
+        ac_compiled_05) mkdir -p "$R/ac_policies_h200"
+            [ -f "$R/ac_policies_h200/summary.json" ] || \
+                cp bench/results/ac_policies_h200/summary.json bench/results/ac_policies_h200/meta.json \
+                bench/results/ac_policies_h200/knee.json "$R/ac_policies_h200/" 2>/dev/null
+            run ac_compiled_05 300 python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5 \
                 --out "$R/ac_policies_h200" ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
             --only mixtral-zoo-b4,mixtral-zoo-b16 --jobs 2 --deadline-s 180 ;;
