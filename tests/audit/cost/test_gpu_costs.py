@@ -121,7 +121,7 @@ def test_demo_tiny_on_gpu_measures_every_priced_finding():
     } <= codes
     for f in result.findings:
         assert f.cost is not None
-        if f.code == "SYNC001":
+        if f.code in ("SYNC001", "HOST001"):  # stalls and gaps: what a fix may recover, estimated
             assert f.cost.provenance == "estimated"
         elif f.code == "MEM002":
             assert f.cost.provenance == "none"
