@@ -140,8 +140,8 @@ LEVER = register(
         patch=patch,
         needs_gpu=True,
         known_problems=(
-            "not measured by levers yet (bench/zoo.py measures it); the first step pays the whole "
-            "model's compile time; a graph break splits the program (COMP001 finds them); "
+            "on the ViT-B/16 at batch 64 it equals whole-model compile with reduce-overhead (it is "
+            "that recipe), no more; the first step pays the whole model's compile time; a graph break splits the program (COMP001 finds them); "
             "reduce-overhead holds a CUDA-graph memory pool and recompiles on a new shape; fails "
             "over Liger-patched modules (torch 2.11)"
         ),
