@@ -7,13 +7,7 @@
 # The wheels are installed once, before the parallel jobs (two pip installs into one --target
 # collide), and the jobs run from a copy without .whl/ so gpu_round.sh does not reinstall.
 # Usage (repository root, on the device): LEVERS_COMMIT=<hash> bash bench/gpu_call_quality_moe.sh /tmp/g
-set -u
-D=${1:-/tmp/g}
-mkdir -p "$D" /tmp/levers_copy
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-tar --exclude=./.whl -cf - . | tar -xf - -C /tmp/levers_copy
-cd /tmp/levers_copy
-export PYTHONPATH=/tmp/site
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 OUT=$D/a setsid bash bench/gpu_round.sh optstate_bf16 > "$D/a.out" 2>&1 &
 OUT=$D/b setsid bash bench/gpu_round.sh optstate_8bit > "$D/b.out" 2>&1 &
 OUT=$D/c bash bench/gpu_round.sh newgpu float8_quality > "$D/c.out" 2>&1

@@ -4,13 +4,7 @@
 # results do not depend on what else runs (adamw-8bit's held-out-loss read, levers memory's
 # compiled prediction against the H200, the GPU tests).
 # Usage (repository root, on the device): LEVERS_COMMIT=<hash> bash bench/gpu_call_s28a.sh /tmp/g
-set -u
-D=${1:-/tmp/g}
-mkdir -p "$D" /tmp/levers_copy
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-tar --exclude=./.whl -cf - . | tar -xf - -C /tmp/levers_copy
-cd /tmp/levers_copy
-export PYTHONPATH=/tmp/site
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 OUT=$D/a bash bench/gpu_round.sh capture > "$D/a.out" 2>&1
 OUT=$D/b setsid bash bench/gpu_round.sh optstate_8bit > "$D/b.out" 2>&1 &
 OUT=$D/c setsid bash bench/gpu_round.sh memcompile > "$D/c.out" 2>&1 &

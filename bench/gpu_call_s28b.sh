@@ -5,13 +5,7 @@
 # widths, the ViT-B/16 rows that decide its goal and the compiled checkpointing rows at
 # torch's ratio 0.5 (the shorter jobs: the session's device time is 20 minutes).
 # Usage (repository root, on the device): LEVERS_COMMIT=<hash> bash bench/gpu_call_s28b.sh /tmp/g
-set -u
-D=${1:-/tmp/g}
-mkdir -p "$D" /tmp/levers_copy
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-tar --exclude=./.whl -cf - . | tar -xf - -C /tmp/levers_copy
-cd /tmp/levers_copy
-export PYTHONPATH=/tmp/site
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 OUT=$D/a bash bench/gpu_round.sh captests alignment capture > "$D/a.out" 2>&1
 OUT=$D/b bash bench/gpu_round.sh varlen_varied > "$D/b.out" 2>&1
 OUT=$D/c bash bench/gpu_round.sh peers_vit_core > "$D/c.out" 2>&1
