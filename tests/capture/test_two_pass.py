@@ -157,6 +157,42 @@ def test_known_stream_differences_align():
     assert op_name_key("aten.add_.Tensor") == op_name_key("aten::add") == "add"
 
 
+class _AddmmLayer(torch.nn.Module):
+    """GPT-2's Conv1D in small: ``torch.addmm`` called directly, so under autocast the casts of
+    its inputs run inside the ``aten::addmm`` profiler event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16, 16))
+        self.bias = torch.nn.Parameter(torch.zeros(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x, self.weight)
+
+
+def test_autocast_casts_inside_an_op_event_align_with_the_recorded_casts():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_AddmmLayer(), torch.nn.ReLU(), _AddmmLayer())
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    x = torch.randn(8, 16)
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        optimizer.step()  # foreach AdamW: casts inside its ops that are no autocast's
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    capture = capture_step(Workload(model=model, step=step, optimizer=optimizer),
+                           warmup=1, timed=1, mode="two-pass")
+    casts = [op for op in capture.ops if op.name == "aten._to_copy.default"]
+    assert len(casts) >= 4  # the inputs of both addmm calls, cast to bf16
+    # the ops left unaligned are at most the recorder's own detach calls: not the casts
+    unaligned = len(capture.ops) - capture.passes.num_aligned_ops
+    assert unaligned <= sum(op.name == "aten.detach.default" for op in capture.ops)
+
+
 def test_a_step_whose_batch_changes_still_aligns():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))

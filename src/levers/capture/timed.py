@@ -15,7 +15,8 @@ To align, this module reads the profiler's C++ event tree
 every event and takes seconds) and finds in it the ops a dispatch mode would see: an op event
 whose operator has a ``CompositeImplicitAutograd`` kernel decomposes above the Python key, so
 the ops it calls are the ones a mode sees; any other op event is one op, and what it calls runs
-below the mode. Events that are not operators (autograd nodes, ``record_function`` ranges) are
+below the mode, but for autocast's casts of its inputs, which a mode sees as ops of their own
+(:func:`_autocast_casts`). Events that are not operators (autograd nodes, ``record_function`` ranges) are
 walked into.
 
 A kernel names (its linked correlation id) the innermost op event running when it was
@@ -39,7 +40,8 @@ from levers.capture.collectives import COLLECTIVE_PREFIXES
 from levers.capture.records import Capture, CapturePasses, MemoryStats, peak_op
 
 _OPERATOR = re.compile(r"^(\w+)::(\w+)$")  # "aten::add_"; not "autograd::engine::..." nor "detach"
-_NOT_OPS = ("profiler",)  # namespaces of the profiler's own ranges, which the recorder skips too
+_NOT_OPS = ("profiler",)
+_CASTS = ("aten::to", "aten::_to_copy", "aten::copy_")  # namespaces of the profiler's own ranges, which the recorder skips too
 # "c10d::allreduce_": the profiler's names of the ops collectives.COLLECTIVE_PREFIXES names
 _COLLECTIVE_EVENTS = tuple(prefix.replace(".", "::") for prefix in COLLECTIVE_PREFIXES)
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -65,6 +67,8 @@ class TimedOps:
     ops: tuple[OpEvent, ...]
     # correlation id of an op event or one below it -> position (empty when kernels were not asked)
     op_of_correlation: dict[int, int]
+    # position of a cast taken out of an op's event (_autocast_casts) -> that op's position
+    cast_of: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def decomposes(name: str) -> bool:
@@ -93,7 +97,9 @@ def timed_ops(prof: Any, *, kernels: bool) -> TimedOps:
     """The ops a dispatch mode would have recorded in the profiled step, in order; with
     ``kernels``, the correlation ids that join kernels to them (a walk of every event below)."""
     torch_op = _EventType.TorchOp
-    found: list[tuple[int, Any, Any]] = []  # (start_ns, event, correlation ids below it)
+    # (start_ns, order among the events of one op, event, correlation ids below it, the op a
+    # cast was taken out of)
+    found: list[tuple[int, int, Any, Any, Any]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         event = stack.pop()
@@ -102,15 +108,29 @@ def timed_ops(prof: Any, *, kernels: bool) -> TimedOps:
         match = _OPERATOR.match(event.name)
         if match is not None and match.group(1) not in _NOT_OPS:
             if not decomposes(event.name):
-                found.append(
-                    (event.start_time_ns, event, _correlation_ids(event) if kernels else ())
-                )
+                casts = _autocast_casts(event)
+                cast_ids: set[int] = set()
+                for order, cast in enumerate(casts):
+                    ids = _correlation_ids(cast) if kernels else []
+                    cast_ids.update(ids)
+                    found.append((event.start_time_ns, order, cast, ids, event))
+                ids = _correlation_ids(event) if kernels else []
+                found.append((
+                    event.start_time_ns, len(casts), event,
+                    [i for i in ids if i not in cast_ids], None,
+                ))
                 continue
         stack.extend(event.children)
-    found.sort(key=lambda item: item[0])
+    found.sort(key=lambda item: (item[0], item[1]))
+    position_of = {id(item[2]): position for position, item in enumerate(found)}
+    cast_of = {
+        position: position_of[id(item[4])]
+        for position, item in enumerate(found)
+        if item[4] is not None
+    }
     ops = []
     op_of_correlation: dict[int, int] = {}
-    for position, (start_ns, event, correlation_ids) in enumerate(found):
+    for position, (start_ns, _, event, correlation_ids, _) in enumerate(found):
         ops.append(OpEvent(
             name=event.name,
             input_shapes=_input_shapes(event.extra_fields.inputs),
@@ -119,7 +139,31 @@ def timed_ops(prof: Any, *, kernels: bool) -> TimedOps:
         ))
         for correlation_id in correlation_ids:
             op_of_correlation[correlation_id] = position
-    return TimedOps(ops=tuple(ops), op_of_correlation=op_of_correlation)
+    return TimedOps(ops=tuple(ops), op_of_correlation=op_of_correlation, cast_of=cast_of)
+
+
+def _autocast_casts(event: Any) -> list[Any]:
+    """The ``_to_copy`` events autocast ran for ``event``'s inputs, in order: the leading
+    ``aten::to``/``aten::_to_copy`` children of an op event. Autocast sits above the Python key,
+    so a dispatch mode sees its casts as ops of their own, before the op (``_to_copy``, then
+    ``addmm``), where the profiler records them inside the op's event; they are taken out so the
+    two streams align and the casts' kernels stay theirs. Empty for an op that is itself a cast."""
+    if event.name in _CASTS:
+        return []
+    casts = []
+    for child in event.children:
+        if child.tag != _EventType.TorchOp:
+            continue
+        if child.name == "aten::_to_copy":
+            casts.append(child)
+        elif child.name == "aten::to":
+            casts.extend(
+                c for c in child.children
+                if c.tag == _EventType.TorchOp and c.name == "aten::_to_copy"
+            )
+        else:
+            break  # the op's own work has begun: later calls are its implementation's
+    return casts
 
 
 def _correlation_ids(event: Any) -> list[int]:
@@ -231,6 +275,13 @@ def join_passes(content: Capture, timed: TimedStep) -> Capture:
 
     op_of_correlation = timed.ops.op_of_correlation
     launched_by = [op_of_correlation.get(e.correlation_id) for e in timed.device_events]
+    # a cast taken out of an op's event that no recorded op matches was the op's own (a native
+    # kernel's internal .to(), not autocast's): its kernels go back to that op
+    cast_of = timed.ops.cast_of
+    launched_by = [
+        cast_of[p] if p in cast_of and alignment.content_of_timed[p] is None else p
+        for p in launched_by
+    ]
     op_indices, num_to_neighbour = kernel_ops(
         launched_by,
         alignment,
