@@ -212,6 +212,7 @@ class Step:
                 plan = levers.memory.predict_memory(
                     source, gpu=gpu, params=params, whatifs=whatifs, **options
                 )
+                plan = _with_skipped(plan, options.get("transform"))
             else:
                 if lever_ids:
                     raise ValueError("lever_ids predicts one rank's step; leave out world_size")
@@ -518,10 +519,25 @@ def _lever_transform(ids: Sequence[str]) -> Callable[[Workload], None]:
 
     find_specs(list(ids))  # an unknown id or option is refused now, not in the prediction
 
-    def transform(workload: Workload) -> None:
-        apply_to_workload(workload, list(ids), quiet=True)
+    skipped: dict[str, str] = {}
 
+    def transform(workload: Workload) -> None:
+        handle = apply_to_workload(workload, list(ids), quiet=True)
+        skipped.update(handle.skipped)
+
+    transform.skipped = skipped  # type: ignore[attr-defined]
     return transform
+
+
+def _with_skipped(plan: MemoryPlan, transform: Any) -> MemoryPlan:
+    """``plan`` with the levers its prediction could not apply, and why, in
+    ``extra["levers_skipped"]``: a prediction never passes for one with a lever it left out."""
+    skipped = dict(getattr(transform, "skipped", None) or {})
+    if not skipped:
+        return plan
+    from dataclasses import replace
+
+    return replace(plan, extra={**plan.extra, "levers_skipped": skipped})
 
 
 def _per_rank_plan(

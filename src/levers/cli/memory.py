@@ -79,7 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=[],
         metavar="NAME",
         help="predict the step with this lever applied (repeatable; compile-blocks and "
-        "compile-model are predicted compiled, partitioned as inductor partitions them)",
+        "compile-model are predicted compiled, partitioned as inductor partitions them; float8 "
+        "when the --gpu runs float8 matmuls; a lever the prediction cannot apply is named, "
+        "with why)",
     )
     from levers.cli.script import SCRIPT_HELP, add_script_arguments
 

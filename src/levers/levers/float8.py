@@ -111,6 +111,16 @@ def gpu_reason(model: nn.Module) -> str | None:
     devices = {p.device for p in model.parameters()}
     if not devices:
         return "the model has no parameters"
+    from levers.memory.standin import predicted_capability
+
+    predicted = predicted_capability()
+    if predicted is not None:  # a memory prediction for a GPU: its capability decides
+        if any(d.type != "cuda" for d in devices):
+            where = ", ".join(sorted({d.type for d in devices}))
+            return f"{need}; the model's parameters are on {where}"
+        if predicted < MIN_CAPABILITY:
+            return f"{need}; the predicted GPU has {predicted[0]}.{predicted[1]}"
+        return None
     if any(d.type != "cuda" for d in devices) or not torch.cuda.is_available():
         where = ", ".join(sorted({d.type for d in devices}))
         return f"{need}; the model's parameters are on {where}"

@@ -46,6 +46,8 @@ def render_plan(plan: MemoryPlan, console: Console) -> None:
         console.print(_whatifs(plan))
     if plan.fit is not None:
         console.print(_fit(plan.fit))
+    for lever_id, why in (plan.extra.get("levers_skipped") or {}).items():
+        console.print(Text(f"not predicted with lever {lever_id}: {why}", style="yellow"))
     for note in plan.assumptions:
         console.print(Text(f"assumption: {note}", style="dim"))
 

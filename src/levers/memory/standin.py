@@ -281,10 +281,21 @@ def cuda_capability(sm: tuple[int, int]) -> Iterator[None]:
         return tuple(sm)  # type: ignore[return-value]
 
     torch.cuda.get_device_capability = get_device_capability  # type: ignore[assignment]
+    _PREDICTED_CAPABILITY.append(tuple(sm))
     try:
         yield
     finally:
+        _PREDICTED_CAPABILITY.pop()
         torch.cuda.get_device_capability = original  # type: ignore[assignment]
+
+
+_PREDICTED_CAPABILITY: list[tuple[int, int]] = []
+
+
+def predicted_capability() -> tuple[int, int] | None:
+    """The compute capability of the GPU a memory prediction in progress is for (None outside
+    one): a lever that applies by the GPU (float8) asks it instead of the machine's GPU."""
+    return _PREDICTED_CAPABILITY[-1] if _PREDICTED_CAPABILITY else None
 
 
 @contextlib.contextmanager
