@@ -298,8 +298,9 @@ def compiled_rows(
     smoke: bool,
     rows: list[dict[str, Any]],
     write: Any,
+    ratios: tuple[str, ...] = COMPILED_RATIOS,
 ) -> None:
-    """The compiled rows at one batch: none, torch's ratios, and ac-budget at each ratio's
+    """The compiled rows at one batch: none, torch's ``ratios``, and ac-budget at each ratio's
     measured peak (its plan made on the CPU workers while the GPU runs the next row)."""
     from torch._functorch import config as functorch_config
 
@@ -310,7 +311,7 @@ def compiled_rows(
     rows.append(run_row("compiled-none", params, steps, compile_blocks))
     write()
     plans = {}
-    for ratio in COMPILED_RATIOS:
+    for ratio in ratios:
 
         def torch_budget(workload: Any, ratio: str = ratio) -> dict[str, Any]:
             return {**compile_blocks(workload), "activation_memory_budget": float(ratio)}
@@ -537,7 +538,6 @@ def plan_fields(plan: Any, inputs: Any, verified: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    global COMPILED_RATIOS  # --ratios
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, few steps")
@@ -566,8 +566,8 @@ def main() -> None:
         help="torch's activation_memory_budget ratios of the compiled rows (default: %(default)s)",
     )
     args = parser.parse_args()
-    COMPILED_RATIOS = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
-    for ratio in COMPILED_RATIOS:
+    ratios = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
+    for ratio in ratios:
         if not 0.0 < float(ratio) < 1.0:
             parser.error(f"--ratios: {ratio} is not between 0 and 1")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -696,7 +696,8 @@ def main() -> None:
     small = batches[0]
     if not args.skip_compiled:
         compiled_rows(
-            params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write
+            params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write,
+            ratios,
         )
     pool.shutdown()
 
@@ -721,7 +722,7 @@ def main() -> None:
     meta["seq_len"] = SIZES[size].seq_len
     meta["compiled_rows"] = not args.skip_compiled
     meta["compiled_backend"] = backend
-    meta["compiled_ratios"] = list(COMPILED_RATIOS)
+    meta["compiled_ratios"] = list(ratios)
     for row in rows:
         row.update(
             {"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name, "date": meta["date"]}

@@ -30,6 +30,13 @@ run() {  # run NAME LIMIT_S COMMAND...: the job's output in $R/NAME.log, its exi
     echo "== $name rc=$rc in $((SECONDS - t0)) s"; tail -n 12 "$R/$name.log"
 }
 
+seed() {  # seed NAME FILE...: start $R/NAME from the committed rows, unless this call wrote some
+    local name=$1; shift
+    mkdir -p "$R/$name"
+    [ -f "$R/$name/summary.json" ] || \
+        for f in "$@"; do cp "bench/results/$name/$f" "$R/$name/" 2>/dev/null; done
+}
+
 for job in "$@"; do
     case $job in
         gputests) run gputests 240 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
@@ -47,24 +54,21 @@ for job in "$@"; do
             --segments --jobs 4 --deadline-s 120 ;;
         peers_llama) run peers_llama 420 python bench/levers_vs_peers.py --only llama \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
-        peers_more) mkdir -p "$R/levers_vs_peers_h200"
+        peers_more)
             # start from the committed rows unless this call already wrote some (peers_llama)
-            [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
-                cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+            seed levers_vs_peers_h200 summary.json
             run peers_more 420 python bench/levers_vs_peers.py --only qwen2,demo \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         # issue 21: timm's ViT-B/16 at batch 64, levers' compile-model (CUDA graphs) and the audit's
         # stack beside per-block compile, whole-model compile and reduce-overhead, in one process
-        peers_vit) mkdir -p "$R/levers_vs_peers_h200"
-            [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
-                cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+        peers_vit)
+            seed levers_vs_peers_h200 summary.json
             run peers_vit 400 python bench/levers_vs_peers.py --only vit \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
         # the rows that decide the ViT goal alone (a shorter call): the default, the best peer
         # (reduce-overhead) and levers' compile-model
-        peers_vit_core) mkdir -p "$R/levers_vs_peers_h200"
-            [ -f "$R/levers_vs_peers_h200/summary.json" ] || \
-                cp bench/results/levers_vs_peers_h200/summary.json "$R/levers_vs_peers_h200/" 2>/dev/null
+        peers_vit_core)
+            seed levers_vs_peers_h200 summary.json
             run peers_vit_core 300 python bench/levers_vs_peers.py \
             --only vit:default,vit:compile-model-ro,vit:lever:compile-model \
             --out "$R/levers_vs_peers_h200" --catalogue-out "$R/levers_catalogue_h200" ;;
@@ -131,17 +135,13 @@ for job in "$@"; do
         # issue 21: ac-budget's compiled plan against torch's activation_memory_budget (0.3, 0.5,
         # 0.7) at each torch row's measured peak; the compiled rows only, the eager rows kept from
         # the committed summary (or from an ac job earlier in this call)
-        ac_compiled) mkdir -p "$R/ac_policies_h200"
-            [ -f "$R/ac_policies_h200/summary.json" ] || \
-                cp bench/results/ac_policies_h200/summary.json bench/results/ac_policies_h200/meta.json \
-                bench/results/ac_policies_h200/knee.json "$R/ac_policies_h200/" 2>/dev/null
+        ac_compiled)
+            seed ac_policies_h200 summary.json meta.json knee.json
             run ac_compiled 500 python bench/ac_policies.py --only-compiled --batches 4 \
                 --out "$R/ac_policies_h200" ;;
         # the same at torch's ratio 0.5 only (the issue's 17.8 GiB point; a shorter call)
-        ac_compiled_05) mkdir -p "$R/ac_policies_h200"
-            [ -f "$R/ac_policies_h200/summary.json" ] || \
-                cp bench/results/ac_policies_h200/summary.json bench/results/ac_policies_h200/meta.json \
-                bench/results/ac_policies_h200/knee.json "$R/ac_policies_h200/" 2>/dev/null
+        ac_compiled_05)
+            seed ac_policies_h200 summary.json meta.json knee.json
             run ac_compiled_05 300 python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5 \
                 --out "$R/ac_policies_h200" ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \

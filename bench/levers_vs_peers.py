@@ -435,9 +435,9 @@ UNDER_CUDA_GRAPHS = (
 
 
 def _under_cuda_graphs(row: dict[str, Any]) -> bool:
-    return row.get("compile_model_mode") in ("reduce-overhead", "max-autotune") or (
-        row.get("peer") == "compile-model-ro"
-    )
+    from levers.levers.compile_model import CUDA_GRAPH_MODES
+
+    return row.get("compile_model_mode") in CUDA_GRAPH_MODES or row.get("peer") == "compile-model-ro"
 
 
 def _write_json(path: Path, doc: Any) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from levers.errors import LeversError, StepError
 from levers.cli.options import (
+    add_lever_argument,
     add_output_arguments,
     add_set_argument,
     add_steps_argument,
@@ -66,14 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_set_argument(
         parser, "--set-b", dest="set_b_items", help="a factory parameter for the candidate only (over --set)"
     )
-    parser.add_argument(
-        "--lever",
-        dest="levers",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="apply this lever to the candidate (repeatable)",
-    )
+    add_lever_argument(parser, help="apply this lever to the candidate (repeatable)")
     prereg = parser.add_mutually_exclusive_group()
     prereg.add_argument(
         "--prereg",

@@ -14,6 +14,7 @@ from typing import Any
 
 from levers.errors import LeversError
 from levers.cli.options import (
+    add_lever_argument,
     WORKLOAD_FORMS,
     add_gpu_argument,
     add_output_arguments,
@@ -72,12 +73,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--no-whatifs", dest="whatifs", action="store_false", help="skip the what-ifs"
     )
-    parser.add_argument(
-        "--lever",
-        dest="levers",
-        action="append",
-        default=[],
-        metavar="NAME",
+    add_lever_argument(
+        parser,
         help="predict the step with this lever applied (repeatable; compile-blocks and "
         "compile-model are predicted compiled, partitioned as inductor partitions them; float8 "
         "when the --gpu runs float8 matmuls; a lever the prediction cannot apply is named, "

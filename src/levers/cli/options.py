@@ -173,6 +173,13 @@ def add_output_arguments(parser: Any, *, stdout: bool = False, **what: str) -> N
         )
 
 
+def add_lever_argument(parser: Any, *, help: str, metavar: str = "NAME") -> None:
+    """``--lever`` (repeatable) into ``args.levers``, read as ids by :func:`lever_ids`."""
+    parser.add_argument(
+        "--lever", dest="levers", action="append", default=[], metavar=metavar, help=help
+    )
+
+
 def lever_ids(given: list[str]) -> list[str]:
     """``--lever a,b --lever c`` (and ``--exclude``) as lever ids, in order."""
     return [part.strip() for value in given for part in value.split(",") if part.strip()]

@@ -18,6 +18,7 @@ from typing import Any
 
 from levers.errors import LeversError
 from levers.cli.options import (
+    add_lever_argument,
     add_output_arguments,
     add_set_argument,
     add_steps_argument,
@@ -55,9 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--budget", default="10m", metavar="TIME",
         help="time for the whole search: 10m, 90s, 1h (default 10m)",
     )
-    parser.add_argument(
-        "--lever", dest="levers", action="append", default=[], metavar="IDS",
-        help="try only these levers (repeatable, or comma-separated)",
+    add_lever_argument(
+        parser, metavar="IDS", help="try only these levers (repeatable, or comma-separated)"
     )
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="IDS",

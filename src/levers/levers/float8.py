@@ -113,17 +113,16 @@ def gpu_reason(model: nn.Module) -> str | None:
         return "the model has no parameters"
     from levers.memory.standin import predicted_capability
 
+    # in a memory prediction for a GPU, that GPU's capability decides, not this machine's
     predicted = predicted_capability()
-    if predicted is not None:  # a memory prediction for a GPU: its capability decides
-        if any(d.type != "cuda" for d in devices):
-            where = ", ".join(sorted({d.type for d in devices}))
-            return f"{need}; the model's parameters are on {where}"
+    on_cuda = predicted is not None or torch.cuda.is_available()
+    if any(d.type != "cuda" for d in devices) or not on_cuda:
+        where = ", ".join(sorted({d.type for d in devices}))
+        return f"{need}; the model's parameters are on {where}"
+    if predicted is not None:
         if predicted < MIN_CAPABILITY:
             return f"{need}; the predicted GPU has {predicted[0]}.{predicted[1]}"
         return None
-    if any(d.type != "cuda" for d in devices) or not torch.cuda.is_available():
-        where = ", ".join(sorted({d.type for d in devices}))
-        return f"{need}; the model's parameters are on {where}"
     for device in devices:
         capability = torch.cuda.get_device_capability(device)
         if capability < MIN_CAPABILITY:
