@@ -6,7 +6,7 @@
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
 #       alignment captests varlen_varied peers_vit peers_vit_more ac_compiled peers_vit_core
-#       ac_compiled_05
+#       ac_compiled_05 peers_goal_llama peers_goal_qwen2
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -37,9 +37,20 @@ seed() {  # seed NAME FILE...: start $R/NAME from the committed rows, unless thi
         for f in "$@"; do cp "bench/results/$name/$f" "$R/$name/" 2>/dev/null; done
 }
 
+goal_rows() {  # goal_rows GROUP: issue 21's goal table's rows of one model, for --only
+    local g=$1 v out=""
+    for v in compile-layers compile-layers+liger-flce torchtitan-float8 torchtitan-float8+liger-flce \
+             levers-stack levers-float8 levers-stack+float8 levers-stack+float8+raise-batch \
+             compile-layers+liger-flce@b32 compile-layers+liger-flce@b48 \
+             torchtitan-float8+liger-flce@b32 torchtitan-float8+liger-flce@b48; do
+        out="$out${out:+,}$g:$v"
+    done
+    echo "$out"
+}
+
 for job in "$@"; do
     case $job in
-        gputests) run gputests 240 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
+        gputests) run gputests 480 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
         capture) run capture 300 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
         # issue 23: what each pass of a two-pass capture saw alone, and the capture's GPU tests
         alignment) run alignment 120 python bench/capture_alignment.py --out "$R/capture_alignment_h200" ;;
@@ -154,6 +165,16 @@ for job in "$@"; do
             run float8_quality 560 python -m levers.cli ab llama --set size=1b device=cuda \
             --lever float8 --steps 200 --json "$R/float8_quality_h200/ab.json" \
             --md "$R/float8_quality_h200/ab.md" ;;
+        # issue 21's goal table: the peers (torchtitan's float8 recipe, per-layer compile, each
+        # with Liger's fused linear cross-entropy, at batch 4 and the batches a user would pick)
+        # beside levers' float8 stack at batch 4 and with raise-batch, in one process per model
+        peers_goal_llama) run peers_goal_llama 720 python bench/levers_vs_peers.py \
+            --only "$(goal_rows llama),llama:liger,llama:compile-model,llama:levers-stack+raise-batch,llama:levers-float8+sdpa-cudnn,llama:levers-float8+adamw-bf16-state" \
+            --max-batch-size 64 --out "$R/levers_vs_peers_goal_h200" \
+            --catalogue-out "$R/levers_catalogue_goal_h200" ;;
+        peers_goal_qwen2) run peers_goal_qwen2 600 python bench/levers_vs_peers.py \
+            --only "$(goal_rows qwen2)" --max-batch-size 64 --out "$R/levers_vs_peers_goal_h200" \
+            --catalogue-out "$R/levers_catalogue_goal_h200" ;;
         *) echo "unknown job $job" ;;
     esac
     # packed after every job (to a temporary name, then moved), so a call cut short keeps the

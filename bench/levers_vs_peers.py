@@ -87,6 +87,8 @@ DEMO_STACK = (*DEMO_LEVERS, "compile-blocks")
 # what the audit recommends on the ViT's GPU step: HOST001 (launch gaps) and ELEM001/NORM001 name
 # compile-model, which covers the fused-norm levers; its AdamW is fused already (OPT001 is silent)
 VIT_STACK = ("compile-model",)
+# the batches at which the goal table times the peers (a user raising the batch by hand)
+PEER_BATCHES = (32, 48)
 HF_SINGLES = (
     "rms-norm-fused", "sdpa-cudnn-backend", "fused-linear-cross-entropy", "liger-kernels",
     "compile-blocks", "fused-optimizer", "autocast-bf16",
@@ -96,9 +98,10 @@ HF_SINGLES = (
 # -- variants: name -> how to build it ------------------------------------------------------
 
 
-def _liger(workload) -> Callable[[], None]:
-    """Liger Kernel as its users apply it (all its patches for the model type, on the instance);
-    the modeling module's globals that it replaces are put back when the row ends."""
+def _liger(workload, **patches: bool) -> Callable[[], None]:
+    """Liger Kernel as its users apply it (all its patches for the model type, on the instance,
+    or those ``patches`` turns on or off); the modeling module's globals that it replaces are put
+    back when the row ends."""
     import liger_kernel.transformers as liger
 
     from levers.levers.liger_kernels import restore_classes, restore_globals, snapshot_classes
@@ -107,7 +110,7 @@ def _liger(workload) -> Callable[[], None]:
     modeling = sys.modules[type(model).__module__]
     saved, classes = dict(vars(modeling)), snapshot_classes(modeling)
     class_names = {type(m): type(m).__name__ for m in model.modules()}
-    getattr(liger, f"apply_liger_kernel_to_{model.config.model_type}")(model=model)
+    getattr(liger, f"apply_liger_kernel_to_{model.config.model_type}")(model=model, **patches)
 
     def restore() -> None:
         restore_globals(modeling, saved)
@@ -116,6 +119,12 @@ def _liger(workload) -> Callable[[], None]:
             cls.__name__ = name
 
     return restore
+
+
+# Liger's fused linear cross-entropy alone (the peer of levers' fused-linear-cross-entropy): the
+# loss patched, the blocks left to per-layer compile
+LIGER_FLCE_ONLY = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False,
+                   "fused_linear_cross_entropy": True}
 
 
 def _torchtitan_float8(workload) -> None:
@@ -152,6 +161,29 @@ def _compile_layers(workload, options) -> None:
 
     for block in repeated_blocks(workload.model):
         block.module.compile(**options)
+
+
+def apply_peer(peer: str, workload, options) -> list[Callable[[], None]]:
+    """A peer's transforms, ``+``-joined, in order (Liger's patches and float8's conversion before
+    compile); the undos of those that patch process-wide state."""
+    compile_options = {k: v for k, v in options.items() if k == "backend"}
+    cleanups: list[Callable[[], None]] = []
+    for part in peer.split("+"):
+        if part == "liger":
+            cleanups.append(_liger(workload))
+        elif part == "liger-flce":
+            cleanups.append(_liger(workload, **LIGER_FLCE_ONLY))
+        elif part == "float8-torchtitan":
+            _torchtitan_float8(workload)
+        elif part == "compile-model":
+            _compile_model(workload, compile_options)
+        elif part == "compile-model-ro":
+            _compile_model_cuda_graphs(workload, compile_options)
+        elif part == "compile-layers":
+            _compile_layers(workload, compile_options)
+        else:
+            raise ValueError(f"unknown peer transform {part!r} in {peer!r}")
+    return cleanups
 
 
 def _compile_model_mode(workload, options) -> tuple[str, list[str]]:
@@ -210,10 +242,36 @@ def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
         for recipe in ("float8", "float8-rowwise"):
             out[f"lever:{recipe}"] = {"levers": [recipe, "compile-blocks"], "optional": True,
                                       "baseline": "lever:compile-blocks"}
-        out["torchtitan-float8"] = {"peer": "torchtitan-float8", "optional": True}
-        out["levers-stack+float8"] = {"levers": ["float8", *HF_STACK], "optional": True}
     else:  # one more architecture: the peers and the stack only, to stay in the time budget
         del out["compile-model"]
+    out.update(float8_variants())
+    return out
+
+
+def float8_variants() -> dict[str, dict[str, Any]]:
+    """Issue 21's goal table, run only when named: torchtitan's recipe and per-layer compile with
+    Liger's fused linear cross-entropy (the peers), at batch 4 and at the larger batches a peer
+    would pick by hand; levers' float8 stack at batch 4 and with raise-batch; two candidates on
+    top of float8 and compile-blocks."""
+    optional = {"optional": True}
+    out: dict[str, dict[str, Any]] = {
+        "compile-layers+liger-flce": {"peer": "liger-flce+compile-layers", **optional},
+        "torchtitan-float8": {"peer": "float8-torchtitan+compile-layers", **optional},
+        "torchtitan-float8+liger-flce": {"peer": "liger-flce+float8-torchtitan+compile-layers",
+                                         **optional},
+    }
+    for batch in PEER_BATCHES:
+        for name in ("compile-layers+liger-flce", "torchtitan-float8+liger-flce"):
+            out[f"{name}@b{batch}"] = {**out[name], "params": {"batch_size": batch}}
+    out["levers-float8"] = {"levers": ["float8", "compile-blocks"], **optional}
+    out["levers-stack+float8"] = {"levers": ["float8", *HF_STACK], **optional}
+    out["levers-stack+float8+raise-batch"] = {"levers": ["float8", *HF_STACK], "raise_batch": True,
+                                              **optional}
+    out["levers-float8+sdpa-cudnn"] = {"levers": ["sdpa-cudnn-backend", "float8", "compile-blocks"],
+                                       **optional}
+    out["levers-float8+adamw-bf16-state"] = {
+        "levers": ["adamw-bf16-state", "float8", "compile-blocks"], **optional
+    }
     return out
 
 
@@ -315,20 +373,8 @@ def run_variant(group: str, name: str, spec: dict[str, Any], args, options) -> d
         row["shape"] = " ".join(f"{k}={v}" for k, v in workload.params.items()
                                 if k in ("arch", "model", "size", "batch_size", "seq_len",
                                          "fixed"))
-        peer = spec.get("peer")
-        if peer == "liger":
-            cleanups.append(_liger(workload))
-        elif peer == "compile-model":
-            _compile_model(workload, {k: v for k, v in lever_options.items() if k == "backend"})
-        elif peer == "compile-model-ro":
-            _compile_model_cuda_graphs(
-                workload, {k: v for k, v in lever_options.items() if k == "backend"}
-            )
-        elif peer == "compile-layers":
-            _compile_layers(workload, {k: v for k, v in lever_options.items() if k == "backend"})
-        elif peer == "torchtitan-float8":
-            _torchtitan_float8(workload)
-            _compile_layers(workload, {k: v for k, v in lever_options.items() if k == "backend"})
+        if spec.get("peer"):
+            cleanups.extend(apply_peer(spec["peer"], workload, lever_options))
         if lever_ids:
             # a stack skips what does not apply (and says so); a single lever, or the levers of
             # a row measured on top of another, must apply
@@ -437,7 +483,8 @@ UNDER_CUDA_GRAPHS = (
 def _under_cuda_graphs(row: dict[str, Any]) -> bool:
     from levers.levers.compile_model import CUDA_GRAPH_MODES
 
-    return row.get("compile_model_mode") in CUDA_GRAPH_MODES or row.get("peer") == "compile-model-ro"
+    return (row.get("compile_model_mode") in CUDA_GRAPH_MODES
+            or "compile-model-ro" in (row.get("peer") or "").split("+"))
 
 
 def _write_json(path: Path, doc: Any) -> None:

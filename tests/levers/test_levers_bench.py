@@ -106,6 +106,32 @@ def test_the_float8_rows_run_only_when_named_and_on_top_of_compile_blocks():
     assert variants["lever:float8-rowwise"]["baseline"] == "lever:compile-blocks"
 
 
+def test_the_goal_table_times_the_peers_at_the_batches_a_user_would_pick():
+    bench = _bench()
+    variants = bench.variants_of("qwen2", smoke=True)
+    assert variants["torchtitan-float8+liger-flce"]["peer"] == (
+        "liger-flce+float8-torchtitan+compile-layers"
+    )
+    for batch in bench.PEER_BATCHES:
+        row = variants[f"torchtitan-float8+liger-flce@b{batch}"]
+        assert row["params"] == {"batch_size": batch} and row["optional"]
+    assert variants["levers-stack+float8+raise-batch"]["raise_batch"]
+    assert variants["levers-stack+float8+raise-batch"]["levers"][0] == "float8"
+
+
+def test_a_peer_is_its_transforms_in_order_and_an_unknown_one_is_refused():
+    from levers.loader import load_workload
+
+    bench = _bench()
+    workload = load_workload("hf", {"arch": "llama", "size": "tiny"})
+    compiled = []
+    bench._compile_layers = lambda w, options: compiled.append(options)
+    assert bench.apply_peer("compile-layers", workload, {"backend": "aot_eager", "mode": "x"}) == []
+    assert compiled == [{"backend": "aot_eager"}]  # only the backend reaches a peer's compile
+    with pytest.raises(ValueError, match="unknown peer transform 'liger-all'"):
+        bench.apply_peer("compile-layers+liger-all", workload, {})
+
+
 def test_the_vit_group_sets_levers_beside_the_three_ways_users_compile_it():
     bench = _bench()
     variants = bench.variants_of("vit", smoke=False)
