@@ -27,7 +27,12 @@ recipe on top of compile-blocks, measured against the ``lever:compile-blocks`` r
 run, which ``--only`` must name too: their catalogue rows are float8's own effect on a compiled
 step), ``torchtitan-float8`` (the peer: torchao's tensorwise float8 on every linear its
 ``_auto_filter_for_recipe`` takes but the head, then per-layer compile, as torchtitan ships it)
-and ``levers-stack+float8``; on ``vit``, ``levers-stack+sdpa-cudnn`` (the stack with every SDPA
+and ``levers-stack+float8``; issue 21's goal table (``goal_rows`` in ``bench/gpu_round.sh``):
+the peers ``compile-layers+liger-flce`` and ``torchtitan-float8+liger-flce`` (Liger's fused
+linear cross-entropy alone, then per-layer compile), each also at the batches a user would pick
+by hand (``@b32``, ``@b48``), beside ``levers-float8`` (float8 and compile-blocks),
+``levers-stack+float8`` and ``levers-stack+float8+raise-batch`` (the batch levers memory
+predicts to fit, up to ``--max-batch-size``); on ``vit``, ``levers-stack+sdpa-cudnn`` (the stack with every SDPA
 call admitting cuDNN's attention first) and ``levers-stack-max-autotune`` (compile-model with
 ``mode=max-autotune``: CUDA graphs and autotuned matmuls, minutes of compile).
 
