@@ -206,3 +206,70 @@ def test_a_factory_that_compiles_under_a_cuda_default_device():
     # backward instead of kept: each block keeps its output and the up projection's output
     kept = {a.shape for a in prediction.trace.allocations if a.category == "activations"}
     assert (32, 256) in kept
+
+
+def test_inductor_fuses_pointwise_ops_read_only_by_pointwise_ops_and_reductions():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        gate = torch.sigmoid(x)  # read by a mul: fused
+        act = gate * x  # read by a matmul: inductor makes a buffer for it
+        scaled = act.double() * 2.0  # read by a sum through a view: fused
+        total = scaled.view(-1).sum()
+        kept = x.exp()  # returned: a buffer
+        return act @ w, total, kept
+
+    graph = make_fx(f)(torch.randn(4, 8), torch.randn(8, 3)).graph
+    fused = {str(n.target) for n in compiled.fused_intermediates(graph)}
+    assert fused == {"aten.sigmoid.default", "aten._to_copy.default", "aten.mul.Tensor"}
+    mul_nodes = [n for n in graph.nodes if n.target is torch.ops.aten.mul.Tensor]
+    # of the two muls, the one the matmul reads is not fused
+    assert [n in compiled.fused_intermediates(graph) for n in mul_nodes] == [False, True]
+
+
+class _PointwiseChain(torch.nn.Module):
+    """A block whose activation passes through a chain of elementwise ops between matmuls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 1024), torch.nn.Linear(1024, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x).float()
+        h = torch.sigmoid(h) * h * 0.5 + torch.tanh(h)
+        return x + self.down(h.to(x.dtype))
+
+
+def pointwise_chain(batch_size: int = 256):
+    from levers.workload import Workload
+
+    model = torch.nn.Sequential(*[_PointwiseChain() for _ in range(2)])
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randn(batch_size, 64)
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=optimizer)
+
+
+def test_a_compiled_blocks_fused_elementwise_chain_takes_no_memory(monkeypatch):
+    source = source_of(pointwise_chain)
+    fused = run_prediction(source, H200, num_steps=2, transform=_compile_blocks)
+    monkeypatch.setattr(compiled, "run_fused", lambda gm: 0)  # every op books its output
+    unfused = run_prediction(source, H200, num_steps=2, transform=_compile_blocks)
+
+    def temporaries(prediction) -> int:
+        return sum(a.nbytes for a in prediction.trace.allocations if a.category == "temporaries")
+
+    # the chain's float32 [256, 1024] intermediates (1 MiB each) exist only op by op
+    assert temporaries(unfused) - temporaries(fused) >= 8 * 256 * 1024 * 4
+    assert fused.replay.peak_allocated_bytes < unfused.replay.peak_allocated_bytes
+    # what the blocks save for backward is the partition's either way
+    assert [g.saved_bytes for g in fused.trace.compiled_graphs] == [
+        g.saved_bytes for g in unfused.trace.compiled_graphs
+    ]

@@ -13,6 +13,12 @@ number of real targets: the mean over them). It picks, in order:
   forward and each is recomputed, then freed, in the backward.
 
 Shapes: N rows, D width, V vocabulary.
+
+In a memory prediction for a GPU (``levers memory --lever fused-linear-cross-entropy``, fake
+tensors) Liger's Triton kernels cannot run: :class:`_LigerAllocations` stands for them, making
+the tensors Liger's forward makes (its gradient buffers, one chunk of logits at a time) with the
+same shapes, dtypes and lifetimes, and none of its arithmetic. ``auto`` there picks what this
+machine has installed; ``kernel="liger"`` predicts Liger's memory without the package.
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ def available_kernel(device: torch.device, requested: str = "auto") -> str:
         raise ValueError(f"kernel={requested!r} is not one of {', '.join(KERNELS)}")
     on_cuda = device.type == "cuda"
     have = {
-        "liger": on_cuda and importlib.util.find_spec("liger_kernel") is not None,
+        "liger": on_cuda and (
+            importlib.util.find_spec("liger_kernel") is not None
+            or (requested == "liger" and _predicting())
+        ),
         "cce": on_cuda and importlib.util.find_spec("cut_cross_entropy") is not None,
         "chunked": True,
     }
@@ -88,7 +97,9 @@ def linear_cross_entropy(
     """Cross-entropy of ``hidden @ weight.T (+ bias)`` against ``targets``, summed over the real
     targets and divided by ``denominator`` (default: their number)."""
     chosen = available_kernel(hidden_nd.device, kernel)
-    if chosen == "liger":
+    if chosen == "liger" and _predicting():
+        summed = _LigerAllocations.apply(hidden_nd, weight_vd, targets_n, bias)
+    elif chosen == "liger":
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
 
         summed = LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, reduction="sum")(
@@ -113,3 +124,52 @@ def linear_cross_entropy(
     if isinstance(denominator, torch.Tensor):
         denominator = denominator.to(summed.device)
     return summed / denominator
+
+
+def _predicting() -> bool:
+    """Whether a memory prediction for a GPU runs now (its tensors are fakes)."""
+    from levers.memory.standin import predicted_capability
+
+    return predicted_capability() is not None
+
+
+class _LigerAllocations(torch.autograd.Function):
+    """What Liger Kernel's fused linear cross-entropy (0.8) allocates, for memory predictions.
+
+    Its forward computes the gradients too: ``grad_input`` like the hidden states and
+    ``grad_weight`` like the head's weight (kept for backward, which scales them in place), and
+    one chunk of logits at a time, in the matmul's dtype, of ``next_pow2(ceil(N / ceil(V / D)))``
+    rows, from which each chunk's gradients are taken. The returned loss is a zero: only the
+    allocations are Liger's."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, bias):  # noqa: ANN001, ANN205 - autograd's API
+        rows, width = hidden.shape
+        chunk = min(_next_power_of_2(-(-rows // -(-weight.shape[0] // width))), rows)
+        grad_input = torch.zeros_like(hidden)
+        grad_weight = torch.zeros_like(weight) if weight.requires_grad else None
+        grad_bias = torch.zeros_like(bias) if bias is not None else None
+        loss_rows = hidden.new_zeros(rows, dtype=torch.float32)
+        for start in range(0, rows, chunk):
+            part = hidden[start : start + chunk]
+            logits = part @ weight.t()  # the logit gradient is written into it in place
+            grad_input[start : start + chunk] = logits @ weight
+            if grad_weight is not None:
+                # accumulated in place by addmm(out_dtype=float32) on sm80+: only the chunk's
+                # cast to the logits' dtype is new memory
+                cast = part.to(logits.dtype)
+                del cast
+            if grad_bias is not None:
+                grad_bias += logits.sum(dim=0).to(grad_bias.dtype)
+            del logits, part
+        ctx.save_for_backward(grad_input, grad_weight, grad_bias)
+        return loss_rows.sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss):  # noqa: ANN001, ANN205 - autograd's API
+        grad_input, grad_weight, grad_bias = ctx.saved_tensors
+        return grad_input, grad_weight, None, grad_bias
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()

@@ -27,7 +27,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from levers.capture.ops import op_flops
 from levers.memory import kernels
-from levers.memory.compiled import SITE_HOOK
+from levers.memory.compiled import SITE_HOOK, fusing
 from levers.memory.shadow import ShadowValues
 from levers.memory.standin import GPU, HOST, DeviceBook
 from levers.memory.trace import Allocation, LossCall, Trace
@@ -171,11 +171,12 @@ class StorageTracker(TorchDispatchMode):
         if not new:
             return
         device = self._op_device(inputs)
+        unbooked = fusing()  # computed inside its users' kernels by inductor: no buffer
         state_derived = phase == "optimizer" and any(self._is_state(t) for t in inputs)
         flops = op_flops(func, args, kwargs, out) if phase == "forward" else 0
         for tensor, storage in new:
             self.book.book(storage, device)
-            if device != GPU or storage.nbytes() == 0:
+            if device != GPU or storage.nbytes() == 0 or unbooked:
                 self._handles[storage] = 0
                 continue
             handle = self._record(
