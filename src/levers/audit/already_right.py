@@ -21,7 +21,7 @@ from levers.audit.rules.registry import RightCheck, all_rules
 # copies, the peak metric, the optimizer, precision; a rule not named here comes after, by code
 ORDER = (
     "ATTN001", "ATTN002", "NORM001", "MEM001", "LOSS001", "SYNC001", "COPY001", "MEM002",
-    "OPT001", "DTYPE001",
+    "OPT001", "DTYPE001", "DTYPE003",
 )
 
 def expandable_segments(capture: Capture, config: RuleConfig) -> AlreadyRight | None:

@@ -79,6 +79,8 @@ class Work:
     saved_bytes: int = 0  # memory the fix frees at the peak (0 when it frees none)
     # a fixed time that is a fraction of the measured "now" (e.g. only the valid rows remain)
     fixed_fraction_of_now: float | None = None
+    # why that fraction, in words for the cost's basis ("" reads as "the rows that remain")
+    fixed_fraction_why: str = ""
     # ops the fixed version runs again on top of the fixed parts (recomputation)
     fixed_extra_ops: tuple[int, ...] = ()
 

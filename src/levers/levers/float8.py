@@ -21,6 +21,9 @@ Which linears (:func:`plan`; K is ``in_features``, N ``out_features``):
   with K <= 4096 and N <= 1024; rowwise one with N <= 2048, K <= 1024, or N <= 4096 and
   K <= 2048.
 
+The audit's DTYPE003 recommends it where these linears' bf16 matmuls are a large share of a step
+on a GPU of compute capability 8.9 or later (its filter mirrors :func:`plan` on the capture).
+
 Recipe (option ``recipe``): ``tensorwise`` (default; one scale per tensor, cuBLAS's float8 GEMM)
 or ``rowwise`` (one power-of-two scale per row, more accurate, CUTLASS's kernel). The lever
 ``float8-rowwise`` is the rowwise recipe under an id of its own, so that ``levers tune`` tries
@@ -273,7 +276,7 @@ LEVER = register(
         title="Train the large linears in float8 (torchao; tensorwise or rowwise scales)",
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
-        fixes=(),
+        fixes=("DTYPE003",),
         applies=applies,
         patch=patch,
         needs_gpu=True,

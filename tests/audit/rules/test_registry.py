@@ -36,6 +36,7 @@ FROZEN = {
     "MEM004": "optimizer-state-peak",
     "MOE001": "experts-loop",
     "HOST001": "launch-gaps",
+    "DTYPE003": "bf16-matmul-on-float8-gpu",
 }
 SECTIONS = (
     "## What it does",

@@ -102,6 +102,8 @@ def estimated_cost(finding: Finding, capture: Capture, config: RuleConfig) -> Co
         )
     elif _idle_kind(work) == "launch_gaps":
         basis = _launch_gaps_basis(work.bench)
+    elif work.fixed_fraction_of_now is not None and work.fixed_fraction_why:
+        basis += f"; fixed = {work.fixed_fraction_of_now:.0%} of it ({work.fixed_fraction_why})"
     return Cost(
         provenance=ESTIMATED,
         now_ms=now_us / 1e3,
@@ -211,9 +213,8 @@ def measured_cost(
     elif work.fixed_fraction_of_now is not None:
         fixed_us = now_us * work.fixed_fraction_of_now
         fixed_how = ESTIMATED
-        basis += (
-            f"; fixed = {work.fixed_fraction_of_now:.0%} of it (the rows that remain; {how})"
-        )
+        why = work.fixed_fraction_why or "the rows that remain"
+        basis += f"; fixed = {work.fixed_fraction_of_now:.0%} of it ({why}; {how})"
     elif work.fixed_extra_ops:
         fixed_us = now_us + sum(
             capture.ops[i].device_us or 0.0 for i in work.fixed_extra_ops

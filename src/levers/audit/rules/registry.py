@@ -62,6 +62,7 @@ RULE_MODULES = (
     "levers.audit.rules.comp001_graph_breaks_and_recompiles",
     "levers.audit.rules.moe001_experts_loop",
     "levers.audit.rules.host001_launch_gaps",
+    "levers.audit.rules.dtype003_bf16_matmul_on_float8_gpu",
 )
 
 _CODE = re.compile(r"^[A-Z]+[0-9]{3}$")
