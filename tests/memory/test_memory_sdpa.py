@@ -140,3 +140,22 @@ def test_a_learned_attention_bias_rules_out_cudnn_whose_backward_gives_it_no_gra
     assert backend == "efficient"
     assert "cudnn: an attention bias that requires grad" in rejected
     assert sdpa.choose_backend(q, k, v, fixed, 0.0, False, False, H100)[0] == "cudnn"
+
+
+@pytest.mark.parametrize(
+    ("lengths", "masked"),
+    [("fixed", False), ("longtail", True)],  # no padding: SDPA's is_causal, as on a GPU
+)
+def test_a_hugging_face_model_builds_its_causal_mask_only_where_a_gpu_run_would(lengths, masked):
+    # transformers takes a fake tensor for tracing, and while tracing it builds the [batch, 1,
+    # seq, seq] mask that a real run leaves to is_causal; the prediction's fakes stand for real
+    # tensors, so a step without padding must pass no mask
+    pytest.importorskip("transformers")
+    from levers.memory.prediction import run_prediction, source_of
+
+    params = {"arch": "llama", "size": "tiny", "lengths": lengths}
+    prediction = run_prediction(source_of("hf", params), resolve_gpu("h200"), num_steps=1)
+    calls = prediction.trace.sdpa_calls
+    assert calls and {c.has_mask for c in calls} == {masked}
+    if not masked:
+        assert all(c.is_causal for c in calls)

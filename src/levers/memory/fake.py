@@ -44,6 +44,7 @@ from levers.memory.standin import (
     cuda_capability,
     cuda_generators,
     fake_tensor_devices,
+    fakes_as_real_to_transformers,
     swappable_fake_parameters,
 )
 from levers.memory.trace import LossCall, Trace
@@ -125,6 +126,7 @@ def trace_workload(
             # entered after the stand-in, so it runs first and names the device to it
             stack.enter_context(torch.device(default_device))
         workload = build()
+        stack.enter_context(fakes_as_real_to_transformers())
         _check_parameters_on_gpu(book, workload, default_device)
         names = {id(module): name for name, module in workload.model.named_modules()}
         _label_model(tracker, workload.model)

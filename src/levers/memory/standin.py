@@ -324,6 +324,27 @@ def fake_tensor_devices(book: DeviceBook) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def fakes_as_real_to_transformers() -> Iterator[None]:
+    """Make transformers take the prediction's fakes for the real tensors they stand for; undone
+    on exit. It treats a fake tensor as a sign of tracing (``is_tracing``), and while tracing it
+    builds the causal mask its SDPA path otherwise leaves to ``is_causal``: a [batch, 1, seq,
+    seq] mask, which attention then takes as a bias and saves for backward, in every layer (on
+    the llama 1b at batch 4, 0.5 GiB that the GPU never holds). The values it then reads (is
+    every padding position real?) come from the step's shadows (:mod:`levers.memory.shadow`).
+    Acts only when transformers is imported (call it after the workload is built)."""
+    import_utils = sys.modules.get("transformers.utils.import_utils")
+    original = getattr(import_utils, "is_fake_tensor", None)
+    if original is None:
+        yield
+        return
+    import_utils.is_fake_tensor = lambda tensor: False
+    try:
+        yield
+    finally:
+        import_utils.is_fake_tensor = original
+
+
+@contextlib.contextmanager
 def backward_in_mode(mode: TorchFunctionMode) -> Iterator[None]:
     """Run autograd's engine with ``mode`` on the torch-function mode stack; undone on exit.
 
