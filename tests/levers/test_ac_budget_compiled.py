@@ -175,6 +175,7 @@ def test_ac_budget_follows_compile_blocks_in_a_stack():
     assert in_order(kept) == kept
 
 
+@pytest.mark.slow
 def test_compile_blocks_and_ac_budget_in_either_order_keep_parity_and_undo_everything():
     torch._dynamo.reset()
     plain = load_workload("hf", dict(TINY))
@@ -208,6 +209,7 @@ def test_compile_blocks_and_ac_budget_in_either_order_keep_parity_and_undo_every
     assert functorch_config.activation_memory_budget == budget_before
 
 
+@pytest.mark.slow
 def test_on_a_prediction_the_peak_rises_with_the_ratio_and_the_plan_is_monotone():
     predict = levels_peak_predictor("hf", {"size": "tiny"}, "h200")
     peaks: dict = {}
