@@ -45,6 +45,7 @@ def counted(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_one_capture_and_one_plan_serve_the_audit_and_memory(counted):
     step = levers.Step("demo", params={"size": "tiny", "device": "cpu"})
     capture = step.capture(warmup=0, timed=1)

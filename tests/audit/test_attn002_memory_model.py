@@ -33,6 +33,7 @@ def attn002(capsys, tmp_path, *extra: str) -> dict:
     return finding
 
 
+@pytest.mark.slow
 def test_freed_memory_is_the_drop_of_the_predicted_peak(capsys, tmp_path):
     finding = attn002(capsys, tmp_path)
     # a CPU capture is predicted on the default target's largest-memory part

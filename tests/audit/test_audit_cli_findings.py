@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import levers.capture
 from levers.cli import main
 
@@ -35,6 +37,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow
 def test_demo_report_lists_every_planted_code_and_keeps_the_summary(capsys):
     code, out, err = run(capsys, "audit", "demo", *QUICK)
     assert code == 0, err
@@ -48,6 +51,7 @@ def test_demo_report_lists_every_planted_code_and_keeps_the_summary(capsys):
     assert "Already right (don't re-fix)" in out
 
 
+@pytest.mark.slow
 def test_select_and_fail_on(capsys):
     code, out, _ = run(
         capsys, "audit", "demo", *QUICK, "--select", "ATTN", "--fail-on", "high"
@@ -95,6 +99,7 @@ def test_unknown_selector_fails_before_the_capture(capsys, monkeypatch):
     assert "'NOPE1' matches no rule code" in err
 
 
+@pytest.mark.slow
 def test_markdown_and_findings_json(capsys, tmp_path):
     md, js = tmp_path / "findings.md", tmp_path / "findings.json"
     code, _, err = run(
@@ -129,6 +134,7 @@ def test_markdown_and_findings_json(capsys, tmp_path):
     assert f"wrote the findings to {js}" in err
 
 
+@pytest.mark.slow
 def test_fixed_demo_has_no_planted_findings_and_lists_what_is_right(capsys):
     code, out, _ = run(
         capsys, "audit", "demo", "--set", "fixed=all", *QUICK, "--fail-on", "low"

@@ -60,6 +60,22 @@ def _one_step(workload) -> tuple[float, int]:
     return loss, saved[0]
 
 
+@pytest.fixture(scope="module")
+def tiny_peak():
+    """The predicted peak of the tiny hf llama compiled per block at ``levels``, each levels
+    predicted once for the module's tests (a prediction on fake tensors takes seconds on a
+    2-core CPU; the plan's search predicts each levels once as well)."""
+    predict = levels_peak_predictor("hf", {"size": "tiny"}, "h200")
+    peaks: dict = {}
+
+    def memo(levels):
+        if levels not in peaks:
+            peaks[levels] = predict(levels)
+        return peaks[levels]
+
+    return memo
+
+
 def _unique_graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
@@ -175,14 +191,16 @@ def test_ac_budget_follows_compile_blocks_in_a_stack():
     assert in_order(kept) == kept
 
 
-def test_compile_blocks_and_ac_budget_in_either_order_keep_parity_and_undo_everything():
+@pytest.mark.slow
+def test_compile_blocks_and_ac_budget_in_either_order_keep_parity_and_undo_everything(
+    tiny_peak,
+):
     torch._dynamo.reset()
     plain = load_workload("hf", dict(TINY))
     with levers.apply(plain, f"compile-blocks:backend={BACKEND}"):
         expected = run_steps(plain)
 
-    predict = levels_peak_predictor("hf", {"size": "tiny"}, "h200")
-    middle = (predict((FULL, FULL)) + predict((NONE, NONE))) // 2
+    middle = (tiny_peak((FULL, FULL)) + tiny_peak((NONE, NONE))) // 2
     torch._dynamo.reset()
     workload = load_workload("hf", dict(TINY))
     before = state_of(workload.model)
@@ -208,15 +226,9 @@ def test_compile_blocks_and_ac_budget_in_either_order_keep_parity_and_undo_every
     assert functorch_config.activation_memory_budget == budget_before
 
 
-def test_on_a_prediction_the_peak_rises_with_the_ratio_and_the_plan_is_monotone():
-    predict = levels_peak_predictor("hf", {"size": "tiny"}, "h200")
-    peaks: dict = {}
-
-    def memo(levels):
-        if levels not in peaks:
-            peaks[levels] = predict(levels)
-        return peaks[levels]
-
+@pytest.mark.slow
+def test_on_a_prediction_the_peak_rises_with_the_ratio_and_the_plan_is_monotone(tiny_peak):
+    memo = tiny_peak
     uniform = [memo((level, level)) for level in (FULL, "0.3", "0.7", NONE)]
     assert uniform == sorted(uniform) and uniform[0] < uniform[-1]
     previous = None

@@ -124,6 +124,7 @@ def test_valid_rows_use_the_targets_the_step_made():
     assert not valid_rows_loss(llama).applicable
 
 
+@pytest.mark.slow
 def test_the_audit_takes_mem001s_headroom_from_the_demos_whatif(capsys, tmp_path):
     from levers.cli import main
 
