@@ -100,9 +100,10 @@ def test_a_lever_is_predicted_with_the_step(capsys, tmp_path):
         return by_module["model.layers.0"]
 
     # at the peak (step 1's backward) the block keeps less compiled: inductor's partition
-    # recomputes elementwise ops (1.08 MiB against 1.71 MiB at batch 8)
-    assert first_block(plans["compiled"]) == 1135616
-    assert first_block(plans["eager"]) == 1790976
+    # recomputes elementwise ops (0.96 MiB against 1.58 MiB at batch 8; no causal mask in either,
+    # as on a GPU: the batch has no padding)
+    assert first_block(plans["compiled"]) == 1004544
+    assert first_block(plans["eager"]) == 1659904
 
 
 def test_measure_runs_the_step_with_the_levers_the_prediction_applied(capsys, monkeypatch):

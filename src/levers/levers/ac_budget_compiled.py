@@ -49,7 +49,7 @@ bisection over full predictions.
 compiled step on fake tensors (:mod:`levers.memory.compiled`: inductor's decompositions and
 min-cut partition at the block's ratio, the graphs' ops run one by one with inductor's fused
 elementwise intermediates left unbooked); on the H200 the no-checkpointing compiled step
-of the hf llama 1b at batch 4 was predicted at 24.6 GiB and measured at 24.09. The speed order
+of the hf llama 1b at batch 4 was predicted at 24.09 GiB and measured at 24.09. The speed order
 of the chain is the partitioner's own (a lower ratio never recomputes less); no time is
 estimated.
 
