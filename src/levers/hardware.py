@@ -35,6 +35,10 @@ GIB = 1 << 30
 CONTEXT_BYTES = 600 * MIB
 
 
+# the compute capability from which a GPU runs float8 (e4m3/e5m2) matmuls: Ada 8.9; Hopper is 9.0
+FLOAT8_MIN_CAPABILITY = (8, 9)
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """A GPU part, or (for a memory prediction only) a plain memory budget."""

@@ -59,13 +59,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from levers.hardware import FLOAT8_MIN_CAPABILITY
 from levers.levers import register
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
 RECIPES = ("tensorwise", "rowwise")
-MIN_CAPABILITY = (8, 9)  # Ada; Hopper is 9.0
+MIN_CAPABILITY = FLOAT8_MIN_CAPABILITY
 # torchao's thresholds (torchao.float8.float8_linear_utils), in words for the reasons
 SMALL = {
     "tensorwise": "K <= 4096 and N <= 1024",

@@ -212,10 +212,13 @@ def fused_intermediates(graph: torch.fx.Graph) -> set[torch.fx.Node]:
 
 
 def _returned(graph: torch.fx.Graph) -> set[torch.fx.Node]:
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned: set[torch.fx.Node] = set()
-    torch.fx.node.map_arg(output.args, returned.add)
+    torch.fx.node.map_arg(_output_node(graph).args, returned.add)
     return returned
+
+
+def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
+    return next(n for n in reversed(graph.nodes) if n.op == "output")
 
 
 def run_fused(gm: torch.fx.GraphModule) -> int:
@@ -293,7 +296,7 @@ def _saved_by(forward: torch.fx.GraphModule, num_user_outputs: int) -> tuple[int
         for n in forward.graph.nodes
         if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
     }
-    output = next(n for n in forward.graph.nodes if n.op == "output")
+    output = _output_node(forward.graph)
     num_saved = 0
     storages: dict[int, int] = {}
     for node in dict.fromkeys(output.args[0][num_user_outputs:]):
@@ -309,7 +312,7 @@ def _saved_by(forward: torch.fx.GraphModule, num_user_outputs: int) -> tuple[int
 
 
 def _num_outputs(gm: torch.fx.GraphModule) -> int:
-    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output = _output_node(gm.graph)
     return len(torch.utils._pytree.tree_leaves(output.args[0]))
 
 

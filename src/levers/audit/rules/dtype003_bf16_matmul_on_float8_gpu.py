@@ -78,6 +78,7 @@ from levers.audit.finding import AlreadyRight, Finding, Receipt, Work
 from levers.audit.patterns import base_name, collapse_module, receipt
 from levers.audit.rules.registry import registered, rule
 from levers.capture.records import Capture, OpRecord
+from levers.hardware import FLOAT8_MIN_CAPABILITY
 from levers.units import format_flops, format_ms, format_share
 from levers.vocab import CHANGES_NUMERICS, MEASURED
 
@@ -85,9 +86,6 @@ CODE, NAME = "DTYPE003", "bf16-matmul-on-float8-gpu"
 LINEAR_MATMULS = ("mm", "addmm")
 SCALED_MATMULS = ("_scaled_mm", "_scaled_grouped_mm")
 LOW_PRECISION = ("bfloat16", "float16")
-# float8 matmuls need compute capability 8.9 (Ada; Hopper is 9.0): the float8 lever's
-# MIN_CAPABILITY (that module imports torch, which `levers rule` must not)
-MIN_CAPABILITY = (8, 9)
 # the float8 lever's filter: K and N multiples of 16 (the float8 GEMM's requirement), and
 # torchao's tensorwise thresholds (torchao.float8._auto_filter_for_recipe), below which the
 # casts cost more than the faster matmul saves: a linear with K <= 4096 and N <= 1024 is left
@@ -230,12 +228,14 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         return
     gpu_name, capability = step_gpu(capture, config)
     # no float8 tensor cores on this GPU
-    if capability < MIN_CAPABILITY:
+    if capability < FLOAT8_MIN_CAPABILITY:
         return
-    linears = [lin for lin in linear_matmuls(capture, config) if not lin.why]
+    every_linear = linear_matmuls(capture, config)
+    linears = [lin for lin in every_linear if not lin.why]
     # no linear passes float8's filter
     if not linears:
         return
+    left_out = [lin for lin in every_linear if lin.why]
     ops = [op for lin in linears for op in lin.ops]
     b = step_bottleneck(capture, config) if config.on_gpu else None
     if b is not None and b.provenance == MEASURED:
@@ -244,18 +244,19 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
         # these linears are a small part of the step's GPU time
         if share < MIN_TIME_SHARE:
             return
-        yield _finding(linears, capture, config, gpu_name, capability, share, b.step_ms)
+        yield _finding(linears, left_out, capture, config, gpu_name, capability, share, b.step_ms)
         return
     total_flops = sum(op.flops for op in capture.ops)
     share = sum(op.flops for op in ops) / total_flops if total_flops else 0.0
     # a CPU capture (or a GPU one without device time): these linears are few of the FLOPs
     if share < MIN_FLOP_SHARE:
         return
-    yield _finding(linears, capture, config, gpu_name, capability, share, None)
+    yield _finding(linears, left_out, capture, config, gpu_name, capability, share, None)
 
 
 def _finding(
     linears: list[LinearMatmuls],
+    left_out_linears: list[LinearMatmuls],  # those float8's filter leaves, with why
     capture: Capture,
     config: RuleConfig,
     gpu_name: str,
@@ -312,11 +313,7 @@ def _finding(
     top = _top_groups(linears, by_time)
     step_total = step_ms if by_time else sum(op.flops for op in capture.ops)
     receipts = tuple(_receipt(group, by_time, step_total) for group in top[:NUM_RECEIPTS])
-    left_out = {
-        (collapse_module(lin.path), lin.why)
-        for lin in linear_matmuls(capture, config)
-        if lin.why
-    }
+    left_out = {(collapse_module(lin.path), lin.why) for lin in left_out_linears}
     details: dict[str, Any] = {
         "share": share,
         "share_of": "gpu_time" if by_time else "flops",
