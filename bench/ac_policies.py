@@ -21,7 +21,12 @@ memory over the timed steps:
   measured peak as the budget (ac-budget's compiled plan, chosen on the CPU workers by levers
   memory's prediction of the compiled step; the row keeps the plan's levels, its predicted
   peak and the prediction of torch's uniform ratio beside the torch row's measurement). Each
-  compiled row starts from a fresh dynamo (torch's config is not in dynamo's guards).
+  compiled row starts from a fresh dynamo (torch's config is not in dynamo's guards);
+- with ``--fused-loss-ratios R,...``, the same with a fused loss: levers'
+  ``compile-blocks,fused-linear-cross-entropy,ac-budget`` at each torch row's measured peak
+  (``compiled-ac-budget+flce``: the plan made for the step with levers' fused loss, Liger's
+  kernel where installed), and the peer, torch's ratio with Liger's fused linear cross-entropy
+  patched as its users patch it (``compiled-torch-budget+liger-flce``), at each ratio R.
 
 It writes ``OUT/summary.json`` (one object per row: policy, batch_size, budget_bytes or null,
 tokens_per_s, tokens_per_s_ci95, peak_allocated_bytes, ms_per_step_median, ms_per_step_iqr,
@@ -34,6 +39,8 @@ Usage, from the repository root:
     python bench/ac_policies.py --smoke --out /tmp/ac_smoke               # CPU, tiny shapes
     python bench/ac_policies.py --batches 4 --out ...                     # the batch-4 rows only
     python bench/ac_policies.py --only-compiled --batches 4 --out bench/results/ac_policies_h200
+    python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5 --fused-loss-ratios 0.5,0.8 \
+        --out bench/results/ac_policies_h200                              # with the fused loss
 
 ``--skip-compiled`` leaves the compiled rows out (the eager run as before, ``gpu_round.sh ac``);
 ``--only-compiled`` runs the compiled rows alone and keeps the other rows of ``OUT/summary.json``
@@ -51,6 +58,7 @@ import argparse
 import concurrent.futures as futures
 import datetime
 import gc
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -67,6 +75,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
+
+import levers  # noqa: E402
 
 GIB = 2**30
 WARMUP_STEPS = 3
@@ -136,13 +146,15 @@ def verified_plan_job(
 
 
 def compiled_plan_job(
-    params: dict[str, Any], gpu: str, budget: int | None, ratio: str, num_blocks: int
+    params: dict[str, Any], gpu: str, budget: int | None, ratio: str, num_blocks: int,
+    stack: tuple[tuple[str, dict[str, Any]], ...] = (),
 ) -> dict[str, Any]:
     """ac-budget's compiled plan for ``budget`` (when None: the predicted peak of torch's
-    uniform ``ratio``), and the prediction of that uniform ratio."""
+    uniform ``ratio``), and the prediction of that uniform ratio; ``stack``: the levers applied
+    before ac-budget (the fused loss), in the predicted step as in the run."""
     from levers.levers.ac_budget_compiled import choose_compiled, levels_peak_predictor
 
-    predict = levels_peak_predictor("hf", params, gpu)
+    predict = levels_peak_predictor("hf", params, gpu, stack=stack)
     peaks: dict[tuple[str, ...], int] = {}
 
     def memo(levels: tuple[str, ...]) -> int:
@@ -288,6 +300,22 @@ def compile_blocks_of(backend: str) -> Any:
     return apply
 
 
+FUSED_LOSS = (("fused-linear-cross-entropy", {}),)  # levers' fused loss (Liger's kernel on CUDA)
+
+
+def liger_loss_then(apply: Any, undos: list[Any]) -> Any:
+    """The peer's fused loss: Liger Kernel's fused linear cross-entropy patched on the model as
+    its users apply it (levers_vs_peers.py's transform), then ``apply``; the patch's undo is
+    appended to ``undos`` (the modeling module's globals, put back after the row)."""
+    from levers_vs_peers import LIGER_FLCE_ONLY, _liger
+
+    def both(workload: Any) -> dict[str, Any]:
+        undos.append(_liger(workload, **LIGER_FLCE_ONLY))
+        return {**apply(workload), "peer_loss": "liger fused linear cross-entropy"}
+
+    return both
+
+
 def compiled_rows(
     params: dict[str, Any],
     pred_params: dict[str, Any],
@@ -299,9 +327,15 @@ def compiled_rows(
     rows: list[dict[str, Any]],
     write: Any,
     ratios: tuple[str, ...] = COMPILED_RATIOS,
+    fused_loss_ratios: tuple[str, ...] = (),
 ) -> None:
     """The compiled rows at one batch: none, torch's ``ratios``, and ac-budget at each ratio's
-    measured peak (its plan made on the CPU workers while the GPU runs the next row)."""
+    measured peak (its plan made on the CPU workers while the GPU runs the next row). With
+    ``fused_loss_ratios``, also the stack with a fused loss: levers'
+    ``compile-blocks,fused-linear-cross-entropy,ac-budget`` at each torch row's measured peak
+    (``compiled-ac-budget+flce``, planned for the step with the fused loss), and the peer, torch's
+    ratio with Liger's fused loss (``compiled-torch-budget+liger-flce``), at each of
+    ``fused_loss_ratios``."""
     from torch._functorch import config as functorch_config
 
     from levers.levers.ac_budget_compiled import apply_levels
@@ -311,6 +345,9 @@ def compiled_rows(
     rows.append(run_row("compiled-none", params, steps, compile_blocks))
     write()
     plans = {}
+    stacks = {"compiled-ac-budget": ()}
+    if fused_loss_ratios:
+        stacks["compiled-ac-budget+flce"] = FUSED_LOSS
     for ratio in ratios:
 
         def torch_budget(workload: Any, ratio: str = ratio) -> dict[str, Any]:
@@ -324,20 +361,43 @@ def compiled_rows(
         budget = None if smoke else row.get("peak_allocated_bytes")
         if budget is None and not smoke:
             continue  # the torch row ran out of memory: no peak to match
-        plans[ratio] = pool.submit(compiled_plan_job, pred_params, gpu, budget, ratio, num_blocks)
-    for ratio, job in plans.items():
+        for policy, stack in stacks.items():
+            plans[(policy, ratio)] = pool.submit(
+                compiled_plan_job, pred_params, gpu, budget, ratio, num_blocks, stack
+            )
+    have_liger = importlib.util.find_spec("liger_kernel") is not None
+    if fused_loss_ratios and not have_liger:
+        print("liger-kernel is not installed: the peer rows with Liger's loss are left out")
+    for ratio in fused_loss_ratios if have_liger else ():  # the peer, while the plans are made
+        undos: list[Any] = []
+
+        def torch_budget_flce(workload: Any, ratio: str = ratio) -> dict[str, Any]:
+            return {**compile_blocks(workload), "activation_memory_budget": float(ratio)}
+
+        with functorch_config.patch(activation_memory_budget=float(ratio)):
+            row = run_row(
+                "compiled-torch-budget+liger-flce", params, steps,
+                liger_loss_then(torch_budget_flce, undos),
+            )
+        for undo in undos:
+            undo()
+        rows.append(row)
+        write()
+    for (policy, ratio), job in plans.items():
         found = job.result()
+        stack = stacks[policy]
         fields = {
             "budget_bytes": found["budget"],
             "matches_activation_memory_budget": float(ratio),
             "torch_uniform_predicted_peak_bytes": found["uniform_predicted_peak_bytes"],
+            "stack": [lever_id for lever_id, _ in stack],
         }
         if "error" in found:
             rows.append(
-                {"policy": "compiled-ac-budget", "batch_size": params["batch_size"], **fields,
+                {"policy": policy, "batch_size": params["batch_size"], **fields,
                  "error": found["error"]}
             )
-            print(f"compiled-ac-budget @ {ratio}: {found['error']}", flush=True)
+            print(f"{policy} @ {ratio}: {found['error']}", flush=True)
             continue
         plan = found["plan"]
         fields.update(
@@ -355,12 +415,16 @@ def compiled_rows(
             }
         )
 
-        def budgeted(workload: Any, levels: Any = plan.levels, fields: Any = fields) -> Any:
+        def budgeted(
+            workload: Any, levels: Any = plan.levels, fields: Any = fields, stack: Any = stack
+        ) -> Any:
             compile_blocks(workload)
+            if stack:  # the levers' own fused loss, as ac-budget's prediction applied it
+                levers.apply(workload, [lever_id for lever_id, _ in stack])
             apply_levels(workload.model, levels)
             return fields
 
-        row = run_row("compiled-ac-budget", params, steps, budgeted)
+        row = run_row(policy, params, steps, budgeted)
         row["budget_bytes"] = found["budget"]
         rows.append(row)
         write()
@@ -561,13 +625,20 @@ def main() -> None:
         "--skip-compiled", action="store_true", help="leave the compiled rows out"
     )
     parser.add_argument(
+        "--fused-loss-ratios",
+        default="",
+        help="with the compiled rows: also levers' stack with its fused loss at each torch row's "
+        "peak, and torch's ratio with Liger's fused loss at these ratios (e.g. 0.5,0.8)",
+    )
+    parser.add_argument(
         "--ratios",
         default=",".join(COMPILED_RATIOS),
         help="torch's activation_memory_budget ratios of the compiled rows (default: %(default)s)",
     )
     args = parser.parse_args()
     ratios = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
-    for ratio in ratios:
+    fused_loss_ratios = tuple(r.strip() for r in args.fused_loss_ratios.split(",") if r.strip())
+    for ratio in ratios + fused_loss_ratios:
         if not 0.0 < float(ratio) < 1.0:
             parser.error(f"--ratios: {ratio} is not between 0 and 1")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -697,7 +768,7 @@ def main() -> None:
     if not args.skip_compiled:
         compiled_rows(
             params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write,
-            ratios,
+            ratios, fused_loss_ratios,
         )
     pool.shutdown()
 
@@ -723,6 +794,7 @@ def main() -> None:
     meta["compiled_rows"] = not args.skip_compiled
     meta["compiled_backend"] = backend
     meta["compiled_ratios"] = list(ratios)
+    meta["fused_loss_ratios"] = list(fused_loss_ratios)
     for row in rows:
         row.update(
             {"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name, "date": meta["date"]}

@@ -6,7 +6,7 @@
 #       breakdown breakdown_host calibvision attnfreed newgpu optstate_bf16 optstate_8bit
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
 #       alignment captests varlen_varied peers_vit peers_vit_more ac_compiled peers_vit_core
-#       ac_compiled_05 peers_goal_llama peers_goal_qwen2
+#       ac_compiled_05 peers_goal_llama peers_goal_qwen2 ac_flce peers_rb_llama audit_llama
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -86,7 +86,7 @@ for job in "$@"; do
         # the ViT's optional rows (cuDNN attention; max-autotune, minutes of compile) beside their
         # own default and lever row, in a folder of their own: ratios only within one run
         peers_vit_more) run peers_vit_more 560 python bench/levers_vs_peers.py \
-            --only vit:lever:compile-model,vit:levers-stack+sdpa-cudnn,vit:levers-stack-max-autotune \
+            --only vit:lever:compile-model,vit:levers-stack+float8,vit:levers-stack+sdpa-cudnn,vit:levers-stack-max-autotune \
             --out "$R/levers_vs_peers_vit_more_h200" \
             --catalogue-out "$R/levers_catalogue_vit_more_h200" ;;
         ranking) run ranking 240 python bench/audit_ranking.py --out "$R/audit_ranking_h200" ;;
@@ -155,6 +155,24 @@ for job in "$@"; do
             seed ac_policies_h200 summary.json meta.json knee.json
             run ac_compiled_05 300 python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5 \
                 --out "$R/ac_policies_h200" ;;
+        # issue 21: the compiled rows again with the corrected prediction, and with a fused
+        # loss: levers' stack (planned for the step with its fused loss) against torch's ratio
+        # with Liger's fused loss
+        ac_flce)
+            seed ac_policies_h200 summary.json meta.json knee.json
+            run ac_flce 560 python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5,0.3 \
+                --fused-loss-ratios 0.5,0.8 --out "$R/ac_policies_h200" ;;
+        # issue 21: raise-batch with the prediction of the stack that runs (Liger's loss predicted
+        # by its stand-in), beside the best peer at its best batch
+        peers_rb_llama) run peers_rb_llama 560 python bench/levers_vs_peers.py \
+            --only "llama:default,llama:torchtitan-float8+liger-flce@b48,llama:levers-stack+float8+raise-batch,llama:levers-stack+raise-batch" \
+            --max-batch-size 80 --out "$R/levers_vs_peers_rb_h200" \
+            --catalogue-out "$R/levers_catalogue_rb_h200" ;;
+        # issue 21: the audit of the hf llama 1b on the GPU (DTYPE003 on a real capture)
+        audit_llama) mkdir -p "$R/audit_llama_1b_h200"
+            run audit_llama 420 python -m levers.cli audit hf --set arch=llama size=1b \
+            --findings-json "$R/audit_llama_1b_h200/findings.json" \
+            --md "$R/audit_llama_1b_h200/audit.md" ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
             --only mixtral-zoo-b4,mixtral-zoo-b16 --jobs 2 --deadline-s 180 ;;
         auditmoe) mkdir -p "$R/moe_audit_h200"

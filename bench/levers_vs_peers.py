@@ -34,7 +34,8 @@ by hand (``@b32``, ``@b48``), beside ``levers-float8`` (float8 and compile-block
 ``levers-stack+float8`` and ``levers-stack+float8+raise-batch`` (the batch levers memory
 predicts to fit, up to ``--max-batch-size``); on ``vit``, ``levers-stack+sdpa-cudnn`` (the stack with every SDPA
 call admitting cuDNN's attention first) and ``levers-stack-max-autotune`` (compile-model with
-``mode=max-autotune``: CUDA graphs and autotuned matmuls, minutes of compile).
+``mode=max-autotune``: CUDA graphs and autotuned matmuls, minutes of compile) and
+``levers-stack+float8`` (float8 on the linears torchao's filter takes, under compile-model).
 
 Per row: the median tokens/s of ``--steps`` timed steps after ``--warmup`` steps (compile time
 falls in the warm-up), its CI95 by bootstrap over steps, the per-step peak allocated (peak stats
@@ -229,6 +230,9 @@ def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
             # CUDA graphs with inductor's matmul templates autotuned: minutes of compile
             "levers-stack-max-autotune": {"levers": list(VIT_STACK),
                                           "options": {"mode": "max-autotune"}, "optional": True},
+            # float8 on the linears torchao's filter takes (qkv and fc1 at ViT-B's widths),
+            # under compile-model's CUDA graphs
+            "levers-stack+float8": {"levers": ["float8", *VIT_STACK], "optional": True},
         }
     out = {
         "default": {},

@@ -240,3 +240,29 @@ def test_on_a_prediction_the_peak_rises_with_the_ratio_and_the_plan_is_monotone(
             assert plan.predicted_peak_bytes <= previous.predicted_peak_bytes
         previous = plan
     assert previous.levels == (FULL, FULL)
+
+
+@pytest.mark.slow
+def test_the_plan_is_made_for_the_stack_that_runs(tiny_peak):
+    # a fused loss applied before ac-budget frees the logits at the peak: the plan is held to
+    # the peak of the step with that loss, not of compile-blocks alone, and keeps more
+    fused = [("fused-linear-cross-entropy", {"kernel": "chunked", "chunk_rows": 16})]
+    with_loss = levels_peak_predictor("hf", {"size": "tiny"}, "h200", stack=fused)
+    lightest = with_loss((NONE, NONE))
+    # a budget between the two: without the fused loss, leaving every block unchecked would be
+    # over it
+    assert lightest < tiny_peak((NONE, NONE))
+    budget = (lightest + tiny_peak((NONE, NONE))) // 2
+
+    torch._dynamo.reset()
+    workload = load_workload("hf", dict(TINY))
+    handle = levers.apply(
+        workload,
+        f"compile-blocks:backend={BACKEND},fused-linear-cross-entropy:kernel=chunked:chunk_rows=16,"
+        f"ac-budget:budget={budget}:workload=hf",
+    )
+    assert handle.applied == ["compile-blocks", "fused-linear-cross-entropy", "ac-budget"]
+    assert [lever_id for lever_id, _ in handle.target.before] == handle.applied[:2]
+    assert handle.target.before[1][1] == {"kernel": "chunked", "chunk_rows": "16"}
+    assert handle.patches["ac-budget"].plan.levels == (NONE, NONE)
+    handle.undo()

@@ -334,6 +334,37 @@ def test_raise_batch_predicts_the_step_with_its_blocks_compiled(monkeypatch):
     assert graphs
 
 
+def test_raise_batch_predicts_the_fused_loss_with_the_kernel_that_will_run(monkeypatch):
+    # where Liger Kernel is installed the run's fused loss is Liger's: the fit predicts its
+    # allocations (the stand-in), not the chunked loss's
+    import importlib.util
+
+    from levers.levers import _lce
+    from levers.levers.raise_batch import fit_batch
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        _lce.importlib.util, "find_spec",
+        lambda name, *a: object() if name == "liger_kernel" else real_find_spec(name, *a),
+    )
+    kernels = []
+    original = _lce.available_kernel
+
+    def spying(device, requested="auto"):
+        kernels.append(original(device, requested))
+        return kernels[-1]
+
+    monkeypatch.setattr(_lce, "available_kernel", spying)
+    options = {"gpu": "2GiB", "max_batch_size": 2, "levers": ["fused-linear-cross-entropy"]}
+    params, said = fit_batch("hf", {"arch": "llama", "size": "tiny"}, options)
+    assert "with fused-linear-cross-entropy" in said
+    assert kernels and set(kernels) == {"liger"}
+    # a lever that does not apply to the predicted step is named as left out, not as predicted
+    params, said = fit_batch("llama", {"size": "tiny"}, options)
+    assert "with fused-linear-cross-entropy" not in said
+    assert "not in the prediction: fused-linear-cross-entropy (no recognised LM head" in said
+
+
 def test_raise_batch_never_runs_a_gpu_batch_on_the_host():
     # a batch fitted to a GPU's memory, run on the CPU, is killed by the kernel: refused first
     lever = REGISTRY["raise-batch"]

@@ -479,6 +479,7 @@ def patch_compiled(target: Target) -> CompiledBudgetHandle:
         target.options["workload"],
         gpu_params(target.params),
         str(target.options.get("gpu", "h200")),
+        stack=target.before,
     )
     return plan_compiled(target.model, limit_of, predict_peak)
 

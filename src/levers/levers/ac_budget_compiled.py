@@ -72,7 +72,7 @@ from torch._functorch import config as functorch_config
 from levers.blocks import Block, repeated_blocks
 from levers.levers import compile_blocks
 from levers.levers._compile_setup import is_compiled
-from levers.levers.lever import Undo, apply
+from levers.levers.lever import Undo
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ LEVELS = (FULL, *RATIOS, NONE)
 BUDGET_OF = {FULL: 0.0, **{ratio: float(ratio) for ratio in RATIOS}}
 
 Levels = tuple[str, ...]  # one level per block, in block order
+# levers applied before ac-budget, each (id, its options): lever.Target.before
+Stack = tuple[tuple[str, dict[str, Any]], ...] | list[tuple[str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -249,19 +251,28 @@ def apply_levels(model: torch.nn.Module, levels: Levels) -> Undo:
     return undo
 
 
-def compile_with_levels(workload: Any, levels: Levels) -> None:
-    """compile-blocks, then ``levels``: the step a compiled plan runs, as a prediction's
-    transform."""
-    apply(workload, compile_blocks.LEVER)
+def compile_with_levels(workload: Any, levels: Levels, stack: Stack = ()) -> None:
+    """The step a compiled plan runs, as a prediction's transform: the levers of ``stack`` (those
+    applied before ac-budget, each with its options; compile-blocks among them, or added first),
+    then ``levels``. Levers whose kernels cannot run on fake tensors are left out
+    (``raise_batch.NOT_PREDICTED``)."""
+    from levers.levers.handle import replay
+    from levers.levers.raise_batch import NOT_PREDICTED
+
+    stack = [(lever_id, options) for lever_id, options in stack if lever_id not in NOT_PREDICTED]
+    if compile_blocks.LEVER.id not in {lever_id for lever_id, _ in stack}:
+        stack.insert(0, (compile_blocks.LEVER.id, {}))
+    replay(workload, stack)
     apply_levels(workload.model, levels)
 
 
 def levels_peak_predictor(
-    spec: str, params: dict[str, Any], gpu: str = "h200"
+    spec: str, params: dict[str, Any], gpu: str = "h200", stack: Stack = ()
 ) -> Callable[[Levels], int]:
     """``predict_peak(levels)``: the peak allocated memory of workload ``spec`` built with
-    ``params``, its blocks compiled (compile-blocks) at ``levels``, predicted by levers memory
-    on fake tensors (no GPU needed)."""
+    ``params``, the levers of ``stack`` applied (the run's levers before ac-budget: a fused
+    loss or float8 changes the peak the plan is held to), its blocks compiled (compile-blocks)
+    at ``levels``, predicted by levers memory on fake tensors (no GPU needed)."""
     from levers.hardware import resolve_gpu
     from levers.memory.prediction import run_prediction, source_of
 
@@ -270,7 +281,7 @@ def levels_peak_predictor(
             source_of(spec, params),
             resolve_gpu(gpu),
             num_steps=2,
-            transform=lambda workload: compile_with_levels(workload, levels),
+            transform=lambda workload: compile_with_levels(workload, levels, stack),
         )
         peak = prediction.replay.peak_allocated_bytes
         logger.debug("ac-budget: %s predicted at %.3f GiB", " ".join(levels), peak / 2**30)

@@ -117,8 +117,10 @@ def _apply(
     """Apply each (lever, its own options) in order; a lever sees the shared options given to
     :func:`apply` overlaid with its own."""
     shared = dict(handle.target.options)
+    earlier = list(handle.target.before)
     for lever, own in in_order(levers):
         handle.target.options = {**shared, **own}
+        handle.target.before = tuple(earlier)
         try:
             reason = lever.applies(handle.target)
             if reason is not None:
@@ -141,6 +143,7 @@ def _apply(
         handle._undos.append(undo)
         handle.applied.append(lever.id)
         handle.patches[lever.id] = undo_patch
+        earlier.append((lever.id, {**shared, **own}))
     if handle.workload is not None:
         handle.workload.step = handle.target.step
     return handle
@@ -240,6 +243,21 @@ def _apply_with_collator(
     handle = Handle(target)
     handle._undos.append(undo_collator)  # undone last, after every lever
     return _apply(handle, levers, skip_inapplicable, quiet=False)
+
+
+def replay(workload: Workload, stack: Iterable[tuple[str, dict[str, Any]]]) -> Handle:
+    """Apply ``stack`` (lever ids with the options they were applied with, as
+    :attr:`Target.before` records them) to ``workload``, in order, skipping those that do not
+    apply: the stack of a run, on the step a prediction builds."""
+    registry = load_all()
+    levers = [(registry[lever_id], dict(options)) for lever_id, options in stack]
+    target = Target(
+        model=workload.model,
+        optimizer=workload.optimizer,
+        step=workload.step,
+        params=dict(workload.params),
+    )
+    return _apply(Handle(target, workload), levers, skip_inapplicable=True, quiet=True)
 
 
 def apply_to_workload(

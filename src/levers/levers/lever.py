@@ -66,6 +66,9 @@ class Target:
     # the batches of a Trainer's or DataLoader's collator (levers.apply(trainer, ...)); a
     # workload's step carries its own (levers.batches.batches_of)
     batches: Any = None
+    # the levers applied before this one in the same call, each (id, its options), in order: a
+    # lever that predicts the step (ac-budget) replays them on the step it predicts
+    before: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 class NotApplicable(LeversError, ValueError):

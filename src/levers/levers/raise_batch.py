@@ -4,8 +4,9 @@ It acts on the workload's factory parameters, not on a built model: the batch si
 levers memory's fit (the same bisection as ``levers memory --fit batch_size``: predicted on fake
 tensors, the reserved peak against the GPU's usable memory less the margin), with the other
 levers of the run applied to the predicted step, since they change its memory (except
-liger-kernels, whose Triton kernels cannot run on fake tensors; the chunked loss stands in for a
-fused one). compile-blocks and compile-model are predicted compiled: each graph partitioned as
+liger-kernels, whose Triton kernels cannot run on fake tensors). The fused linear cross-entropy
+is predicted with the kernel the run will use: where Liger Kernel is installed, a stand-in that
+makes Liger's allocations (:mod:`levers.levers._lce`), else the chunked loss. compile-blocks and compile-model are predicted compiled: each graph partitioned as
 inductor partitions it (min-cut rematerialization, on the fakes; :mod:`levers.memory.compiled`),
 which is what frees a compiled step's activations (the HF llama 1b at batch 4 on an H200:
 29.47 GiB allocated eager, 24.09 GiB compiled per block). ``levers ab
@@ -34,8 +35,8 @@ from levers.vocab import CHANGES_NUMERICS
 
 DEFAULT_MARGIN = 0.05
 PARAM = "batch_size"
-# left out of the predicted step: Triton kernels cannot run on fake tensors (the chunked loss
-# stands in for Liger's). The compile levers are predicted with levers memory's own backend,
+# left out of the predicted step: Triton kernels cannot run on fake tensors (the fused loss has
+# a stand-in for Liger's; liger-kernels' norms and activations have none). The compile levers are predicted with levers memory's own backend,
 # whatever backend they name (levers.memory.compiled)
 NOT_PREDICTED = ("liger-kernels", "raise-batch")
 
@@ -159,11 +160,14 @@ def fit_batch(
     # so the factory gets the GPU the memory model stands in for
     source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
     lever_ids = [i for i in options.get("levers", ()) if i not in NOT_PREDICTED]
+    skipped: dict[str, str] = {}  # the levers that did not apply to the predicted step, and why
 
     def transform(workload) -> None:
         from levers.levers.handle import apply_to_workload
 
-        apply_to_workload(workload, lever_ids, quiet=True, kernel="chunked")
+        # the fused loss's kernel is the run's own (kernel=auto unless its spec names one): the
+        # prediction runs on the machine that will run the step, so auto finds the same kernel
+        skipped.update(apply_to_workload(workload, lever_ids, quiet=True).skipped)
 
     if params.get(param):
         start = int(params[param])
@@ -179,12 +183,15 @@ def fit_batch(
     if fit.best is None:
         return dict(params), f"raise-batch: even {param}=1 is predicted not to fit {gpu.name}"
     peak = next(p.peak_reserved_bytes for p in fit.curve if p.value == fit.best)
-    with_levers = f" with {', '.join(lever_ids)}" if lever_ids else ""
+    predicted = [i for i in lever_ids if i.split(":")[0] not in skipped]
+    with_levers = f" with {', '.join(predicted)}" if predicted else ""
     said = (
         f"raise-batch: {param} {start} -> {fit.best} (predicted reserved peak{with_levers} "
         f"{peak / 2**30:.1f} GiB of {fit.budget_bytes / 2**30:.1f} GiB: {gpu.name} less "
         f"{margin:.0%}; largest that fits: {fit.statement()})"
     )
+    if skipped:
+        said += "; not in the prediction: " + "; ".join(f"{i} ({why})" for i, why in skipped.items())
     return {**params, param: fit.best}, said
 
 
