@@ -304,14 +304,17 @@ FUSED_LOSS = (("fused-linear-cross-entropy", {}),)  # levers' fused loss (Liger'
 
 
 def liger_loss_then(apply: Any, undos: list[Any]) -> Any:
-    """The peer's fused loss: Liger Kernel's fused linear cross-entropy patched on the model as
-    its users apply it (levers_vs_peers.py's transform), then ``apply``; the patch's undo is
+    """``apply``, then the peer's fused loss: Liger Kernel's fused linear cross-entropy patched on
+    the model as its users apply it (levers_vs_peers.py's transform); the patch's undo is
     appended to ``undos`` (the modeling module's globals, put back after the row)."""
     from levers_vs_peers import LIGER_FLCE_ONLY, _liger
 
     def both(workload: Any) -> dict[str, Any]:
+        # the blocks compiled first: compile-blocks refuses a model that runs Liger's kernels,
+        # and Liger's loss patches the model's forward, outside the blocks
+        fields = apply(workload)
         undos.append(_liger(workload, **LIGER_FLCE_ONLY))
-        return {**apply(workload), "peer_loss": "liger fused linear cross-entropy"}
+        return {**fields, "peer_loss": "liger fused linear cross-entropy"}
 
     return both
 
