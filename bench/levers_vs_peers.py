@@ -225,14 +225,16 @@ def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:
             "compile-model-ro": {"peer": "compile-model-ro"},
             "lever:compile-model": {"levers": ["compile-model"]},  # mode=auto
             "levers-stack": {"levers": list(VIT_STACK)},
+            # the optional rows are read against the stack they add to (compile-model)
             "levers-stack+sdpa-cudnn": {"levers": ["sdpa-cudnn-backend", *VIT_STACK],
-                                        "optional": True},
+                                        "optional": True, "baseline": "lever:compile-model"},
             # CUDA graphs with inductor's matmul templates autotuned: minutes of compile
             "levers-stack-max-autotune": {"levers": list(VIT_STACK),
                                           "options": {"mode": "max-autotune"}, "optional": True},
             # float8 on the linears torchao's filter takes (qkv and fc1 at ViT-B's widths),
             # under compile-model's CUDA graphs
-            "levers-stack+float8": {"levers": ["float8", *VIT_STACK], "optional": True},
+            "levers-stack+float8": {"levers": ["float8", *VIT_STACK], "optional": True,
+                                    "baseline": "lever:compile-model"},
         }
     out = {
         "default": {},

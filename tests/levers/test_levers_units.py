@@ -365,6 +365,34 @@ def test_raise_batch_predicts_the_fused_loss_with_the_kernel_that_will_run(monke
     assert "not in the prediction: fused-linear-cross-entropy (no recognised LM head" in said
 
 
+def test_raise_batch_fits_the_step_that_holds_the_optimizers_state(monkeypatch):
+    # the optimizer's state is made in the first step's optimizer.step, after that step's peak:
+    # a one-step prediction leaves it out (8.2 GiB on the llama 1b's AdamW), so the fit predicts
+    # as many steps as levers memory does
+    from levers.hardware import resolve_gpu
+    from levers.levers.raise_batch import fit_batch
+    from levers.memory import fit
+    from levers.memory.predict import run_prediction, source_of
+    from levers.memory.steps import DEFAULT_NUM_STEPS
+
+    source = source_of("hf", {"arch": "llama", "size": "tiny", "batch_size": 2})
+    one, later = (
+        run_prediction(source, resolve_gpu("h200"), num_steps=n).replay.peak_allocated_bytes
+        for n in (1, DEFAULT_NUM_STEPS)
+    )
+    assert later > one
+    steps = []
+    original = fit.fit_param
+
+    def spying(*args, **kwargs):
+        steps.append(kwargs["num_steps"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fit, "fit_param", spying)
+    fit_batch("hf", {"arch": "llama", "size": "tiny"}, {"gpu": "2GiB", "max_batch_size": 2})
+    assert steps == [DEFAULT_NUM_STEPS]
+
+
 def test_raise_batch_never_runs_a_gpu_batch_on_the_host():
     # a batch fitted to a GPU's memory, run on the CPU, is killed by the kernel: refused first
     lever = REGISTRY["raise-batch"]

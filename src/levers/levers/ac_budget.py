@@ -48,7 +48,10 @@ dispatch cost is traced away. The lever then makes the compiled plan instead
 (:mod:`levers.levers.ac_budget_compiled`): per block ``none``, a partitioner budget (torch's
 ``activation_memory_budget``, 0.1 to 0.9, for that block's graph only) or ``full``, chosen by
 levers memory's prediction of the compiled step (it needs ``workload``; ``inputs`` and
-``sac_op_overhead_us`` do not apply there), never over the budget by that prediction.
+``sac_op_overhead_us`` do not apply there), never over the budget by that prediction. That
+prediction applies the levers applied before ac-budget in the same call (``Target.before``: a
+fused loss frees the logits, float8 shrinks what the blocks save), so the plan is held to the
+peak of the stack that runs.
 
 Options: ``budget`` (required), ``sac_op_overhead_us``, and where the inputs come from:
 ``inputs`` (a :class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to

@@ -2,7 +2,9 @@
 
 It acts on the workload's factory parameters, not on a built model: the batch size comes from
 levers memory's fit (the same bisection as ``levers memory --fit batch_size``: predicted on fake
-tensors, the reserved peak against the GPU's usable memory less the margin), with the other
+tensors over as many steps as ``levers memory`` runs, so the optimizer's state, made in the
+first step, is alive in a later step's backward; the reserved peak against the GPU's usable
+memory less the margin), with the other
 levers of the run applied to the predicted step, since they change its memory (except
 liger-kernels, whose Triton kernels cannot run on fake tensors). The fused linear cross-entropy
 is predicted with the kernel the run will use: where Liger Kernel is installed, a stand-in that
@@ -152,6 +154,7 @@ def fit_batch(
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
     from levers.memory.predict import check_margin, run_prediction, source_of
+    from levers.memory.steps import DEFAULT_NUM_STEPS
 
     gpu = gpu if gpu is not None else _gpu(options)
     param = param or batch_param(spec, options)
@@ -175,7 +178,7 @@ def fit_batch(
         start = int(run_prediction(source, gpu, num_steps=1).params.get(param) or 1)
     upper = options.get("max_batch_size")
     fit = fit_param(
-        source, gpu, param, margin=margin, start=start, num_steps=1,
+        source, gpu, param, margin=margin, start=start, num_steps=DEFAULT_NUM_STEPS,
         upper=int(upper) if upper else None,
         max_evaluations=int(options.get("max_evaluations", MAX_EVALUATIONS)),
         transform=transform if lever_ids else None,
