@@ -165,16 +165,21 @@ def in_order(levers: list[tuple[Lever, Any]]) -> list[tuple[Lever, Any]]:
     return ordered
 
 
-def apply_chosen(workload: Workload, levers: list[tuple[Lever, dict[str, Any]]]) -> Handle:
+def apply_chosen(
+    workload: Workload, levers: list[tuple[Lever, dict[str, Any]]], *, skip_inapplicable: bool = False
+) -> Handle:
     """Apply levers already found (with their own options) to ``workload``; the form
-    ``levers ab --lever`` uses. Raises :class:`NotApplicable` as :func:`apply` does."""
+    ``levers ab --lever`` uses. Raises :class:`NotApplicable` as :func:`apply` does, unless
+    ``skip_inapplicable`` (then quietly skipped, ``handle.skipped`` says why)."""
     target = Target(
         model=workload.model,
         optimizer=workload.optimizer,
         step=workload.step,
         params=dict(workload.params),
     )
-    return _apply(Handle(target, workload), levers, skip_inapplicable=False, quiet=False)
+    return _apply(
+        Handle(target, workload), levers, skip_inapplicable, quiet=skip_inapplicable
+    )
 
 
 def apply(
@@ -251,13 +256,7 @@ def replay(workload: Workload, stack: Iterable[tuple[str, dict[str, Any]]]) -> H
     apply: the stack of a run, on the step a prediction builds."""
     registry = load_all()
     levers = [(registry[lever_id], dict(options)) for lever_id, options in stack]
-    target = Target(
-        model=workload.model,
-        optimizer=workload.optimizer,
-        step=workload.step,
-        params=dict(workload.params),
-    )
-    return _apply(Handle(target, workload), levers, skip_inapplicable=True, quiet=True)
+    return apply_chosen(workload, levers, skip_inapplicable=True)
 
 
 def apply_to_workload(
