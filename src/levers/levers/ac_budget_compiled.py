@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,7 @@ BUDGET_OF = {FULL: 0.0, **{ratio: float(ratio) for ratio in RATIOS}}
 
 Levels = tuple[str, ...]  # one level per block, in block order
 # levers applied before ac-budget, each (id, its options): lever.Target.before
-Stack = tuple[tuple[str, dict[str, Any]], ...] | list[tuple[str, dict[str, Any]]]
+Stack = Sequence[tuple[str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)

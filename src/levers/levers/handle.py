@@ -166,7 +166,10 @@ def in_order(levers: list[tuple[Lever, Any]]) -> list[tuple[Lever, Any]]:
 
 
 def apply_chosen(
-    workload: Workload, levers: list[tuple[Lever, dict[str, Any]]], *, skip_inapplicable: bool = False
+    workload: Workload,
+    levers: list[tuple[Lever, dict[str, Any]]],
+    *,
+    skip_inapplicable: bool = False,
 ) -> Handle:
     """Apply levers already found (with their own options) to ``workload``; the form
     ``levers ab --lever`` uses. Raises :class:`NotApplicable` as :func:`apply` does, unless
@@ -177,9 +180,7 @@ def apply_chosen(
         step=workload.step,
         params=dict(workload.params),
     )
-    return _apply(
-        Handle(target, workload), levers, skip_inapplicable, quiet=skip_inapplicable
-    )
+    return _apply(Handle(target, workload), levers, skip_inapplicable, quiet=skip_inapplicable)
 
 
 def apply(

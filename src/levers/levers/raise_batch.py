@@ -4,15 +4,15 @@ It acts on the workload's factory parameters, not on a built model: the batch si
 levers memory's fit (the same bisection as ``levers memory --fit batch_size``: predicted on fake
 tensors over as many steps as ``levers memory`` runs, so the optimizer's state, made in the
 first step, is alive in a later step's backward; the reserved peak against the GPU's usable
-memory less the margin), with the other
-levers of the run applied to the predicted step, since they change its memory (except
-liger-kernels, whose Triton kernels cannot run on fake tensors). The fused linear cross-entropy
-is predicted with the kernel the run will use: where Liger Kernel is installed, a stand-in that
-makes Liger's allocations (:mod:`levers.levers._lce`), else the chunked loss. compile-blocks and compile-model are predicted compiled: each graph partitioned as
+memory less the margin), with the other levers of the run applied to the predicted step, since
+they change its memory (except liger-kernels, whose Triton kernels cannot run on fake tensors).
+The fused linear cross-entropy is predicted with the kernel the run will use: where Liger Kernel
+is installed, a stand-in that makes Liger's allocations (:mod:`levers.levers._lce`), else the
+chunked loss. compile-blocks and compile-model are predicted compiled: each graph partitioned as
 inductor partitions it (min-cut rematerialization, on the fakes; :mod:`levers.memory.compiled`),
-which is what frees a compiled step's activations (the HF llama 1b at batch 4 on an H200:
-29.47 GiB allocated eager, 24.09 GiB compiled per block). ``levers ab
-WORKLOAD --lever raise-batch`` builds the candidate with the chosen ``batch_size`` and says which.
+which is what frees a compiled step's activations (the HF llama 1b at batch 4 on an H200: 29.47
+GiB allocated eager, 24.09 GiB compiled per block). ``levers ab WORKLOAD --lever raise-batch``
+builds the candidate with the chosen ``batch_size`` and says which.
 
 Options: ``gpu`` (a name or budget levers memory knows; default the current CUDA device),
 ``margin`` (0.05), ``max_batch_size`` (cap of the search), ``max_evaluations`` (predictions
@@ -38,8 +38,9 @@ from levers.vocab import CHANGES_NUMERICS
 DEFAULT_MARGIN = 0.05
 PARAM = "batch_size"
 # left out of the predicted step: Triton kernels cannot run on fake tensors (the fused loss has
-# a stand-in for Liger's; liger-kernels' norms and activations have none). The compile levers are predicted with levers memory's own backend,
-# whatever backend they name (levers.memory.compiled)
+# a stand-in for Liger's; liger-kernels' norms and activations have none). The compile levers
+# are predicted with levers memory's own backend, whatever backend they name
+# (levers.memory.compiled)
 NOT_PREDICTED = ("liger-kernels", "raise-batch")
 
 
@@ -194,7 +195,8 @@ def fit_batch(
         f"{margin:.0%}; largest that fits: {fit.statement()})"
     )
     if skipped:
-        said += "; not in the prediction: " + "; ".join(f"{i} ({why})" for i, why in skipped.items())
+        left_out = "; ".join(f"{lever_id} ({why})" for lever_id, why in skipped.items())
+        said += f"; not in the prediction: {left_out}"
     return {**params, param: fit.best}, said
 
 
