@@ -27,6 +27,11 @@ memory over the timed steps:
   (``compiled-ac-budget+flce``: the plan made for the step with levers' fused loss, Liger's
   kernel where installed), and the peer, torch's ratio with Liger's fused linear cross-entropy
   patched as its users patch it (``compiled-torch-budget+liger-flce``), at each ratio R.
+- with ``--float8-ratios R,...``, float8 on both sides: levers'
+  ``compile-blocks,float8,fused-linear-cross-entropy,ac-budget`` at each torch row's measured
+  peak (``compiled-ac-budget+flce+float8``), and the peer, torchtitan's float8 recipe with torch's
+  ratio R and Liger's fused loss (``compiled-torch-budget+float8+liger-flce``), with levers' float8
+  stack planned again at that peer row's peak (``budget_is_peak_of`` names the row matched).
 
 It writes ``OUT/summary.json`` (one object per row: policy, batch_size, budget_bytes or null,
 tokens_per_s, tokens_per_s_ci95, peak_allocated_bytes, ms_per_step_median, ms_per_step_iqr,
@@ -41,6 +46,8 @@ Usage, from the repository root:
     python bench/ac_policies.py --only-compiled --batches 4 --out bench/results/ac_policies_h200
     python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5 --fused-loss-ratios 0.5,0.8 \
         --out bench/results/ac_policies_h200                              # with the fused loss
+    python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5 --fused-loss-ratios 0.5 \
+        --float8-ratios 0.5 --out bench/results/ac_policies_float8_h200   # float8 on both sides
 
 ``--skip-compiled`` leaves the compiled rows out (the eager run as before, ``gpu_round.sh ac``);
 ``--only-compiled`` runs the compiled rows alone and keeps the other rows of ``OUT/summary.json``
@@ -301,6 +308,8 @@ def compile_blocks_of(backend: str) -> Any:
 
 
 FUSED_LOSS = (("fused-linear-cross-entropy", {}),)  # levers' fused loss (Liger's kernel on CUDA)
+FLOAT8 = (("float8", {}),)  # levers' float8 (torchao's tensorwise recipe on the linears that pay)
+FLOAT8_POLICY = "compiled-ac-budget+flce+float8"
 
 
 def liger_loss_then(apply: Any, undos: list[Any]) -> Any:
@@ -331,6 +340,7 @@ def compiled_rows(
     write: Any,
     ratios: tuple[str, ...] = COMPILED_RATIOS,
     fused_loss_ratios: tuple[str, ...] = (),
+    float8_ratios: tuple[str, ...] = (),
 ) -> None:
     """The compiled rows at one batch: none, torch's ``ratios``, and ac-budget at each ratio's
     measured peak (its plan made on the CPU workers while the GPU runs the next row). With
@@ -338,7 +348,12 @@ def compiled_rows(
     ``compile-blocks,fused-linear-cross-entropy,ac-budget`` at each torch row's measured peak
     (``compiled-ac-budget+flce``, planned for the step with the fused loss), and the peer, torch's
     ratio with Liger's fused loss (``compiled-torch-budget+liger-flce``), at each of
-    ``fused_loss_ratios``."""
+    ``fused_loss_ratios``. With ``float8_ratios``, also float8 on both sides: levers'
+    ``compile-blocks,float8,fused-linear-cross-entropy,ac-budget``
+    (``compiled-ac-budget+flce+float8``) at each torch row's measured peak, and the peer,
+    torchtitan's float8 recipe with torch's ratio and Liger's fused loss
+    (``compiled-torch-budget+float8+liger-flce``) at each of ``float8_ratios``, with levers' float8
+    stack planned again at that peer row's measured peak."""
     from torch._functorch import config as functorch_config
 
     from levers.levers.ac_budget_compiled import apply_levels
@@ -347,10 +362,12 @@ def compiled_rows(
     num_blocks = build_layers(params)
     rows.append(run_row("compiled-none", params, steps, compile_blocks))
     write()
-    plans = {}
+    plans = []  # (policy, ratio, the row whose measured peak is the budget, the plan's job)
     stacks = {"compiled-ac-budget": ()}
     if fused_loss_ratios:
         stacks["compiled-ac-budget+flce"] = FUSED_LOSS
+    if float8_ratios:
+        stacks[FLOAT8_POLICY] = FLOAT8 + FUSED_LOSS
     for ratio in ratios:
 
         def torch_budget(workload: Any, ratio: str = ratio) -> dict[str, Any]:
@@ -365,11 +382,10 @@ def compiled_rows(
         if budget is None and not smoke:
             continue  # the torch row ran out of memory: no peak to match
         for policy, stack in stacks.items():
-            plans[(policy, ratio)] = pool.submit(
-                compiled_plan_job, pred_params, gpu, budget, ratio, num_blocks, stack
-            )
+            job = pool.submit(compiled_plan_job, pred_params, gpu, budget, ratio, num_blocks, stack)
+            plans.append((policy, ratio, "compiled-torch-budget", job))
     have_liger = importlib.util.find_spec("liger_kernel") is not None
-    if fused_loss_ratios and not have_liger:
+    if (fused_loss_ratios or float8_ratios) and not have_liger:
         print("liger-kernel is not installed: the peer rows with Liger's loss are left out")
     for ratio in fused_loss_ratios if have_liger else ():  # the peer, while the plans are made
         undos: list[Any] = []
@@ -386,11 +402,37 @@ def compiled_rows(
             undo()
         rows.append(row)
         write()
-    for (policy, ratio), job in plans.items():
+    for ratio in float8_ratios if have_liger else ():  # torchtitan's recipe with the ratio
+        undos = []
+
+        def torch_budget_float8(workload: Any, ratio: str = ratio) -> dict[str, Any]:
+            from levers_vs_peers import _torchtitan_float8
+
+            _torchtitan_float8(workload)  # before the blocks first trace, as torchtitan does
+            return {**compile_blocks(workload), "activation_memory_budget": float(ratio),
+                    "peer_float8": "torchtitan tensorwise, auto_filter_small_kn, head left out"}
+
+        with functorch_config.patch(activation_memory_budget=float(ratio)):
+            row = run_row(
+                "compiled-torch-budget+float8+liger-flce", params, steps,
+                liger_loss_then(torch_budget_float8, undos),
+            )
+        for undo in undos:
+            undo()
+        rows.append(row)
+        write()
+        if row.get("peak_allocated_bytes") is not None:  # levers' float8 stack at this peak
+            job = pool.submit(
+                compiled_plan_job, pred_params, gpu, row["peak_allocated_bytes"], ratio, num_blocks,
+                stacks[FLOAT8_POLICY],
+            )
+            plans.append((FLOAT8_POLICY, ratio, row["policy"], job))
+    for policy, ratio, matched, job in plans:
         found = job.result()
         stack = stacks[policy]
         fields = {
             "budget_bytes": found["budget"],
+            "budget_is_peak_of": matched,
             "matches_activation_memory_budget": float(ratio),
             "torch_uniform_predicted_peak_bytes": found["uniform_predicted_peak_bytes"],
             "stack": [lever_id for lever_id, _ in stack],
@@ -634,6 +676,13 @@ def main() -> None:
         "peak, and torch's ratio with Liger's fused loss at these ratios (e.g. 0.5,0.8)",
     )
     parser.add_argument(
+        "--float8-ratios",
+        default="",
+        help="with the compiled rows: also levers' stack with float8 and the fused loss at each "
+        "torch row's peak, and torchtitan's float8 recipe with torch's ratio and Liger's fused "
+        "loss at these ratios (CUDA, compute capability 8.9+)",
+    )
+    parser.add_argument(
         "--ratios",
         default=",".join(COMPILED_RATIOS),
         help="torch's activation_memory_budget ratios of the compiled rows (default: %(default)s)",
@@ -641,9 +690,13 @@ def main() -> None:
     args = parser.parse_args()
     ratios = tuple(r.strip() for r in args.ratios.split(",") if r.strip())
     fused_loss_ratios = tuple(r.strip() for r in args.fused_loss_ratios.split(",") if r.strip())
-    for ratio in ratios + fused_loss_ratios:
+    float8_ratios = tuple(r.strip() for r in args.float8_ratios.split(",") if r.strip())
+    for ratio in ratios + fused_loss_ratios + float8_ratios:
         if not 0.0 < float(ratio) < 1.0:
             parser.error(f"--ratios: {ratio} is not between 0 and 1")
+    if float8_ratios and args.smoke:
+        print("--float8-ratios: float8 needs a CUDA GPU of compute capability 8.9+; left out of --smoke")
+        float8_ratios = ()
     args.out.mkdir(parents=True, exist_ok=True)
 
     from levers.environment import levers_commit_id
@@ -771,7 +824,7 @@ def main() -> None:
     if not args.skip_compiled:
         compiled_rows(
             params[small], pred_params[small], steps, pool, spec_gpu, backend, smoke, rows, write,
-            ratios, fused_loss_ratios,
+            ratios, fused_loss_ratios, float8_ratios,
         )
     pool.shutdown()
 
@@ -798,6 +851,7 @@ def main() -> None:
     meta["compiled_backend"] = backend
     meta["compiled_ratios"] = list(ratios)
     meta["fused_loss_ratios"] = list(fused_loss_ratios)
+    meta["float8_ratios"] = list(float8_ratios)
     for row in rows:
         row.update(
             {"commit": meta["commit"], "torch": meta["torch"], "gpu": gpu_name, "date": meta["date"]}

@@ -7,6 +7,7 @@
 #       varlen_more zoo_moe_swin moe memmoe auditmoe float8_quality moe_autocast memcompile
 #       alignment captests varlen_varied peers_vit peers_vit_more ac_compiled peers_vit_core
 #       ac_compiled_05 peers_goal_llama peers_goal_qwen2 ac_flce peers_rb_llama audit_llama
+#       gputests_a gputests_b ac_float8
 # Liger Kernel is installed from the wheels in .whl/ when that folder is there.
 set -u
 export PYTHONUNBUFFERED=1 COLUMNS=160
@@ -51,6 +52,11 @@ goal_rows() {  # goal_rows GROUP: issue 21's goal table's rows of one model, for
 for job in "$@"; do
     case $job in
         gputests) run gputests 480 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests ;;
+        # the same in two halves, for calls of under 10 minutes each
+        gputests_a) run gputests_a 420 python -m pytest -q -p no:cacheprovider -rfEs -m gpu \
+            tests/ab tests/audit tests/capture tests/workloads ;;
+        gputests_b) run gputests_b 480 python -m pytest -q -p no:cacheprovider -rfEs -m gpu \
+            tests/levers tests/memory tests/tune tests/zoo ;;
         capture) run capture 300 python bench/capture_overhead.py --out "$R/capture_overhead_h200" --repeats 5 ;;
         # issue 23: what each pass of a two-pass capture saw alone, and the capture's GPU tests
         alignment) run alignment 120 python bench/capture_alignment.py --out "$R/capture_alignment_h200" ;;
@@ -162,6 +168,12 @@ for job in "$@"; do
             seed ac_policies_h200 summary.json meta.json knee.json
             run ac_flce 560 python bench/ac_policies.py --only-compiled --batches 4 --ratios 0.5,0.3 \
                 --fused-loss-ratios 0.5,0.8 --out "$R/ac_policies_h200" ;;
+        # issue 21: float8 on both sides of the compiled checkpointing rows: levers'
+        # compile-blocks,float8,fused-linear-cross-entropy,ac-budget at the peak of torch's ratio
+        # 0.5 and at the peak of torchtitan's float8 recipe with that ratio and Liger's loss
+        ac_float8) run ac_float8 300 python bench/ac_policies.py --only-compiled --batches 4 \
+            --ratios 0.5 --fused-loss-ratios 0.5 --float8-ratios 0.5 \
+            --out "$R/ac_policies_float8_h200" ;;
         # issue 21: raise-batch with the prediction of the stack that runs (Liger's loss predicted
         # by its stand-in), beside the best peer at its best batch
         peers_rb_llama) run peers_rb_llama 560 python bench/levers_vs_peers.py \
