@@ -182,7 +182,7 @@ for job in "$@"; do
             --catalogue-out "$R/levers_catalogue_rb_h200" ;;
         # issue 21: the audit of the hf llama 1b on the GPU (DTYPE003 on a real capture)
         audit_llama) mkdir -p "$R/audit_llama_1b_h200"
-            run audit_llama 420 python -m levers.cli audit hf --set arch=llama size=1b \
+            run audit_llama 300 python -m levers.cli audit hf --set arch=llama size=1b device=cuda \
             --findings-json "$R/audit_llama_1b_h200/findings.json" \
             --md "$R/audit_llama_1b_h200/audit.md" ;;
         memmoe) run memmoe 200 python bench/memory_accuracy.py --out "$R/memory_moe_h200" \
