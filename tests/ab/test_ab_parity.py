@@ -214,3 +214,59 @@ def test_the_parity_note_names_the_first_failing_check_in_step_order():
     note = parity_read(parity).note
     assert note.startswith("loss after step 1 differs by 0.333 (tolerance 0.0001")
     assert "2 more checks failed" in note
+
+
+def _scaled_workload(scale: float) -> Workload:
+    """The linear workload with its loss (so its gradients) scaled: a drift of ``scale - 1``."""
+    workload = _linear_workload()
+    model, opt = workload.model, workload.optimizer
+    x = torch.arange(8.0).reshape(2, 4) / 8
+
+    def step():
+        loss = model(x).square().mean() * scale
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return Workload(model=model, step=step, optimizer=opt)
+
+
+def test_a_lever_declared_floor_raises_the_tolerance_and_the_note_names_it():
+    def judged(floor):
+        result, _ = run_parity(
+            _linear_workload(), _scaled_workload(1.03), num_steps=2,
+            exactness="changes-numerics", seed=0, lines=KillLines(), floor=floor,
+        )
+        return result
+
+    # a drift of 3% fails fp32's 1e-4 and passes a floor of 5% (float8's)
+    assert judged(None).passed is False
+    floored = judged((0.05, "float8"))
+    assert floored.passed is True
+    assert (floored.tolerance.rtol_first, floored.tolerance.rtol_last) == (0.05, 0.05)
+    assert (floored.tolerance.floor, floored.tolerance.floor_of) == (0.05, "float8")
+    # and a drift past the floor still fails
+    assert run_parity(
+        _linear_workload(), _scaled_workload(1.2), num_steps=2, exactness="changes-numerics",
+        seed=0, lines=KillLines(), floor=(0.05, "float8"),
+    )[0].passed is False
+
+
+def test_a_floor_never_loosens_an_exact_candidate_nor_lowers_the_table():
+    assert tolerance_for("exact", True, floor=(0.05, "float8")).rtol_last == RTOL[("exact", True)][1]
+    low = tolerance_for("changes-numerics", True, floor=(1e-3, "some-lever"))
+    assert (low.rtol_first, low.rtol_last, low.floor) == (*RTOL[("changes-numerics", True)], None)
+
+
+def test_the_design_takes_the_floor_its_levers_declare():
+    from levers.ab import design as design_mod
+
+    def config_of(levers_named):
+        given = {"baseline": "demo", "params": {"size": "tiny"}, "levers": levers_named}
+        resolved, _ = design_mod.resolve(given, {}, None)
+        return design_mod.config(resolved, {}, "changes-numerics")
+
+    floored = config_of(["compile-blocks", "float8"])
+    assert (floored.parity_floor, floored.parity_floor_of) == (0.05, "float8")
+    assert config_of(["compile-blocks"]).parity_floor is None

@@ -196,3 +196,71 @@ def test_forms_of_a_workload_without_tokens_are_chosen_by_step_time(step):
     rec = audited.result.recommendation
     assert "compile-model" in rec.levers and "compile-blocks" not in rec.levers
     assert any("paid more (2.000x)" in n for n in rec.notes)
+
+
+def _asking_for_float8(step, monkeypatch):
+    """The demo's audit with float8 as its stack (DTYPE003 fires only on float8-sized linears,
+    which the tiny demo has not), as the recommendation every re-recommendation returns."""
+    import dataclasses
+
+    import levers.audit.recommend as recommend_mod
+
+    audited = step.audit(memory_model=False)
+    rec = dataclasses.replace(
+        audited.result.recommendation, levers=("float8",), codes=("DTYPE003",),
+        command="levers ab demo --set size=tiny --lever float8",
+    )
+    monkeypatch.setattr(recommend_mod, "recommend", lambda *args, **kwargs: rec)
+    return dataclasses.replace(
+        audited, result=dataclasses.replace(audited.result, recommendation=rec)
+    )
+
+
+def test_a_lever_that_pays_only_on_another_is_measured_on_top_of_it_and_joins_with_it(
+    step, monkeypatch
+):
+    from levers.tune.claims import measured_audit
+
+    audited = _asking_for_float8(step, monkeypatch)
+    fake = FakeAb({"compile-blocks": 1.3, "float8": 1.1})
+    out = measured_audit(audited, fake, workload_spec="demo", set_items=["size=tiny"])
+    # float8's casts fuse only compiled: its A/B is the increment over compile-blocks
+    assert fake.calls[0] == (("compile-blocks",), ("compile-blocks", "float8"))
+    claims = {claim.lever: claim for claim in out.claims.claims}
+    # float8-rowwise, its other form, on top of compile-blocks as well
+    assert (("compile-blocks",), ("compile-blocks", "float8-rowwise")) in fake.calls
+    claim = claims["float8"]
+    assert claim.pays and claim.measured_ms == pytest.approx(10.0 - 10.0 / 1.1)
+    # the stack it paid in is proven as a stack against the baseline
+    assert fake.calls[-1] == ((), ("compile-blocks", "float8"))
+    assert out.claims.stack == ("compile-blocks", "float8") and out.claims.proven
+    rec = out.result.recommendation
+    assert rec.levers == ("compile-blocks", "float8")
+    assert rec.codes == ("DTYPE003", "DTYPE003")
+    assert rec.command.endswith("--lever compile-blocks,float8")
+
+
+def test_an_increment_that_does_not_hold_as_a_stack_proves_nothing_alone(step, monkeypatch):
+    from levers.tune.claims import measured_audit
+
+    audited = _asking_for_float8(step, monkeypatch)
+    fake = FakeAb(
+        {"compile-blocks": 1.3, "float8": 1.1}, together={("compile-blocks", "float8"): 0.98}
+    )
+    out = measured_audit(audited, fake, workload_spec="demo", set_items=["size=tiny"])
+    # float8's own A/B was against compile-blocks, not the baseline: no lever is left proven
+    assert out.claims.stack == () and not out.claims.proven
+    assert any("measured as a stack" in note for note in out.result.recommendation.notes)
+
+
+def test_a_lever_that_did_not_pay_on_top_of_another_says_on_what(step, monkeypatch):
+    from levers.tune.claims import measured_audit
+
+    audited = _asking_for_float8(step, monkeypatch)
+    fake = FakeAb({"compile-blocks": 1.3, "float8": 0.95})
+    out = measured_audit(audited, fake, workload_spec="demo", set_items=["size=tiny"])
+    assert out.claims.stack == ()
+    assert any(
+        note.startswith("float8 (on top of compile-blocks) measured on this step: slower")
+        for note in out.result.recommendation.notes
+    )

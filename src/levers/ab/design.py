@@ -10,7 +10,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from levers.ab.lever_lookup import apply_levers, choose_params, declared_exactness, find_levers
+from levers.ab.lever_lookup import (
+    apply_levers, choose_params, declared_exactness, declared_parity_floor, find_levers,
+)
 from levers.ab.prereg import DESIGN_DEFAULTS, Prereg, PreregError
 from levers.ab.runner import AbConfig, Side
 from levers.workload import Workload
@@ -114,6 +116,7 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
 
 
 def config(design: dict[str, Any], kill: dict[str, Any], exactness: str) -> AbConfig:
+    floor = declared_parity_floor(find_levers(design["levers"]))
     try:
         return AbConfig(
             num_steps=design["steps"],
@@ -122,6 +125,8 @@ def config(design: dict[str, Any], kill: dict[str, Any], exactness: str) -> AbCo
             num_resamples=design["resamples"],
             seed=design["seed"],
             exactness=exactness,
+            parity_floor=None if floor is None else floor[0],
+            parity_floor_of="" if floor is None else floor[1],
             mem_gate_gib=kill.get("mem_gate_gib"),
             time_budget_s=kill.get("time_budget_s"),
         )

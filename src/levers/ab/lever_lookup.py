@@ -107,6 +107,17 @@ def applicable_text(workload: Workload) -> str:
     return f"levers that apply to it: {', '.join(ids)}"
 
 
+def declared_parity_floor(levers: Sequence[Any]) -> tuple[float, str] | None:
+    """The largest one-step parity floor the levers declare, with the lever that declares it
+    (float8 rounds to fewer bits than bf16), or None."""
+    floors = [
+        (lever.parity_floor, lever.id)
+        for lever in levers
+        if getattr(lever, "parity_floor", None) is not None
+    ]
+    return max(floors) if floors else None
+
+
 def declared_exactness(levers: Sequence[Any]) -> str | None:
     """ "exact" if every lever declares itself exact, "changes-numerics" if any does not."""
     if not levers:

@@ -76,6 +76,9 @@ class Tolerance:
     autocast: str | None = None  # the autocast dtype seen in the step ("bfloat16"), if any
     # the float64-reference rule's factor on the baseline's error (None: the fixed tolerance)
     margin: float | None = None
+    # the least tolerance the candidate's levers declare (float8's), when it raised the table's
+    floor: float | None = None
+    floor_of: str = ""  # the lever that declared it
 
 
 @dataclass(frozen=True)
@@ -129,11 +132,24 @@ def is_low_precision(workload: Workload) -> bool:
     return False
 
 
-def tolerance_for(exactness: str, low_precision: bool, autocast: str | None = None) -> Tolerance:
+def tolerance_for(
+    exactness: str,
+    low_precision: bool,
+    autocast: str | None = None,
+    floor: tuple[float, str] | None = None,
+) -> Tolerance:
+    """The table's tolerance for ``exactness`` and the step's precision; ``floor``, (the least
+    tolerance, the lever that declares it), raises both of its steps to at least that."""
     if exactness not in EXACTNESS:
         raise ValueError(f"exactness must be one of {EXACTNESS}, got {exactness!r}")
     first, last = RTOL[(exactness, low_precision)]
-    return Tolerance(exactness, low_precision, first, last, autocast)
+    if floor is None or exactness == EXACT or floor[0] <= first and floor[0] <= last:
+        return Tolerance(exactness, low_precision, first, last, autocast)
+    least, lever = floor
+    return Tolerance(
+        exactness, low_precision, max(first, least), max(last, least), autocast,
+        floor=least, floor_of=lever,
+    )
 
 
 def rel_diff(baseline: float, candidate: float) -> float:
@@ -226,11 +242,13 @@ def run_parity(
     seed: int,
     lines: KillLines,
     reference: Reference | None = None,
+    floor: tuple[float, str] | None = None,
 ) -> tuple[ParityResult, Kill | None]:
     """Run ``num_steps`` steps of each side, compare, and return the evidence.
 
     ``reference`` is the float64 run of the same steps (:func:`reference_for`); without one, or
-    for an ``exact`` candidate, the fixed tolerance judges.
+    for an ``exact`` candidate, the fixed tolerance judges. ``floor`` is the least tolerance the
+    candidate's levers declare (:func:`tolerance_for`).
     """
     sides = (("baseline", baseline), ("candidate", candidate))
     losses: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
@@ -248,7 +266,7 @@ def run_parity(
         or any(dtype in LOW_PRECISION for dtype in autocast)
     )
     seen = [str(dtype).removeprefix("torch.") for dtype in autocast if dtype is not None]
-    tolerance = tolerance_for(exactness, low_precision, seen[0] if seen else None)
+    tolerance = tolerance_for(exactness, low_precision, seen[0] if seen else None, floor)
     if reference is None:
         reference = unavailable("no float64 run was made")
     result = _judge(baseline, candidate, tolerance, losses, norms, num_steps, kill, reference)

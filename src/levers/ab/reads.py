@@ -91,7 +91,8 @@ def _tolerance_words(parity: ParityResult) -> str:
         if tol.low_precision
         else "fp32"
     )
-    return f"{tol.exactness}, {precision}"
+    floor = f", {tol.floor_of}'s floor {tol.floor:g}" if tol.floor is not None else ""
+    return f"{tol.exactness}, {precision}{floor}"
 
 
 def _rule_words(parity: ParityResult) -> str:

@@ -42,6 +42,10 @@ class AbConfig:
     num_resamples: int = 10_000
     seed: int = 0  # the workloads' seed, the per-step parity reseed base and the bootstrap seed
     exactness: str = CHANGES_NUMERICS
+    # the least one-step parity tolerance the candidate's levers declare, and the lever
+    # (levers.levers.lever.Lever.parity_floor); None: the table's alone
+    parity_floor: float | None = None
+    parity_floor_of: str = ""
     mem_gate_gib: float | None = None
     time_budget_s: float | None = None
     confidence: float = 0.95
@@ -62,6 +66,8 @@ class AbConfig:
         object.__setattr__(self, "exactness", fix_safety(self.exactness))
         if self.exactness not in EXACTNESS:
             raise ValueError(f"exactness must be one of {EXACTNESS}, got {self.exactness!r}")
+        if self.parity_floor is not None and not 0.0 < self.parity_floor < 1.0:
+            raise ValueError(f"parity_floor must be between 0 and 1, got {self.parity_floor!r}")
         for name in ("mem_gate_gib", "time_budget_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -214,6 +220,10 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
             seed=config.seed,
             lines=lines,
             reference=reference,
+            floor=(
+                None if config.parity_floor is None
+                else (config.parity_floor, config.parity_floor_of)
+            ),
         )
     samples = None
     if kill is None:

@@ -74,6 +74,12 @@ SMALL = {
 }
 INSTALL = "torchao is not installed (pip install torchao, or pip install 'levers[float8]')"
 TOLERANCE = 1e-3  # on the losses; the test holds each gradient to 0.15
+# the least tolerance of an A/B's one-step parity checks on float8 (bf16's table allows 1e-2 after
+# step 1): its forward rounds to 3 mantissa bits (e4m3) and its gradients to 2 (e5m2). After one
+# step on the H200 the total gradient norm moved 1.9e-3 on the built-in llama 1b and 1.4e-2 on
+# the hf llama 1b (bench/results/float8_quality_h200, audit_llama_1b_h200); the held-out loss of
+# the quality read is its proof
+PARITY_FLOOR = 5e-2
 KNOWN_PROBLEMS = (
     "pays only where the linears are large and compiled (eager float8 adds cast kernels); "
     "needs compute capability 8.9+ and torchao; the held-out loss is its proof (levers ab's "
@@ -277,6 +283,8 @@ LEVER = register(
         title="Train the large linears in float8 (torchao; tensorwise or rowwise scales)",
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,
+        parity_floor=PARITY_FLOOR,
+        measured_on=("compile-blocks",),  # eager, its casts are kernels of their own
         fixes=("DTYPE003",),
         applies=applies,
         patch=patch,

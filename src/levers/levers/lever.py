@@ -102,6 +102,14 @@ class Lever:
     # levers this one is applied after when a stack names both, in either order (ac-budget
     # plans for compiled blocks, so it follows compile-blocks)
     after: tuple[str, ...] = ()
+    # levers this one pays only on top of (float8's scaling casts fuse only under compile): the
+    # audit measures it as an increment over them, not alone against the baseline
+    measured_on: tuple[str, ...] = ()
+    # the least relative tolerance of the A/B's one-step parity checks when the candidate runs
+    # this lever (None: the table's, for the step's precision): a lever that rounds to fewer bits
+    # than bf16 (float8) drifts further in one step than bf16's tolerance allows, and its proof
+    # is the quality read
+    parity_floor: float | None = None
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
@@ -112,6 +120,10 @@ class Lever:
             raise ValueError(f"lever {self.id}: a numerics-changing lever states its tolerance")
         if self.safety == EXACT and self.tolerance is not None:
             raise ValueError(f"lever {self.id}: an exact lever has no tolerance")
+        if self.safety == EXACT and self.parity_floor is not None:
+            raise ValueError(f"lever {self.id}: an exact lever is held to the baseline directly")
+        if self.id in self.measured_on:
+            raise ValueError(f"lever {self.id}: measured_on names the lever itself")
 
 
 def target_of(workload: Workload, options: dict[str, Any] | None = None) -> Target:

@@ -29,7 +29,8 @@ MEASURED_KEY = "measured"
 
 @dataclass(frozen=True)
 class Claim:
-    """One lever of the audit's stack, measured alone against the baseline."""
+    """One lever of the audit's stack, measured alone against the baseline, or on top of the
+    levers it pays only with (``Lever.measured_on``: float8 on compile-blocks)."""
 
     lever: str
     codes: tuple[str, ...]  # the finding codes that asked for it
@@ -84,8 +85,12 @@ def measure_levers(
 
     claims = []
     for lever in stack:
-        say(f"measuring {lever} on this step (A/B against the baseline)")
-        trial = measure((), (lever,), None)
+        base = measured_on(lever)
+        if base:
+            say(f"measuring {lever} on this step (A/B on top of {','.join(base)})")
+        else:
+            say(f"measuring {lever} on this step (A/B against the baseline)")
+        trial = measure(base, (*base, lever), None)
         pays, why = judge(trial)
         claimed, codes = _claimed_ms(findings, lever)
         claims.append(Claim(lever, codes, claimed, trial.saved_ms, pays, why, trial))
@@ -96,11 +101,26 @@ def measure_levers(
                 continue
             measured.add(other)
             say(f"measuring {other}, the other form of {claim.lever}, on this step")
-            trial = measure((), (other,), None)
+            base = measured_on(other)
+            trial = measure(base, (*base, other), None)
             pays, why = judge(trial)
             claims.append(Claim(other, claim.codes, claim.claimed_ms, trial.saved_ms, pays, why,
                                 trial, alternative_of=claim.lever))
     return claims
+
+
+def _measured_what(claim: Claim) -> str:
+    base = tuple(lever for lever in claim.trial.base if lever != claim.lever)
+    return f"{claim.lever} (on top of {','.join(base)})" if base else claim.lever
+
+
+def measured_on(lever: str) -> Stack:
+    """The levers ``lever`` is measured on top of (its ``measured_on``), in the catalogue's
+    order; () for a lever that is measured alone or is not in the catalogue."""
+    from levers.levers import load_all
+
+    found = load_all().get(lever)
+    return tuple(found.measured_on) if found is not None else ()
 
 
 def chosen_forms(claims: Sequence[Claim]) -> dict[str, Claim]:
@@ -134,7 +154,7 @@ def _measured_cost(finding: Any, claim: Claim, share: float) -> Any:
         fixed_ms=None if now is None else now - saved,
         saved_bytes=old.saved_bytes if old is not None else 0,
         basis=(
-            f"measured: {claim.lever} A/B'd on this step, {claim.why}; parity "
+            f"measured: {_measured_what(claim)} A/B'd on this step, {claim.why}; parity "
             f"{claim.trial.parity}; its {claim.measured_ms:.3g} ms saved per step is shared by "
             f"the finding(s) {', '.join(claim.codes)} (this one's estimate was {estimate})"
         ),
@@ -166,7 +186,7 @@ def apply_claims(findings: Sequence[Any], claims: Sequence[Claim]) -> list[Any]:
         if not claim.pays or claim.measured_ms is None:
             out.append(dataclasses.replace(
                 finding,
-                message=f"{message} Measured on this step: {claim.lever} {claim.why}; "
+                message=f"{message} Measured on this step: {_measured_what(claim)} {claim.why}; "
                 "not recommended.",
                 details={**details, "recommended": False},
             ))
@@ -211,8 +231,8 @@ def measured_audit(
     )
     chosen = chosen_forms(claims)
     paid = {c.lever: c for c in chosen.values() if c.pays}
-    notes = [f"{c.lever} measured on this step: {c.why}; not recommended" for c in claims
-             if not c.pays and c.alternative_of is None]
+    notes = [f"{_measured_what(c)} measured on this step: {c.why}; not recommended"
+             for c in claims if not c.pays and c.alternative_of is None]
     notes += [
         f"{c.lever} measured on this step: {c.why}, but {chosen[c.lever].lever}, another form "
         f"of it, paid more ({speed_of(chosen[c.lever].trial):.3f}x)"
@@ -220,27 +240,41 @@ def measured_audit(
         if c.alternative_of is None and c.pays and chosen[c.lever].lever != c.lever
     ]
     stack = tuple(lever for lever in rec.levers if lever in paid)
-    if len(stack) != len(rec.levers):
-        unmeasured = [lever for lever in rec.levers if lever not in paid]
+    unmeasured = [lever for lever in rec.levers if lever not in paid]
+    if unmeasured:
         notes.append(f"not measured: {', '.join(unmeasured)} (left out of the proven stack)")
+    # a lever measured on top of others (float8 on compile-blocks) paid with them: they join it,
+    # under the code of the finding that asked for it
+    codes = dict(zip(rec.levers, rec.codes))
+    added = {
+        base: codes.get(lever, "")
+        for lever in stack for base in paid[lever].trial.base if base not in stack
+    }
+    stack = (*added, *stack)
     stack_trial: Trial | None = paid[stack[0]].trial if len(stack) == 1 else None
     if len(stack) > 1:
         say(f"measuring the stack {','.join(stack)} on this step")
         stack_trial = measure((), stack, None)
         pays, why = judge(stack_trial)
         if not pays:
-            best = max((paid[lever] for lever in stack), key=lambda c: c.measured_ms or 0.0)
-            notes.append(
-                f"the stack {','.join(stack)} measured as a stack: {why}; the proven stack is "
-                f"its best lever alone, {best.lever}"
-            )
-            stack, stack_trial = (best.lever,), best.trial
+            # a lever's own A/B proves it against the baseline only when it was measured alone
+            alone = [paid[lever] for lever in stack if lever in paid and not paid[lever].trial.base]
+            if alone:
+                best = max(alone, key=lambda c: c.measured_ms or 0.0)
+                notes.append(
+                    f"the stack {','.join(stack)} measured as a stack: {why}; the proven stack "
+                    f"is its best lever alone, {best.lever}"
+                )
+                stack, stack_trial = (best.lever,), best.trial
+            else:
+                notes.append(f"the stack {','.join(stack)} measured as a stack: {why}")
+                stack, stack_trial = (), None
     proven = bool(stack)
     proof = ""
     if proven:
         _, proof = judge(stack_trial)
         proof = proof.removeprefix("pays: ") + f", parity {stack_trial.parity}"
-    rec = _restacked(rec, stack, proof, proven, notes, STACK_PROVEN)
+    rec = _restacked(rec, stack, proof, proven, notes, STACK_PROVEN, added)
     result = dataclasses.replace(result, findings=tuple(findings), recommendation=rec)
     return dataclasses.replace(
         audited,
@@ -251,16 +285,21 @@ def measured_audit(
 
 
 def _restacked(rec: Any, stack: Stack, proof: str, proven: bool, notes: list[str],
-               proven_word: str) -> Any:
-    """The recommendation cut to the proven ``stack``, its command rewritten to name it."""
-    codes = tuple(code for lever, code in zip(rec.levers, rec.codes) if lever in stack)
+               proven_word: str, added: dict[str, str] | None = None) -> Any:
+    """The recommendation cut to the proven ``stack``, its command rewritten to name it;
+    ``added``: levers of the stack the recommendation did not name (the levers a lever was
+    measured on top of), each with the code it joins under, first."""
+    added = {lever: code for lever, code in (added or {}).items() if lever in stack}
+    kept = [(lever, code) for lever, code in zip(rec.levers, rec.codes) if lever in stack]
+    pairs = [*added.items(), *kept]
+    codes = tuple(code for _, code in pairs)
     command = rec.command
     if command is not None and rec.levers:
         old = ",".join(rec.levers)
         command = command.replace(f"--lever {old}", f"--lever {','.join(stack)}") if stack else None
     return dataclasses.replace(
         rec,
-        levers=tuple(lever for lever in rec.levers if lever in stack),
+        levers=tuple(lever for lever, _ in pairs),
         codes=codes,
         command=command,
         notes=(*rec.notes, *notes),
