@@ -312,6 +312,53 @@ def test_raise_batch_picks_the_largest_predicted_fit_and_says_so():
         levers.apply(llama.build(), "raise-batch")
 
 
+def test_raise_batch_leaves_room_for_the_step_beside_it_and_says_so():
+    # levers ab holds its baseline on the GPU while the candidate steps: the candidate's batch
+    # is fitted to what the baseline leaves (on the H200 the audit's A/B of batch 27 beside the
+    # hf llama 1b's batch 4 ran out of memory)
+    from levers.hardware import resolve_gpu
+    from levers.levers.raise_batch import _held_beside, fit_batch
+
+    beside = ("llama", {"size": "tiny", "batch_size": 32})
+    held = _held_beside(beside, resolve_gpu("512MiB"))
+    assert held > 0
+    options = {"gpu": "512MiB", "max_batch_size": 4096}
+    alone, _ = fit_batch("llama", {"size": "tiny"}, options)
+    shared, said = fit_batch("llama", {"size": "tiny"}, {**options, "beside": beside})
+    assert shared["batch_size"] < alone["batch_size"]
+    assert f"predicted to reserve {held / 2**30:.1f} GiB" in said
+    assert "smaller than the step alone would fit" in said
+
+
+def test_ab_names_its_baseline_to_the_levers_that_choose_the_candidates_parameters(monkeypatch):
+    from types import SimpleNamespace
+
+    from levers.ab import design as design_mod
+    from levers.ab.lever_lookup import choose_params
+
+    seen = {}
+
+    def choose(spec, params, options):
+        seen.update(options)
+        return {**params, "batch_size": 8}, "chose 8"
+
+    lever = SimpleNamespace(id="fake-batch", choose_params=choose, options={})
+    beside = ("llama", {"size": "tiny", "batch_size": 2})
+    assert choose_params("llama", {"size": "tiny"}, [lever], beside=beside)["batch_size"] == 8
+    assert seen["beside"] == beside and seen["levers"] == []
+    # and ab's design passes its baseline side
+    calls = []
+    monkeypatch.setattr(
+        design_mod, "choose_params", lambda *args, **kwargs: calls.append(kwargs) or args[1]
+    )
+    given = {"baseline": "llama", "params": {"size": "tiny"}, "levers": ["compile-blocks"]}
+    resolved, _ = design_mod.resolve(given, {}, None)
+    design_mod.sides(resolved)
+    [kwargs] = calls
+    spec, params = kwargs["beside"]
+    assert spec == "llama" and params["size"] == "tiny"
+
+
 def test_raise_batch_predicts_the_step_with_its_blocks_compiled(monkeypatch):
     # issue 21: the fit is of the step that will run, blocks compiled, not of the eager step
     from levers.levers.raise_batch import NOT_PREDICTED, fit_batch

@@ -102,7 +102,10 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
         design["candidate"], {**design["params"], **design["params_b"]}, design["seed"]
     )
     # a lever on the factory parameters (raise-batch) picks them before the candidate is built
-    params_b = choose_params(design["candidate"], params_b, levers)
+    # the A/B holds the baseline on the same device while the candidate steps
+    params_b = choose_params(
+        design["candidate"], params_b, levers, beside=(design["baseline"], params_a)
+    )
     baseline = Side(partial(_load, design["baseline"], params_a, []), design["baseline"], params_a)
     candidate = Side(
         partial(_load, design["candidate"], params_b, levers),

@@ -50,16 +50,24 @@ def find_levers(names: Sequence[str]) -> list[ChosenLever]:
         raise LeverNotFound(str(exc)) from None
 
 
-def choose_params(spec: Any, params: dict[str, Any], levers: Sequence[Any]) -> dict[str, Any]:
-    """The candidate's parameters after the levers that choose them; says what each chose."""
+def choose_params(
+    spec: Any,
+    params: dict[str, Any],
+    levers: Sequence[Any],
+    beside: tuple[Any, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The candidate's parameters after the levers that choose them; says what each chose.
+    ``beside``: the baseline's (spec, parameters), which the A/B holds on the same device while
+    the candidate runs (raise-batch leaves room for it)."""
     others = [lever.id for lever in levers if lever.choose_params is None]
+    context: dict[str, Any] = {"levers": others}
+    if beside is not None:
+        context["beside"] = beside
     for lever in levers:
         if lever.choose_params is None:
             continue
         try:
-            params, said = lever.choose_params(
-                spec, dict(params), {**lever.options, "levers": others}
-            )
+            params, said = lever.choose_params(spec, dict(params), {**lever.options, **context})
         except ValueError as exc:
             raise LeverNotFound(f"lever {lever.id}: {exc}") from None
         print(said, file=sys.stderr)

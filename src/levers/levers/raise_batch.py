@@ -19,8 +19,12 @@ Options: ``gpu`` (a name or budget levers memory knows; default the current CUDA
 the search may make, 24; the best fit so far stands, said "at least", when they run out),
 ``param`` (the factory's batch parameter; default the first of ``batch_size``, ``batch``,
 ``bs``, ``per_device_train_batch_size``, ``micro_batch_size``, ... in its signature),
-``levers`` (ids applied while predicting). A batch predicted for a GPU is never run on the
-host: with ``gpu=`` named and the candidate on the CPU, it refuses before the search.
+``levers`` (ids applied while predicting), ``beside`` (the spec and parameters of a step that
+holds the same GPU meanwhile: ``levers ab`` names its baseline, which stays alive while the
+candidate steps; its predicted reserved peak is taken off the GPU's memory before the fit, so
+the A/B measures a smaller batch than the step alone would fit, and says both). A batch
+predicted for a GPU is never run on the host: with ``gpu=`` named and the candidate on the CPU,
+it refuses before the search.
 
 Fix safety: changes numerics, and more: another batch size is another training step (the
 optimizer sees other gradients per step; tune the learning rate if it matters). No parity
@@ -29,6 +33,7 @@ tolerance applies; run ``levers ab`` with ``--parity-steps 0``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from levers.levers import register
@@ -144,6 +149,19 @@ def choose_params(
     return fit_batch(spec, params, options, gpu=gpu, param=param)
 
 
+def _held_beside(beside: Any, gpu: Any) -> int:
+    """The predicted reserved peak of the step ``beside`` ((spec, parameters)) on ``gpu``; 0
+    when none is named."""
+    if not beside:
+        return 0
+    from levers.memory.predict import run_prediction, source_of
+    from levers.memory.steps import DEFAULT_NUM_STEPS
+
+    spec, params = beside
+    source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
+    return int(run_prediction(source, gpu, num_steps=DEFAULT_NUM_STEPS).replay.peak_reserved_bytes)
+
+
 def fit_batch(
     spec: Any,
     params: dict[str, Any],
@@ -160,6 +178,15 @@ def fit_batch(
     gpu = gpu if gpu is not None else _gpu(options)
     param = param or batch_param(spec, options)
     margin = check_margin(float(options.get("margin", DEFAULT_MARGIN)))
+    held = _held_beside(options.get("beside"), gpu)
+    whole = gpu
+    if held:
+        if held >= gpu.total_bytes:
+            return dict(params), (
+                f"raise-batch: the step beside it (the A/B's baseline) is predicted to reserve "
+                f"{held / 2**30:.1f} GiB, all of {gpu.name}: the batch stays as it is"
+            )
+        gpu = dataclasses.replace(gpu, total_bytes=gpu.total_bytes - held)
     # the prediction is of the GPU run: a device given for this machine (device=cpu) is dropped,
     # so the factory gets the GPU the memory model stands in for
     source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
@@ -186,13 +213,22 @@ def fit_batch(
     )
     if fit.best is None:
         return dict(params), f"raise-batch: even {param}=1 is predicted not to fit {gpu.name}"
+    if held:
+        beside = (
+            f"; the A/B's baseline, beside it on the GPU, is predicted to reserve "
+            f"{held / 2**30:.1f} GiB, so this batch is smaller than the step alone would fit "
+            f"(levers memory --gpu {whole.name} --fit {param} says that one)"
+        )
+    else:
+        beside = ""
     peak = next(p.peak_reserved_bytes for p in fit.curve if p.value == fit.best)
     predicted = [i for i in lever_ids if i.split(":")[0] not in skipped]
     with_levers = f" with {', '.join(predicted)}" if predicted else ""
     said = (
         f"raise-batch: {param} {start} -> {fit.best} (predicted reserved peak{with_levers} "
         f"{peak / 2**30:.1f} GiB of {fit.budget_bytes / 2**30:.1f} GiB: {gpu.name} less "
-        f"{margin:.0%}; largest that fits: {fit.statement()})"
+        f"{margin:.0%}{' and the baseline' if held else ''}; largest that fits: "
+        f"{fit.statement()}){beside}"
     )
     if skipped:
         left_out = "; ".join(f"{lever_id} ({why})" for lever_id, why in skipped.items())
