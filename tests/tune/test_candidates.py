@@ -8,7 +8,7 @@ import pytest
 
 from levers.audit.finding import Cost, Finding, Receipt
 from levers.levers.catalogue import Measurement
-from levers.tune.candidates import candidates, groups, exclusive_with
+from levers.tune.candidates import Candidate, candidates, exclusive_with, groups
 
 
 def _lever(id, *, needs_gpu=False, choose_params=None, applies=None):
@@ -109,3 +109,23 @@ def test_the_data_levers_are_candidates_on_padded_batches_and_one_group():
     tried, skipped = candidates(registry, lambda lever: lever.applies(target_of(fixed)))
     assert tried == [] and all("exposes no batches" in s.reason or "GPU" in s.reason
                                for s in skipped)
+
+
+def test_a_lever_that_pays_only_on_another_is_tried_after_it():
+    from levers.tune.candidates import after_their_base
+
+    registry = {
+        "float8": SimpleNamespace(id="float8", measured_on=("compile-blocks",)),
+        "compile-blocks": SimpleNamespace(id="compile-blocks", measured_on=()),
+        "sdpa-attention": SimpleNamespace(id="sdpa-attention", measured_on=()),
+    }
+    ordered = [Candidate(i, None, "test") for i in ("float8", "sdpa-attention", "compile-blocks")]
+    assert [c.lever for c in after_their_base(ordered, registry)] == [
+        "sdpa-attention", "compile-blocks", "float8",
+    ]
+    # already after it, or its base not a candidate: the order stands
+    assert [c.lever for c in after_their_base(ordered[1:], registry)] == [
+        "sdpa-attention", "compile-blocks",
+    ]
+    alone = [Candidate("float8", None, "test"), Candidate("sdpa-attention", None, "test")]
+    assert after_their_base(alone, registry) == alone

@@ -192,7 +192,23 @@ def candidates(
         # the largest expected saving first; on a tie the audit's (of this step) first
         key = (-round(share if share is not None else 0.0, 6), tier, lever_id)
         tried.append((key, Candidate(lever_id, share, source)))
-    return [c for _, c in sorted(tried, key=lambda kc: kc[0])], skipped
+    ordered = [c for _, c in sorted(tried, key=lambda kc: kc[0])]
+    return after_their_base(ordered, registry), skipped
+
+
+def after_their_base(ordered: Sequence[Candidate], registry: Mapping[str, Any]) -> list[Candidate]:
+    """``ordered`` with each lever that pays only on top of others (``measured_on``: float8 on
+    compile-blocks) moved after the last of those among the candidates, so that the greedy search
+    tries it on top of them rather than alone."""
+    out = list(ordered)
+    for candidate in ordered:
+        base = getattr(registry.get(candidate.lever), "measured_on", ())
+        ids = [c.lever for c in out]
+        last = max((ids.index(b) for b in base if b in ids), default=-1)
+        if last > ids.index(candidate.lever):
+            out.remove(candidate)
+            out.insert(last, candidate)  # the base moved up by one: after it
+    return out
 
 
 def _left_out(
