@@ -328,6 +328,9 @@ def test_raise_batch_leaves_room_for_the_step_beside_it_and_says_so():
     assert shared["batch_size"] < alone["batch_size"]
     assert f"predicted to reserve {held / 2**30:.1f} GiB" in said
     assert "smaller than the step alone would fit" in said
+    # a baseline that cannot be predicted: refused with the cause and what to do instead
+    with pytest.raises(ValueError, match="could not be predicted.*--set-b batch_size=N"):
+        fit_batch("llama", {"size": "tiny"}, {**options, "beside": ("llama", {"size": "huge"})})
 
 
 def test_ab_names_its_baseline_to_the_levers_that_choose_the_candidates_parameters(monkeypatch):

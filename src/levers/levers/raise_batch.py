@@ -159,7 +159,16 @@ def _held_beside(beside: Any, gpu: Any) -> int:
 
     spec, params = beside
     source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
-    return int(run_prediction(source, gpu, num_steps=DEFAULT_NUM_STEPS).replay.peak_reserved_bytes)
+    try:
+        prediction = run_prediction(source, gpu, num_steps=DEFAULT_NUM_STEPS)
+    except Exception as exc:  # noqa: BLE001 - said as the lever's refusal, with the cause
+        cause = (str(exc).splitlines() or [""])[0]
+        raise ValueError(
+            f"the step beside it (the A/B's baseline) could not be predicted, so the room it "
+            f"leaves is unknown ({type(exc).__name__}: {cause}); run the candidate at a batch "
+            "of your choosing with --set-b batch_size=N"
+        ) from exc
+    return int(prediction.replay.peak_reserved_bytes)
 
 
 def fit_batch(
