@@ -240,7 +240,9 @@ def measured_audit(
         if c.alternative_of is None and c.pays and chosen[c.lever].lever != c.lever
     ]
     stack = tuple(lever for lever in rec.levers if lever in paid)
-    unmeasured = [lever for lever in rec.levers if lever not in paid]
+    # levers the findings asked for afresh with no A/B of their own (those that did not pay are
+    # noted above)
+    unmeasured = [lever for lever in rec.levers if lever not in {c.lever for c in claims}]
     if unmeasured:
         notes.append(f"not measured: {', '.join(unmeasured)} (left out of the proven stack)")
     # a lever measured on top of others (float8 on compile-blocks) paid with them: they join it,
