@@ -179,8 +179,12 @@ def test_trains_within_its_tolerance_of_fp32_adamw(lever_id, eager):
     levers.apply(on, lever_id)
     losses = train(on)
     assert relative(losses, expected) <= REGISTRY[lever_id].tolerance
-    assert not torch.equal(losses, expected)  # its update did run
     reference = params_of(baseline.model)
+    # its update ran, not fp32 AdamW's: the parameters moved otherwise (the losses of three steps
+    # at this learning rate can agree to the last bit)
+    moved = [name for name, p in on.model.named_parameters()
+             if not torch.equal(p.detach(), reference[name])]
+    assert moved
     for name, p in on.model.named_parameters():
         update, wanted = p.detach() - initial[name], reference[name] - initial[name]
         assert relative(update, wanted) <= MODULES[lever_id].UPDATE_RTOL, name
