@@ -264,3 +264,19 @@ def test_a_lever_that_did_not_pay_on_top_of_another_says_on_what(step, monkeypat
         note.startswith("float8 (on top of compile-blocks) measured on this step: slower")
         for note in out.result.recommendation.notes
     )
+
+
+def test_a_lever_whose_base_cannot_be_built_is_measured_alone(step, monkeypatch):
+    from levers.tune.claims import measured_audit
+
+    audited = _asking_for_float8(step, monkeypatch)
+    fake = FakeAb(
+        {"float8": 1.1}, broken={"compile-blocks": "lever compile-blocks does not apply: no blocks"}
+    )
+    out = measured_audit(audited, fake, workload_spec="demo", set_items=["size=tiny"])
+    assert fake.calls[:2] == [
+        (("compile-blocks",), ("compile-blocks", "float8")), ((), ("float8",)),
+    ]
+    claims = {claim.lever: claim for claim in out.claims.claims}
+    assert claims["float8"].pays and not claims["float8"].trial.base
+    assert out.claims.stack == ("float8",)

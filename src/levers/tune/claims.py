@@ -85,12 +85,7 @@ def measure_levers(
 
     claims = []
     for lever in stack:
-        base = measured_on(lever)
-        if base:
-            say(f"measuring {lever} on this step (A/B on top of {','.join(base)})")
-        else:
-            say(f"measuring {lever} on this step (A/B against the baseline)")
-        trial = measure(base, (*base, lever), None)
+        trial = _measure_on_its_base(lever, measure, say, "")
         pays, why = judge(trial)
         claimed, codes = _claimed_ms(findings, lever)
         claims.append(Claim(lever, codes, claimed, trial.saved_ms, pays, why, trial))
@@ -100,13 +95,30 @@ def measure_levers(
             if other in measured:
                 continue
             measured.add(other)
-            say(f"measuring {other}, the other form of {claim.lever}, on this step")
-            base = measured_on(other)
-            trial = measure(base, (*base, other), None)
+            trial = _measure_on_its_base(
+                other, measure, say, f", the other form of {claim.lever},"
+            )
             pays, why = judge(trial)
             claims.append(Claim(other, claim.codes, claim.claimed_ms, trial.saved_ms, pays, why,
                                 trial, alternative_of=claim.lever))
     return claims
+
+
+def _measure_on_its_base(lever: str, measure: Measure, say: Callable[[str], None],
+                         what: str) -> Trial:
+    """``lever``'s A/B: on top of the levers it pays only with (``measured_on``), else, or
+    where the A/B on them could not be built (compile-blocks finds no repeated blocks, say),
+    against the baseline alone."""
+    base = measured_on(lever)
+    if base:
+        say(f"measuring {lever}{what} on this step (A/B on top of {','.join(base)})")
+        trial = measure(base, (*base, lever), None)
+        if trial.error is None:
+            return trial
+        say(f"{','.join(base)} under {lever} could not be built ({trial.error}): {lever} alone")
+    else:
+        say(f"measuring {lever}{what} on this step (A/B against the baseline)")
+    return measure((), (lever,), None)
 
 
 def _measured_what(claim: Claim) -> str:
