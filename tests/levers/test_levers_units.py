@@ -364,7 +364,8 @@ def test_ab_names_its_baseline_to_the_levers_that_choose_the_candidates_paramete
 
 def test_raise_batch_predicts_the_step_with_its_blocks_compiled(monkeypatch):
     # issue 21: the fit is of the step that will run, blocks compiled, not of the eager step
-    from levers.levers.raise_batch import NOT_PREDICTED, fit_batch
+    from levers.levers.raise_batch import fit_batch
+    from levers.memory.prediction import NOT_PREDICTED
     from levers.memory import compiled
 
     graphs = []

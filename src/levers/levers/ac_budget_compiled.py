@@ -255,9 +255,9 @@ def compile_with_levels(workload: Any, levels: Levels, stack: Stack = ()) -> Non
     """The step a compiled plan runs, as a prediction's transform: the levers of ``stack`` (those
     applied before ac-budget, each with its options; compile-blocks among them, or added first),
     then ``levels``. Levers whose kernels cannot run on fake tensors are left out
-    (``raise_batch.NOT_PREDICTED``)."""
+    (``levers.memory.prediction.NOT_PREDICTED``)."""
     from levers.levers.handle import replay
-    from levers.levers.raise_batch import NOT_PREDICTED
+    from levers.memory.prediction import NOT_PREDICTED
 
     stack = [(lever_id, options) for lever_id, options in stack if lever_id not in NOT_PREDICTED]
     if compile_blocks.LEVER.id not in {lever_id for lever_id, _ in stack}:

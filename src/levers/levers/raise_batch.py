@@ -42,11 +42,6 @@ from levers.vocab import CHANGES_NUMERICS
 
 DEFAULT_MARGIN = 0.05
 PARAM = "batch_size"
-# left out of the predicted step: Triton kernels cannot run on fake tensors (the fused loss has
-# a stand-in for Liger's; liger-kernels' norms and activations have none). The compile levers
-# are predicted with levers memory's own backend, whatever backend they name
-# (levers.memory.compiled)
-NOT_PREDICTED = ("liger-kernels", "raise-batch")
 
 
 def _gpu(options: dict[str, Any]):
@@ -182,6 +177,7 @@ def fit_batch(
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
     from levers.memory.predict import check_margin, run_prediction, source_of
+    from levers.memory.prediction import NOT_PREDICTED
     from levers.memory.steps import DEFAULT_NUM_STEPS
 
     gpu = gpu if gpu is not None else _gpu(options)

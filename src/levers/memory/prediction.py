@@ -22,6 +22,12 @@ from levers.memory.replay import Replay, replay
 from levers.memory.trace import Trace
 from levers.workload import Workload
 
+# levers the predicted step leaves out when a stack names them: Triton kernels cannot run on fake
+# tensors (the fused loss has a stand-in for Liger's; liger-kernels' norms and activations have
+# none), and raise-batch is the fit itself. The compile levers are predicted with levers memory's
+# own backend, whatever backend they name (levers.memory.compiled)
+NOT_PREDICTED = ("liger-kernels", "raise-batch")
+
 
 @dataclass(frozen=True)
 class Source:
