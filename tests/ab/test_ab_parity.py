@@ -14,7 +14,11 @@ from levers.ab.killlines import KillLines
 from levers.ab.parity import RTOL, is_low_precision, rel_diff, run_parity, tolerance_for
 
 
-def _linear_workload(seed: int = 0, *, accumulate: int = 1, rename: bool = False) -> Workload:
+def _linear_workload(
+    seed: int = 0, *, accumulate: int = 1, rename: bool = False, scale: float = 1.0
+) -> Workload:
+    """A two-layer linear model's SGD step; ``scale`` multiplies its loss (so its gradients): a
+    drift of ``scale - 1`` from the unscaled step."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
     if rename:
@@ -25,7 +29,7 @@ def _linear_workload(seed: int = 0, *, accumulate: int = 1, rename: bool = False
 
     def step():
         for _ in range(accumulate):
-            loss = net(x).square().mean()
+            loss = net(x).square().mean() * scale
             loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -216,26 +220,10 @@ def test_the_parity_note_names_the_first_failing_check_in_step_order():
     assert "2 more checks failed" in note
 
 
-def _scaled_workload(scale: float) -> Workload:
-    """The linear workload with its loss (so its gradients) scaled: a drift of ``scale - 1``."""
-    workload = _linear_workload()
-    model, opt = workload.model, workload.optimizer
-    x = torch.arange(8.0).reshape(2, 4) / 8
-
-    def step():
-        loss = model(x).square().mean() * scale
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
-    return Workload(model=model, step=step, optimizer=opt)
-
-
 def test_a_lever_declared_floor_raises_the_tolerance_and_the_note_names_it():
     def judged(floor):
         result, _ = run_parity(
-            _linear_workload(), _scaled_workload(1.03), num_steps=2,
+            _linear_workload(), _linear_workload(scale=1.03), num_steps=2,
             exactness="changes-numerics", seed=0, lines=KillLines(), floor=floor,
         )
         return result
@@ -248,7 +236,7 @@ def test_a_lever_declared_floor_raises_the_tolerance_and_the_note_names_it():
     assert (floored.tolerance.floor, floored.tolerance.floor_of) == (0.05, "float8")
     # and a drift past the floor still fails
     assert run_parity(
-        _linear_workload(), _scaled_workload(1.2), num_steps=2, exactness="changes-numerics",
+        _linear_workload(), _linear_workload(scale=1.2), num_steps=2, exactness="changes-numerics",
         seed=0, lines=KillLines(), floor=(0.05, "float8"),
     )[0].passed is False
 
