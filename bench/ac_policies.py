@@ -695,7 +695,8 @@ def main() -> None:
         if not 0.0 < float(ratio) < 1.0:
             parser.error(f"--ratios: {ratio} is not between 0 and 1")
     if float8_ratios and args.smoke:
-        print("--float8-ratios: float8 needs a CUDA GPU of compute capability 8.9+; left out of --smoke")
+        print("--float8-ratios: float8 needs a CUDA GPU of compute capability 8.9+; "
+              "left out of --smoke")
         float8_ratios = ()
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -224,26 +224,26 @@ def test_a_lever_declared_floor_raises_the_tolerance_and_the_note_names_it():
     def judged(floor):
         result, _ = run_parity(
             _linear_workload(), _linear_workload(scale=1.03), num_steps=2,
-            exactness="changes-numerics", seed=0, lines=KillLines(), floor=floor,
+            exactness="changes-numerics", seed=0, lines=KillLines(), floor=floor, floor_of="float8",
         )
         return result
 
     # a drift of 3% fails fp32's 1e-4 and passes a floor of 5% (float8's)
     assert judged(None).passed is False
-    floored = judged((0.05, "float8"))
+    floored = judged(0.05)
     assert floored.passed is True
     assert (floored.tolerance.rtol_first, floored.tolerance.rtol_last) == (0.05, 0.05)
     assert (floored.tolerance.floor, floored.tolerance.floor_of) == (0.05, "float8")
     # and a drift past the floor still fails
     assert run_parity(
         _linear_workload(), _linear_workload(scale=1.2), num_steps=2, exactness="changes-numerics",
-        seed=0, lines=KillLines(), floor=(0.05, "float8"),
+        seed=0, lines=KillLines(), floor=0.05, floor_of="float8",
     )[0].passed is False
 
 
 def test_a_floor_never_loosens_an_exact_candidate_nor_lowers_the_table():
-    assert tolerance_for("exact", True, floor=(0.05, "float8")).rtol_last == RTOL[("exact", True)][1]
-    low = tolerance_for("changes-numerics", True, floor=(1e-3, "some-lever"))
+    assert tolerance_for("exact", True, floor=0.05).rtol_last == RTOL[("exact", True)][1]
+    low = tolerance_for("changes-numerics", True, floor=1e-3, floor_of="some-lever")
     assert (low.rtol_first, low.rtol_last, low.floor) == (*RTOL[("changes-numerics", True)], None)
 
 

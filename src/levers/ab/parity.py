@@ -136,19 +136,19 @@ def tolerance_for(
     exactness: str,
     low_precision: bool,
     autocast: str | None = None,
-    floor: tuple[float, str] | None = None,
+    floor: float | None = None,
+    floor_of: str = "",
 ) -> Tolerance:
-    """The table's tolerance for ``exactness`` and the step's precision; ``floor``, (the least
-    tolerance, the lever that declares it), raises both of its steps to at least that."""
+    """The table's tolerance for ``exactness`` and the step's precision; ``floor``, the least
+    tolerance that lever ``floor_of`` declares, raises both of its steps to at least that."""
     if exactness not in EXACTNESS:
         raise ValueError(f"exactness must be one of {EXACTNESS}, got {exactness!r}")
     first, last = RTOL[(exactness, low_precision)]
-    if floor is None or exactness == EXACT or floor[0] <= first and floor[0] <= last:
+    if floor is None or exactness == EXACT or floor <= first and floor <= last:
         return Tolerance(exactness, low_precision, first, last, autocast)
-    least, lever = floor
     return Tolerance(
-        exactness, low_precision, max(first, least), max(last, least), autocast,
-        floor=least, floor_of=lever,
+        exactness, low_precision, max(first, floor), max(last, floor), autocast,
+        floor=floor, floor_of=floor_of,
     )
 
 
@@ -242,13 +242,14 @@ def run_parity(
     seed: int,
     lines: KillLines,
     reference: Reference | None = None,
-    floor: tuple[float, str] | None = None,
+    floor: float | None = None,
+    floor_of: str = "",
 ) -> tuple[ParityResult, Kill | None]:
     """Run ``num_steps`` steps of each side, compare, and return the evidence.
 
     ``reference`` is the float64 run of the same steps (:func:`reference_for`); without one, or
     for an ``exact`` candidate, the fixed tolerance judges. ``floor`` is the least tolerance the
-    candidate's levers declare (:func:`tolerance_for`).
+    candidate's lever ``floor_of`` declares (:func:`tolerance_for`).
     """
     sides = (("baseline", baseline), ("candidate", candidate))
     losses: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
@@ -266,7 +267,9 @@ def run_parity(
         or any(dtype in LOW_PRECISION for dtype in autocast)
     )
     seen = [str(dtype).removeprefix("torch.") for dtype in autocast if dtype is not None]
-    tolerance = tolerance_for(exactness, low_precision, seen[0] if seen else None, floor)
+    tolerance = tolerance_for(
+        exactness, low_precision, seen[0] if seen else None, floor, floor_of
+    )
     if reference is None:
         reference = unavailable("no float64 run was made")
     result = _judge(baseline, candidate, tolerance, losses, norms, num_steps, kill, reference)

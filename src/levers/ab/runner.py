@@ -220,10 +220,8 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
             seed=config.seed,
             lines=lines,
             reference=reference,
-            floor=(
-                None if config.parity_floor is None
-                else (config.parity_floor, config.parity_floor_of)
-            ),
+            floor=config.parity_floor,
+            floor_of=config.parity_floor_of,
         )
     samples = None
     if kill is None:
