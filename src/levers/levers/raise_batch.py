@@ -144,18 +144,25 @@ def choose_params(
     return fit_batch(spec, params, options, gpu=gpu, param=param)
 
 
+def _gpu_source(spec: Any, params: dict[str, Any]) -> Any:
+    """The source of a prediction of the GPU run: a device given for this machine (device=cpu)
+    is dropped, so the factory gets the GPU the memory model stands in for."""
+    from levers.memory.predict import source_of
+
+    return source_of(spec, {k: v for k, v in params.items() if k != "device"})
+
+
 def _held_beside(beside: Any, gpu: Any) -> int:
     """The predicted reserved peak of the step ``beside`` ((spec, parameters)) on ``gpu``; 0
     when none is named."""
     if not beside:
         return 0
-    from levers.memory.predict import run_prediction, source_of
+    from levers.memory.predict import run_prediction
     from levers.memory.steps import DEFAULT_NUM_STEPS
 
     spec, params = beside
-    source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
     try:
-        prediction = run_prediction(source, gpu, num_steps=DEFAULT_NUM_STEPS)
+        prediction = run_prediction(_gpu_source(spec, params), gpu, num_steps=DEFAULT_NUM_STEPS)
     except Exception as exc:  # noqa: BLE001 - said as the lever's refusal, with the cause
         cause = (str(exc).splitlines() or [""])[0]
         raise ValueError(
@@ -176,7 +183,7 @@ def fit_batch(
 ) -> tuple[dict[str, Any], str]:
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
-    from levers.memory.predict import check_margin, run_prediction, source_of
+    from levers.memory.predict import check_margin, run_prediction
     from levers.memory.prediction import NOT_PREDICTED
     from levers.memory.steps import DEFAULT_NUM_STEPS
 
@@ -192,9 +199,7 @@ def fit_batch(
                 f"{held / 2**30:.1f} GiB, all of {gpu.name}: the batch stays as it is"
             )
         gpu = dataclasses.replace(gpu, total_bytes=gpu.total_bytes - held)
-    # the prediction is of the GPU run: a device given for this machine (device=cpu) is dropped,
-    # so the factory gets the GPU the memory model stands in for
-    source = source_of(spec, {k: v for k, v in params.items() if k != "device"})
+    source = _gpu_source(spec, params)
     lever_ids = [i for i in options.get("levers", ()) if i not in NOT_PREDICTED]
     skipped: dict[str, str] = {}  # the levers that did not apply to the predicted step, and why
 
