@@ -387,41 +387,29 @@ def compiled_rows(
     have_liger = importlib.util.find_spec("liger_kernel") is not None
     if (fused_loss_ratios or float8_ratios) and not have_liger:
         print("liger-kernel is not installed: the peer rows with Liger's loss are left out")
-    for ratio in fused_loss_ratios if have_liger else ():  # the peer, while the plans are made
+    # the peers, while the plans are made: torch's ratio with Liger's fused loss, then with
+    # torchtitan's float8 recipe as well
+    peers = [("compiled-torch-budget+liger-flce", ratio, False) for ratio in fused_loss_ratios]
+    peers += [("compiled-torch-budget+float8+liger-flce", ratio, True) for ratio in float8_ratios]
+    for policy, ratio, float8 in peers if have_liger else ():
         undos: list[Any] = []
 
-        def torch_budget_flce(workload: Any, ratio: str = ratio) -> dict[str, Any]:
-            return {**compile_blocks(workload), "activation_memory_budget": float(ratio)}
+        def torch_budget(workload: Any, ratio: str = ratio, float8: bool = float8) -> dict[str, Any]:
+            fields = {}
+            if float8:
+                from levers_vs_peers import _torchtitan_float8
+
+                _torchtitan_float8(workload)  # before the blocks first trace, as torchtitan does
+                fields["peer_float8"] = "torchtitan tensorwise, auto_filter_small_kn, head left out"
+            return {**compile_blocks(workload), "activation_memory_budget": float(ratio), **fields}
 
         with functorch_config.patch(activation_memory_budget=float(ratio)):
-            row = run_row(
-                "compiled-torch-budget+liger-flce", params, steps,
-                liger_loss_then(torch_budget_flce, undos),
-            )
+            row = run_row(policy, params, steps, liger_loss_then(torch_budget, undos))
         for undo in undos:
             undo()
         rows.append(row)
         write()
-    for ratio in float8_ratios if have_liger else ():  # torchtitan's recipe with the ratio
-        undos = []
-
-        def torch_budget_float8(workload: Any, ratio: str = ratio) -> dict[str, Any]:
-            from levers_vs_peers import _torchtitan_float8
-
-            _torchtitan_float8(workload)  # before the blocks first trace, as torchtitan does
-            return {**compile_blocks(workload), "activation_memory_budget": float(ratio),
-                    "peer_float8": "torchtitan tensorwise, auto_filter_small_kn, head left out"}
-
-        with functorch_config.patch(activation_memory_budget=float(ratio)):
-            row = run_row(
-                "compiled-torch-budget+float8+liger-flce", params, steps,
-                liger_loss_then(torch_budget_float8, undos),
-            )
-        for undo in undos:
-            undo()
-        rows.append(row)
-        write()
-        if row.get("peak_allocated_bytes") is not None:  # levers' float8 stack at this peak
+        if float8 and row.get("peak_allocated_bytes") is not None:  # levers' float8 stack there
             job = pool.submit(
                 compiled_plan_job, pred_params, gpu, row["peak_allocated_bytes"], ratio, num_blocks,
                 stacks[FLOAT8_POLICY],
