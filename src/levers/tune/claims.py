@@ -254,7 +254,8 @@ def measured_audit(
     stack = tuple(lever for lever in rec.levers if lever in paid)
     # levers the findings asked for afresh with no A/B of their own (those that did not pay are
     # noted above)
-    unmeasured = [lever for lever in rec.levers if lever not in {c.lever for c in claims}]
+    measured = {c.lever for c in claims}
+    unmeasured = [lever for lever in rec.levers if lever not in measured]
     if unmeasured:
         notes.append(f"not measured: {', '.join(unmeasured)} (left out of the proven stack)")
     # a lever measured on top of others (float8 on compile-blocks) paid with them: they join it,
