@@ -12,7 +12,8 @@ batches), its floating parameters and buffers cast to float64, and each of the p
 with the global RNG reseeded as for the sides. Inside the step a torch-function mode casts every
 floating tensor that reaches an op to float64 (batches the factory made in float32, targets,
 ``.float()`` and ``dtype=`` requests), except the tensor an in-place op writes to, so that a
-mutation is never made on a copy. Random draws (``torch.randn``, ``rand_like``, dropout masks)
+mutation is never made on a copy, and except inside ``optimizer.step()``, whose tensors are
+float64 by then and whose float32 step count CUDA's fused Adam reads as float32. Random draws (``torch.randn``, ``rand_like``, dropout masks)
 run in the dtype the step asked for and are cast afterwards, since a float64 draw takes other
 numbers from the generator (known limits: a ``*_like`` draw and a dropout mask are drawn as float32
 would draw them, and attention's own ``dropout_p`` draws in float64). Autocast leaves float64 tensors alone, so a step that enters
@@ -100,10 +101,17 @@ def _writes_first_argument(func: Callable[..., Any]) -> bool:
 
 
 class Float64Mode(TorchFunctionMode):
-    """Every floating tensor and dtype that reaches a torch op becomes float64."""
+    """Every floating tensor and dtype that reaches a torch op becomes float64, except inside an
+    optimizer's ``step()`` (see :func:`_optimizer_steps_as_they_are`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.suspended = 0  # > 0 while an optimizer steps
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.suspended:
+            return func(*args, **kwargs)
         if func in _DOWNCASTS:
             return args[0].to(torch.float64)
         if func in _BIT_VIEWS:
@@ -126,6 +134,38 @@ class Float64Mode(TorchFunctionMode):
         if out is not None:
             kwargs["out"] = out
         return func(*args, **kwargs)
+
+
+@contextmanager
+def _optimizer_steps_as_they_are(mode: Float64Mode) -> Iterator[None]:
+    """Let every ``Optimizer.step()`` run outside ``mode``.
+
+    Its parameters, gradients and moments are float64 by then, so the cast has nothing to do
+    there, and it would change what the optimizer keeps as it is: the step count, which the
+    optimizer makes as a float32 scalar (``torch.tensor(0.0, dtype=float32)``), would be made in
+    float64, and CUDA's fused Adam and AdamW kernels read that count through a ``float*``. The
+    low half of a float64 1.0 reads as 0.0, the bias correction ``1 - beta ** 0`` is 0, and the
+    reference's parameters turn NaN after its first update (every model with ``fused=True`` on
+    an H200; a CPU's fused kernel reads the count otherwise, so it stayed finite there).
+    """
+
+    def pause(*_: Any) -> None:
+        mode.suspended += 1
+
+    def resume(*_: Any) -> None:
+        mode.suspended = max(mode.suspended - 1, 0)
+
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    handles = (register_optimizer_step_pre_hook(pause), register_optimizer_step_post_hook(resume))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _dropout(
@@ -244,7 +284,8 @@ def _steps(
             if lines is not None:
                 check_time(lines, "parity", "reference", step)
             torch.manual_seed(seed + step)  # the same batches and dropout as the sides' k-th step
-            with Float64Mode():
+            mode = Float64Mode()
+            with mode, _optimizer_steps_as_they_are(mode):
                 loss = loss_of(workload.step())
             if isinstance(loss, torch.Tensor) and loss.dtype in _LOWER_FLOATS:
                 return unavailable(f"the step's loss is {loss.dtype}, not float64"), None
