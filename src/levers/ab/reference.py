@@ -66,6 +66,17 @@ _DRAWS = {
 }
 _DRAWS_LIKE = {torch.randn_like, torch.rand_like}
 _DROPOUTS = {F.dropout, torch.dropout}
+# random draws the cast leaves alone, only noted for Reference.draws_random: in place on a
+# float64 tensor, or the other dropouts (a mask drawn in float64)
+_IN_PLACE_DRAWS = {
+    torch.Tensor.bernoulli_,
+    torch.Tensor.uniform_,
+    torch.Tensor.normal_,
+    torch.Tensor.exponential_,
+    torch.Tensor.random_,
+}
+_ANY_DROPOUT = {*_DROPOUTS, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, F.dropout2d,
+                F.dropout3d}
 _MAX_REASON_CHARS = 200
 
 
@@ -76,6 +87,10 @@ class Reference:
     losses: tuple[float | None, ...] = ()
     grad_norms: tuple[float | None, ...] = ()
     why_not: str | None = None  # None: the reference ran
+    # whether the model's forward drew random numbers (dropout, a random op): a compiled side's
+    # programs made with eager's random ops (levers.ab.random_alike) are then not the user's.
+    # None: not known (no reference ran)
+    draws_random: bool | None = None
 
     @property
     def available(self) -> bool:
@@ -107,11 +122,15 @@ class Float64Mode(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.suspended = 0  # > 0 while an optimizer steps
+        self.in_model = 0  # > 0 while the model's forward runs (set by _model_calls)
+        self.drew_in_model = False  # a random number was drawn there
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.suspended:
             return func(*args, **kwargs)
+        if self.in_model and not self.drew_in_model and _draws(func, args, kwargs):
+            self.drew_in_model = True
         if func in _DOWNCASTS:
             return args[0].to(torch.float64)
         if func in _BIT_VIEWS:
@@ -134,6 +153,36 @@ class Float64Mode(TorchFunctionMode):
         if out is not None:
             kwargs["out"] = out
         return func(*args, **kwargs)
+
+
+def _draws(func: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
+    """Whether this call draws random numbers (a dropout of p > 0 in training, included)."""
+    if func in _ANY_DROPOUT:
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        training = kwargs.get("training", args[2] if len(args) > 2 else True)
+        return bool(training) and float(p) > 0.0
+    if func is F.scaled_dot_product_attention:
+        p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+        return float(p) > 0.0
+    return func in _DRAWS or func in _DRAWS_LIKE or func in _IN_PLACE_DRAWS
+
+
+@contextmanager
+def _model_calls(mode: Float64Mode, model: torch.nn.Module) -> Iterator[None]:
+    """Count the model's forward calls on ``mode`` (its random draws there are noted)."""
+
+    def enter(*_: Any) -> None:
+        mode.in_model += 1
+
+    def leave(*_: Any) -> None:
+        mode.in_model = max(mode.in_model - 1, 0)
+
+    handles = (model.register_forward_pre_hook(enter), model.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextmanager
@@ -276,6 +325,7 @@ def _steps(
 ) -> tuple[Reference, Kill | None]:
     losses: list[float | None] = []
     norms: list[float | None] = []
+    drew = False
     with ExitStack() as stack:
         take = stack.enter_context(grad_norm_probe(workload.model))
         lower = stack.enter_context(_output_dtype_watch(workload.model))
@@ -285,8 +335,9 @@ def _steps(
                 check_time(lines, "parity", "reference", step)
             torch.manual_seed(seed + step)  # the same batches and dropout as the sides' k-th step
             mode = Float64Mode()
-            with mode, _optimizer_steps_as_they_are(mode):
+            with mode, _optimizer_steps_as_they_are(mode), _model_calls(mode, workload.model):
                 loss = loss_of(workload.step())
+            drew = drew or mode.drew_in_model
             if isinstance(loss, torch.Tensor) and loss.dtype in _LOWER_FLOATS:
                 return unavailable(f"the step's loss is {loss.dtype}, not float64"), None
             if lower:
@@ -300,4 +351,4 @@ def _steps(
             norm = take()
             losses.append(value)
             norms.append(None if norm is None else float(norm))  # sync point
-    return Reference(tuple(losses), tuple(norms)), None
+    return Reference(tuple(losses), tuple(norms), draws_random=drew), None

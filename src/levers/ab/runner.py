@@ -17,6 +17,7 @@ import torch
 from levers.ab.killlines import GIB, Kill, KillLines
 from levers.ab.parity import EXACTNESS, ParityResult, reference_for, run_parity
 from levers.ab.quality import QualityRead, quality_read
+from levers.ab.random_alike import drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
 from levers.ab.timing import SideSamples, run_timed, warm_up
@@ -212,17 +213,21 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
     sides = (("baseline", a), ("candidate", b))
     parity: ParityResult | None = None
     if kill is None:
-        parity, kill = run_parity(
-            a,
-            b,
-            num_steps=config.num_parity_steps,
-            exactness=config.exactness,
-            seed=config.seed,
-            lines=lines,
-            reference=reference,
-            floor=config.parity_floor,
-            floor_of=config.parity_floor_of,
-        )
+        # a compiled side draws its dropout masks as eager does while parity is judged; what was
+        # compiled so is compiled again for the timed steps where the model draws random numbers
+        with drawn_alike() as compiled:
+            parity, kill = run_parity(
+                a,
+                b,
+                num_steps=config.num_parity_steps,
+                exactness=config.exactness,
+                seed=config.seed,
+                lines=lines,
+                reference=reference,
+                floor=config.parity_floor,
+                floor_of=config.parity_floor_of,
+            )
+        recompile_for_timing(compiled, reference.draws_random)
     samples = None
     if kill is None:
         kill = warm_up(sides, config.num_warmup, lines)
