@@ -48,6 +48,8 @@ class Trial:
     # the sides process different tokens per step (raise-batch): judged per token, as ab judges
     # it; one-step parity and step time differ by design and are shown, not judged
     tokens_differ: bool = False
+    # seconds of each phase of the A/B (reference, build, parity, warmup, timed, quality)
+    phase_s: dict[str, float] = field(default_factory=dict)
     ab: Any = field(default=None, repr=False, compare=False)  # the AbResult, when there is one
 
     @property
@@ -165,5 +167,6 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         wall_s=result.wall_s,
         warnings=tuple(result.warnings),
         tokens_differ=None not in per_step and per_step[0] != per_step[1],
+        phase_s=dict(getattr(result, "phase_s", {}) or {}),
         ab=result,
     )
