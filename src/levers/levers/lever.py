@@ -110,6 +110,10 @@ class Lever:
     # than bf16 (float8) drifts further in one step than bf16's tolerance allows, and its proof
     # is the quality read
     parity_floor: float | None = None
+    # why it would lose for speed on this target, where its measured regime says so (the fused
+    # loss's chunked kernel on a GPU: a memory lever there); None: no such regime. Read by
+    # levers tune, which leaves it out of a speed search with the reason
+    slower_here: Callable[[Target], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
