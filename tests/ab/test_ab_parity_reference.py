@@ -343,3 +343,47 @@ def test_a_float64_mode_outside_any_optimizer_step_still_casts():
         after = torch.ones(1) * torch.ones(1, dtype=torch.float32)
     assert out.dtype == torch.float64 and after.dtype == torch.float64
     assert mode.suspended == 0
+
+
+def test_an_op_without_a_float64_kernel_runs_in_float32_in_the_float64_run():
+    # as torch._grouped_mm on a GPU: "Expected mat_a to be Float32, BFloat16 or Float16 matrix,
+    # got Double" (the zoo's mixtral on the H200); here a torch op that refuses float64
+    def no_double(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64 or w.dtype == torch.float64:
+            raise RuntimeError(f"Expected mat_a to be Float32 matrix, got {'Double'}")
+        return x @ w
+
+    class Experts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.full((4, 1), 0.25))
+
+        def forward(self, x):
+            return torch.ops.levers_test.no_double(x, self.w)
+
+    library = torch.library.Library("levers_test", "DEF")
+    library.define("no_double(Tensor x, Tensor w) -> Tensor")
+    library.impl("no_double", no_double, "CompositeImplicitAutograd")
+    try:
+        def build(seed: int = 0) -> Workload:
+            torch.manual_seed(seed)
+            model = Experts()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.arange(8.0).reshape(2, 4) / 8
+
+            def step():
+                loss = model(x).square().mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                return loss.detach()
+
+            return Workload(model=model, step=step, optimizer=optimizer)
+
+        reference, _ = run_reference(build, num_steps=1, seed=0)
+    finally:
+        del library
+    assert reference.available, reference.why_not
+    assert reference.float32_ops == ("no_double",)
+    x = torch.arange(8.0).reshape(2, 4) / 8
+    assert reference.losses[0] == pytest.approx(float((x @ torch.full((4, 1), 0.25)).square().mean()))

@@ -20,9 +20,13 @@ would draw them, and attention's own ``dropout_p`` draws in float64). Autocast l
 ``torch.autocast`` computes in float64 all the same; a compiled model runs eagerly
 (``torch.compiler.set_stance("force_eager")``), since the reference is the eager math.
 
+An op that has no float64 kernel (``torch._grouped_mm``, a mixture of experts' matmuls on a GPU)
+runs in float32 on float32 copies of its inputs, its result cast back, and is named
+(``Reference.float32_ops``): still far above the sides' bf16.
+
 A reference that cannot be made says why and the gate falls back to the fixed tolerances: a
-device without float64 (MPS), an op without a float64 kernel (a Triton or other fused kernel
-written for bf16/fp32), a module whose output is still not float64 (a workload that hard-codes
+device without float64 (MPS), a step that refuses float64 itself (a Triton or other fused kernel
+written for bf16/fp32 and called outside a torch op), a module whose output is still not float64 (a workload that hard-codes
 its dtype past the cast), a non-finite reference loss, or a reference that does not fit on the
 device. It runs before the sides are built and is freed before they are, so its memory (twice an
 fp32 side's weights, optimizer state and activations) never adds to theirs; its cost is one more
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -78,6 +83,8 @@ _IN_PLACE_DRAWS = {
 _ANY_DROPOUT = {*_DROPOUTS, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, F.dropout2d,
                 F.dropout3d}
 _MAX_REASON_CHARS = 200
+# how a kernel refuses float64 ("not implemented for 'Double'", "... matrix, got Double")
+_NO_FLOAT64_KERNEL = re.compile(r"Double|float64")
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,8 @@ class Reference:
     # programs made with eager's random ops (levers.ab.random_alike) are then not the user's.
     # None: not known (no reference ran)
     draws_random: bool | None = None
+    # ops that have no float64 kernel and ran in float32 in the float64 run (torch._grouped_mm)
+    float32_ops: tuple[str, ...] = ()
 
     @property
     def available(self) -> bool:
@@ -109,6 +118,14 @@ def _to_float64(value: Any) -> Any:
     return value
 
 
+def _to_float32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
+        return value.to(torch.float32)
+    if value is torch.float64:
+        return torch.float32
+    return value
+
+
 def _writes_first_argument(func: Callable[..., Any]) -> bool:
     name = getattr(func, "__name__", "")
     in_place = name.endswith("_") and not name.startswith("__")
@@ -124,6 +141,7 @@ class Float64Mode(TorchFunctionMode):
         self.suspended = 0  # > 0 while an optimizer steps
         self.in_model = 0  # > 0 while the model's forward runs (set by _model_calls)
         self.drew_in_model = False  # a random number was drawn there
+        self.float32_ops: set[str] = set()  # ops with no float64 kernel, run in float32
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -152,7 +170,17 @@ class Float64Mode(TorchFunctionMode):
         kwargs = tree_map(_to_float64, kwargs)
         if out is not None:
             kwargs["out"] = out
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except (RuntimeError, NotImplementedError) as exc:
+            in_place = out is not None or bool(args) and _writes_first_argument(func)
+            if in_place or not _NO_FLOAT64_KERNEL.search(str(exc)):
+                raise
+        # no float64 kernel (torch._grouped_mm, a mixture of experts' matmul): this op alone
+        # computes in float32, still far above the sides' bf16, and its result is cast back
+        self.float32_ops.add(getattr(func, "__name__", str(func)))
+        low = tree_map(_to_float32, (args, kwargs))
+        return tree_map(_to_float64, func(*low[0], **low[1]))
 
 
 def _draws(func: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
@@ -326,6 +354,7 @@ def _steps(
     losses: list[float | None] = []
     norms: list[float | None] = []
     drew = False
+    in_float32: set[str] = set()
     with ExitStack() as stack:
         take = stack.enter_context(grad_norm_probe(workload.model))
         lower = stack.enter_context(_output_dtype_watch(workload.model))
@@ -338,6 +367,7 @@ def _steps(
             with mode, _optimizer_steps_as_they_are(mode), _model_calls(mode, workload.model):
                 loss = loss_of(workload.step())
             drew = drew or mode.drew_in_model
+            in_float32.update(mode.float32_ops)
             if isinstance(loss, torch.Tensor) and loss.dtype in _LOWER_FLOATS:
                 return unavailable(f"the step's loss is {loss.dtype}, not float64"), None
             if lower:
@@ -351,4 +381,6 @@ def _steps(
             norm = take()
             losses.append(value)
             norms.append(None if norm is None else float(norm))  # sync point
-    return Reference(tuple(losses), tuple(norms), draws_random=drew), None
+    return Reference(
+        tuple(losses), tuple(norms), draws_random=drew, float32_ops=tuple(sorted(in_float32))
+    ), None
