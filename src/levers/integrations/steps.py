@@ -87,13 +87,18 @@ def _is_module(obj: Any) -> bool:
 def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
     """The smallest live ``nn.Module`` whose parameters include all of the ``optimizers``'.
 
-    Ties (a wrapper such as DDP or a LightningModule around one model) go to the module with
-    fewer submodules: the inner one, whose module paths read as the user wrote them.
+    Ties go first to the module that holds more of them counted where they are used, a tied
+    weight counted at each of its places (a language model whose head shares the embedding's
+    weight: ``OPTForCausalLM`` holds ``lm_head.weight`` beside its body's ``embed_tokens``, so it
+    is the model, not its body, ``OPTDecoder``, whose parameters are the same set); then (a
+    wrapper such as DDP or a LightningModule around one model) to the module with fewer
+    submodules: the inner one, whose module paths read as the user wrote them.
     """
     wanted = {
         id(p) for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]
     }
-    best: tuple[int, int, int] | None = None  # (-covered, num_params, num_modules)
+    # (-covered, num_params, -num_places, num_modules)
+    best: tuple[int, int, int, int] | None = None
     best_module = None
     with warnings.catch_warnings():  # isinstance on some deprecated torch objects warns
         warnings.simplefilter("ignore")
@@ -103,7 +108,10 @@ def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
         covered = len(wanted.intersection(params))
         if covered == 0:
             continue
-        key = (-covered, len(params), sum(1 for _ in obj.modules()))
+        places = sum(
+            1 for _, p in obj.named_parameters(remove_duplicate=False) if id(p) in wanted
+        )
+        key = (-covered, len(params), -places, sum(1 for _ in obj.modules()))
         if best is None or key < best:
             best, best_module = key, obj
     if best_module is None:
