@@ -137,10 +137,14 @@ class Step:
         if key not in self._captures:
             # read from the package at call time, so a test's stand-in is the one called
             import levers.capture
+            from levers.levers.applicability import with_applicability
 
-            self._captures[key] = levers.capture.capture_step(
-                self.workload(), warmup=warmup, timed=timed, progress=progress
+            workload = self.workload()
+            captured = levers.capture.capture_step(
+                workload, warmup=warmup, timed=timed, progress=progress
             )
+            # which levers can act on this model: the recommended stack holds only those
+            self._captures[key] = with_applicability(captured, workload)
         return self._captures[key]
 
     def _current_capture(self) -> Capture:

@@ -163,6 +163,7 @@ def _findings_html(report: Any) -> str:
     if not report.findings:
         return "<p class='ok'>No findings.</p>"
     parts = []
+    inapplicable = getattr(report.recommendation, "inapplicable", None)
     for rank, f in enumerate(report.findings, 1):
         receipts = []
         for r in f.receipts:
@@ -185,7 +186,7 @@ def _findings_html(report: Any) -> str:
             f"{''.join(receipts)}"
             f"<p class='what'>{_esc(f.message)}</p>"
             f"<p class='cost'>{_esc(cost_line(f))}</p>"
-            f"<p class='fix'>fix: {_esc(f.fix_title)} <span class='lever'>({_esc(lever_text(f))})"
+            f"<p class='fix'>fix: {_esc(f.fix_title)} <span class='lever'>({_esc(lever_text(f, inapplicable))})"
             "</span></p></li>"
         )
     return f"<ol class='findings'>{''.join(parts)}</ol>"

@@ -41,6 +41,7 @@ from torch.optim.optimizer import (
 from levers.capture import compile_stats
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture, capture_mode
+from levers.levers.applicability import with_applicability
 from levers.capture.timed import TimedPass, join_passes
 from levers.errors import LeversError
 from levers.workload import Workload
@@ -313,7 +314,8 @@ class StepWatcher:
             self._captured(join_passes(self._recorded, timed.stop()))
 
     def _captured(self, capture: Capture) -> None:
-        self.capture = self._with_params(capture)
+        assert self.workload is not None
+        self.capture = with_applicability(self._with_params(capture), self.workload)
         if self.on_captured is not None:
             self.on_captured(self.capture)
 

@@ -114,6 +114,12 @@ class Lever:
     # loss's chunked kernel on a GPU: a memory lever there); None: no such regime. Read by
     # levers tune, which leaves it out of a speed search with the reason
     slower_here: Callable[[Target], str | None] | None = None
+    # its applies answer depends on the device the model is on (float8 needs a GPU of compute
+    # capability 8.9): a CPU capture's answer says nothing of the GPU run
+    device_bound: bool = False
+    # the part of ``applies`` about the model alone, for a lever that also needs options to act
+    # (ac-budget needs a budget): what the audit asks of a captured model
+    applies_to_model: Callable[[Target], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
