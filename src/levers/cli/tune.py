@@ -26,6 +26,7 @@ from levers.cli.options import (
     add_workload_argument,
     count,
     lever_ids,
+    output_path,
 )
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
@@ -78,7 +79,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="take the candidates from the catalogue alone (no capture of the step)",
     )
     parser.add_argument(
-        "--record", type=Path, default=Path(DEFAULT_RECORD), metavar="FILE",
+        "--record", type=output_path, default=output_path(DEFAULT_RECORD), metavar="FILE",
         help=f"append each A/B and the result to this JSON-lines file (default {DEFAULT_RECORD})",
     )
     add_output_arguments(parser, json="the result")
