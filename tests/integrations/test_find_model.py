@@ -44,3 +44,36 @@ def test_a_tied_module_with_no_extra_place_ties_as_before():
     wrapper = torch.nn.ModuleDict({"module": model})  # the same places, one more module
     optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.1)
     assert find_model(optimizer) is model
+
+
+class _Net(torch.nn.Module):
+    """A model that computes its loss around a backbone holding every parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+
+    def forward(self, x):
+        return self.body(x).square().mean()
+
+
+def test_the_outermost_called_module_is_the_model_when_it_holds_no_parameter_of_its_own():
+    from levers.integrations.steps import forward_calls
+
+    net = _Net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    assert find_model(optimizer) is net.body  # without the calls: the smaller one, as before
+    with forward_calls() as called:
+        net(torch.ones(2, 4)).backward()
+    assert find_model(optimizer, called=called) is net
+
+
+def test_a_called_wrapper_still_gives_the_model_inside_it():
+    from levers.integrations.steps import forward_calls
+
+    net = _Net()
+    compiled = torch.compile(net, backend="eager")  # an OptimizedModule around net
+    optimizer = torch.optim.SGD(compiled.parameters(), lr=0.1)
+    with forward_calls() as called:
+        compiled(torch.ones(2, 4)).backward()
+    assert find_model(optimizer, called=called) is net

@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from levers.audit.summary import module_label
 from levers.capture.records import Capture, OpRecord
 from levers.units import format_share
 
@@ -79,14 +80,12 @@ def plot_data(capture: Capture, memory: Any = None, mem_finding: Any = None) -> 
     by_class: dict[str, float] = {}
     for op in capture.ops:
         t = _op_time_us(op, on_gpu)
-        by_module[op.module if op.module is not None else "<outside model>"] = (
-            by_module.get(op.module if op.module is not None else "<outside model>", 0.0) + t
-        )
+        by_module[module_label(op.module)] = by_module.get(module_label(op.module), 0.0) + t
         by_class[op_class(op)] = by_class.get(op_class(op), 0.0) + t
     # fold module paths to their first two levels so that the plot reads as the model's parts
     folded: dict[str, float] = {}
     for path, t in by_module.items():
-        key = ".".join(path.split(".")[:3]) if path and not path.startswith("<") else (path or "<model>")
+        key = ".".join(path.split(".")[:3]) if not path.startswith("<") else path
         folded[key] = folded.get(key, 0.0) + t
     step = max(1, len(capture.ops) // _MAX_TIMELINE_POINTS)
     timeline = [
