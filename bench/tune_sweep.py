@@ -2,14 +2,14 @@
 and budget (issue 33's goal table).
 
     # on the H200 (each model: tune's budget, then ~6 rows of 3 + 10 steps, each compiled anew)
-    PYTHONPATH=src python bench/tune_sweep.py --models zoo:gpt2,arch:opt --budget 3m \
+    PYTHONPATH=src python bench/tune_sweep.py --models zoo@gpt2,bench/outside_zoo.py:make@opt --budget 3m \
         --out $OUT/tune_sweep_h200
     # a tiny CPU run of the whole path (dynamo's eager backend in the compile rows)
-    PYTHONPATH=src python bench/tune_sweep.py --models zoo:nanogpt --size tiny --device cpu \
+    PYTHONPATH=src python bench/tune_sweep.py --models zoo@nanogpt --size tiny --device cpu \
         --budget 60 --out /tmp/ts
 
-For each model (``SPEC:MODEL``, a workload spec and its ``model`` parameter: ``zoo:gpt2``,
-``arch:opt``), in one process on one GPU:
+For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``zoo@gpt2``,
+``bench/outside_zoo.py:make@opt``), in one process on one GPU:
 
 1. ``levers.Step(SPEC, {model, size, device}).tune(budget=...)``: the stack it proves, its
    tokens/s ratio with CI95 from its own A/B, the time it spent (``spent_s``: the build, the
@@ -202,7 +202,7 @@ def _merge(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", required=True, help="SPEC:MODEL, comma-separated")
+    parser.add_argument("--models", required=True, help="SPEC@MODEL, comma-separated")
     parser.add_argument("--budget", default="3m", help="levers tune's budget per model")
     parser.add_argument("--size", default="full")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.deadline_s is not None and time.perf_counter() - started > args.deadline_s:
             print(f"{entry}: not started, past the deadline", flush=True)
             continue
-        spec, model = entry.split(":", 1)
+        spec, model = entry.rsplit("@", 1)
         params = {"model": model, "size": args.size, "device": args.device, **extra}
         print(f"{entry}: tune --budget {args.budget}", flush=True)
         row: dict[str, Any] = {"model": entry, "size": args.size, "budget_s": budget_s,
