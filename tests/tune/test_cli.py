@@ -66,7 +66,8 @@ def test_a_run_prints_every_lever_s_fate_and_appends_the_record(capsys, tmp_path
     out = capsys.readouterr().out
     assert "levers considered:" in out
     assert "compile-blocks: its speed-up exists only on a GPU" in out
-    assert "windowed-peak-metric:" in out
+    # a metric lever is no speed candidate, even named with --lever: no A/B ran
+    assert "windowed-peak-metric: it changes nothing the step computes" in out
     events = [json.loads(line) for line in record.read_text().splitlines()]
-    assert events[-1]["event"] == "tune-result"
+    assert [e["event"] for e in events] == ["tune-result"]
     assert json.loads(out_json.read_text())["workload"] == FIXTURE

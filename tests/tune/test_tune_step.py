@@ -12,9 +12,6 @@ from fakes import FakeAb
 import levers
 from levers.tune.result import TuneResult
 
-FIXTURE = str(Path(__file__).parents[1] / "fixtures" / "my_workload.py") + ":factory"
-
-
 def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -75,14 +72,15 @@ def test_tune_needs_a_spec():
         step.tune(measure=FakeAb({}))
 
 
-def test_end_to_end_on_a_factory_file_with_ab(tmp_path):
-    """Real A/Bs (ab's runner) on a tiny factory: a few seconds."""
+def test_end_to_end_on_the_demo_with_ab(tmp_path):
+    """Real A/Bs (ab's runner) on the tiny demo: a few seconds."""
     record = tmp_path / "r.jsonl"
-    result = levers.Step(FIXTURE).tune(
-        budget="2m", steps=4, warmup=1, parity_steps=2, resamples=200, record=record
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        budget="2m", levers="inplace-scatter", steps=4, warmup=1, parity_steps=2,
+        resamples=200, record=record, audit=False,
     )
     trials = result.search.trials
-    assert trials, "at least one lever applies to the fixture and was measured"
+    assert trials, "inplace-scatter applies to the demo on a CPU and was measured"
     assert all(t.ab is not None or t.error for t in trials)
     if result.stack:
         assert result.proof.base == () and result.proof.tokens_per_s_ci95[0] > 1.0
