@@ -11,7 +11,7 @@ exactly ``levers ab WORKLOAD --lever STACK``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from levers.tune.trial import Measure, Stack, Trial, failed, from_ab
@@ -69,13 +69,16 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
     from levers.ab.runner import run_ab
     from levers.errors import LeversError
 
-    def measure(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    def measure(
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial:
         started = time.perf_counter()
+        chosen = design if steps is None else replace(design, steps=steps)
         try:
-            candidate_design = _design(spec, params, stack, design)
+            candidate_design = _design(spec, params, stack, chosen)
             baseline_side, candidate_side, exactness = design_mod.sides(candidate_design)
             if base:
-                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, design))
+                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, chosen))
             kill = {"time_budget_s": time_budget_s} if time_budget_s else {}
             config = design_mod.config(candidate_design, kill, exactness)
             result = run_ab(baseline_side, candidate_side, config)
@@ -94,14 +97,19 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
 def remembered(measure: Measure, memory: dict[tuple[Stack, Stack], Trial]) -> Measure:
     """``measure`` that answers an A/B it already ran from ``memory`` (one Step's audit and
     tune share their trials: the audit's measured claims are tune's first increments). A trial
-    the time budget cut short is run again, not remembered."""
+    the time budget or a Ctrl-C cut short is run again, not remembered; one asked for its own
+    ``steps`` (the search's confirmation, which must select nothing) is always run afresh."""
 
-    def measure_once(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    def measure_once(
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial:
+        if steps is not None:
+            return measure(base, stack, time_budget_s, steps=steps)
         key = (tuple(base), tuple(stack))
         if key in memory:
             return memory[key]
         trial = measure(base, stack, time_budget_s)
-        if trial.killed_kind != "time_budget":
+        if not (trial.out_of_time or trial.interrupted):
             memory[key] = trial
         return trial
 
