@@ -74,8 +74,8 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
                 + (f" (selected, not confirmed: {','.join(search.selected)})"
                    if search.selected else ""), style="bold")
         else:
-            say("nothing pays here: no lever made this step faster with parity held",
-                style="bold")
+            say("nothing pays here: no lever made this step faster with parity held in two "
+                "A/Bs (the one that selected it and a fresh one)", style="bold")
     else:
         say(f"proven stack: {','.join(result.stack)}", style="bold green")
         say("  " + proof_source(result))
