@@ -477,8 +477,10 @@ class Step:
         ``steps`` .. ``seed`` are each A/B's design; ``audit=False`` takes the candidates from
         the catalogue alone; ``record`` is a JSON-lines file each A/B and the result are
         appended to. ``measure`` replaces the A/B (a test's fake, see
-        :data:`levers.tune.trial.Measure`), ``clock`` the budget's clock; ``set_items`` are the
-        ``--set`` items as typed, for the printed ``levers ab`` command.
+        :class:`levers.tune.trial.Measure`: a confirmation asks it for its timed steps with
+        ``steps=``), ``clock`` the budget's clock; ``set_items`` are the ``--set`` items as
+        typed, for the printed ``levers ab`` command. Each lever kept was selected by one A/B and
+        confirmed by a fresh one; ``interrupted`` marks a search that Ctrl-C ended.
 
         Raises:
             TypeError: the Step is not of a spec (each side is built again from it).

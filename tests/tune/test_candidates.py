@@ -8,7 +8,14 @@ import pytest
 
 from levers.audit.finding import Cost, Finding, Receipt
 from levers.levers.catalogue import Measurement
-from levers.tune.candidates import Candidate, candidates, exclusive_with, groups
+from levers.tune.candidates import (
+    OBSERVES_ONLY,
+    Candidate,
+    Skipped,
+    candidates,
+    exclusive_with,
+    groups,
+)
 
 
 def _lever(id, *, needs_gpu=False, choose_params=None, applies=None):
@@ -210,3 +217,19 @@ def test_forms_of_one_lever_exclude_each_other():
     assert exclusive_with("compile-model:mode=default", ["compile-model"]) == "compile-model"
     assert exclusive_with("compile-model:mode=default", ["compile-blocks"]) == "compile-blocks"
     assert exclusive_with("float8", ["compile-model:mode=default"]) is None
+
+
+def test_a_lever_that_only_observes_the_step_is_no_speed_candidate_even_when_named():
+    registry = {"a": _lever("a"), "metric": SimpleNamespace(**vars(_lever("metric")),
+                                                              observes_only=True)}
+    for only in (None, ["a", "metric"]):  # --lever names it: still nothing to find
+        ordered, skipped = candidates(registry, _applies, on_gpu=True, only=only)
+        assert [c.lever for c in ordered] == ["a"]
+        assert skipped == [Skipped("metric", OBSERVES_ONLY)]
+
+
+def test_the_catalogue_s_metric_lever_is_declared_observe_only_and_the_others_are_not():
+    from levers.levers import load_all
+
+    registry = load_all()
+    assert [i for i, lever in registry.items() if lever.observes_only] == ["windowed-peak-metric"]

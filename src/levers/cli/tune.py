@@ -7,12 +7,15 @@
 
 Parses, calls :meth:`levers.Step.tune` (for a script, :func:`levers.tune.script.tune_script`),
 renders; nothing else (the logic is in :mod:`levers.tune`). Exit codes: 0 the search ran (a
-stack, or "nothing pays here"); 2 bad input; 3 the workload's step (or the script) raised.
+stack, "nothing pays here" or "nothing tried"); 2 bad input; 3 the workload's step (or the
+script) raised; 130 Ctrl-C (during the search: what it found so far is printed, marked
+interrupted, and recorded).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -201,4 +204,10 @@ def _show(result: Any, args: argparse.Namespace) -> int:
     if args.json_path is not None:
         atomic_write_text(args.json_path, to_json(result.to_dict()) + "\n", make_parents=True)
         say_wrote(args.json_path)
+    if result.interrupted:
+        from levers.cli import EXIT_INTERRUPTED
+
+        print(f"levers: interrupted: the A/Bs run so far and the result are kept in "
+              f"{args.record}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0

@@ -28,6 +28,10 @@ A lever that acts on the workload's factory parameters rather than on a built mo
 parameters to build the candidate with and a sentence saying what it chose. ``levers ab --lever``
 calls it before building the candidate; ``patch`` is then never called on a built model.
 
+A lever that changes nothing the step computes, only what is observed of it (a metric such as
+``windowed-peak-metric``, a guard), sets ``observes_only``: ``levers tune`` leaves it out of its
+search for speed, where an A/B could only find noise in it.
+
 A lever that must see what another did (``ac-budget`` plans for the blocks as ``compile-blocks``
 compiled them) names it in ``after``: a stack of levers is applied in the order given, except
 that such a lever is moved after the levers it names (:func:`levers.levers.handle.in_order`).
@@ -89,6 +93,9 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+    # it changes nothing the step computes, only what is observed of it (a metric, a guard):
+    # never a speed candidate for levers tune, whose A/Bs could only find noise in it
+    observes_only: bool = False
     runs_on_cpu: bool = True  # False: it refuses to run without a CUDA device (raise-batch)
     options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
     choose_params: ChooseParams | None = None  # set by a lever on the factory parameters

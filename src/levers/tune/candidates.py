@@ -67,6 +67,10 @@ PEER_FORMS: tuple[str, ...] = (
 PEER_SOURCE = "a peer's form (whole-model or per-block compile, float8 on it): tried first"
 MEASURED_SLOWER_PREFIX = "measured slower"
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
+OBSERVES_ONLY = (
+    "it changes nothing the step computes (it only observes it: a metric, a guard), so there is "
+    "no speed to find in it; apply it for what it reports"
+)
 NEEDS_FACTORY = (
     "it needs a factory: it changes the factory's batch parameter, and a script builds its "
     "batches itself; wrap the model, optimizer and step in a factory (README.md, Workloads) and "
@@ -324,7 +328,11 @@ def _left_out(
         reason = applies_of(lever)
     except Exception as exc:  # noqa: BLE001 - a lever whose check fails on this model is left out
         return f"its applies check raised {type(exc).__name__}: {exc}"
-    return None if reason is None else f"does not apply: {reason}"
+    if reason is not None:
+        return f"does not apply: {reason}"
+    if getattr(lever, "observes_only", False):
+        return OBSERVES_ONLY
+    return None
 
 
 def groups(ordered: Sequence[Candidate]) -> list[list[Candidate]]:

@@ -76,10 +76,13 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
 
     shared: dict[str, Any] = {}  # "reference": the workload's float64 run, once made
 
-    def measure(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    def measure(
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial:
         started = time.perf_counter()
+        chosen = design if steps is None else replace(design, steps=steps)
         try:
-            candidate_design = _design(spec, params, stack, design)
+            candidate_design = _design(spec, params, stack, chosen)
             baseline_side, candidate_side, exactness = design_mod.sides(candidate_design)
             reference_s = 0.0
             if "reference" not in shared:
@@ -89,7 +92,7 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
                     return _killed(base, stack, killed, reference_s)
                 shared["reference"] = reference
             if base:
-                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, design))
+                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, chosen))
             left_s = None if not time_budget_s else max(time_budget_s - reference_s, 1e-3)
             kill = {"time_budget_s": left_s} if left_s else {}
             config = design_mod.config(candidate_design, kill, exactness)
@@ -139,14 +142,19 @@ def _killed(base: Stack, stack: Stack, kill: Any, wall_s: float) -> Trial:
 def remembered(measure: Measure, memory: dict[tuple[Stack, Stack], Trial]) -> Measure:
     """``measure`` that answers an A/B it already ran from ``memory`` (one Step's audit and
     tune share their trials: the audit's measured claims are tune's first increments). A trial
-    the time budget cut short is run again, not remembered."""
+    the time budget or a Ctrl-C cut short is run again, not remembered; one asked for its own
+    ``steps`` (the search's confirmation, which must select nothing) is always run afresh."""
 
-    def measure_once(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    def measure_once(
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial:
+        if steps is not None:
+            return measure(base, stack, time_budget_s, steps=steps)
         key = (tuple(base), tuple(stack))
         if key in memory:
             return memory[key]
         trial = measure(base, stack, time_budget_s)
-        if trial.killed_kind != "time_budget":
+        if not (trial.out_of_time or trial.interrupted):
             memory[key] = trial
         return trial
 

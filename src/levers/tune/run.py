@@ -155,6 +155,7 @@ def tune_step(
         clock=clock,
         say=say,
         on_trial=record_trials(record_path, {"workload": step.spec, "params": step.params}),
+        steps=design.steps,  # ab's A/B times as many steps as it is asked: a confirmation more
     )
     result = TuneResult(
         workload=step.spec,
