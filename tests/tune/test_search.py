@@ -282,3 +282,23 @@ def test_a_second_stack_selected_but_interrupted_before_its_proof_is_not_the_ans
         "but the search was interrupted (Ctrl-C) before a stack with it was proven against the "
         "baseline"
     )
+
+
+def test_one_cold_compile_does_not_stop_the_search_of_the_cheaper_levers_after_it():
+    # the first A/B pays inductor's cold compile (60 s); the rest take 10 s. Judged by the longest
+    # A/B, the search stopped after three; by the median it tries every lever (issue 33)
+    from fakes import Clock, FakeAb, ordered
+    from levers.tune.search import search
+
+    fake = FakeAb({"compile": 1.5, "b": 1.0, "c": 1.0, "d": 1.0, "e": 1.0}, clock=Clock())
+    cost = iter([60.0] + [10.0] * 20)
+
+    def measure(base, stack, time_budget_s, **kw):
+        fake.cost_s = next(cost)
+        return fake(base, stack, time_budget_s, **kw)
+
+    result = search(ordered("compile", "b", "c", "d", "e"), measure, budget_s=200,
+                    clock=fake.clock)
+    tried = {stack[-1] for _, stack in fake.calls}
+    assert tried == {"compile", "b", "c", "d", "e"}
+    assert result.stack == ("compile",)

@@ -4,9 +4,9 @@ The order puts first what was measured, not what was estimated (a roofline estim
 saved by a fused loss ran 0.36x on an H200 at a 250k vocabulary and took half the budget, while
 the lever worth 1.56x was never reached):
 
-1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile in both modes
-   (CUDA graphs where the step is static, and inductor's default mode), per-block compile, then
-   float8 on the compiled blocks: what a performance engineer and the peers (``model.compile()``,
+1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile (CUDA graphs
+   where the step is static), per-block compile, whole-model compile in inductor's default mode,
+   then float8 on the compiled blocks: what a performance engineer and the peers (``model.compile()``,
    torchtitan's recipe) reach for first, and what pays most often, by the catalogue's rows. They
    are tried first, in that order, whatever the audit estimated.
 2. **Then the others by evidence**: the audit's findings on this step (each finding names the
@@ -62,7 +62,7 @@ EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 # whole-model compile (compile-model picks CUDA graphs where the step is static; its default
 # mode is tried beside it there), per-block compile, float8 on the compiled blocks
 PEER_FORMS: tuple[str, ...] = (
-    "compile-model", "compile-model:mode=default", "compile-blocks", "float8", "float8-rowwise",
+    "compile-model", "compile-blocks", "compile-model:mode=default", "float8", "float8-rowwise",
 )
 PEER_SOURCE = "a peer's form (whole-model or per-block compile, float8 on it): tried first"
 MEASURED_SLOWER_PREFIX = "measured slower"
@@ -268,8 +268,11 @@ def candidates(
             key = (1, -round(share if share is not None else 0.0, 6), tier, lever_id)
         tried.append((key, Candidate(lever_id, share, source)))
         for rank, form in enumerate((forms or {}).get(lever_id, ()), start=1):
-            tried.append(((*key, rank), Candidate(form, share, f"another form of {lever_id}; "
-                                                  f"{source}")))
+            # a peer's form at its place among them (inductor's default mode after the
+            # per-block compile: on most steps it is the CUDA-graph form less its replay)
+            form_key = (0, PEER_FORMS.index(form)) if peer and form in PEER_FORMS else (*key, rank)
+            tried.append((form_key, Candidate(form, share, f"another form of {lever_id}; "
+                                              f"{source}")))
     ordered = [c for _, c in sorted(tried, key=lambda kc: kc[0])]
     return after_their_base(ordered, registry), skipped
 
