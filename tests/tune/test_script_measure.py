@@ -208,7 +208,8 @@ def test_a_stack_that_breaks_the_script_is_a_failed_trial_with_its_error():
     trial = script_measure(baseline_window_fails, DESIGN, reference=LOSSES,
                            tolerance_of=_registry_tolerance)(("ac-full",), ("ac-full", "x"), None)
     assert trial.error == (
-        "the baseline side (ac-full) failed in the script: RuntimeError: out of data"
+        "the baseline side (ac-full, after the candidate's levers were undone) failed in the "
+        "script: RuntimeError: out of data"
     )
 
 

@@ -503,8 +503,9 @@ def script_measure(
         if run.timed_out:
             return _out_of_time(base, stack, wall_s)
         if not run.complete:
-            if run.failed_side == BASELINE:
-                what = f"the baseline side ({','.join(base) or 'no levers'})"
+            if run.failed_side == BASELINE:  # after the candidate's levers were undone
+                what = (f"the baseline side ({','.join(base) or 'no levers'}, after the "
+                        "candidate's levers were undone)")
             elif run.failed_side == CANDIDATE:
                 what = "the stack"
             else:
