@@ -6,9 +6,8 @@ runs. So each A/B here is one run of the script in a fresh process (``python -m
 levers.cli.script_trial``) in which the two sides take turns: after the script's first optimizer
 steps the candidate's levers are applied in-process, its parity steps, warm-up and timed steps
 run, the levers are undone and the baseline's window runs, and again in the other order (C B B C
-for two rounds);
-the process writes what it saw as JSON (:mod:`levers.integrations.script_trial`). This module
-starts those runs and compares what they saw:
+for two rounds); the process writes what it saw as JSON (:mod:`levers.integrations.script_trial`).
+This module starts those runs and compares what they saw:
 
 - **Before the search**, one run without levers (the *probe*), as long as an A/B's, finds the
   model from the optimizer, says which levers apply to it inside the script, the precision the
@@ -18,12 +17,12 @@ starts those runs and compares what they saw:
   fails or ends before an A/B's last step is refused here, before the search.
 - **Each A/B** pairs the j-th timed step of the candidate's window ``r`` with the j-th of the
   baseline's window ``r`` (each pair of windows in the other order from the one before, so that
-  a drift of the step time over the run falls on both sides alike); ab's paired bootstrap (:func:`levers.ab.stats.paired_ratio_ci`)
-  gives the CI95 of the step-time ratio and of the tokens/s ratio (read as steps/s: both sides
-  run the script's own batches, the same tokens per step, since no lever that changes the batch
-  is tried) and tune's :func:`levers.tune.trial.judge` decides. Windows that alternate in one
-  process share the host's drift as runs that alternate do, and an A/B pays one start of the
-  script (its imports, model, data, compile) instead of one per side and round.
+  a drift of the step time over the run falls on both sides alike); ab's paired bootstrap
+  (:func:`levers.ab.stats.paired_ratio_ci`) gives the CI95 of the step-time ratio and of the
+  tokens/s ratio (read as steps/s: both sides run the script's own batches, the same tokens per
+  step, since no lever that changes the batch is tried) and tune's
+  :func:`levers.tune.trial.judge` decides. An A/B so pays one start of the script (its imports,
+  model, data, compile) instead of one per side and round.
 - **Parity**: the losses of the candidate's parity steps (script steps ``W+1 .. W+P``, the first
   after its levers are applied) are compared with the probe's losses of the same steps within
   the tolerance of the candidate's whole stack (the user's question is whether this stack keeps
