@@ -27,7 +27,7 @@ def test_an_unknown_lever_exits_2(capsys, tmp_path):
     [
         (["demo", "--"], "got both a workload (demo) and a script"),
         (["--set", "batch_size=8", "--"], "--set sets a factory's parameters"),
-        (["--parity-steps", "40", "--"], "--parity-steps 40 compares more steps"),
+        (["--rounds", "0", "--"], "--rounds must be at least 1"),
         (["--budget", "soon", "--"], "write the budget as 10m"),
         (["--json", "{tmp}/train.py/x.json", "--"], "cannot write"),
         (["--record", "{tmp}", "--"], "record"),

@@ -50,8 +50,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         epilog=(
             "Example: levers tune demo --budget 2m | levers tune train.py:factory --set "
             "batch_size=8 | levers tune --budget 20m -- python train.py --steps 100 (a script: "
-            "each side of each A/B is a fresh run of it, the levers applied inside it after its "
-            "first optimizer steps; it must run at least 2 + --warmup + --steps/--rounds steps)"
+            "each A/B is one run of it, the levers applied inside it after its first 2 optimizer "
+            "steps and undone and applied again in windows of steps, candidate first: C B B C; "
+            "it must run at least 2 + --parity-steps + (--rounds + 1) x --warmup + 2 x --steps "
+            "steps, 54 with the defaults)"
         ),
     )
     add_workload_argument(parser)
@@ -68,14 +70,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="never try these levers (repeatable, or comma-separated)",
     )
     add_steps_argument(parser, default="20 per side per A/B")
-    add_warmup_argument(parser, default="3 per side per A/B")
+    add_warmup_argument(parser, default="3 per side per A/B; for a script, 3 per window")
     parser.add_argument("--parity-steps", type=count, metavar="K", help="steps the parity gate compares (default 3)")
     parser.add_argument("--resamples", type=count, metavar="R", help="bootstrap resamples per CI (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workloads and the bootstrap")
     parser.add_argument(
         "--rounds", type=count, metavar="R",
-        help="a script after --: runs of each side per A/B, alternating A B A B (default 2); "
-        "--steps are shared between them",
+        help="a script after --: pairs of windows of steps per A/B in one run of the script, "
+        "each pair in the other order from the one before (C B B C, default 2); --steps are "
+        "shared between them, and a window after a switch of side starts with --warmup untimed "
+        "steps",
     )
     parser.add_argument(
         "--no-audit", dest="audit", action="store_false",

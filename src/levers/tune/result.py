@@ -29,7 +29,7 @@ class TuneResult:
     wraps_step: bool = False  # a lever of the stack wraps the step: the script calls handle.step
     notes: tuple[str, ...] = field(default=())
     script: tuple[str, ...] | None = None  # the command after --, when a script was tuned
-    rounds: int | None = None  # a script's A/Bs: runs of each side, alternating
+    rounds: int | None = None  # a script's A/Bs: pairs of windows (C B) in one run of it
     not_tried: str | None = None  # why the search could not run at all
 
     @property
