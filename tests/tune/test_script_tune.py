@@ -53,6 +53,17 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _confirmed_where_it_paid(events: list[dict]) -> None:
+    """A one-lever search's record: its selection A/B, then a fresh confirmation of the same
+    stack against the baseline where the selection paid, then the result."""
+    trials = events[:-1]
+    assert trials[0]["role"] == "selection"
+    assert len(trials) == (2 if trials[0]["pays"] else 1), [t["why"] for t in trials]
+    if len(trials) == 2:
+        assert trials[1]["role"] == "confirmation" and trials[1]["base"] == []
+        assert trials[1]["stack"] == trials[0]["stack"]
+
+
 def test_the_plain_loop_is_tuned_end_to_end(capsys, tmp_path):
     record, out_json = tmp_path / "tune.jsonl", tmp_path / "tune.json"
     code = main(["tune", *SMALL, "--lever", "ac-full,windowed-peak-metric", "--record",
@@ -62,7 +73,10 @@ def test_the_plain_loop_is_tuned_end_to_end(capsys, tmp_path):
     assert f"levers tune -- python {LOOP} --steps 30 on cpu" in out
     assert "windowed-peak-metric: does not apply: it wraps the training step" in out
     events = _events(record)
-    assert [e["event"] for e in events] == ["tune-trial", "tune-result"]
+    # ac-full's selection A/B, and a fresh one to confirm it where the first paid
+    assert [e["event"] for e in events] in (["tune-trial", "tune-result"],
+                                            ["tune-trial"] * 2 + ["tune-result"])
+    _confirmed_where_it_paid(events)
     trial = events[0]
     assert trial["stack"] == ["ac-full"] and trial["script"][1] == LOOP
     # ac-full is exact and the script is seeded: its losses are the baseline's
@@ -105,7 +119,9 @@ def test_the_trainer_script_goes_through_a_trial(capsys, tmp_path):
                  str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert code == 0, out
-    trial, result = _events(record)
+    events = _events(record)
+    _confirmed_where_it_paid(events)
+    trial, result = events[0], events[-1]
     assert trial["stack"] == ["ac-full"] and trial["error"] is None
     assert trial["parity"] == "PARITY", trial["parity_note"]
     assert "LlamaForCausalLM" in " ".join(result["notes"])
