@@ -27,9 +27,9 @@ def test_audit_of_a_trainer_script(tmp_path):
     assert ("train_trainer.py", line_of(TRAINER, "return F.cross_entropy(shift_logits")) in (
         receipts["LOSS001"]
     )
-    assert ("train_trainer.py", line_of(TRAINER, "ids = torch.randint(0, self.vocab_size")) in (
-        receipts["SYNC001"]
-    )
+    # the dataset's reads of host tensors (a DataLoader fetch) wait for no GPU: not a sync
+    dataset_line = line_of(TRAINER, "ids = torch.randint(0, self.vocab_size")
+    assert ("train_trainer.py", dataset_line) not in receipts.get("SYNC001", set())
     assert ("modeling_llama.py", line_of_module("transformers.models.llama.modeling_llama",
                                                 "variance = hidden_states.pow(2)")) in (
         receipts["NORM001"]
