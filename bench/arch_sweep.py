@@ -23,7 +23,9 @@ of the catalogue (:func:`levers.levers.load_all`; ``--levers`` picks), the contr
 1. ``applies``: ``None`` or the lever's reason, recorded; a lever that refuses to run without a
    CUDA device (``runs_on_cpu=False``) is skipped with that reason, as are the levers on the
    factory's parameters (raise-batch). Levers whose speed-up needs a GPU (``needs_gpu``) still
-   run: their contract holds on a CPU.
+   run: their contract holds on a CPU. A lever that applies and then refuses in its own words
+   while patching (a ``ValueError`` that starts with its id: ac-budget finds no plan under the
+   budget) is recorded as ``refused``, apart from the errors.
 2. parity: the parity gate of ``levers ab`` (:func:`levers.ab.parity.run_parity`) over
    ``--parity-steps`` steps of a never-patched build against a patched one, both from one seed:
    an ``exact`` lever bitwise-close to the baseline, a numerics-changing one against the float64
@@ -253,8 +255,8 @@ def contract(
     ``error``, with the stage it raised in.
     """
     row: dict[str, Any] = {"lever": lever.id, "safety": lever.safety, "options": options,
-                           "applies": None, "parity": None, "undo_ok": None, "undo_problems": [],
-                           "error": None, "error_stage": None}
+                           "applies": None, "refused": None, "parity": None, "undo_ok": None,
+                           "undo_problems": [], "error": None, "error_stage": None}
     started = time.perf_counter()
     torch._dynamo.reset()
     stage = "applies"
@@ -272,7 +274,14 @@ def contract(
         baseline, candidate = seeded(build, seed), seeded(build, seed)
         original_step = candidate.step
         stage = "apply"
-        handle = levers.apply(candidate, lever.id, **options)
+        try:
+            handle = levers.apply(candidate, lever.id, **options)
+        except ValueError as exc:
+            if not str(exc).startswith(f"{lever.id}:"):
+                raise
+            # the lever's own refusal, in its words (ac-budget: no plan fits the budget)
+            row["refused"] = _short(exc)
+            return row
         stage = "parity"
         result, kill = run_parity(
             baseline, candidate, num_steps=parity_steps, exactness=lever.safety, seed=seed,
@@ -542,9 +551,12 @@ def _reason_group(error: str) -> str:
 
 
 def outcome(row: dict[str, Any]) -> str:
-    """One word per lever row: skipped, not-applicable, PARITY, DAMAGED, NOT_MEASURED, error."""
+    """One word per lever row: skipped, not-applicable, refused, PARITY, DAMAGED, NOT_MEASURED,
+    error."""
     if row.get("skipped"):
         return "skipped"
+    if row.get("refused"):
+        return "refused"
     if row.get("error") and row.get("parity") is None:
         return "error"
     if row.get("parity") is None:
@@ -582,35 +594,45 @@ def summary(rows: list[dict[str, Any]], command: str) -> str:
         lines.append(f"- **{len(names)}**: {', '.join(names)}. E.g. `{example[:300]}`")
     lever_rows = [r for r in rows if r["lever"] is not None]
     lines += ["", "## Levers", "",
-              "Per lever over the built architectures: applies (the contract ran), parity "
-              "verdicts, errors (raised while applying, stepping or undoing), undo failures; "
-              "not applicable (with a reason) and skipped (needs a CUDA device).", "",
-              "| lever | applies | PARITY | DAMAGED | NOT_MEASURED | errors | undo failures | "
-              "not applicable | skipped | median s |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "Per lever over the built architectures: applies (its `applies` said yes), parity "
+              "verdicts, refused (it applied, then refused in its own words while patching), "
+              "errors (raised while applying, stepping or undoing), undo failures; not "
+              "applicable (with a reason) and skipped (needs a CUDA device). Median seconds of "
+              "the contract where it ran.", "",
+              "| lever | applies | PARITY | DAMAGED | NOT_MEASURED | refused | errors | "
+              "undo failures | not applicable | skipped | median s |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lever_id in sorted({r["lever"] for r in lever_rows}):
         mine = [r for r in lever_rows if r["lever"] == lever_id]
         words = collections.Counter(outcome(r) for r in mine)
-        applies = len([r for r in mine if r.get("parity") is not None
-                       or (r.get("error") and r.get("error_stage") != "applies")])
+        applies = len([r for r in mine if r.get("parity") is not None or r.get("refused")
+                       or (r.get("error") and r.get("error_stage") not in ("applies", "worker"))])
         undo_failed = len([r for r in mine if r.get("undo_ok") is False])
         times = sorted(r.get("seconds") or 0 for r in mine if r.get("parity") is not None)
         median = f"{times[len(times) // 2]:.1f}" if times else ""
         lines.append(f"| {lever_id} | {applies} | {words['PARITY']} | {words['DAMAGED']} | "
-                     f"{words['NOT_MEASURED']} | {words['error']} | {undo_failed} | "
+                     f"{words['NOT_MEASURED']} | {words['refused']} | {words['error']} | "
+                     f"{undo_failed} | "
                      f"{words['not-applicable']} | {words['skipped']} | {median} |")
     lines += ["", "## Failures", "",
               "Every lever row that was DAMAGED, NOT_MEASURED, raised or did not undo, by lever.",
               ""]
     for lever_id in sorted({r["lever"] for r in lever_rows}):
-        bad = [r for r in lever_rows if r["lever"] == lever_id and outcome(r) not in
-               ("PARITY", "not-applicable", "skipped") or (r["lever"] == lever_id
-                                                          and r.get("undo_ok") is False)]
-        if not bad:
-            continue
-        lines += [f"### {lever_id}", ""]
-        for r in bad:
-            lines.append(f"- `{r['arch']}`: {describe(r)}")
+        bad = [r for r in lever_rows if r["lever"] == lever_id and (
+            outcome(r) in ("DAMAGED", "NOT_MEASURED", "error") or r.get("undo_ok") is False)]
+        if bad:
+            lines += [f"### {lever_id}", ""] + [f"- `{r['arch']}`: {describe(r)}" for r in bad]
+            lines.append("")
+    refused = [r for r in lever_rows if outcome(r) == "refused"]
+    if refused:
+        lines += ["## Refused", "", "Levers that applied and then refused while patching, in "
+                  "their own words.", ""]
+        groups = collections.defaultdict(list)
+        for r in refused:
+            groups[(r["lever"], _reason_group(r["refused"]))].append(r)
+        for (lever_id, _), mine in sorted(groups.items()):
+            names = ", ".join(f"`{r['arch']}`" for r in mine)
+            lines.append(f"- {lever_id} on {len(mine)}: {names}. E.g. {mine[0]['refused'][:300]}")
         lines.append("")
     return "\n".join(lines) + "\n"
 
