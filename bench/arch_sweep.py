@@ -1,7 +1,8 @@
 """Sweep: every lever's contract on every architecture the ``arch`` workload can build, on a CPU.
 
     # every transformers architecture (causal LM, masked LM, seq2seq LM, image classification)
-    PYTHONPATH=src python bench/arch_sweep.py --library transformers --out bench/results/arch_sweep_cpu
+    PYTHONPATH=src python bench/arch_sweep.py --library transformers \
+        --out bench/results/arch_sweep_cpu
     # one timm model per timm module (the smallest by parameters), in a venv with timm
     PYTHONPATH=src python bench/arch_sweep.py --library timm --out bench/results/arch_sweep_cpu
     # a seeded sample, a few levers, some architectures by name
@@ -33,10 +34,11 @@ of the catalogue (:func:`levers.levers.load_all`; ``--levers`` picks), the contr
    verdict is ``levers ab``'s parity read: PARITY, DAMAGED or NOT_MEASURED, with the numbers.
 3. undo: after the parity steps the lever is undone and the model must be as the never-patched
    baseline is after the same steps: the same module classes and attributes, the config, the
-   optimizer's attributes and hyperparameters, its own step function, no compiled call left; and it must compute as a model that was never patched: its
-   weights loaded into the never-patched baseline, one more step of each gives bitwise the same
-   loss and gradients. Then a second pair, patched and undone before any step, against a twin:
-   bitwise the same loss, gradients and updated parameters.
+   optimizer's attributes and hyperparameters, its own step function, no compiled call left;
+   and it must compute as a model that was never patched: its weights loaded into the
+   never-patched baseline, one more step of each gives bitwise the same loss and gradients.
+   Then a second pair, patched and undone before any step, against a twin: bitwise the same
+   loss, gradients and updated parameters.
 
 On a CPU the compile levers trace without inductor (compile-blocks ``aot_eager``, compile-model
 ``eager``, as ``tests/zoo`` runs them), ``ac-budget`` plans for 90% of the activations predicted
@@ -102,7 +104,7 @@ SEED = 0
 TIMM = "timm:"
 
 
-# --- the contract of one lever on one architecture ----------------------------------------------
+# --- the contract of one lever on one architecture -----------------------------------------------
 
 
 def _short(exc: BaseException, limit: int = 400) -> str:
@@ -115,7 +117,7 @@ def _where(exc: BaseException) -> str:
     """The innermost frame of the traceback inside levers or the model's library."""
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
-        if "/levers/" in frame.filename or "transformers/" in frame.filename or "timm/" in frame.filename:
+        if any(part in frame.filename for part in ("/levers/", "transformers/", "timm/")):
             return f"{Path(frame.filename).name}:{frame.lineno}"
     return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
@@ -171,7 +173,8 @@ def _first_difference(a: Any, b: Any) -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
             if a.get(key, "<absent>") != b.get(key, "<absent>"):
-                return f"{key}: {str(a.get(key, '<absent>'))[:80]} -> {str(b.get(key, '<absent>'))[:80]}"
+                before, after = a.get(key, "<absent>"), b.get(key, "<absent>")
+                return f"{key}: {str(before)[:80]} -> {str(after)[:80]}"
     return f"{str(a)[:80]} -> {str(b)[:80]}"
 
 
@@ -403,7 +406,7 @@ def worker(name: str, lever_ids: list[str], parity_steps: int, rows_file: Path) 
     return 0
 
 
-# --- the architectures -------------------------------------------------------------------------
+# --- the architectures ---------------------------------------------------------------------------
 
 
 def transformers_architectures() -> list[str]:
@@ -457,7 +460,7 @@ def lever_ids(text: str | None) -> list[str]:
     return wanted
 
 
-# --- the parent: workers, rows, summary ------------------------------------------------------------
+# --- the parent: workers, rows, summary ----------------------------------------------------------
 
 
 def versions() -> dict[str, Any]:
@@ -495,7 +498,7 @@ def run_worker(name: str, ids: list[str], args: argparse.Namespace) -> list[dict
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)  # the worker we started, and its children
         process.communicate()
-        ended = f"timeout: the architecture's {args.timeout_s:.0f}s were spent"
+        ended = f"timeout: the architecture's {args.timeout_s:g}s were spent"
     lines = rows_file.read_text(encoding="utf-8").splitlines()
     rows_file.unlink()
     raw = [json.loads(line) for line in lines if line.strip()]
@@ -540,7 +543,7 @@ def merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[st
     return [r for r in old if r["arch"] not in again] + new
 
 
-# --- summary ------------------------------------------------------------------------------------------
+# --- summary -------------------------------------------------------------------------------------
 
 
 def _reason_group(error: str) -> str:
@@ -648,7 +651,7 @@ def describe(row: dict[str, Any]) -> str:
     return " | ".join(parts).replace("\n", " ")
 
 
-# --- the command line -------------------------------------------------------------------------------
+# --- the command line ----------------------------------------------------------------------------
 
 
 def choose(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:

@@ -3,13 +3,13 @@
 weights.
 
 ``full`` is the model as registered at its pretrained config's input size, batch 64. ``tiny``
-shrinks it where timm lets a caller: a model class that takes an int ``depth`` or
-``num_blocks`` (ViT, DeiT, MLP-Mixer...) gets ``layers`` blocks (2), one that takes ``img_size`` gets 64 x 64 images, and any
-other is fed 64 x 64 images unless its pretrained config says its input size is fixed (then its
-own). Stage-wise nets keep their registered depth: timm's entrypoints spell stages in as many
-ways as there are families, and the smallest variant of a family is the tiny one
-(``bench/arch_sweep.py`` samples that one per timm module). The step is cross-entropy over the
-logits.
+shrinks it where timm lets a caller: a model class that takes an int ``depth`` or ``num_blocks``
+(ViT, DeiT, MLP-Mixer...) gets ``layers`` blocks (2), one that takes ``img_size`` gets 64 x 64
+images, and any other is fed 64 x 64 images unless its pretrained config says its input size is
+fixed (then its own). Stage-wise nets keep their registered depth: timm's entrypoints spell
+stages in as many ways as there are families, and the smallest variant of a family is the tiny
+one (``bench/arch_sweep.py`` samples that one per timm module). The step is cross-entropy over
+the logits.
 """
 
 from __future__ import annotations
