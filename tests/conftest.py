@@ -44,3 +44,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+# the optional packages a test may need (pyproject's extras); a test that reaches one that is not
+# installed is skipped, visibly, with what to install, rather than failed
+OPTIONAL_PACKAGES = ("transformers", "torchao", "liger_kernel", "timm", "lightning", "accelerate")
+
+
+def _missing_optional(exc: BaseException | None) -> str | None:
+    """The optional package whose absence ``exc`` (or the error it was raised from: a factory
+    that failed to import it) reports, or None (a real failure)."""
+    import importlib.util
+
+    from levers.errors import MissingDependency
+
+    seen = 0
+    while exc is not None and seen < 5:
+        text = str(exc)
+        names: list[str] = []
+        if isinstance(exc, ModuleNotFoundError):
+            names = [(exc.name or "").split(".")[0]]
+        elif isinstance(exc, MissingDependency):
+            names = [n for n in OPTIONAL_PACKAGES if n.replace("_", "-") in text or n in text]
+        for name in names:
+            if name in OPTIONAL_PACKAGES and importlib.util.find_spec(name) is None:
+                return name
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    try:
+        return (yield)
+    except (ModuleNotFoundError, Exception) as exc:  # noqa: BLE001 - re-raised unless optional
+        missing = _missing_optional(exc)
+        if missing is None:
+            raise
+        pytest.skip(f"needs {missing}, which is not installed: {exc}")

@@ -137,10 +137,14 @@ class Step:
         if key not in self._captures:
             # read from the package at call time, so a test's stand-in is the one called
             import levers.capture
+            from levers.levers.applicability import with_applicability
 
-            self._captures[key] = levers.capture.capture_step(
-                self.workload(), warmup=warmup, timed=timed, progress=progress
+            workload = self.workload()
+            captured = levers.capture.capture_step(
+                workload, warmup=warmup, timed=timed, progress=progress
             )
+            # which levers can act on this model: the recommended stack holds only those
+            self._captures[key] = with_applicability(captured, workload)
         return self._captures[key]
 
     def _current_capture(self) -> Capture:
@@ -473,8 +477,10 @@ class Step:
         ``steps`` .. ``seed`` are each A/B's design; ``audit=False`` takes the candidates from
         the catalogue alone; ``record`` is a JSON-lines file each A/B and the result are
         appended to. ``measure`` replaces the A/B (a test's fake, see
-        :data:`levers.tune.trial.Measure`), ``clock`` the budget's clock; ``set_items`` are the
-        ``--set`` items as typed, for the printed ``levers ab`` command.
+        :class:`levers.tune.trial.Measure`: a confirmation asks it for its timed steps with
+        ``steps=``), ``clock`` the budget's clock; ``set_items`` are the ``--set`` items as
+        typed, for the printed ``levers ab`` command. Each lever kept was selected by one A/B and
+        confirmed by a fresh one; ``interrupted`` marks a search that Ctrl-C ended.
 
         Raises:
             TypeError: the Step is not of a spec (each side is built again from it).

@@ -7,6 +7,6 @@ the audit)."""
 SCRIPT_WARMUP = 2
 SCRIPT_TIMED = 0
 
-# `levers tune -- python train.py` runs each side as a fresh run of the script (levers.tune.script);
+# `levers tune -- python train.py` runs each A/B as one run of the script (levers.tune.script);
 # the audit reads this before it prints that command as a next step
 TUNE_TAKES_SCRIPTS = True

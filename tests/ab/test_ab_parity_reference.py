@@ -285,3 +285,105 @@ def test_on_a_gpu_under_bf16_autocast_the_float64_run_tells_rounding_from_bugs(l
 def test_a_non_finite_baseline_allows_nothing():
     check = reference_check(1, "loss", float("nan"), 1.0, 1.0, 0.01)
     assert check.rule == RULE_TOLERANCE and check.passed is False
+
+
+def test_the_optimizer_keeps_its_float32_step_count_in_the_float64_run():
+    # CUDA's fused AdamW reads the step count through a float*: a float64 count reads as 0.0,
+    # the bias correction 1 - beta**0 is 0 and the reference turned NaN after one update (H200)
+    built: list[Workload] = []
+
+    def fused_adamw(seed: int = 0) -> Workload:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        x = torch.arange(32.0).reshape(4, 8) / 32
+
+        def step():
+            loss = model(x).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        workload = Workload(model=model, step=step, optimizer=optimizer)
+        built.append(workload)
+        return workload
+
+    reference, kill = run_reference(fused_adamw, num_steps=3, seed=0)
+    assert kill is None and reference.available, reference.why_not
+    state = built[0].optimizer.state[built[0].model[0].weight]
+    assert state["step"].dtype == torch.float32 and float(state["step"]) == 3.0
+    assert state["exp_avg"].dtype == torch.float64  # the moments follow the float64 parameters
+    assert built[0].model[0].weight.dtype == torch.float64
+    # the update ran in float64: the same three steps by hand, the model cast before its optimizer
+    # made any state, give the same losses
+    by_hand = fused_adamw()
+    by_hand.model.to(torch.float64)
+    losses = []
+    for _ in range(3):
+        loss = by_hand.model(torch.arange(32.0, dtype=torch.float64).reshape(4, 8) / 32).square().mean()
+        loss.backward()
+        by_hand.optimizer.step()
+        by_hand.optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+    assert list(reference.losses) == losses
+
+
+def test_a_float64_mode_outside_any_optimizer_step_still_casts():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    from levers.ab.reference import _optimizer_steps_as_they_are
+
+    mode = Float64Mode()
+    with mode, _optimizer_steps_as_they_are(mode):
+        model.to(torch.float64)
+        out = model(torch.ones(1, 2))
+        out.sum().backward()
+        optimizer.step()
+        after = torch.ones(1) * torch.ones(1, dtype=torch.float32)
+    assert out.dtype == torch.float64 and after.dtype == torch.float64
+    assert mode.suspended == 0
+
+
+def test_an_op_without_a_float64_kernel_runs_in_float32_in_the_float64_run():
+    # as torch._grouped_mm on a GPU: "Expected mat_a to be Float32, BFloat16 or Float16 matrix,
+    # got Double" (the zoo's mixtral on the H200); here a torch op that refuses float64
+    def no_double(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64 or w.dtype == torch.float64:
+            raise RuntimeError(f"Expected mat_a to be Float32 matrix, got {'Double'}")
+        return x @ w
+
+    class Experts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.full((4, 1), 0.25))
+
+        def forward(self, x):
+            return torch.ops.levers_test.no_double(x, self.w)
+
+    library = torch.library.Library("levers_test", "DEF")
+    library.define("no_double(Tensor x, Tensor w) -> Tensor")
+    library.impl("no_double", no_double, "CompositeImplicitAutograd")
+    try:
+        def build(seed: int = 0) -> Workload:
+            torch.manual_seed(seed)
+            model = Experts()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.arange(8.0).reshape(2, 4) / 8
+
+            def step():
+                loss = model(x).square().mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                return loss.detach()
+
+            return Workload(model=model, step=step, optimizer=optimizer)
+
+        reference, _ = run_reference(build, num_steps=1, seed=0)
+    finally:
+        del library
+    assert reference.available, reference.why_not
+    assert reference.float32_ops == ("no_double",)
+    x = torch.arange(8.0).reshape(2, 4) / 8
+    assert reference.losses[0] == pytest.approx(float((x @ torch.full((4, 1), 0.25)).square().mean()))

@@ -168,3 +168,29 @@ def test_grouped_matmul_flops_are_one_matmul_over_all_rows():
     assert grouped_mm_flops((10, 8), (3, 8, 6)) == 2 * 10 * 8 * 6  # tokens x experts' weights
     assert grouped_mm_flops((8, 10), (10, 6)) == 2 * 8 * 10 * 6  # weight gradient, groups on K
     assert grouped_mm_flops((3, 4, 8), (3, 8, 6)) == 2 * 3 * 4 * 8 * 6  # batched groups
+
+
+def test_a_class_s_rate_is_compared_with_the_peak_of_its_own_dtype():
+    # an fp32 step measured on a GPU: its matmul row's ceiling is at fp32's peak, and so is the
+    # rate its efficiency is read against (it read bf16's, mixing two peaks: defect N11)
+    import torch
+
+    from levers import Workload
+
+    model = torch.nn.Linear(256, 256, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.ones(256, 256)
+
+    def step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    capture = capture_step(Workload(model=model, step=step, optimizer=opt), warmup=1, timed=0)
+    ops = tuple(dataclasses.replace(op, device_us=0.0 if op.is_view else 3.0) for op in capture.ops)
+    env = {**capture.env, "device": "cuda:0", "device_name": "NVIDIA H200"}
+    gpu = dataclasses.replace(capture, ops=ops, env=env)
+    config = make_config(gpu)
+    row = step_bottleneck(gpu, config).of(MATMULS)
+    assert row.peak == pytest.approx(config.gpu.peak_flops("float32"))
+    assert row.peak < config.gpu.peak_flops("bfloat16") / 5

@@ -86,6 +86,11 @@ def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
     ids=lambda value: value,
 )
 def test_a_docs_command_runs_as_printed(where, command, tmp_path):
+    import importlib.util
+
+    # the Hugging Face workloads need transformers (the test extra installs it)
+    if re.search(r"\b(hf|zoo)\b", command) and importlib.util.find_spec("transformers") is None:
+        pytest.skip("needs transformers, which is not installed")
     cwd = ROOT if "tests/" in command else tmp_path
     done = _run(command, cwd)
     assert done.returncode == EXPECTED_EXIT.get(command, 0), (where, done.stderr[-2000:])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from levers.cli import main
+from optional_deps import needs
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "levers_vs_peers.py"
 
@@ -21,6 +22,7 @@ def _bench():
 
 
 @pytest.mark.slow
+@needs("transformers")
 def test_smoke_run_writes_the_summary_and_a_catalogue_levers_list_reads(tmp_path, capsys):
     only = "llama:lever:rms-norm-fused,llama:lever:fused-optimizer,llama:liger"
     code = _bench().main(["--smoke", "--only", only, "--steps", "2", "--out", str(tmp_path / "s"),
@@ -146,6 +148,7 @@ def test_the_vit_group_sets_levers_beside_the_three_ways_users_compile_it():
 
 
 @pytest.mark.slow
+@needs("transformers")
 def test_smoke_run_of_the_vit_group_records_the_mode_compile_model_chose(tmp_path):
     only = "vit:compile-model-ro,vit:lever:compile-model"
     code = _bench().main(["--smoke", "--only", only, "--steps", "2", "--out", str(tmp_path / "s"),

@@ -73,3 +73,17 @@ def test_demo_levers_match_the_demo_fixes_on_cuda():
     levers.apply(on, names)
     fixed = demo.build(device="cuda", fixed="suffix_attn,vit_attn,clone,peak_metric,loss")
     assert_close(run_steps(on), run_steps(fixed), BF16, grad_rtol=0.1)
+
+
+def test_the_fused_loss_says_its_chunked_kernel_is_slower_on_a_gpu():
+    from levers.levers import load_all
+    from levers.levers.lever import target_of
+
+    lever = load_all()["fused-linear-cross-entropy"]
+    workload = hf.build(arch="llama", device="cuda")
+    chunked = lever.slower_here(target_of(workload, {"kernel": "chunked"}))
+    assert chunked is not None and "chunked PyTorch kernel" in chunked
+    if importlib.util.find_spec("liger_kernel") is not None:
+        assert lever.slower_here(target_of(workload, {"kernel": "liger"})) is None
+    # on a CPU it runs the chunked kernel too, but the CPU runs no speed search for it
+    assert lever.slower_here(target_of(hf.build(arch="llama"))) is None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from levers.memory import predict_memory
+from optional_deps import needs
 
 BENCH = Path(__file__).parents[2] / "bench"
 
@@ -20,6 +21,7 @@ def _bench_module():
     return module
 
 
+@needs("transformers")
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_the_smoke_vision_configs_predict_on_the_cpu(index):
     bench = _bench_module()

@@ -26,7 +26,10 @@ class FakeAb:
     broken: dict[str, str] = field(default_factory=dict)  # lever -> why it cannot be built
     # stack -> its speed against the baseline, where the increments' gains do not add up
     together: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # stack -> its ratio over its base from its second A/B on (the first one paid by noise)
+    again: dict[tuple[str, ...], float] = field(default_factory=dict)
     calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    steps_asked: list[int | None] = field(default_factory=list)  # steps= of each call
 
     def factor(self, stack: tuple[str, ...]) -> float:
         out = 1.0
@@ -34,8 +37,9 @@ class FakeAb:
             out *= self.speed.get(lever, 1.0)
         return out
 
-    def __call__(self, base, stack, time_budget_s):
+    def __call__(self, base, stack, time_budget_s, *, steps=None):
         self.calls.append((tuple(base), tuple(stack)))
+        self.steps_asked.append(steps)
         self.clock.now_s += self.cost_s
         for lever in stack:
             if lever in self.broken:
@@ -43,6 +47,8 @@ class FakeAb:
         ratio = self.factor(tuple(stack)) / self.factor(tuple(base))
         if not base and tuple(stack) in self.together:
             ratio = self.together[tuple(stack)]
+        if tuple(stack) in self.again and self.calls.count(self.calls[-1]) > 1:
+            ratio = self.again[tuple(stack)]
         bad = any(lever in self.damaged for lever in stack)
         return Trial(
             base=tuple(base),
@@ -56,6 +62,7 @@ class FakeAb:
             parity="DAMAGED" if bad else "PARITY",
             parity_note="loss after step 2 differs by 0.5 (tolerance 0.02)" if bad else "ok",
             wall_s=self.cost_s,
+            num_steps=steps,
         )
 
 

@@ -8,7 +8,14 @@ import pytest
 
 from levers.audit.finding import Cost, Finding, Receipt
 from levers.levers.catalogue import Measurement
-from levers.tune.candidates import Candidate, candidates, exclusive_with, groups
+from levers.tune.candidates import (
+    OBSERVES_ONLY,
+    Candidate,
+    Skipped,
+    candidates,
+    exclusive_with,
+    groups,
+)
 
 
 def _lever(id, *, needs_gpu=False, choose_params=None, applies=None):
@@ -129,3 +136,100 @@ def test_a_lever_that_pays_only_on_another_is_tried_after_it():
     ]
     alone = [Candidate("float8", None, "test"), Candidate("sdpa-attention", None, "test")]
     assert after_their_base(alone, registry) == alone
+
+
+def _gpu_lever(id, measured_on=(), slower=None):
+    return SimpleNamespace(id=id, needs_gpu=True, choose_params=None, applies_reason=None,
+                           measured_on=measured_on, slower_here=slower)
+
+
+PEERS_REGISTRY = {
+    "compile-model": _gpu_lever("compile-model"),
+    "compile-blocks": _gpu_lever("compile-blocks"),
+    "float8": _gpu_lever("float8", measured_on=("compile-blocks",)),
+    "fused-loss": _gpu_lever("fused-loss"),
+    "ac-full": _gpu_lever("ac-full"),
+}
+
+
+def test_on_a_gpu_the_peers_forms_come_first_whatever_the_estimates():
+    # the case: the fused loss estimated at 11.7 ms of a 100 ms step, compile unpriced
+    ordered, _ = candidates(
+        PEERS_REGISTRY, _applies, on_gpu=True,
+        findings=[_finding("LOSS002", "fused-loss", 11.7)], step_ms=100.0,
+        forms={"compile-model": ("compile-model:mode=default",)},
+    )
+    assert [c.lever for c in ordered] == [
+        "compile-model", "compile-blocks", "compile-model:mode=default", "float8", "fused-loss",
+        "ac-full",
+    ]
+    assert ordered[0].source.startswith("a peer's form")
+    assert ordered[2].source.startswith("another form of compile-model")
+    # the two forms of compile-model and compile-blocks are one group of alternatives
+    assert [[c.lever for c in g] for g in groups(ordered)][0] == [
+        "compile-model", "compile-blocks", "compile-model:mode=default",
+    ]
+
+
+def test_on_a_cpu_the_estimates_order_as_before():
+    registry = {k: SimpleNamespace(**{**vars(v), "needs_gpu": False})
+                for k, v in PEERS_REGISTRY.items()}
+    ordered, _ = candidates(
+        registry, _applies, findings=[_finding("LOSS002", "fused-loss", 11.7)], step_ms=100.0,
+    )
+    assert ordered[0].lever == "fused-loss"
+
+
+def test_a_lever_its_catalogue_measured_slower_every_time_is_left_out_with_why():
+    rows = [_row("ac-full", 0.76), _row("ac-full", 0.64), _row("fused-loss", 0.9),
+            _row("fused-loss", 1.2)]
+    ordered, skipped = candidates(PEERS_REGISTRY, _applies, on_gpu=True, catalogue_rows=rows)
+    reasons = {s.lever: s.reason for s in skipped}
+    assert reasons["ac-full"].startswith("measured slower: the catalogue measured it slower")
+    assert "0.70x tokens/s (median of 2, 0.64-0.76x" in reasons["ac-full"]
+    # one row faster, one slower: its regime is not known to lose, so it is tried
+    assert "fused-loss" in [c.lever for c in ordered]
+    # named with --lever, it is tried all the same
+    ordered, skipped = candidates(
+        PEERS_REGISTRY, _applies, on_gpu=True, catalogue_rows=rows, only=["ac-full"]
+    )
+    assert [c.lever for c in ordered] == ["ac-full"]
+
+
+def test_a_lever_that_pays_only_on_another_is_not_judged_by_its_rows_alone():
+    rows = [_row("float8", 0.9)]  # float8 timed eager: slower, as its regime says
+    ordered, _ = candidates(PEERS_REGISTRY, _applies, on_gpu=True, catalogue_rows=rows)
+    assert "float8" in [c.lever for c in ordered]
+
+
+def test_a_lever_that_says_it_is_slower_here_is_left_out_with_its_reason():
+    registry = {**PEERS_REGISTRY,
+                "fused-loss": _gpu_lever("fused-loss", slower=lambda target: "chunked kernel")}
+    _, skipped = candidates(
+        registry, _applies, on_gpu=True,
+        slower_of=lambda lever: lever.slower_here(None) if lever.slower_here else None,
+    )
+    reasons = {s.lever: s.reason for s in skipped}
+    assert reasons["fused-loss"] == "measured slower in this regime: chunked kernel"
+
+
+def test_forms_of_one_lever_exclude_each_other():
+    assert exclusive_with("compile-model:mode=default", ["compile-model"]) == "compile-model"
+    assert exclusive_with("compile-model:mode=default", ["compile-blocks"]) == "compile-blocks"
+    assert exclusive_with("float8", ["compile-model:mode=default"]) is None
+
+
+def test_a_lever_that_only_observes_the_step_is_no_speed_candidate_even_when_named():
+    registry = {"a": _lever("a"), "metric": SimpleNamespace(**vars(_lever("metric")),
+                                                              observes_only=True)}
+    for only in (None, ["a", "metric"]):  # --lever names it: still nothing to find
+        ordered, skipped = candidates(registry, _applies, on_gpu=True, only=only)
+        assert [c.lever for c in ordered] == ["a"]
+        assert skipped == [Skipped("metric", OBSERVES_ONLY)]
+
+
+def test_the_catalogue_s_metric_lever_is_declared_observe_only_and_the_others_are_not():
+    from levers.levers import load_all
+
+    registry = load_all()
+    assert [i for i, lever in registry.items() if lever.observes_only] == ["windowed-peak-metric"]

@@ -23,18 +23,25 @@ LOOP = ["python", str(SCRIPTS / "train_loop.py"), "--steps", "60", "--dim", "512
         "4", "--seq-len", "512", "--batch-size", "8", "--vocab", "8192"]
 
 
-def test_a_run_on_the_gpu_applies_compile_model_and_measures_its_peak(tmp_path):
+def test_a_run_on_the_gpu_applies_compile_model_in_its_windows_and_measures_its_peak(tmp_path):
     design = ScriptDesign(TrialDesign(steps=10, warmup=3, parity_steps=2), rounds=2)
     run = subprocess_runner(LOOP, design, tmp_path)
-    base = run((), 300.0, probe=True)
-    side = run(("compile-model",), 300.0)
+    base = run((), (), 300.0, probe=True)
+    side = run(("compile-model",), (), 300.0, draws_random=base.data["forward_draws_random"])
     assert base.complete and side.complete, (base.error, side.log_tail)
     assert base.data["device"].startswith("cuda") and base.data["applies"]["compile-model"] is None
-    assert side.data["applied"] == ["compile-model"]
-    assert base.peak_allocated_bytes > 0 and side.peak_allocated_bytes > 0
-    assert len(side.step_s) == design.timed_per_run
-    # compiled in fp32: the losses of the same steps within compile-model's tolerance class
-    for a, b in zip(base.losses[:2], side.losses[:2]):
+    windows = side.data["windows"]
+    assert [(w["side"], w["applied"]) for w in windows] == [
+        ("candidate", ["compile-model"]), ("baseline", []), ("baseline", []),
+        ("candidate", ["compile-model"]),
+    ]
+    assert all(w.peak_allocated_bytes > 0 for w in side.windows)
+    assert all(len(w.step_s) == design.timed_per_window for w in side.windows)
+    # compile-model applied again after its undo reuses its programs (and its CUDA graphs)
+    assert windows[0]["compiled_frames"] > 0 and windows[3]["compiled_frames"] == 0
+    assert all(w["recompile_limit_hits"] == 0 for w in windows)
+    # compiled in fp32: the losses of the parity steps within compile-model's tolerance class
+    for a, b in zip(base.parity_losses, side.parity_losses, strict=True):
         assert math.isclose(a, b, rel_tol=1e-3)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fakes import Clock, FakeAb, ordered
 
 from levers.tune.search import OUT_OF_BUDGET, search
+from levers.tune.trial import CONFIRMATION, SELECTION
 
 
 def _run(fake: FakeAb, ids, budget_s: float = 1000.0):
@@ -15,12 +16,17 @@ def _reason(result, lever: str) -> str:
     return next(o.reason for o in result.outcomes if o.lever == lever)
 
 
-def test_a_lever_that_pays_is_kept_and_proven_against_the_baseline():
+def test_a_lever_that_pays_is_kept_and_proven_by_a_fresh_a_b_not_the_one_that_selected_it():
     fake = FakeAb({"fast": 1.3})
     result = _run(fake, ["fast"])
     assert result.stack == ("fast",)
-    assert result.proof is not None and result.proof.base == () and result.proof.stack == ("fast",)
-    assert [o.kept for o in result.outcomes] == [True]
+    assert fake.calls == [((), ("fast",)), ((), ("fast",))]
+    assert result.confirmed_by == 1 and result.proof is result.trials[1]
+    assert [t.role for t in result.trials] == [SELECTION, CONFIRMATION]
+    assert result.proof.base == () and result.proof.stack == ("fast",)
+    [outcome] = result.outcomes
+    assert outcome.kept and (outcome.trial, outcome.confirmed_by) == (0, 1)
+    assert "confirmed by a fresh A/B (A/B 2): tokens/s 1.300x" in outcome.reason
 
 
 def test_a_lever_that_fails_parity_is_dropped_with_the_gate_s_words():
@@ -55,7 +61,10 @@ def test_increments_are_measured_on_top_of_the_stack_and_the_stack_is_proven_at_
     fake = FakeAb({"a": 1.2, "b": 1.1})
     result = _run(fake, ["a", "b"])
     assert result.stack == ("a", "b")
-    assert fake.calls == [((), ("a",)), (("a",), ("a", "b")), ((), ("a", "b"))]
+    # each increment selected, then confirmed afresh; the stack proven against the baseline
+    assert fake.calls == [((), ("a",)), ((), ("a",)), (("a",), ("a", "b")), (("a",), ("a", "b")),
+                          ((), ("a", "b"))]
+    assert result.confirmed_by == 4
     assert result.proof.base == () and result.proof.stack == ("a", "b")
     assert abs(result.proof.tokens_per_s_ratio - 1.32) < 1e-9
 
@@ -64,10 +73,12 @@ def test_a_stack_not_proven_against_the_baseline_falls_back_to_the_largest_prove
     # each increment pays, but the two together are slower than the first alone
     fake = FakeAb({"a": 1.2, "b": 1.1}, together={("a", "b"): 0.95})
     result = _run(fake, ["a", "b"])
-    assert result.stack == ("a",)
+    assert result.stack == ("a",) and result.selected == ("a", "b")
+    # a's proof is its confirmation, a fresh A/B against the baseline
+    assert result.proof is result.trials[1] and result.proof.role == CONFIRMATION
     assert result.proof.stack == ("a",) and result.proof.tokens_per_s_ratio > 1.0
-    assert "not proven against the baseline" in _reason(result, "b")
-    assert "the largest stack proven, a" in result.notes[0]
+    assert "no stack with it was proven against the baseline" in _reason(result, "b")
+    assert "the answer is a, which its confirmation proved" in result.notes[0]
 
 
 def test_the_answer_is_never_slower_than_the_baseline():
@@ -98,21 +109,25 @@ def test_a_lever_that_clashes_with_a_kept_one_is_not_tried():
 
 def test_the_budget_stops_the_search_with_the_best_proven_stack():
     fake = FakeAb({"a": 1.2, "b": 1.1, "c": 1.1, "d": 1.1}, cost_s=10.0)
-    result = _run(fake, ["a", "b", "c", "d"], budget_s=45.0)
-    # a (10 s); b and c each need one A/B plus the final proof (20 s), with 35 s and 25 s left;
-    # d would need 20 s of the 15 s left: the search stops there and proves a,b,c in them
+    result = _run(fake, ["a", "b", "c", "d"], budget_s=75.0)
+    # a and its confirmation (20 s); b needs its A/B, its confirmation and the final proof
+    # (30 s) of the 55 s left; c would need 30 s of the 35 s left, then d 30 s of the 15 s
+    # left: the search stops there and proves a,b,c in them
     assert result.out_of_budget
     assert result.stack == ("a", "b", "c") and result.proof.stack == ("a", "b", "c")
     assert _reason(result, "d") == OUT_OF_BUDGET
     assert fake.calls[-1] == ((), ("a", "b", "c"))
-    assert result.spent_s <= 45.0
+    assert result.spent_s <= 75.0
 
 
 def test_a_budget_too_small_for_one_more_a_b_returns_nothing_slower():
     fake = FakeAb({"a": 1.2}, cost_s=10.0)
     result = _run(fake, ["a", "b"], budget_s=5.0)
-    # the first A/B runs (nothing says how long it takes), overruns, and the search stops
+    # the first A/B runs (nothing says how long it takes), overruns, and the search stops:
+    # a paid once, but no time is left for the fresh A/B that would confirm it
     assert len(fake.calls) == 1 and result.out_of_budget
+    assert result.stack == () and result.proof is None
+    assert _reason(result, "a").endswith("but no time was left to confirm it by a fresh A/B")
     assert _reason(result, "b") == OUT_OF_BUDGET
 
 
@@ -139,17 +154,151 @@ def test_nothing_pays_is_an_answer_with_every_reason():
     assert all(o.reason for o in result.outcomes)
 
 
-def test_an_alternative_of_the_first_group_needs_no_time_for_a_final_proof():
-    # 25 s: the first compile form (10 s), then its rival needs one A/B (10 s) and no proof
+def test_an_alternative_of_the_first_group_needs_time_for_its_confirmation_not_a_final_proof():
+    # 35 s: the first compile form (10 s), then its rival needs one A/B and the confirmation
+    # of the faster (20 s), no proof of a stack of two
+    fake = FakeAb({"compile-blocks": 1.2, "compile-model": 1.4}, cost_s=10.0)
+    result = _run(fake, ["compile-blocks", "compile-model"], budget_s=35.0)
+    assert result.stack == ("compile-model",) and len(fake.calls) == 3
+    assert fake.calls[-1] == ((), ("compile-model",))
+    # with 25 s, the rival is not tried: the time left keeps the first form's confirmation
     fake = FakeAb({"compile-blocks": 1.2, "compile-model": 1.4}, cost_s=10.0)
     result = _run(fake, ["compile-blocks", "compile-model"], budget_s=25.0)
-    assert result.stack == ("compile-model",) and len(fake.calls) == 2
+    assert result.stack == ("compile-blocks",) and len(fake.calls) == 2
+    assert _reason(result, "compile-model") == OUT_OF_BUDGET
 
 
 def test_a_lever_that_a_kept_one_covers_is_not_tried():
     fake = FakeAb({"compile-blocks": 1.3, "rms-norm-fused": 1.1})
     result = _run(fake, ["compile-blocks", "rms-norm-fused"])
-    assert result.stack == ("compile-blocks",) and len(fake.calls) == 1
+    assert result.stack == ("compile-blocks",) and len(fake.calls) == 2  # and its confirmation
     assert "compile-blocks, which was kept, already does what it does" in _reason(
         result, "rms-norm-fused"
     )
+
+
+def test_a_lever_whose_fresh_a_b_does_not_pay_is_not_kept():
+    # a's first A/B paid by noise; the fresh one holds 1: it is not kept, nor proven
+    fake = FakeAb({"a": 1.2, "b": 1.1}, again={("a",): 1.0})
+    result = _run(fake, ["a", "b"])
+    assert result.stack == ("b",) and result.selected == ("b",)
+    assert fake.calls[:3] == [((), ("a",)), ((), ("a",)), ((), ("b",))]
+    reason = _reason(result, "a")
+    assert reason.startswith("pays: tokens/s 1.200x")
+    assert "but a fresh A/B (A/B 2) did not confirm it: does not pay: tokens/s 1.000x" in reason
+
+
+def test_a_lever_that_pays_only_on_top_of_a_stack_is_confirmed_on_top_of_it():
+    # b's increment over a is noise: its selection paid, its confirmation over a does not
+    fake = FakeAb({"a": 1.2, "b": 1.1}, again={("a", "b"): 1.0})
+    result = _run(fake, ["a", "b"])
+    assert result.stack == ("a",) and result.proof is result.trials[1]
+    assert fake.calls[3] == (("a",), ("a", "b"))
+    assert "did not confirm it" in _reason(result, "b")
+    assert not any(o.kept for o in result.outcomes if o.lever == "b")
+
+
+def test_the_confirmation_times_more_steps_where_the_time_left_holds_them():
+    # each A/B: 10 s, of which 20 pairs of 10 ms and 9.9 ms steps; 60% of the 990 s left,
+    # less the rest of an A/B, holds thousands of pairs: five times the steps at most
+    fake = FakeAb({"a": 1.0 / 0.99}, cost_s=10.0)  # 10 ms against 9.9 ms per step
+    result = search(ordered("a"), fake, budget_s=1000.0, clock=fake.clock, steps=20)
+    assert fake.steps_asked == [None, 20 * 5]  # at most five times as many
+    assert result.proof.num_steps == 100
+    # little time left beyond the confirmation's own A/B: the selection's steps
+    fake = FakeAb({"a": 1.0 / 0.99}, cost_s=10.0)
+    search(ordered("a"), fake, budget_s=20.0, clock=fake.clock, steps=20)
+    assert fake.steps_asked == [None, 20]
+    # 8 levers still to try: the 90 s left are kept for their A/Bs and the proof first
+    fake = FakeAb({"a": 1.3}, cost_s=10.0)
+    search(ordered("a", *"bcdefghi"), fake, budget_s=100.0, clock=fake.clock, steps=20)
+    assert fake.steps_asked[1] == 20
+    # a measure that takes no steps is asked none
+    fake = FakeAb({"a": 1.3})
+    search(ordered("a"), fake, budget_s=1000.0, clock=fake.clock)
+    assert fake.steps_asked == [None, None]
+
+
+def test_ctrl_c_inside_an_a_b_ends_the_search_with_what_was_proven():
+    from dataclasses import replace
+
+    fake = FakeAb({"a": 1.2, "b": 1.1, "c": 1.1})
+    seen = []
+
+    def stopped_in_b(base, stack, left_s, *, steps=None):
+        trial = fake(base, stack, left_s, steps=steps)
+        if stack[-1:] == ("b",):  # ab's runner turns a Ctrl-C in a step into this kill
+            return replace(trial, decision="KILLED", killed="interrupted (Ctrl-C) during "
+                           "candidate timed step 7", killed_kind="interrupted")
+        return trial
+
+    result = search(ordered("a", "b", "c"), stopped_in_b, budget_s=1e3, clock=fake.clock,
+                    on_trial=seen.append)
+    assert result.interrupted
+    assert fake.calls == [((), ("a",)), ((), ("a",)), (("a",), ("a", "b"))]  # nothing after
+    assert seen == list(result.trials) and result.trials[-1].killed_kind == "interrupted"
+    # a was confirmed against the baseline before the interrupt: it is what was proven
+    assert result.stack == ("a",) and result.proof is result.trials[1]
+    assert _reason(result, "b") == (
+        "the A/B was stopped: interrupted (Ctrl-C) during candidate timed step 7"
+    )
+    assert _reason(result, "c") == "not tried: the search was interrupted (Ctrl-C)"
+    assert "interrupted (Ctrl-C) during A/B 3" in result.notes[-1]
+
+
+def test_ctrl_c_outside_a_step_is_recorded_as_an_interrupted_trial_and_nothing_unproven_kept():
+    fake = FakeAb({"a": 1.2, "b": 1.1})
+    seen = []
+
+    def interrupted_confirmation(base, stack, left_s, *, steps=None):
+        if len(fake.calls) == 1:  # the second A/B: a's confirmation
+            raise KeyboardInterrupt
+        return fake(base, stack, left_s, steps=steps)
+
+    result = search(ordered("a", "b"), interrupted_confirmation, budget_s=1e3,
+                    clock=fake.clock, on_trial=seen.append)
+    assert result.interrupted and result.stack == () and result.proof is None
+    assert [t.role for t in result.trials] == [SELECTION, CONFIRMATION]
+    stopped = result.trials[-1]
+    assert (stopped.stack, stopped.killed_kind, stopped.decision) == (("a",), "interrupted",
+                                                                      "KILLED")
+    assert seen == list(result.trials)  # the record gets the interrupted trial too
+    assert "interrupted (Ctrl-C) during its confirmation" in _reason(result, "a")
+    assert not any(o.kept for o in result.outcomes)
+
+
+def test_a_second_stack_selected_but_interrupted_before_its_proof_is_not_the_answer():
+    fake = FakeAb({"a": 1.2, "b": 1.1})
+
+    def interrupted_proof(base, stack, left_s, *, steps=None):
+        if len(fake.calls) == 4:  # a, its confirmation, b, its confirmation: then the proof
+            raise KeyboardInterrupt
+        return fake(base, stack, left_s, steps=steps)
+
+    result = search(ordered("a", "b"), interrupted_proof, budget_s=1e3, clock=fake.clock)
+    assert result.interrupted and result.selected == ("a", "b")
+    assert result.stack == ("a",)  # proven by its confirmation; a,b never against the baseline
+    assert _reason(result, "b").endswith(
+        "but the search was interrupted (Ctrl-C) before a stack with it was proven against the "
+        "baseline"
+    )
+
+
+def test_one_cold_compile_does_not_stop_the_search_of_the_cheaper_levers_after_it():
+    # the first A/B pays inductor's cold compile (60 s); the rest take 10 s. Judged by the longest
+    # A/B, the search stopped after three; by the median it tries every lever (issue 33)
+    from fakes import Clock, FakeAb, ordered
+    from levers.tune.search import search
+
+    fake = FakeAb({"compile": 1.5, "b": 1.0, "c": 1.0, "d": 1.0, "e": 1.0}, clock=Clock())
+    cost = iter([60.0] + [10.0] * 20)
+
+    def measure(base, stack, time_budget_s, **kw):
+        fake.cost_s = next(cost)
+        return fake(base, stack, time_budget_s, **kw)
+
+    result = search(ordered("compile", "b", "c", "d", "e"), measure, budget_s=200,
+                    clock=fake.clock)
+    tried = {stack[-1] for _, stack in fake.calls}
+    assert tried == {"compile", "b", "c", "d", "e"}
+    assert result.stack == ("compile",)

@@ -12,9 +12,6 @@ from fakes import FakeAb
 import levers
 from levers.tune.result import TuneResult
 
-FIXTURE = str(Path(__file__).parents[1] / "fixtures" / "my_workload.py") + ":factory"
-
-
 def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -28,7 +25,9 @@ def test_step_tune_keeps_what_pays_and_writes_the_record(tmp_path):
     assert isinstance(result, TuneResult)
     assert result.stack == ("inplace-scatter",)
     assert result.apply_line == 'handle = levers.apply(model, "inplace-scatter", optimizer=opt)'
-    assert result.ab_command == "levers ab demo --set size=tiny --lever inplace-scatter --steps 20"
+    # the proof is a fresh A/B, given the time left for five times the selection's 20 steps
+    assert result.ab_command == "levers ab demo --set size=tiny --lever inplace-scatter --steps 100"
+    assert result.proof.role == "confirmation" and result.proof.num_steps == 100
     outcomes = {o.lever: o for o in result.outcomes}
     assert outcomes["loss-valid-rows"].reason.startswith("slower")
     # the GPU-only levers are left out on a CPU, with why
@@ -75,19 +74,25 @@ def test_tune_needs_a_spec():
         step.tune(measure=FakeAb({}))
 
 
-def test_end_to_end_on_a_factory_file_with_ab(tmp_path):
-    """Real A/Bs (ab's runner) on a tiny factory: a few seconds."""
+def test_end_to_end_on_the_demo_with_ab(tmp_path):
+    """Real A/Bs (ab's runner) on the tiny demo: a few seconds."""
     record = tmp_path / "r.jsonl"
-    result = levers.Step(FIXTURE).tune(
-        budget="2m", steps=4, warmup=1, parity_steps=2, resamples=200, record=record
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        budget="2m", levers="inplace-scatter", steps=4, warmup=1, parity_steps=2,
+        resamples=200, record=record, audit=False,
     )
     trials = result.search.trials
-    assert trials, "at least one lever applies to the fixture and was measured"
+    assert trials, "inplace-scatter applies to the demo on a CPU and was measured"
     assert all(t.ab is not None or t.error for t in trials)
+    assert trials[0].role == "selection" and trials[0].num_steps == 4
+    if len(trials) > 1:  # it paid once: a fresh A/B of it, asked for its own steps
+        assert trials[1].role == "confirmation" and trials[1].num_steps >= 4
+        assert trials[1].ab is not trials[0].ab
     if result.stack:
-        assert result.proof.base == () and result.proof.tokens_per_s_ci95[0] > 1.0
+        assert result.proof is trials[1] and result.proof.tokens_per_s_ci95[0] > 1.0
     kinds = [e["event"] for e in _events(record)]
     assert kinds == ["tune-trial"] * len(trials) + ["tune-result"]
+    assert [e["role"] for e in _events(record)[:-1]] == [t.role for t in trials]
 
 
 def test_the_audit_that_orders_the_candidates_measures_nothing_itself(monkeypatch):
@@ -104,3 +109,71 @@ def test_the_audit_that_orders_the_candidates_measures_nothing_itself(monkeypatc
         measure=fake, clock=fake.clock, levers="inplace-scatter"
     )
     assert seen["measure"] is False
+
+
+def _shown(result) -> str:
+    import io
+
+    from rich.console import Console
+
+    from levers.tune.render import print_tune
+
+    out = io.StringIO()
+    print_tune(result, Console(file=out, width=400))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("only", "why"),
+    [
+        ("windowed-peak-metric", "it changes nothing the step computes"),
+        ("compile-blocks", "its speed-up exists only on a GPU"),
+    ],
+)
+def test_nothing_tried_when_no_a_b_ran_is_not_nothing_pays(tmp_path, only, why):
+    record = tmp_path / "r.jsonl"
+    fake = FakeAb({})
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        measure=fake, clock=fake.clock, audit=False, levers=only, record=record
+    )
+    assert fake.calls == [] and result.nothing_tried and result.nothing_pays
+    assert result.why_nothing_tried.startswith("no lever can be tried on this step")
+    text = _shown(result)
+    assert "nothing tried: no lever can be tried on this step" in text
+    assert "nothing pays here" not in text
+    assert f"dropped {only}: {why}" in text
+    assert _events(record)[-1]["nothing_tried"] == result.why_nothing_tried
+
+
+def test_a_search_that_ran_a_b_s_is_not_nothing_tried():
+    fake = FakeAb({})
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        measure=fake, clock=fake.clock, audit=False, levers="inplace-scatter"
+    )
+    assert fake.calls and not result.nothing_tried and result.why_nothing_tried is None
+    assert "nothing pays here" in _shown(result)
+
+
+def test_ctrl_c_during_an_a_b_keeps_the_record_and_marks_the_result_interrupted(tmp_path):
+    record = tmp_path / "r.jsonl"
+    fake = FakeAb({"inplace-scatter": 1.3, "loss-valid-rows": 1.2})
+
+    def interrupted_second_lever(base, stack, left_s, *, steps=None):
+        if stack[-1:] == ("loss-valid-rows",):
+            raise KeyboardInterrupt  # outside a step: ab's runner lets it through
+        return fake(base, stack, left_s, steps=steps)
+
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        measure=interrupted_second_lever, clock=fake.clock, audit=False, record=record,
+        levers="inplace-scatter,loss-valid-rows,ac-full",
+    )
+    assert result.interrupted
+    events = _events(record)
+    assert [e["event"] for e in events] == ["tune-trial"] * 3 + ["tune-result"]
+    assert events[2]["killed_kind"] == "interrupted" and events[2]["stack"][-1] == "loss-valid-rows"
+    assert events[-1]["interrupted"] is True
+    # inplace-scatter was confirmed against the baseline before the Ctrl-C
+    assert events[-1]["stack"] == ["inplace-scatter"] and events[-1]["confirmed_by"] == 1
+    text = _shown(result)
+    assert "INTERRUPTED (Ctrl-C)" in text
+    assert "dropped ac-full: not tried: the search was interrupted (Ctrl-C)" in text

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from levers.ab.prereg import Prereg, PreregError, parse_prereg, parse_toml
 from levers.ab.record import append_event, read_record, record_path_for
+from levers.text_files import read_utf8
 
 UNCHANGED, NEW, AMENDED = "unchanged", "new", "amended"
 
@@ -102,7 +103,7 @@ def freeze(
     path = Path(path)
     if not path.is_file():
         raise PreregError(f"no pre-registration at {path}; write one with: {init_command} {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path, PreregError)
     prereg = parse(text, str(path))
     record = record_path_for(path)
     frozen = [e for e in read_record(record) if e.get("event") == "freeze"]

@@ -404,6 +404,11 @@ def _judge(
             notes.append("parameters not compared: the two models name or shape them differently")
         else:
             checks.append(param_check)
+    if by_reference and reference.float32_ops:
+        notes.append(
+            f"the float64 run computed {', '.join(reference.float32_ops)} in float32 (no float64 "
+            "kernel)"
+        )
     if any(c.quantity == "loss" and c.passed is None for c in checks):
         notes.append("step() returned no loss: only gradient norms were compared")
     gating = [c.passed for c in checks if c.gating and c.passed is not None]

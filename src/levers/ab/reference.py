@@ -12,16 +12,21 @@ batches), its floating parameters and buffers cast to float64, and each of the p
 with the global RNG reseeded as for the sides. Inside the step a torch-function mode casts every
 floating tensor that reaches an op to float64 (batches the factory made in float32, targets,
 ``.float()`` and ``dtype=`` requests), except the tensor an in-place op writes to, so that a
-mutation is never made on a copy. Random draws (``torch.randn``, ``rand_like``, dropout masks)
+mutation is never made on a copy, and except inside ``optimizer.step()``, whose tensors are
+float64 by then and whose float32 step count CUDA's fused Adam reads as float32. Random draws (``torch.randn``, ``rand_like``, dropout masks)
 run in the dtype the step asked for and are cast afterwards, since a float64 draw takes other
 numbers from the generator (known limits: a ``*_like`` draw and a dropout mask are drawn as float32
 would draw them, and attention's own ``dropout_p`` draws in float64). Autocast leaves float64 tensors alone, so a step that enters
 ``torch.autocast`` computes in float64 all the same; a compiled model runs eagerly
 (``torch.compiler.set_stance("force_eager")``), since the reference is the eager math.
 
+An op that has no float64 kernel (``torch._grouped_mm``, a mixture of experts' matmuls on a GPU)
+runs in float32 on float32 copies of its inputs, its result cast back, and is named
+(``Reference.float32_ops``): still far above the sides' bf16.
+
 A reference that cannot be made says why and the gate falls back to the fixed tolerances: a
-device without float64 (MPS), an op without a float64 kernel (a Triton or other fused kernel
-written for bf16/fp32), a module whose output is still not float64 (a workload that hard-codes
+device without float64 (MPS), a step that refuses float64 itself (a Triton or other fused kernel
+written for bf16/fp32 and called outside a torch op), a module whose output is still not float64 (a workload that hard-codes
 its dtype past the cast), a non-finite reference loss, or a reference that does not fit on the
 device. It runs before the sides are built and is freed before they are, so its memory (twice an
 fp32 side's weights, optimizer state and activations) never adds to theirs; its cost is one more
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -65,7 +71,20 @@ _DRAWS = {
 }
 _DRAWS_LIKE = {torch.randn_like, torch.rand_like}
 _DROPOUTS = {F.dropout, torch.dropout}
+# random draws the cast leaves alone, only noted for Reference.draws_random: in place on a
+# float64 tensor, or the other dropouts (a mask drawn in float64)
+_IN_PLACE_DRAWS = {
+    torch.Tensor.bernoulli_,
+    torch.Tensor.uniform_,
+    torch.Tensor.normal_,
+    torch.Tensor.exponential_,
+    torch.Tensor.random_,
+}
+_ANY_DROPOUT = {*_DROPOUTS, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, F.dropout2d,
+                F.dropout3d}
 _MAX_REASON_CHARS = 200
+# how a kernel refuses float64 ("not implemented for 'Double'", "... matrix, got Double")
+_NO_FLOAT64_KERNEL = re.compile(r"Double|float64")
 
 
 @dataclass(frozen=True)
@@ -75,6 +94,12 @@ class Reference:
     losses: tuple[float | None, ...] = ()
     grad_norms: tuple[float | None, ...] = ()
     why_not: str | None = None  # None: the reference ran
+    # whether the model's forward drew random numbers (dropout, a random op): a compiled side's
+    # programs made with eager's random ops (levers.ab.random_alike) are then not the user's.
+    # None: not known (no reference ran)
+    draws_random: bool | None = None
+    # ops that have no float64 kernel and ran in float32 in the float64 run (torch._grouped_mm)
+    float32_ops: tuple[str, ...] = ()
 
     @property
     def available(self) -> bool:
@@ -93,6 +118,14 @@ def _to_float64(value: Any) -> Any:
     return value
 
 
+def _to_float32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
+        return value.to(torch.float32)
+    if value is torch.float64:
+        return torch.float32
+    return value
+
+
 def _writes_first_argument(func: Callable[..., Any]) -> bool:
     name = getattr(func, "__name__", "")
     in_place = name.endswith("_") and not name.startswith("__")
@@ -100,10 +133,22 @@ def _writes_first_argument(func: Callable[..., Any]) -> bool:
 
 
 class Float64Mode(TorchFunctionMode):
-    """Every floating tensor and dtype that reaches a torch op becomes float64."""
+    """Every floating tensor and dtype that reaches a torch op becomes float64, except inside an
+    optimizer's ``step()`` (see :func:`_optimizer_steps_as_they_are`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.suspended = 0  # > 0 while an optimizer steps
+        self.in_model = 0  # > 0 while the model's forward runs (set by _model_calls)
+        self.drew_in_model = False  # a random number was drawn there
+        self.float32_ops: set[str] = set()  # ops with no float64 kernel, run in float32
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.suspended:
+            return func(*args, **kwargs)
+        if self.in_model and not self.drew_in_model and _draws(func, args, kwargs):
+            self.drew_in_model = True
         if func in _DOWNCASTS:
             return args[0].to(torch.float64)
         if func in _BIT_VIEWS:
@@ -125,7 +170,79 @@ class Float64Mode(TorchFunctionMode):
         kwargs = tree_map(_to_float64, kwargs)
         if out is not None:
             kwargs["out"] = out
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except (RuntimeError, NotImplementedError) as exc:
+            in_place = out is not None or bool(args) and _writes_first_argument(func)
+            if in_place or not _NO_FLOAT64_KERNEL.search(str(exc)):
+                raise
+        # no float64 kernel (torch._grouped_mm, a mixture of experts' matmul): this op alone
+        # computes in float32, still far above the sides' bf16, and its result is cast back
+        self.float32_ops.add(getattr(func, "__name__", str(func)))
+        low = tree_map(_to_float32, (args, kwargs))
+        return tree_map(_to_float64, func(*low[0], **low[1]))
+
+
+def _draws(func: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
+    """Whether this call draws random numbers (a dropout of p > 0 in training, included)."""
+    if func in _ANY_DROPOUT:
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        training = kwargs.get("training", args[2] if len(args) > 2 else True)
+        return bool(training) and float(p) > 0.0
+    if func is F.scaled_dot_product_attention:
+        p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+        return float(p) > 0.0
+    return func in _DRAWS or func in _DRAWS_LIKE or func in _IN_PLACE_DRAWS
+
+
+@contextmanager
+def _model_calls(mode: Float64Mode, model: torch.nn.Module) -> Iterator[None]:
+    """Count the model's forward calls on ``mode`` (its random draws there are noted)."""
+
+    def enter(*_: Any) -> None:
+        mode.in_model += 1
+
+    def leave(*_: Any) -> None:
+        mode.in_model = max(mode.in_model - 1, 0)
+
+    handles = (model.register_forward_pre_hook(enter), model.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def _optimizer_steps_as_they_are(mode: Float64Mode) -> Iterator[None]:
+    """Let every ``Optimizer.step()`` run outside ``mode``.
+
+    Its parameters, gradients and moments are float64 by then, so the cast has nothing to do
+    there, and it would change what the optimizer keeps as it is: the step count, which the
+    optimizer makes as a float32 scalar (``torch.tensor(0.0, dtype=float32)``), would be made in
+    float64, and CUDA's fused Adam and AdamW kernels read that count through a ``float*``. The
+    low half of a float64 1.0 reads as 0.0, the bias correction ``1 - beta ** 0`` is 0, and the
+    reference's parameters turn NaN after its first update (every model with ``fused=True`` on
+    an H200; a CPU's fused kernel reads the count otherwise, so it stayed finite there).
+    """
+
+    def pause(*_: Any) -> None:
+        mode.suspended += 1
+
+    def resume(*_: Any) -> None:
+        mode.suspended = max(mode.suspended - 1, 0)
+
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    handles = (register_optimizer_step_pre_hook(pause), register_optimizer_step_post_hook(resume))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _dropout(
@@ -236,6 +353,8 @@ def _steps(
 ) -> tuple[Reference, Kill | None]:
     losses: list[float | None] = []
     norms: list[float | None] = []
+    drew = False
+    in_float32: set[str] = set()
     with ExitStack() as stack:
         take = stack.enter_context(grad_norm_probe(workload.model))
         lower = stack.enter_context(_output_dtype_watch(workload.model))
@@ -244,8 +363,11 @@ def _steps(
             if lines is not None:
                 check_time(lines, "parity", "reference", step)
             torch.manual_seed(seed + step)  # the same batches and dropout as the sides' k-th step
-            with Float64Mode():
+            mode = Float64Mode()
+            with mode, _optimizer_steps_as_they_are(mode), _model_calls(mode, workload.model):
                 loss = loss_of(workload.step())
+            drew = drew or mode.drew_in_model
+            in_float32.update(mode.float32_ops)
             if isinstance(loss, torch.Tensor) and loss.dtype in _LOWER_FLOATS:
                 return unavailable(f"the step's loss is {loss.dtype}, not float64"), None
             if lower:
@@ -259,4 +381,6 @@ def _steps(
             norm = take()
             losses.append(value)
             norms.append(None if norm is None else float(norm))  # sync point
-    return Reference(tuple(losses), tuple(norms)), None
+    return Reference(
+        tuple(losses), tuple(norms), draws_random=drew, float32_ops=tuple(sorted(in_float32))
+    ), None

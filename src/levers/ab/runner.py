@@ -8,6 +8,8 @@ returns what it measured together with the kill, so a killed run still produces 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -15,8 +17,10 @@ from typing import Any, Callable
 import torch
 
 from levers.ab.killlines import GIB, Kill, KillLines
-from levers.ab.parity import EXACTNESS, ParityResult, reference_for, run_parity
+from levers.ab.parity import EXACT_REASON, EXACTNESS, ParityResult, reference_for, run_parity
+from levers.ab.reference import Reference, unavailable
 from levers.ab.quality import QualityRead, quality_read
+from levers.ab.random_alike import drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
 from levers.ab.timing import SideSamples, run_timed, warm_up
@@ -24,7 +28,7 @@ from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision, judged_reads
 from levers.errors import LeversError
 from levers.workload import Workload
-from levers.vocab import CHANGES_NUMERICS, fix_safety
+from levers.vocab import CHANGES_NUMERICS, EXACT, fix_safety
 
 
 DEFAULT_STEPS = 50
@@ -108,6 +112,9 @@ class AbResult:
     started_at: str  # ISO 8601, UTC
     wall_s: float
     quality: QualityRead | None = None  # None: the run was killed before it
+    # seconds each phase took: reference (the float64 run), build (both sides), parity, warmup,
+    # timed, quality; a phase that did not run is absent
+    phase_s: dict[str, float] = field(default_factory=dict)
 
     def read(self, name: str) -> Read:
         for read in self.reads:
@@ -190,44 +197,64 @@ def _tokens_differ(a: Any, b: Any) -> bool:
     )
 
 
-def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
-    """Compare two sides and return every measurement, the reads and their verdicts."""
+def run_ab(
+    baseline: Side, candidate: Side, config: AbConfig, reference: Reference | None = None
+) -> AbResult:
+    """Compare two sides and return every measurement, the reads and their verdicts.
+
+    ``reference`` is the float64 run of the parity steps when the caller has it already (one
+    search's A/Bs share the workload's): it is then not run again.
+    """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lines = KillLines(
         mem_gate_bytes=None if config.mem_gate_gib is None else int(config.mem_gate_gib * GIB),
         time_budget_s=config.time_budget_s,
         started_s=time.perf_counter(),
     )
-    # the float64 reference of the parity steps is built, run and freed before the sides exist,
-    # so that its memory never adds to theirs
-    reference, kill = reference_for(
-        lambda: _build(baseline, config.seed),
-        num_steps=config.num_parity_steps,
-        exactness=config.exactness,
-        seed=config.seed,
-        lines=lines,
-    )
-    a, b = _build(baseline, config.seed), _build(candidate, config.seed)
+    phase_s: dict[str, float] = {}
+    clock = _PhaseClock(phase_s)
+    kill = None
+    if reference is None:
+        # the float64 reference of the parity steps is built, run and freed before the sides
+        # exist, so that its memory never adds to theirs
+        with clock("reference"):
+            reference, kill = reference_for(
+                lambda: _build(baseline, config.seed),
+                num_steps=config.num_parity_steps,
+                exactness=config.exactness,
+                seed=config.seed,
+                lines=lines,
+            )
+    elif config.exactness == EXACT:
+        reference = unavailable(EXACT_REASON)
+    with clock("build"):
+        a, b = _build(baseline, config.seed), _build(candidate, config.seed)
     _check_one_device(a, b)
     sides = (("baseline", a), ("candidate", b))
     parity: ParityResult | None = None
     if kill is None:
-        parity, kill = run_parity(
-            a,
-            b,
-            num_steps=config.num_parity_steps,
-            exactness=config.exactness,
-            seed=config.seed,
-            lines=lines,
-            reference=reference,
-            floor=config.parity_floor,
-            floor_of=config.parity_floor_of,
-        )
+        # a compiled side draws its dropout masks as eager does while parity is judged; what was
+        # compiled so is compiled again for the timed steps where the model draws random numbers
+        with clock("parity"), drawn_alike() as compiled:
+            parity, kill = run_parity(
+                a,
+                b,
+                num_steps=config.num_parity_steps,
+                exactness=config.exactness,
+                seed=config.seed,
+                lines=lines,
+                reference=reference,
+                floor=config.parity_floor,
+                floor_of=config.parity_floor_of,
+            )
+        recompile_for_timing(compiled, reference.draws_random)
     samples = None
     if kill is None:
-        kill = warm_up(sides, config.num_warmup, lines)
+        with clock("warmup"):
+            kill = warm_up(sides, config.num_warmup, lines)
     if kill is None:
-        samples, kill = run_timed(sides, config.num_steps, lines)
+        with clock("timed"):
+            samples, kill = run_timed(sides, config.num_steps, lines)
     reads = compute_reads(
         samples,
         {"baseline": a.tokens_per_step, "candidate": b.tokens_per_step},
@@ -238,9 +265,10 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
     )
     quality = None
     if kill is None:
-        quality = quality_read(
-            a, b, config.exactness, num_resamples=config.num_resamples, seed=config.seed
-        )
+        with clock("quality"):
+            quality = quality_read(
+                a, b, config.exactness, num_resamples=config.num_resamples, seed=config.seed
+            )
     verdicts = {r.name: r.verdict for r in reads}
     if quality is not None:
         verdicts["quality"] = quality.verdict
@@ -259,4 +287,20 @@ def run_ab(baseline: Side, candidate: Side, config: AbConfig) -> AbResult:
         started_at=started_at,
         wall_s=time.perf_counter() - lines.started_s,
         quality=quality,
+        phase_s=phase_s,
     )
+
+
+class _PhaseClock:
+    """``with clock("parity"):`` adds the seconds the block took to ``phase_s["parity"]``."""
+
+    def __init__(self, phase_s: dict[str, float]) -> None:
+        self.phase_s = phase_s
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phase_s[phase] = round(time.perf_counter() - start, 3)

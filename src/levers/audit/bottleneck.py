@@ -224,6 +224,9 @@ def step_bottleneck(capture: Capture, config: RuleConfig) -> Bottleneck:
     measured = config.on_gpu and any(op.device_us is not None for op in capture.ops)
     time_us = dict.fromkeys(CLASSES, 0.0)
     ceiling_us = dict.fromkeys(CLASSES, 0.0)
+    # the time of each class's FLOPs at the peak of each op's own dtype: a class's rate is
+    # compared with the peak its ceiling used (fp32 convolutions against fp32's, not bf16's)
+    compute_us = dict.fromkeys(CLASSES, 0.0)
     flops = dict.fromkeys(CLASSES, 0)
     nbytes = dict.fromkeys(CLASSES, 0)
     count = dict.fromkeys(CLASSES, 0)
@@ -233,6 +236,7 @@ def step_bottleneck(capture: Capture, config: RuleConfig) -> Bottleneck:
         flops[cls] += part.flops
         nbytes[cls] += part.bytes
         compute_s = part.flops / _peak_flops(part.dtype, config, tf32) if part.flops else 0.0
+        compute_us[cls] += compute_s * 1e6
         ideal_s = max(compute_s, part.bytes / bandwidth)
         ceiling_us[cls] += ideal_s * 1e6
         if measured:
@@ -254,7 +258,9 @@ def step_bottleneck(capture: Capture, config: RuleConfig) -> Bottleneck:
         t_s = time_us[cls] / 1e6
         bound = "" if cls == LAUNCH else "FLOP" if cls in FLOP_BOUND else "memory"
         if bound == "FLOP":
-            achieved, rate = (flops[cls] / t_s if t_s > 0 else None), peak
+            # the FLOP-weighted peak of the class's ops' dtypes (bf16's where they are bf16)
+            rate = flops[cls] / (compute_us[cls] / 1e6) if compute_us[cls] > 0 else peak
+            achieved = flops[cls] / t_s if t_s > 0 else None
         elif bound == "memory":
             achieved, rate = (nbytes[cls] / t_s if t_s > 0 else None), bandwidth
         else:

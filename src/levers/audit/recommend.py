@@ -8,8 +8,10 @@ SwiGLU chains that the fused-kernel levers target). A lever on the step's batche
 is left out, with a note on how to apply it to a Trainer or DataLoader, when the capture shows
 that the step exposes none (``settings["batches"]`` is null). On a CPU capture a lever that cannot run
 without a CUDA device (its ``runs_on_cpu`` is False: ``raise-batch``) is left out, with a note
-that says why, so that the command runs where the audit ran. The command replays the workload as
-the user gave it, with ``--lever`` naming the stack:
+that says why, so that the command runs where the audit ran. A lever whose ``applies`` said no on
+the captured model (the capture records every lever's answer: :mod:`levers.levers.applicability`)
+is left out with its reason: the finding stays, its fix a change to the code at its line. The
+command replays the workload as the user gave it, with ``--lever`` naming the stack:
 
     levers ab hf --set size=1b --lever compile-blocks,fused-linear-cross-entropy,raise-batch
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from levers.capture.records import Capture
 from levers.audit.finding import Finding
@@ -56,6 +58,8 @@ class Recommendation:
     # when no workload spec can replay the step (a script after --, an in-loop capture): what
     # works instead, one line each
     next_steps: tuple[str, ...] = ()
+    # lever id -> why it does not apply to the captured model (the capture's answers)
+    inapplicable: dict[str, str] = field(default_factory=dict)
 
 
 def implemented_levers() -> frozenset[str]:
@@ -65,6 +69,37 @@ def implemented_levers() -> frozenset[str]:
     except ImportError:  # a build without the lever catalogue
         return frozenset()
     return frozenset(load_all())
+
+
+def inapplicable_levers(capture: Capture, on_gpu: bool) -> dict[str, str]:
+    """lever id -> why it does not apply to the captured model, from the answers the capture
+    recorded (:mod:`levers.levers.applicability`; none recorded: empty). Left out of this: a
+    lever on the factory's parameters (raise-batch: it never applies to a built model, and ab
+    applies it before the build), and on a CPU capture a lever whose answer depends on the
+    device (float8 needs a GPU of compute capability 8.9: the CPU's answer says nothing of the
+    GPU run the audit estimates for)."""
+    try:
+        from levers.levers import load_all
+        from levers.levers.applicability import recorded
+    except ImportError:  # a build without the lever catalogue
+        return {}
+    answers = recorded(capture)
+    if not answers:
+        return {}
+    registry = load_all()
+    out = {}
+    for lever_id, reason in answers.items():
+        lever = registry.get(lever_id)
+        if reason is None or lever is None or lever.choose_params is not None:
+            continue
+        if lever.device_bound and not on_gpu:
+            continue
+        out[lever_id] = reason
+    return out
+
+
+def _inapplicable_note(lever: str, code: str, reason: str) -> str:
+    return f"{code}: {lever} left out: it does not apply to this model ({reason})"
 
 
 def cuda_only_levers() -> frozenset[str]:
@@ -146,6 +181,7 @@ def recommend(
     cuda_only = frozenset() if on_gpu else cuda_only_levers()
     # a lever on the batches needs a step that exposes them (the capture says whether it does)
     no_batches = batch_levers() if capture.settings.get("batches") is None else frozenset()
+    inapplicable = inapplicable_levers(capture, on_gpu)
     stack: list[str] = []
     codes: list[str] = []
     notes: list[str] = []
@@ -170,6 +206,10 @@ def recommend(
                 if not noted:  # one note per finding, naming its first lever on the batches
                     notes.append(_no_batches_note(lever, finding.code))
                     noted = True
+                continue
+            # a spec with options (ac-budget:budget=...) was not what the capture asked about
+            if lever in inapplicable:
+                notes.append(_inapplicable_note(lever, finding.code, inapplicable[lever]))
                 continue
             clash = _clash(lever, stack)
             if clash is None:
@@ -199,6 +239,7 @@ def recommend(
     return Recommendation(
         levers, tuple(code for _, code in kept), missing, command, tuple(notes),
         tune_command=tune_command(workload_spec, set_items), next_steps=next_steps,
+        inapplicable=inapplicable,
     )
 
 

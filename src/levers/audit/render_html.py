@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from levers.audit.summary import module_label
 from levers.capture.records import Capture, OpRecord
 from levers.units import format_share
 
@@ -79,14 +80,12 @@ def plot_data(capture: Capture, memory: Any = None, mem_finding: Any = None) -> 
     by_class: dict[str, float] = {}
     for op in capture.ops:
         t = _op_time_us(op, on_gpu)
-        by_module[op.module if op.module is not None else "<outside model>"] = (
-            by_module.get(op.module if op.module is not None else "<outside model>", 0.0) + t
-        )
+        by_module[module_label(op.module)] = by_module.get(module_label(op.module), 0.0) + t
         by_class[op_class(op)] = by_class.get(op_class(op), 0.0) + t
     # fold module paths to their first two levels so that the plot reads as the model's parts
     folded: dict[str, float] = {}
     for path, t in by_module.items():
-        key = ".".join(path.split(".")[:3]) if path and not path.startswith("<") else (path or "<model>")
+        key = ".".join(path.split(".")[:3]) if not path.startswith("<") else path
         folded[key] = folded.get(key, 0.0) + t
     step = max(1, len(capture.ops) // _MAX_TIMELINE_POINTS)
     timeline = [
@@ -163,6 +162,7 @@ def _findings_html(report: Any) -> str:
     if not report.findings:
         return "<p class='ok'>No findings.</p>"
     parts = []
+    inapplicable = getattr(report.recommendation, "inapplicable", None)
     for rank, f in enumerate(report.findings, 1):
         receipts = []
         for r in f.receipts:
@@ -185,7 +185,7 @@ def _findings_html(report: Any) -> str:
             f"{''.join(receipts)}"
             f"<p class='what'>{_esc(f.message)}</p>"
             f"<p class='cost'>{_esc(cost_line(f))}</p>"
-            f"<p class='fix'>fix: {_esc(f.fix_title)} <span class='lever'>({_esc(lever_text(f))})"
+            f"<p class='fix'>fix: {_esc(f.fix_title)} <span class='lever'>({_esc(lever_text(f, inapplicable))})"
             "</span></p></li>"
         )
     return f"<ol class='findings'>{''.join(parts)}</ol>"

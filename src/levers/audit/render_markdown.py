@@ -83,6 +83,7 @@ def findings_markdown(
                 f"{_cell(saves_text(f))} | {f.effort} | {f.risk} |"
             )
         lines.append("")
+        inapplicable = getattr(report.recommendation, "inapplicable", None)
         for rank, f in enumerate(report.findings, start=1):
             lines.append(f"**{rank}. {f.code} {f.name}** ({f.severity})")
             lines.append("")
@@ -99,7 +100,7 @@ def findings_markdown(
                 + (f" — {f.cost.basis}" if f.cost and f.cost.basis else "")
             )
             lines.append(
-                f"- fix: {f.fix_title} ({lever_text(f)}; fix safety: {f.fix_safety}; effort {f.effort}, risk {f.risk})"
+                f"- fix: {f.fix_title} ({lever_text(f, inapplicable)}; fix safety: {f.fix_safety}; effort {f.effort}, risk {f.risk})"
             )
             lines.append("")
     else:

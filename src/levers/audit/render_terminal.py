@@ -68,7 +68,9 @@ def _head_text(head: StepHead) -> Text:
     return text
 
 
-def _finding_text(rank: int, finding: Finding, path_style: PathStyle) -> Text:
+def _finding_text(
+    rank: int, finding: Finding, path_style: PathStyle, inapplicable: dict[str, str] | None = None
+) -> Text:
     r = finding.receipt
     text = Text()
     text.append(f"{rank:>2}. ", style="bold")
@@ -107,7 +109,7 @@ def _finding_text(rank: int, finding: Finding, path_style: PathStyle) -> Text:
     text.append("    fix  ", style="dim")
     text.append(finding.fix_title, style="green")
     text.append(
-        f"\n         {lever_text(finding)} · fix safety: {finding.fix_safety}",
+        f"\n         {lever_text(finding, inapplicable)} · fix safety: {finding.fix_safety}",
         style="dim",
     )
     del r
@@ -132,8 +134,9 @@ def render_findings(
     )
     if not report.findings:
         console.print("  none")
+    inapplicable = getattr(report.recommendation, "inapplicable", None)
     for rank, finding in enumerate(report.findings, start=1):
-        console.print(_finding_text(rank, finding, path_style))
+        console.print(_finding_text(rank, finding, path_style, inapplicable))
     console.print()
     if report.recommendation is not None:
         render_recommendation(report.recommendation, console)

@@ -6,7 +6,7 @@ terminal's. The records are in :mod:`levers.audit.report`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from levers.audit.bottleneck import LAUNCH, Bottleneck, ClassTime
 from levers.audit.finding import Finding
@@ -74,12 +74,23 @@ def saves_text(finding: Finding) -> str:
     )
 
 
-def lever_text(finding: Finding) -> str:
+def lever_text(finding: Finding, inapplicable: Mapping[str, str] | None = None) -> str:
+    """The levers that fix ``finding``; ``inapplicable`` (lever -> why, the capture's answers on
+    the model) marks those that cannot act on this model, and a finding none of whose levers
+    can is a code change at its line."""
     ids = lever_ids(finding)
     if not ids:
         return "no lever (a code change)"
+    inapplicable = inapplicable or {}
+    if all(lever.split(":", 1)[0] in inapplicable for lever in ids):
+        names = " or ".join(ids)
+        return f"a code change: {names} {'does' if len(ids) == 1 else 'do'} not apply to this model"
     have = implemented_levers()
-    named = [lever if lever in have else f"{lever} (not implemented yet)" for lever in ids]
+    named = [
+        f"{lever} (does not apply to this model)" if lever.split(":", 1)[0] in inapplicable
+        else lever if lever in have else f"{lever} (not implemented yet)"
+        for lever in ids
+    ]
     return ("lever " if len(ids) == 1 else "levers ") + " or ".join(named)
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from levers.capture.ops import meta_of
-from levers.capture.source import called_from_torch, user_frame
+from levers.capture.source import called_from_torch, in_data_pipeline, user_frame
 
 _T = torch._C.TensorBase
 
@@ -206,6 +206,8 @@ class CallRecorder(TorchFunctionMode):
                 "tensor": _tensor_meta(args[0] if args else None),
                 # torch's own code (an optimizer reading its step counter) rather than the user's
                 "caller_in_torch": called_from_torch(getattr(func, "__name__", "")),
+                # a batch being made (a Dataset, a collate function): host-side work
+                "in_data_pipeline": in_data_pipeline(),
             }
         first = self.recorder.num_ops
         out = func(*args, **kwargs)

@@ -15,7 +15,13 @@ total of the last allocator event before its range closed: the figure
 from __future__ import annotations
 
 import bisect
+import contextlib
+import os
+import re
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -65,8 +71,53 @@ def range_marker() -> Callable[[int], Any]:
     return lambda index: torch.profiler.record_function(f"{_PREFIX}{index}")
 
 
+# the lines the profiler's library (Kineto) writes to the process's stderr as it starts and
+# stops ("USDT:2026-12-04 03:58:09 10250:10250 SyncActivityProfilerHandler.cpp:52]
+# profiler_start"): no setting silences them, and they fell amid every audit's output
+_PROFILER_MARKER = re.compile(rb"^[A-Z]+:\d{4}-\d\d-\d\d \S+ \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _profiler_markers_dropped() -> Iterator[None]:
+    """Drop the profiler's own marker lines that the block writes to the stderr file
+    descriptor; anything else written there meanwhile is written on, in order."""
+    try:
+        sys.stderr.flush()
+        fd = sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
+        saved = os.dup(fd)
+    except (OSError, ValueError, AttributeError):  # no descriptor to redirect (an embedded host)
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), fd)
+        try:
+            yield
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True)
+                    if not _PROFILER_MARKER.match(line)]
+            if kept:
+                os.write(fd, b"".join(kept))
+
+
+class QuietProfile(profile):
+    """torch.profiler.profile whose start and stop leave no marker lines on stderr."""
+
+    def start(self) -> None:
+        with _profiler_markers_dropped():
+            super().start()
+
+    def stop(self) -> None:
+        with _profiler_markers_dropped():
+            super().stop()
+
+
 def kernel_profiler() -> profile:
-    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True)
+    return QuietProfile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True
+    )
 
 
 def timed_profiler(on_cuda: bool) -> profile:
@@ -75,7 +126,7 @@ def timed_profiler(on_cuda: bool) -> profile:
     activities = [ProfilerActivity.CPU]
     if on_cuda:
         activities.append(ProfilerActivity.CUDA)
-    return profile(activities=activities, record_shapes=True, profile_memory=on_cuda)
+    return QuietProfile(activities=activities, record_shapes=True, profile_memory=on_cuda)
 
 
 @dataclass(frozen=True)

@@ -58,22 +58,40 @@ def user_frame(start: FrameType | None = None) -> SourceLoc | None:
 
 
 _OVERRIDES_FILE = os.path.join(_TORCH_DIR, "overrides.py")
+_DATA_DIR = os.path.join(_TORCH_DIR, "utils", "data") + os.sep
 
 
 def called_from_torch(func_name: str) -> bool:
     """Whether the code that called torch function ``func_name`` is torch's own.
 
     Called from a ``__torch_function__`` handler. Frames of torch's dispatch to the handler
-    (``torch/overrides.py``) and of the Python wrapper of the function itself are skipped.
+    (``torch/overrides.py``), of the Python wrapper of the function itself, and of any other
+    ``__torch_function__`` handler between them (two modes stacked: the call reaches this one
+    through the other's handler) are skipped.
     """
     frame = sys._getframe(2)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
         in_torch = filename.startswith(_TORCH_DIR)
-        if filename == _OVERRIDES_FILE or (in_torch and frame.f_code.co_name == func_name):
+        name = frame.f_code.co_name
+        if filename == _OVERRIDES_FILE or name == "__torch_function__" or (
+            in_torch and name == func_name
+        ):
             frame = frame.f_back
             continue
         return in_torch
+    return False
+
+
+def in_data_pipeline() -> bool:
+    """Whether the stack runs through torch's data loading (a DataLoader fetching a batch: a
+    Dataset's ``__getitem__``, a collate function): host-side work on host tensors, which waits
+    for no GPU whatever device the model runs on."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_DATA_DIR):
+            return True
+        frame = frame.f_back
     return False
 
 

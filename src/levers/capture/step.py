@@ -48,7 +48,7 @@ from levers.capture.recorder import (
     OpRecorder,
     make_recorder,
 )
-from levers.errors import StepError, user_traceback
+from levers.errors import LeversError, StepError, user_traceback
 from levers.workload import Workload
 from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
 
@@ -212,6 +212,7 @@ def capture_step(
     """
     if warmup < 0 or timed < 0:
         raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
+    refuse_meta(workload)
     mode = capture_mode(mode)
     compiled_before = compile_stats.snapshot()
     for _ in range(warmup):
@@ -241,6 +242,16 @@ def capture_step(
         timed_pass.abort()
         raise
     return join_passes(content, timed_pass.stop())
+
+
+def refuse_meta(workload: Workload) -> None:
+    """A step on the meta device has shapes and no values: there is nothing to run or time."""
+    if workload.device is not None and torch.device(workload.device).type == "meta":
+        raise LeversError(
+            "the model is on the meta device: its step has shapes but no values, so there is "
+            "nothing to capture; build it on a CPU or GPU (levers memory predicts a step's memory "
+            "from shapes alone: levers memory path/to/file.py:factory --gpu h100)"
+        )
 
 
 class StepCapture:
@@ -287,6 +298,7 @@ class StepCapture:
 
     def start(self) -> None:
         workload = self.workload
+        refuse_meta(workload)
         device = workload.device
         on_cuda = device.type == "cuda"
         # before the capture's own observers: what the user's steps compiled, not the capture's

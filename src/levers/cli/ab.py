@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError, StepError
+from levers.text_files import read_utf8
 from levers.cli.options import (
     add_lever_argument,
     add_output_arguments,
@@ -219,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
                 f"no pre-registration at {args.prereg}; write one with: "
                 f"levers ab --init-prereg {args.prereg} BASELINE ..."
             )
-        parsed = parse_prereg(_read_text(args.prereg), str(args.prereg))
+        parsed = parse_prereg(read_utf8(args.prereg), str(args.prereg))
         # everything is checked before the file is frozen: a refused run freezes nothing
         design, kill = design_mod.resolve(given, given_kill, parsed)
         design_mod.config(design, kill, design["exactness"] or CHANGES_NUMERICS)
@@ -259,13 +260,6 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, result, prereg, state)
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text("utf-8")
-    except UnicodeDecodeError as exc:
-        raise LeversError(
-            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
-        ) from None
 
 
 def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> int:

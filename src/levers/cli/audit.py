@@ -22,6 +22,7 @@ from levers.cli.options import (
     add_steps_argument,
     add_warmup_argument,
     add_workload_argument,
+    output_path,
     positive_count,
 )
 from levers.output.progress import progress_status
@@ -81,14 +82,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--findings-json",
         dest="findings_json_path",
-        type=Path,
+        type=output_path,
         metavar="FILE",
         help="also write the findings report (schema levers.audit/1) to FILE as JSON",
     )
     parser.add_argument(
         "--trace",
         dest="trace_path",
-        type=Path,
+        type=output_path,
         metavar="FILE",
         help="also write the captured step as a Chrome/Perfetto trace (JSON; open it in "
         "ui.perfetto.dev or chrome://tracing)",

@@ -19,6 +19,7 @@ or after the verb) or ``LEVERS_DEBUG=1``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -38,6 +39,9 @@ VERB_MODULES = (
 # 70 (EX_SOFTWARE): 1 is `levers audit --fail-on`'s "findings remain", which a CI gate reads
 EXIT_INTERNAL_ERROR = 70
 EXIT_INTERRUPTED = 130
+EXIT_USAGE = 2
+# write errors that say the machine is out of room, not that levers is wrong
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 _DEBUG_HELP = "show the full traceback of an internal error (also LEVERS_DEBUG=1)"
 
@@ -104,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
         # the reader went away (levers audit | head); nothing left to say to it
         _silence_stdout()
         return 0
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            from levers.output.errors import print_internal_error
+
+            print_internal_error(exc, debug=debug)
+            return EXIT_INTERNAL_ERROR
+        # a full disk (levers audit > /dev/full): the machine's state, not a defect in levers
+        _silence_stdout()
+        where = f" {exc.filename}" if exc.filename else " (standard output)"
+        print(f"levers: cannot write{where}: {exc.strerror}; free some space or write elsewhere",
+              file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - a defect in levers: short note, traceback on request
         from levers.output.errors import print_internal_error
 

@@ -142,6 +142,14 @@ def add_steps_argument(parser: Any, *, default: str, older_spelling: str | None 
 STDOUT = Path("-")
 
 
+def output_path(text: str) -> Path:
+    """An output FILE argument, made absolute against the directory levers started in, so that
+    a script that changes directory (``os.chdir``) before levers writes does not move it;
+    ``-`` stays :data:`STDOUT`."""
+    path = Path(text)
+    return path if path == STDOUT else Path.cwd() / path
+
+
 def add_predict_steps_argument(parser: Any, *, default: int) -> None:
     """``levers memory --predict-steps N``: training steps the memory model runs after the
     build (predicted, not timed, so not ``--steps``, which is kept as its older spelling)."""
@@ -165,7 +173,7 @@ def add_output_arguments(parser: Any, *, stdout: bool = False, **what: str) -> N
         parser.add_argument(
             f"--{name}",
             dest=f"{name}_path",
-            type=Path,
+            type=output_path,
             metavar="FILE",
             **({"nargs": "?", "const": STDOUT} if stdout else {}),
             help=f"write {thing} to FILE as {OUTPUT_FORMATS[name]}"

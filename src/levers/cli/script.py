@@ -106,6 +106,7 @@ def run_memory(args: argparse.Namespace, console: Any) -> int:
     in the captured step (the CUDA allocator's on a GPU, tracked tensor storages on a CPU) and
     says that the prediction for another GPU, the what-ifs and ``--fit`` need a factory.
     """
+    from levers.audit.summary import module_label
     from levers.units import format_bytes
 
     warmup = SCRIPT_WARMUP if args.warmup is None else args.warmup
@@ -136,7 +137,7 @@ def run_memory(args: argparse.Namespace, console: Any) -> int:
         where = f"{op.source}  {op.source.code}" if op.source is not None else "(no source line)"
         console.print(
             f"  peak reached     after op {op.index} ({op.name}, {op.phase}, module "
-            f"{op.module or '<outside model>'}) at {where}",
+            f"{module_label(op.module)}) at {where}",
             markup=False,
             soft_wrap=True,
         )

@@ -7,12 +7,15 @@
 
 Parses, calls :meth:`levers.Step.tune` (for a script, :func:`levers.tune.script.tune_script`),
 renders; nothing else (the logic is in :mod:`levers.tune`). Exit codes: 0 the search ran (a
-stack, or "nothing pays here"); 2 bad input; 3 the workload's step (or the script) raised.
+stack, "nothing pays here" or "nothing tried"); 2 bad input; 3 the workload's step (or the
+script) raised; 130 Ctrl-C (during the search: what it found so far is printed, marked
+interrupted, and recorded).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from levers.cli.options import (
     add_workload_argument,
     count,
     lever_ids,
+    output_path,
 )
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
@@ -46,8 +50,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         epilog=(
             "Example: levers tune demo --budget 2m | levers tune train.py:factory --set "
             "batch_size=8 | levers tune --budget 20m -- python train.py --steps 100 (a script: "
-            "each side of each A/B is a fresh run of it, the levers applied inside it after its "
-            "first optimizer steps; it must run at least 2 + --warmup + --steps/--rounds steps)"
+            "each A/B is one run of it, the levers applied inside it after its first 2 optimizer "
+            "steps and undone and applied again in windows of steps, candidate first: C B B C; "
+            "it must run at least 2 + --parity-steps + (--rounds + 1) x --warmup + 2 x --steps "
+            "steps, 54 with the defaults)"
         ),
     )
     add_workload_argument(parser)
@@ -64,21 +70,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="never try these levers (repeatable, or comma-separated)",
     )
     add_steps_argument(parser, default="20 per side per A/B")
-    add_warmup_argument(parser, default="3 per side per A/B")
+    add_warmup_argument(parser, default="3 per side per A/B; for a script, 3 per window")
     parser.add_argument("--parity-steps", type=count, metavar="K", help="steps the parity gate compares (default 3)")
     parser.add_argument("--resamples", type=count, metavar="R", help="bootstrap resamples per CI (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workloads and the bootstrap")
     parser.add_argument(
         "--rounds", type=count, metavar="R",
-        help="a script after --: runs of each side per A/B, alternating A B A B (default 2); "
-        "--steps are shared between them",
+        help="a script after --: pairs of windows of steps per A/B in one run of the script, "
+        "each pair in the other order from the one before (C B B C, default 2); --steps are "
+        "shared between them, and a window after a switch of side starts with --warmup untimed "
+        "steps",
     )
     parser.add_argument(
         "--no-audit", dest="audit", action="store_false",
         help="take the candidates from the catalogue alone (no capture of the step)",
     )
     parser.add_argument(
-        "--record", type=Path, default=Path(DEFAULT_RECORD), metavar="FILE",
+        "--record", type=output_path, default=output_path(DEFAULT_RECORD), metavar="FILE",
         help=f"append each A/B and the result to this JSON-lines file (default {DEFAULT_RECORD})",
     )
     add_output_arguments(parser, json="the result")
@@ -200,4 +208,10 @@ def _show(result: Any, args: argparse.Namespace) -> int:
     if args.json_path is not None:
         atomic_write_text(args.json_path, to_json(result.to_dict()) + "\n", make_parents=True)
         say_wrote(args.json_path)
+    if result.interrupted:
+        from levers.cli import EXIT_INTERRUPTED
+
+        print(f"levers: interrupted: the A/Bs run so far and the result are kept in "
+              f"{args.record}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0

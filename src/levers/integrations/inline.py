@@ -25,6 +25,7 @@ from levers.audit.report_files import REPORT_FILES, write_reports
 from levers.audit.run import AuditedStep
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture
+from levers.levers.applicability import with_applicability
 from levers.workload import Workload
 
 __all__ = [
@@ -87,7 +88,9 @@ def capture_step(
     except BaseException:
         capture.abort()
         raise
-    step.capture = capture.stop(reason="an inline capture records the one step of its block")
+    step.capture = with_applicability(
+        capture.stop(reason="an inline capture records the one step of its block"), workload
+    )
 
 
 def _inline_step() -> None:

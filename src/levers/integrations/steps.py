@@ -24,12 +24,13 @@ iterations only).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from torch.optim.optimizer import (
 from levers.capture import compile_stats
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture, capture_mode
+from levers.levers.applicability import with_applicability
 from levers.capture.timed import TimedPass, join_passes
 from levers.errors import LeversError
 from levers.workload import Workload
@@ -84,16 +86,38 @@ def _is_module(obj: Any) -> bool:
         return False
 
 
-def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
-    """The smallest live ``nn.Module`` whose parameters include all of the ``optimizers``'.
+# classes that wrap a model and forward to it (their module paths only add a prefix): the model
+# is the module inside them, whose paths read as the user wrote them
+_WRAPPERS = frozenset({
+    "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel", "OptimizedModule",
+    "LightningModule",
+})
 
-    Ties (a wrapper such as DDP or a LightningModule around one model) go to the module with
-    fewer submodules: the inner one, whose module paths read as the user wrote them.
+
+def _is_wrapper(module: torch.nn.Module) -> bool:
+    return any(cls.__name__ in _WRAPPERS for cls in type(module).__mro__)
+
+
+def find_model(
+    *optimizers: torch.optim.Optimizer, called: frozenset[int] | set[int] = frozenset()
+) -> torch.nn.Module:
+    """The smallest live ``nn.Module`` whose parameters include all of the ``optimizers'``.
+
+    Ties go first to the module that holds more of them counted where they are used, a tied
+    weight counted at each of its places (a language model whose head shares the embedding's
+    weight: ``OPTForCausalLM`` holds ``lm_head.weight`` beside its body's ``embed_tokens``, so it
+    is the model, not its body, ``OPTDecoder``, whose parameters are the same set). Then, where
+    ``called`` (the ids of the modules whose forward ran in a step) is known, to the outermost
+    module that was called and is not a wrapper (DDP, a compiled module, a LightningModule): a
+    model that computes its loss around a backbone holding every parameter (``Net.forward``
+    calls ``self.body`` and takes the loss) is ``Net``, so its loss is inside the model. Then to
+    the module with fewer submodules: the inner one, whose module paths read as the user wrote
+    them.
     """
     wanted = {
         id(p) for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]
     }
-    best: tuple[int, int, int] | None = None  # (-covered, num_params, num_modules)
+    best: tuple | None = None  # (-covered, num_params, -num_places, outermost called, size)
     best_module = None
     with warnings.catch_warnings():  # isinstance on some deprecated torch objects warns
         warnings.simplefilter("ignore")
@@ -103,7 +127,13 @@ def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
         covered = len(wanted.intersection(params))
         if covered == 0:
             continue
-        key = (-covered, len(params), sum(1 for _ in obj.modules()))
+        places = sum(
+            1 for _, p in obj.named_parameters(remove_duplicate=False) if id(p) in wanted
+        )
+        size = sum(1 for _ in obj.modules())
+        # the outermost called model first; the rest by fewer submodules
+        by_call = (0, -size) if id(obj) in called and not _is_wrapper(obj) else (1, size)
+        key = (-covered, len(params), -places, by_call)
         if best is None or key < best:
             best, best_module = key, obj
     if best_module is None:
@@ -112,6 +142,20 @@ def find_model(*optimizers: torch.optim.Optimizer) -> torch.nn.Module:
             "explicitly (levers.capture_step(model, optimizer))"
         )
     return best_module
+
+
+@contextlib.contextmanager
+def forward_calls() -> Iterator[set[int]]:
+    """Yield the set of the ids of the modules whose forward runs while inside (a global
+    forward pre-hook; one set add per module call)."""
+    seen: set[int] = set()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: seen.add(id(module))
+    )
+    try:
+        yield seen
+    finally:
+        handle.remove()
 
 
 class StepWatcher:
@@ -169,6 +213,9 @@ class StepWatcher:
         self._step_s: list[float] = []
         self._t_last = 0.0
         self._handles: list[Any] = []
+        # the modules whose forward ran in the second step (find_model's outermost model)
+        self.called: set[int] = set()
+        self._watching_calls: contextlib.ExitStack | None = None
 
     @property
     def steps_needed(self) -> int:
@@ -188,6 +235,7 @@ class StepWatcher:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._stop_watching_calls()
         if self._active is not None:  # the run ended inside the step being captured
             self._active.abort()
             self._active = None
@@ -272,8 +320,19 @@ class StepWatcher:
             return
         self._boundary(inner)
 
+    def _stop_watching_calls(self) -> None:
+        if self._watching_calls is not None:
+            self._watching_calls.close()
+            self._watching_calls = None
+
     def _boundary(self, optimizer: torch.optim.Optimizer) -> None:
         self.num_steps += 1
+        if self.num_steps == 1 and self.model is None:
+            # one whole step's module calls (the second), for the model find_model picks
+            self._watching_calls = contextlib.ExitStack()
+            self.called = self._watching_calls.enter_context(forward_calls())
+        elif self.num_steps == 2:
+            self._stop_watching_calls()
         if self.on_step is not None:
             self.on_step(self.num_steps, optimizer)
         start_capture = self.warmup + self.timed
@@ -305,7 +364,8 @@ class StepWatcher:
             self._captured(join_passes(self._recorded, timed.stop()))
 
     def _captured(self, capture: Capture) -> None:
-        self.capture = self._with_params(capture)
+        assert self.workload is not None
+        self.capture = with_applicability(self._with_params(capture), self.workload)
         if self.on_captured is not None:
             self.on_captured(self.capture)
 
@@ -340,7 +400,9 @@ class StepWatcher:
 
     def _start(self, optimizer: torch.optim.Optimizer) -> None:
         # the model covers every optimizer seen so far: two optimizers may train two halves
-        model = self.model if self.model is not None else find_model(optimizer, *self.optimizers)
+        model = self.model if self.model is not None else find_model(
+            optimizer, *self.optimizers, called=self.called
+        )
         self.workload = Workload(
             model=model,
             step=functools.partial(_no_step),  # no __code__: no step source to read

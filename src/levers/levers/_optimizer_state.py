@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 import torch
 
+from levers.optional import import_quietly
 from levers.capture.env import tensor_nbytes
 from levers.levers._patch import Undos
 
@@ -60,7 +61,7 @@ MARK = "_levers_optimizer_state"
 def torchao_adam() -> Any | None:
     """``torchao.optim.adam``, or None when torchao is not installed."""
     try:
-        return importlib.import_module("torchao.optim.adam")
+        return import_quietly("torchao.optim.adam")
     except ImportError:
         return None
 

@@ -413,8 +413,13 @@ def _predictor_of(target: Target, inputs: BudgetInputs) -> Callable[[BudgetPlan]
     return plan_peak_predictor(target.options["workload"], gpu_params(target.params), inputs, gpu)
 
 
+def applies_to_model(target: Target) -> str | None:
+    """Why the model has nothing to checkpoint, whatever the options (no repeated blocks)."""
+    return blocks_or_reason(target.model)[1]
+
+
 def applies(target: Target) -> str | None:
-    reason = blocks_or_reason(target.model)[1]
+    reason = applies_to_model(target)
     if reason is not None:
         return reason
     if "budget" not in target.options:
@@ -505,6 +510,7 @@ LEVER = register(
         safety=EXACT,
         fixes=("MEM001",),
         applies=applies,
+        applies_to_model=applies_to_model,
         patch=patch,
         options=("budget", "sac_op_overhead_us", "inputs", "workload", "gpu"),
         check=check_options,

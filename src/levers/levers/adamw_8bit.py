@@ -32,6 +32,7 @@ from typing import Callable
 
 import torch
 
+from levers.optional import import_quietly
 from levers.levers import register
 from levers.levers._optimizer_state import inner_groups, is_adamw, reason, swap
 from levers.levers.lever import Lever, Target
@@ -70,7 +71,7 @@ def applies(target: Target) -> str | None:
 
 def build(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """torchao's 8-bit Adam(W) over ``optimizer``'s parameters, with its hyper-parameters."""
-    adam = importlib.import_module("torchao.optim.adam")
+    adam = import_quietly("torchao.optim.adam")
     cls = adam.AdamW8bit if is_adamw(optimizer) else adam.Adam8bit
     return cls(inner_groups(optimizer), block_size=BLOCK_SIZE)
 

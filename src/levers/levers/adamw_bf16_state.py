@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import torch
 
+from levers.optional import import_quietly
 from levers.levers import register
 from levers.levers._optimizer_state import inner_groups, is_adamw, reason, swap
 from levers.levers.lever import Lever, Target
@@ -64,8 +65,8 @@ KNOWN_PROBLEMS = (
 def optimizer_class() -> type:
     """torchao's Adam with bf16 moments, stochastically rounded (built on first use: torchao is
     optional)."""
-    adam = importlib.import_module("torchao.optim.adam")
-    to_bf16_sr = importlib.import_module("torchao.optim.quant_utils")._fp32_to_bf16_sr
+    adam = import_quietly("torchao.optim.adam")
+    to_bf16_sr = import_quietly("torchao.optim.quant_utils")._fp32_to_bf16_sr
     single_param_adam = adam.single_param_adam
 
     def update(

@@ -31,6 +31,10 @@ from typing import Any
 
 ENV = "LEVERS_CATALOGUE"
 _REPO_RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
+# the same rows shipped inside the package, for an installation without the repository's bench/
+# results beside it (pip install . or a wheel); written by write_packaged(), kept equal to the
+# repository's by a test
+PACKAGED = Path(__file__).resolve().parent / "measured.json"
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,30 @@ def catalogue_paths(explicit: str | os.PathLike | None = None) -> list[Path]:
         return [Path(explicit)]
     if os.environ.get(ENV):
         return [Path(os.environ[ENV])]
+    repo = repository_paths()
+    return repo if repo else [PACKAGED]
+
+
+def repository_paths() -> list[Path]:
+    """The repository's result files, where the package runs from a checkout (else none)."""
     return sorted(_REPO_RESULTS.glob("levers_catalogue_*/catalogue.json")) + sorted(
         _REPO_RESULTS.glob("ac_policies_*/summary.json")
     )
+
+
+def packaged_document(rows: list[Measurement]) -> dict[str, Any]:
+    """The packaged catalogue's content: every row, in the order read."""
+    return {"rows": [row.to_dict() for row in rows]}
+
+
+def write_packaged() -> Path:
+    """Write the repository's rows into the package (``python -m levers.levers.catalogue``
+    after a benchmark adds results)."""
+    from levers.output.atomic import atomic_write_text
+
+    rows = [row for path in repository_paths() for row in read_catalogue(path)]
+    atomic_write_text(PACKAGED, json.dumps(packaged_document(rows), indent=1) + "\n")
+    return PACKAGED
 
 
 def ac_policy_rows(path: Path) -> list[Measurement]:
@@ -190,3 +215,7 @@ def measurements_by_lever(rows: list[Measurement]) -> dict[str, list[Measurement
     for row in rows:
         out.setdefault(row.lever, []).append(row)
     return out
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_packaged()}")

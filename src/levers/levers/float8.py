@@ -59,6 +59,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from levers.optional import import_quietly
 from levers.hardware import FLOAT8_MIN_CAPABILITY
 from levers.levers import register
 from levers.levers._patch import Undos
@@ -101,7 +102,7 @@ class LinearChoice:
 def torchao_float8() -> Any | None:
     """``torchao.float8``, or None when torchao is not installed."""
     try:
-        return importlib.import_module("torchao.float8")
+        return import_quietly("torchao.float8")
     except ImportError:
         return None
 
@@ -242,7 +243,7 @@ def convert(model: nn.Module, recipe: str) -> Callable[[], None]:
 
 def _codegen_restorer() -> Callable[[], None]:
     """The undo of torchao's process-wide patch of inductor's Triton min/max codegen."""
-    patch_module = importlib.import_module("torchao.float8._inductor_patch")
+    patch_module = import_quietly("torchao.float8._inductor_patch")
     try:
         from torch._inductor.codegen.triton import TritonOverrides
     except Exception:  # noqa: BLE001 - no inductor Triton codegen here: torchao patches nothing
@@ -280,6 +281,7 @@ LEVER = register(
         options=("recipe",),
         check=check,
         id="float8",
+        device_bound=True,
         title="Train the large linears in float8 (torchao; tensorwise or rowwise scales)",
         safety=CHANGES_NUMERICS,
         tolerance=TOLERANCE,

@@ -32,6 +32,7 @@ def patch(target: Target) -> Callable[[], None]:
 LEVER = register(
     Lever(
         id="float8-rowwise",
+        device_bound=True,
         title="Train the large linears in float8 with rowwise scales (torchao)",
         safety=CHANGES_NUMERICS,
         tolerance=1e-3,  # float8's (a literal: levers list reads it without importing)

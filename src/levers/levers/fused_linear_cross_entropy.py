@@ -123,6 +123,25 @@ def patch(target: Target) -> Callable[[], None]:
     return undos
 
 
+def slower_here(target: Target) -> str | None:
+    """Why the lever would cost time on this model: on a GPU without a fused kernel installed it
+    runs the chunked PyTorch kernel, which recomputes each chunk's head matmul in the backward
+    (a memory lever: it pays in memory and costs time); None where it runs a fused kernel."""
+    parts = hf_causal_lm_parts(target.model)
+    if isinstance(parts, str):
+        return None
+    device = parts[1].weight.device
+    if device.type != "cuda":
+        return None
+    if available_kernel(device, target.options.get("kernel", "auto")) != "chunked":
+        return None
+    return (
+        "no fused kernel is installed here, so it runs the chunked PyTorch kernel, which "
+        "recomputes each chunk's head matmul in the backward: it saves memory and costs time "
+        "(install liger-kernel, pip install 'levers[kernels]', for Liger's fused kernel)"
+    )
+
+
 LEVER = register(
     Lever(
         options=("kernel", "chunk_rows"),
@@ -133,6 +152,7 @@ LEVER = register(
         fixes=("LOSS002", "LOSS001", "COPY002"),
         applies=applies,
         patch=patch,
+        slower_here=slower_here,
         known_problems=(
             "outputs.logits is None when labels are given; the chunked fallback recomputes each "
             "chunk's head matmul in backward (about one extra head forward)"

@@ -28,6 +28,10 @@ A lever that acts on the workload's factory parameters rather than on a built mo
 parameters to build the candidate with and a sentence saying what it chose. ``levers ab --lever``
 calls it before building the candidate; ``patch`` is then never called on a built model.
 
+A lever that changes nothing the step computes, only what is observed of it (a metric such as
+``windowed-peak-metric``, a guard), sets ``observes_only``: ``levers tune`` leaves it out of its
+search for speed, where an A/B could only find noise in it.
+
 A lever that must see what another did (``ac-budget`` plans for the blocks as ``compile-blocks``
 compiled them) names it in ``after``: a stack of levers is applied in the order given, except
 that such a lever is moved after the levers it names (:func:`levers.levers.handle.in_order`).
@@ -89,6 +93,9 @@ class Lever:
     patch: Callable[[Target], Undo]  # changes the target in place, returns the undo
     tolerance: float | None = None  # for CHANGES_NUMERICS: the relative tolerance checked
     needs_gpu: bool = False  # its speed-up exists only on a GPU (it still runs on a CPU)
+    # it changes nothing the step computes, only what is observed of it (a metric, a guard):
+    # never a speed candidate for levers tune, whose A/Bs could only find noise in it
+    observes_only: bool = False
     runs_on_cpu: bool = True  # False: it refuses to run without a CUDA device (raise-batch)
     options: tuple[str, ...] = ()  # the option names it accepts ("budget",)
     choose_params: ChooseParams | None = None  # set by a lever on the factory parameters
@@ -110,6 +117,16 @@ class Lever:
     # than bf16 (float8) drifts further in one step than bf16's tolerance allows, and its proof
     # is the quality read
     parity_floor: float | None = None
+    # why it would lose for speed on this target, where its measured regime says so (the fused
+    # loss's chunked kernel on a GPU: a memory lever there); None: no such regime. Read by
+    # levers tune, which leaves it out of a speed search with the reason
+    slower_here: Callable[[Target], str | None] | None = None
+    # its applies answer depends on the device the model is on (float8 needs a GPU of compute
+    # capability 8.9): a CPU capture's answer says nothing of the GPU run
+    device_bound: bool = False
+    # the part of ``applies`` about the model alone, for a lever that also needs options to act
+    # (ac-budget needs a budget): what the audit asks of a captured model
+    applies_to_model: Callable[[Target], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:

@@ -58,5 +58,6 @@ LEVER = register(
         fixes=("MEM002",),
         applies=applies,
         patch=patch,
+        observes_only=True,  # the step computes the same; only the peak read changes
     )
 )

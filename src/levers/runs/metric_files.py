@@ -15,6 +15,7 @@ read, before any statistics.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
+from levers.text_files import read_utf8
 
 SUFFIXES = (".npz", ".jsonl", ".csv")
 
@@ -115,7 +117,13 @@ def _read_npz(path: Path, metric: str, id_column: str) -> tuple[list[Any], list[
         if metric not in names:
             others = [n for n in names if n != id_column]
             raise MetricFileError(f"{path} has no metric {metric!r}; its metrics: {others}")
-        ids, values = archive[id_column], archive[metric]
+        try:
+            ids, values = archive[id_column], archive[metric]
+        except ValueError as exc:  # an object array: numpy would have to unpickle it
+            raise MetricFileError(
+                f"{path}: {id_column!r} or {metric!r} is an array of Python objects ({exc}); "
+                "levers does not unpickle files: save numbers (and ids as numbers or strings)"
+            ) from None
         if ids.ndim != 1 or values.ndim != 1 or len(ids) != len(values):
             raise MetricFileError(
                 f"{path}: {id_column!r} has shape {ids.shape} and {metric!r} {values.shape}; "
@@ -130,44 +138,44 @@ def _read_npz(path: Path, metric: str, id_column: str) -> tuple[list[Any], list[
 
 def _read_jsonl(path: Path, metric: str, id_column: str) -> tuple[list[Any], list[Any]]:
     ids, values = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise MetricFileError(f"{where} is not JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise MetricFileError(f"{where} is not a JSON object with an id and metrics")
-            if id_column not in row:
-                raise MetricFileError(
-                    f"{where} has no {id_column!r} key (keys: {sorted(row)}); write each "
-                    "example's id, or name the id key with --id-column"
-                )
-            if metric not in row:
-                raise MetricFileError(
-                    f"{where} has no metric {metric!r} (keys: {sorted(row)})"
-                )
-            ids.append(row[id_column])
-            values.append(row[metric])
+    text = read_utf8(path, MetricFileError, bom=True)
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MetricFileError(f"{where} is not JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise MetricFileError(f"{where} is not a JSON object with an id and metrics")
+        if id_column not in row:
+            raise MetricFileError(
+                f"{where} has no {id_column!r} key (keys: {sorted(row)}); write each "
+                "example's id, or name the id key with --id-column"
+            )
+        if metric not in row:
+            raise MetricFileError(
+                f"{where} has no metric {metric!r} (keys: {sorted(row)})"
+            )
+        ids.append(row[id_column])
+        values.append(row[metric])
     return ids, values
 
 
 def _read_csv(path: Path, metric: str, id_column: str) -> tuple[list[Any], list[Any]]:
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        if id_column not in header:
-            raise MetricFileError(
-                f"{path} has no {id_column!r} column (columns: {header}); add one or name the "
-                "id column with --id-column"
-            )
-        if metric not in header:
-            others = [c for c in header if c != id_column]
-            raise MetricFileError(f"{path} has no metric column {metric!r}; its metrics: {others}")
-        rows = list(reader)
+    text = read_utf8(path, MetricFileError, bom=True)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    if id_column not in header:
+        raise MetricFileError(
+            f"{path} has no {id_column!r} column (columns: {header}); add one or name the "
+            "id column with --id-column"
+        )
+    if metric not in header:
+        others = [c for c in header if c != id_column]
+        raise MetricFileError(f"{path} has no metric column {metric!r}; its metrics: {others}")
+    rows = list(reader)
     return [r[id_column] for r in rows], [r[metric] for r in rows]
 
 

@@ -30,6 +30,7 @@ from levers.ab.prereg import (
     require,
 )
 from levers.ab.record import append_event, read_record, record_path_for
+from levers.text_files import read_utf8
 from levers.runs.metric_bar import MetricBar
 
 KIND = RUN_KIND
@@ -123,7 +124,7 @@ def frozen_state(path: str | os.PathLike, *, freeze_command: str) -> FreezeState
     path = Path(path)
     if not path.is_file():
         raise PreregError(f"no pre-registration at {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path, PreregError)
     record = record_path_for(path)
     frozen = [e for e in read_record(record) if e.get("event") == "freeze"]
     if not frozen:
@@ -150,7 +151,7 @@ def frozen_state(path: str | os.PathLike, *, freeze_command: str) -> FreezeState
 def load_frozen_run_prereg(path: str | os.PathLike) -> tuple[RunPrereg, FreezeState]:
     """The run pre-registration, refused unless it is frozen and unchanged since."""
     state = frozen_state(path, freeze_command="levers prereg freeze")
-    prereg = parse_run_prereg(Path(path).read_text(encoding="utf-8"), str(path))
+    prereg = parse_run_prereg(read_utf8(path, PreregError), str(path))
     return prereg, state
 
 

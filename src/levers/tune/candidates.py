@@ -1,20 +1,37 @@
 """The levers ``levers tune`` tries, in the order it tries them, and those it leaves out (why).
 
-Candidates come from two places: the audit's findings (each finding names the levers that fix
-it; its expected saving is the finding's priced saving as a share of the step) and the catalogue
-(every lever whose ``applies`` says yes on this workload; its expected saving is its measured
-effect in the committed catalogue, when it has one). The largest expected saving is tried first;
-for a lever both name, the audit's figure (of this step) is the one used; on a tie the audit's
-candidates go first, then the catalogue's, then levers with no figure at all, by id.
+The order puts first what was measured, not what was estimated (a roofline estimate of 11.7 ms
+saved by a fused loss ran 0.36x on an H200 at a 250k vocabulary and took half the budget, while
+the lever worth 1.56x was never reached):
+
+1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile (CUDA graphs
+   where the step is static), per-block compile, whole-model compile in inductor's default mode,
+   then float8 on the compiled blocks: what a performance engineer and the peers (``model.compile()``,
+   torchtitan's recipe) reach for first, and what pays most often, by the catalogue's rows. They
+   are tried first, in that order, whatever the audit estimated.
+2. **Then the others by evidence**: the audit's findings on this step (each finding names the
+   levers that fix it; its expected saving is the finding's priced saving as a share of the
+   step) and the catalogue (every lever whose ``applies`` says yes on this workload; its expected
+   saving its measured effect in the committed catalogue); the largest first; for a lever both
+   name, the audit's figure (of this step); on a tie the audit's candidates first, then the
+   catalogue's, then levers with no figure at all, by id.
+3. **Left out, each with its reason**: levers whose measured regime says they lose for speed: a
+   lever every catalogue row of which measured slower (the checkpointing and optimizer-state
+   levers trade speed for memory: ``ac-full`` 0.76x), or one that says so itself for this model
+   (``Lever.slower_here``: the fused loss on a GPU without a fused kernel installed); levers that
+   change nothing the step computes (``Lever.observes_only``); levers that do not apply; GPU-only
+   levers on a CPU; levers on the factory's parameters.
 
 Levers that exclude each other (two forms of compile, two checkpointing policies, a pair that
 fails together) form one *group*: the search tries the members as alternatives at the place of
-the group's first member and keeps at most one of them.
+the group's first member and keeps at most one of them. A candidate may carry options
+(``compile-model:mode=default``): its lever id is the part before the first ``:``.
 
 A script (``levers tune -- python train.py``) has no factory: a lever that changes the
 factory's parameters (raise-batch, the batch) is left out there as needing one.
 
-This module is pure: the workload is seen only through ``applies_of(lever) -> reason | None``.
+This module is pure: the workload is seen only through ``applies_of(lever) -> reason | None``
+and ``slower_of(lever) -> reason | None``.
 """
 
 from __future__ import annotations
@@ -41,7 +58,19 @@ MEMORY_FORMS: tuple[frozenset[str], ...] = (
     frozenset({"adamw-bf16-state", "adamw-8bit"}),
 )
 EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
+# what the peers and a performance engineer reach for first, tried first on a GPU in this order:
+# whole-model compile (compile-model picks CUDA graphs where the step is static; its default
+# mode is tried beside it there), per-block compile, float8 on the compiled blocks
+PEER_FORMS: tuple[str, ...] = (
+    "compile-model", "compile-blocks", "compile-model:mode=default", "float8", "float8-rowwise",
+)
+PEER_SOURCE = "a peer's form (whole-model or per-block compile, float8 on it): tried first"
+MEASURED_SLOWER_PREFIX = "measured slower"
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
+OBSERVES_ONLY = (
+    "it changes nothing the step computes (it only observes it: a metric, a guard), so there is "
+    "no speed to find in it; apply it for what it reports"
+)
 NEEDS_FACTORY = (
     "it needs a factory: it changes the factory's batch parameter, and a script builds its "
     "batches itself; wrap the model, optimizer and step in a factory (README.md, Workloads) and "
@@ -62,6 +91,11 @@ class Skipped:
     reason: str
 
 
+def lever_id(spec: str) -> str:
+    """The lever id of a candidate (``compile-model:mode=default`` -> ``compile-model``)."""
+    return spec.split(":", 1)[0]
+
+
 def speed_alternatives(lever: str) -> tuple[str, ...]:
     """The other forms of ``lever`` that do the same job for speed (compile-model for
     compile-blocks), sorted; empty for a lever with none."""
@@ -80,12 +114,16 @@ def conflicts() -> dict[frozenset[str], str]:
 def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
     """The first of ``others`` that ``lever`` cannot be stacked with, or None."""
     pairs = conflicts()
+    ident = lever_id(lever)
     for other in others:
+        other_id = lever_id(other)
         if other == lever:
             continue
-        if any({lever, other} <= group for group in EXCLUSIVE):
+        if other_id == ident:  # two forms of one lever (its options differ)
             return other
-        if frozenset({lever, other}) in pairs:
+        if any({ident, other_id} <= group for group in EXCLUSIVE):
+            return other
+        if frozenset({ident, other_id}) in pairs:
             return other
     return None
 
@@ -95,7 +133,8 @@ def covered_by(lever: str, stack: Iterable[str]) -> str | None:
     the norms a fused-norm lever targets), or None: the audit's table."""
     from levers.audit.recommend import COVERS
 
-    return next((other for other in stack if lever in COVERS.get(other, ())), None)
+    ident = lever_id(lever)
+    return next((other for other in stack if ident in COVERS.get(lever_id(other), ())), None)
 
 
 def audit_expectations(
@@ -133,6 +172,26 @@ def catalogue_expectations(rows: Iterable[Any]) -> dict[str, tuple[float, str]]:
     }
 
 
+def catalogue_slower(rows: Iterable[Any]) -> dict[str, str]:
+    """lever -> why, for the levers every single-lever catalogue row of which measured slower
+    (CI95 of the tokens/s ratio below 1): their measured regime says they lose for speed."""
+    effects: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.status != "ok" or row.tokens_per_s_ratio is None or len(row.levers) != 1:
+            continue
+        effects.setdefault(row.lever, []).append(row)
+    out = {}
+    for lever, measured in effects.items():
+        if all(row.effect == "slower" for row in measured):
+            ratios = sorted(float(row.tokens_per_s_ratio) for row in measured)
+            shapes = "; ".join(sorted({f"{row.workload} {row.shape}" for row in measured})[:2])
+            out[lever] = (
+                f"the catalogue measured it slower every time it timed it: {median(ratios):.2f}x "
+                f"tokens/s (median of {len(ratios)}, {ratios[0]:.2f}-{ratios[-1]:.2f}x; {shapes})"
+            )
+    return out
+
+
 def check_ids(registry: Mapping[str, Any], ids: Iterable[str]) -> None:
     """Refuse an id the catalogue does not hold (ValueError, with the ids it holds)."""
     for name in ids:
@@ -156,8 +215,10 @@ def candidates(
     ab_prefix: str = "levers ab WORKLOAD",
     from_audit: Mapping[str, tuple[float, str]] | None = None,
     factory: bool = True,
+    slower_of: Callable[[Any], str | None] | None = None,
+    forms: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[Candidate], list[Skipped]]:
-    """The levers to try, best expected first, and those left out with the reason.
+    """The levers to try, in the order of the module docstring, and those left out with why.
 
     ``only`` restricts the search to these ids (``--lever``); ``exclude`` leaves ids out
     (``--exclude``). Unknown ids in either are refused (ValueError) before anything runs.
@@ -165,11 +226,17 @@ def candidates(
     the levers that must be proven on their own. ``from_audit`` gives the audit's expectations
     already computed (:func:`audit_expectations`, in the process that ran the audit) in place of
     ``findings``; ``factory=False`` (a script) leaves out the levers on the factory's parameters.
+    ``slower_of(lever)`` says why a lever would lose for speed on this model (its
+    ``slower_here``), if it would; ``forms`` names other forms of a lever to try beside it
+    (``{"compile-model": ["compile-model:mode=default"]}`` where compile-model's own choice is
+    CUDA graphs). A lever named in ``only`` is tried whatever its measured regime.
     """
     check_ids(registry, [*(only or ()), *exclude])
     if from_audit is None:
         from_audit = audit_expectations(findings, step_ms)
-    from_catalogue = catalogue_expectations(catalogue_rows)
+    rows = list(catalogue_rows)
+    from_catalogue = catalogue_expectations(rows)
+    slower = catalogue_slower(rows)
     tried: list[tuple[tuple, Candidate]] = []
     skipped: list[Skipped] = []
     for lever_id in sorted(registry):
@@ -180,6 +247,8 @@ def candidates(
             skipped.append(Skipped(lever_id, "left out with --exclude"))
             continue
         reason = _left_out(lever, applies_of, on_gpu, ab_prefix, factory)
+        if reason is None and only is None:
+            reason = _measured_slower(lever, slower, slower_of)
         if reason is not None:
             skipped.append(Skipped(lever_id, reason))
             continue
@@ -189,11 +258,44 @@ def candidates(
             (share, source), tier = from_catalogue[lever_id], 1
         else:
             share, source, tier = None, "no audit finding or catalogue measurement", 2
-        # the largest expected saving first; on a tie the audit's (of this step) first
-        key = (-round(share if share is not None else 0.0, 6), tier, lever_id)
+        peer = on_gpu and lever_id in PEER_FORMS
+        if peer:
+            # first, in the peers' order, whatever was estimated
+            key: tuple = (0, PEER_FORMS.index(lever_id))
+            source = f"{PEER_SOURCE}; {source}"
+        else:
+            # the largest expected saving first; on a tie the audit's (of this step) first
+            key = (1, -round(share if share is not None else 0.0, 6), tier, lever_id)
         tried.append((key, Candidate(lever_id, share, source)))
+        for rank, form in enumerate((forms or {}).get(lever_id, ()), start=1):
+            # a peer's form at its place among them (inductor's default mode after the
+            # per-block compile: on most steps it is the CUDA-graph form less its replay)
+            form_key = (0, PEER_FORMS.index(form)) if peer and form in PEER_FORMS else (*key, rank)
+            tried.append((form_key, Candidate(form, share, f"another form of {lever_id}; "
+                                              f"{source}")))
     ordered = [c for _, c in sorted(tried, key=lambda kc: kc[0])]
     return after_their_base(ordered, registry), skipped
+
+
+def _measured_slower(
+    lever: Any, slower: Mapping[str, str], slower_of: Callable[[Any], str | None] | None
+) -> str | None:
+    """Why the lever's measured regime says it loses for speed here, or None. A lever that pays
+    only on top of another (``measured_on``) is not judged by its rows alone."""
+    if getattr(lever, "measured_on", ()):
+        return None
+    try:
+        here = slower_of(lever) if slower_of is not None else None
+    except Exception:  # noqa: BLE001 - a check that fails says nothing: the A/B will tell
+        here = None
+    if here:
+        return f"{MEASURED_SLOWER_PREFIX} in this regime: {here}"
+    if lever.id in slower:
+        return (
+            f"{MEASURED_SLOWER_PREFIX}: {slower[lever.id]}; not a speed lever there (try it "
+            f"with --lever {lever.id} if this step differs)"
+        )
+    return None
 
 
 def after_their_base(ordered: Sequence[Candidate], registry: Mapping[str, Any]) -> list[Candidate]:
@@ -202,7 +304,7 @@ def after_their_base(ordered: Sequence[Candidate], registry: Mapping[str, Any]) 
     tries it on top of them rather than alone."""
     out = list(ordered)
     for candidate in ordered:
-        base = getattr(registry.get(candidate.lever), "measured_on", ())
+        base = getattr(registry.get(lever_id(candidate.lever)), "measured_on", ())
         ids = [c.lever for c in out]
         last = max((ids.index(b) for b in base if b in ids), default=-1)
         if last > ids.index(candidate.lever):
@@ -229,7 +331,11 @@ def _left_out(
         reason = applies_of(lever)
     except Exception as exc:  # noqa: BLE001 - a lever whose check fails on this model is left out
         return f"its applies check raised {type(exc).__name__}: {exc}"
-    return None if reason is None else f"does not apply: {reason}"
+    if reason is not None:
+        return f"does not apply: {reason}"
+    if getattr(lever, "observes_only", False):
+        return OBSERVES_ONLY
+    return None
 
 
 def groups(ordered: Sequence[Candidate]) -> list[list[Candidate]]:

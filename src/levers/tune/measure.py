@@ -11,7 +11,7 @@ exactly ``levers ab WORKLOAD --lever STACK``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from levers.tune.trial import Measure, Stack, Trial, failed, from_ab
@@ -64,21 +64,39 @@ def _design(spec: str, params: dict[str, Any], stack: Stack, design: TrialDesign
 
 def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDesign()) -> Measure:
     """A :data:`levers.tune.trial.Measure` that runs ab on the workload ``spec`` (a built-in,
-    a file or module factory) with ``params``."""
+    a file or module factory) with ``params``.
+
+    The float64 run the parity gate judges by is the workload's own (a lever is to keep its
+    math): it is made once, by the first trial, and every later trial of the search reuses it
+    rather than building and running it again.
+    """
     from levers.ab import design as design_mod
     from levers.ab.runner import run_ab
     from levers.errors import LeversError
 
-    def measure(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    shared: dict[str, Any] = {}  # "reference": the workload's float64 run, once made
+
+    def measure(
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial:
         started = time.perf_counter()
+        chosen = design if steps is None else replace(design, steps=steps)
         try:
-            candidate_design = _design(spec, params, stack, design)
+            candidate_design = _design(spec, params, stack, chosen)
             baseline_side, candidate_side, exactness = design_mod.sides(candidate_design)
+            reference_s = 0.0
+            if "reference" not in shared:
+                reference, killed = _reference(baseline_side, design, time_budget_s)
+                reference_s = time.perf_counter() - started
+                if killed is not None:
+                    return _killed(base, stack, killed, reference_s)
+                shared["reference"] = reference
             if base:
-                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, design))
-            kill = {"time_budget_s": time_budget_s} if time_budget_s else {}
+                _, baseline_side, _ = design_mod.sides(_design(spec, params, base, chosen))
+            left_s = None if not time_budget_s else max(time_budget_s - reference_s, 1e-3)
+            kill = {"time_budget_s": left_s} if left_s else {}
             config = design_mod.config(candidate_design, kill, exactness)
-            result = run_ab(baseline_side, candidate_side, config)
+            result = run_ab(baseline_side, candidate_side, config, shared["reference"])
         except LeversError as exc:  # a lever that does not apply on top of the stack, say
             return failed(base, stack, _one_line(exc), time.perf_counter() - started)
         except Exception as exc:  # noqa: BLE001 - a lever that breaks this model is an answer
@@ -86,22 +104,57 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
                 base, stack, f"the stack raised {type(exc).__name__}: {_one_line(exc)}",
                 time.perf_counter() - started,
             )
-        return from_ab(base, stack, result)
+        trial = from_ab(base, stack, result)
+        if reference_s:
+            phases = {"reference": round(reference_s, 3), **trial.phase_s}
+            trial = replace(trial, phase_s=phases, wall_s=trial.wall_s + reference_s)
+        return trial
 
     return measure
+
+
+def _reference(side: Any, design: TrialDesign, time_budget_s: float | None) -> tuple[Any, Any]:
+    """The workload's float64 run of the parity steps (or why there is none), and a kill."""
+    import torch
+
+    from levers.ab.killlines import KillLines
+    from levers.ab.parity import reference_for
+    from levers.vocab import CHANGES_NUMERICS
+
+    def build() -> Any:
+        torch.manual_seed(design.seed)  # as ab's runner builds a side
+        return side.build()
+
+    lines = KillLines(time_budget_s=time_budget_s or None, started_s=time.perf_counter())
+    return reference_for(
+        build, num_steps=design.parity_steps, exactness=CHANGES_NUMERICS, seed=design.seed,
+        lines=lines,
+    )
+
+
+def _killed(base: Stack, stack: Stack, kill: Any, wall_s: float) -> Trial:
+    return Trial(
+        base=base, stack=stack, decision="KILLED", killed=kill.reason, killed_kind=kill.kind,
+        wall_s=wall_s,
+    )
 
 
 def remembered(measure: Measure, memory: dict[tuple[Stack, Stack], Trial]) -> Measure:
     """``measure`` that answers an A/B it already ran from ``memory`` (one Step's audit and
     tune share their trials: the audit's measured claims are tune's first increments). A trial
-    the time budget cut short is run again, not remembered."""
+    the time budget or a Ctrl-C cut short is run again, not remembered; one asked for its own
+    ``steps`` (the search's confirmation, which must select nothing) is always run afresh."""
 
-    def measure_once(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    def measure_once(
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial:
+        if steps is not None:
+            return measure(base, stack, time_budget_s, steps=steps)
         key = (tuple(base), tuple(stack))
         if key in memory:
             return memory[key]
         trial = measure(base, stack, time_budget_s)
-        if trial.killed_kind != "time_budget":
+        if not (trial.out_of_time or trial.interrupted):
             memory[key] = trial
         return trial
 

@@ -1,4 +1,5 @@
-"""The terminal view of a ``levers tune`` result: the proven stack, then every lever's fate."""
+"""The terminal view of a ``levers tune`` result: the proven stack (or why there is none: nothing
+pays, nothing tried, interrupted), then every lever's fate."""
 
 from __future__ import annotations
 
@@ -37,6 +38,18 @@ def proof_lines(proof: Trial) -> list[str]:
     return lines
 
 
+def proof_source(result: TuneResult) -> str:
+    """Which A/B proves the stack, and which selected and confirmed its levers."""
+    kept = [o for o in result.search.outcomes if o.kept]
+    selected = ", ".join(str(o.trial + 1) for o in kept if o.trial is not None)
+    line = (f"proof: A/B {result.search.confirmed_by + 1}, a fresh A/B against the baseline "
+            f"({result.proof_steps} timed steps per side); ")
+    if len(kept) == 1:
+        return line + f"A/B {selected} selected it"
+    confirmed = ", ".join(str(o.confirmed_by + 1) for o in kept if o.confirmed_by is not None)
+    return line + f"A/B {selected} selected its levers, A/B {confirmed} confirmed each"
+
+
 def print_tune(result: TuneResult, console: Console | None = None) -> None:
     console = console or make_console()
 
@@ -50,12 +63,22 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
         + (" (the budget ran out)" if search.out_of_budget else ""),
     )
     say()
-    if result.not_tried is not None:
-        say(f"nothing tried: {result.not_tried}", style="bold")
+    if result.interrupted:
+        say("INTERRUPTED (Ctrl-C): the search stopped before its end; what it proved so far:",
+            style="bold red")
+    if result.why_nothing_tried is not None:
+        say(f"nothing tried: {result.why_nothing_tried}", style="bold")
     elif result.nothing_pays:
-        say("nothing pays here: no lever made this step faster with parity held", style="bold")
+        if result.interrupted:
+            say("no stack was confirmed before the interrupt"
+                + (f" (selected, not confirmed: {','.join(search.selected)})"
+                   if search.selected else ""), style="bold")
+        else:
+            say("nothing pays here: no lever made this step faster with parity held in two "
+                "A/Bs (the one that selected it and a fresh one)", style="bold")
     else:
         say(f"proven stack: {','.join(result.stack)}", style="bold green")
+        say("  " + proof_source(result))
         for line in proof_lines(result.proof):
             say("  " + line)
         say()

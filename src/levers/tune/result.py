@@ -29,7 +29,7 @@ class TuneResult:
     wraps_step: bool = False  # a lever of the stack wraps the step: the script calls handle.step
     notes: tuple[str, ...] = field(default=())
     script: tuple[str, ...] | None = None  # the command after --, when a script was tuned
-    rounds: int | None = None  # a script's A/Bs: runs of each side, alternating
+    rounds: int | None = None  # a script's A/Bs: pairs of windows (C B) in one run of it
     not_tried: str | None = None  # why the search could not run at all
 
     @property
@@ -49,6 +49,28 @@ class TuneResult:
         return not self.stack
 
     @property
+    def interrupted(self) -> bool:
+        """Ctrl-C ended the search: ``stack`` is only what a fresh A/B confirmed before it."""
+        return self.search.interrupted
+
+    @property
+    def why_nothing_tried(self) -> str | None:
+        """Why no A/B ran, or None when one did: "nothing tried" is not "nothing pays"."""
+        if self.not_tried is not None:
+            return self.not_tried
+        if self.search.trials:
+            return None
+        if self.search.interrupted:
+            return "the search was interrupted (Ctrl-C) before its first A/B"
+        if self.search.out_of_budget:
+            return "the time budget ran out before the first A/B; raise --budget"
+        return "no lever can be tried on this step: each one was left out (below, with why)"
+
+    @property
+    def nothing_tried(self) -> bool:
+        return self.why_nothing_tried is not None
+
+    @property
     def apply_line(self) -> str | None:
         """``handle = levers.apply(model, "a,b", optimizer=opt)``; None for an empty stack."""
         if not self.stack:
@@ -62,8 +84,15 @@ class TuneResult:
         script."""
         if not self.stack or self.script is not None:
             return None
-        parts = ["--lever", ",".join(self.stack), "--steps", str(self.design.steps)]
+        parts = ["--lever", ",".join(self.stack), "--steps", str(self.proof_steps)]
         return f"{ab_prefix(self.workload, self.set_items)} {shlex.join(parts)}"
+
+    @property
+    def proof_steps(self) -> int:
+        """The timed steps per side of the proof (a confirmation may time more than the
+        selection A/Bs' ``design.steps``)."""
+        proof = self.proof
+        return proof.num_steps if proof is not None and proof.num_steps else self.design.steps
 
     @property
     def reproduce_command(self) -> str | None:
@@ -85,7 +114,11 @@ class TuneResult:
             "design": dict(self.design.__dict__),
             "stack": list(self.stack),
             "nothing_pays": self.nothing_pays,
+            "nothing_tried": self.why_nothing_tried,
+            "interrupted": self.interrupted,
             "proof": self.proof.to_dict() if self.proof is not None else None,
+            "confirmed_by": search.confirmed_by,
+            "selected": list(search.selected),
             "apply_line": self.apply_line,
             "ab_command": self.ab_command,
             "reproduce_command": self.reproduce_command,

@@ -60,6 +60,17 @@ def gpu_only_note(skipped: Sequence[Any], device: str) -> str | None:
     )
 
 
+def lever_forms(model: Any, on_gpu: bool) -> dict[str, tuple[str, ...]]:
+    """Other forms of a lever to try beside it: whole-model compile in inductor's default mode
+    where compile-model's own choice is CUDA graphs (a static step on a GPU); the peers time
+    both, and which pays more depends on the step."""
+    if not on_gpu:
+        return {}
+    from levers.levers.compile_model import static_step_reasons
+
+    return {} if static_step_reasons(model) else {"compile-model": ("compile-model:mode=default",)}
+
+
 def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
     """Whether applying ``stack`` replaces the workload's step (so the script must call the
     handle's step); applied to the built workload and undone."""
@@ -119,6 +130,10 @@ def tune_step(
     ordered, skipped = candidates(
         registry,
         lambda lever: lever.applies(target_of(workload)),
+        slower_of=lambda lever: (
+            lever.slower_here(target_of(workload)) if lever.slower_here is not None else None
+        ),
+        forms=lever_forms(workload.model, on_gpu),
         findings=findings,
         step_ms=step_ms,
         catalogue_rows=catalogue_rows(),
@@ -140,6 +155,7 @@ def tune_step(
         clock=clock,
         say=say,
         on_trial=record_trials(record_path, {"workload": step.spec, "params": step.params}),
+        steps=design.steps,  # ab's A/B times as many steps as it is asked: a confirmation more
     )
     result = TuneResult(
         workload=step.spec,

@@ -2,33 +2,41 @@
 script.
 
 A factory can build its workload again for each side of an A/B; a script builds its model as it
-runs. So each side of each A/B here is one run of the script in a fresh process
-(``python -m levers.cli.script_trial``), which applies the side's levers in-process after the
-script's first optimizer steps, times the next ones and writes what it saw as JSON
-(:mod:`levers.integrations.script_trial`). This module starts those runs and compares them:
+runs. So each A/B here is one run of the script in a fresh process (``python -m
+levers.cli.script_trial``) in which the two sides take turns: after the script's first optimizer
+steps the candidate's levers are applied in-process, its parity steps, warm-up and timed steps
+run, the levers are undone and the baseline's window runs, and again in the other order (C B B C
+for two rounds); the process writes what it saw as JSON (:mod:`levers.integrations.script_trial`).
+This module starts those runs and compares what they saw:
 
-- **Before the search**, one run without levers (the *probe*) finds the model from the
-  optimizer, says which levers apply to it inside the script and the precision the step computes
-  in, and (unless ``--no-audit``) audits one step for the levers' expected savings; a second run
-  without levers checks that the script's steps repeat. A script that fails or ends before its
-  steps are timed is refused here, before the search.
-- **Each A/B** runs the two sides alternately, ``rounds`` times (A B A B for two), each run
-  timing ``ceil(steps / rounds)`` steps after ``warmup`` untimed ones (compile warm-up), so that
-  drift of the host is shared by both sides. Pair ``(r, j)`` is the j-th timed step of round
-  ``r`` on each side; ab's paired bootstrap (:func:`levers.ab.stats.paired_ratio_ci`) gives the
-  CI95 of the step-time ratio and of the tokens/s ratio (read as steps/s: both sides run the
-  script's own batches, the same tokens per step, since no lever that changes the batch is
-  tried) and tune's :func:`levers.tune.trial.judge` decides.
-- **Parity**: the losses of the same script steps (the first ``parity_steps`` after the levers
-  are applied) of each candidate run and the baseline run of its round are compared within the
-  tolerance of the levers added: ab's fixed tolerance for their declared safety and the step's
-  precision (:func:`levers.ab.parity.tolerance_for`), or the levers' declared tolerance where
-  that is looser. This needs steps that repeat: when two runs of the baseline differ beyond the
-  tolerance at a compared step (an unseeded script, nondeterministic data order), parity is "not
-  checked: the script's steps are not repeatable", never PARITY, and so nothing is kept (judge
-  keeps a lever only with parity held). When they differ beyond even the loosest tolerance, no
-  A/B is run and the result says why.
-- **Peak memory**: the CUDA allocator's peak over each run's timed steps; not measured on a CPU.
+- **Before the search**, one run without levers (the *probe*), as long as an A/B's, finds the
+  model from the optimizer, says which levers apply to it inside the script, the precision the
+  step computes in and whether the model's forward draws random numbers, and (unless
+  ``--no-audit``) audits one step for the levers' expected savings; a second run without levers,
+  to the end of the parity steps only, checks that the script's steps repeat. A script that
+  fails or ends before an A/B's last step is refused here, before the search.
+- **Each A/B** pairs the j-th timed step of the candidate's window ``r`` with the j-th of the
+  baseline's window ``r`` (each pair of windows in the other order from the one before, so that
+  a drift of the step time over the run falls on both sides alike); ab's paired bootstrap
+  (:func:`levers.ab.stats.paired_ratio_ci`) gives the CI95 of the step-time ratio and of the
+  tokens/s ratio (read as steps/s: both sides run the script's own batches, the same tokens per
+  step, since no lever that changes the batch is tried) and tune's
+  :func:`levers.tune.trial.judge` decides. An A/B so pays one start of the script (its imports,
+  model, data, compile) instead of one per side and round.
+- **Parity**: the losses of the candidate's parity steps (script steps ``W+1 .. W+P``, the first
+  after its levers are applied) are compared with the probe's losses of the same steps within
+  the tolerance of the candidate's whole stack (the user's question is whether this stack keeps
+  the script's results): ab's fixed tolerance for the levers' declared safety and the step's
+  precision (:func:`levers.ab.parity.tolerance_for`, with a lever's declared parity floor), or
+  the levers' declared tolerance where that is looser. An increment's baseline side (the stack
+  kept so far) is only timed: its own parity was proven when it was kept. This needs steps that
+  repeat: when the two runs without levers differ beyond the tolerance at a compared step (an
+  unseeded script, nondeterministic data order), parity is "not checked: the script's steps are
+  not repeatable", never PARITY, and so nothing is kept (judge keeps a lever only with parity
+  held). When they differ beyond even the loosest tolerance, no A/B is run and the result says
+  why.
+- **Peak memory**: the CUDA allocator's peak over each window's timed steps; not measured on a
+  CPU.
 """
 
 from __future__ import annotations
@@ -72,6 +80,8 @@ DEFAULT_ROUNDS = 2
 SCRIPT_WARMUP = 2
 TRIAL_MODULE = "levers.cli.script_trial"  # its command line; the run: integrations.script_trial
 NOT_REPEATABLE = "not checked: the script's steps are not repeatable"
+CANDIDATE = "candidate"  # the sides' names in the run's JSON (integrations.script_trial)
+BASELINE = "baseline"
 _LOG_TAIL_LINES = 15
 
 
@@ -86,62 +96,96 @@ class ScriptDesign:
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"--rounds must be at least 1, got {self.rounds}")
-        if self.trial.parity_steps > self.trial.warmup + self.timed_per_run:
-            raise ValueError(
-                f"--parity-steps {self.trial.parity_steps} compares more steps than one run of the "
-                f"script records after the levers are applied ({self.trial.warmup} warm-up + "
-                f"{self.timed_per_run} timed); lower it or raise --steps"
-            )
 
     @property
-    def timed_per_run(self) -> int:
+    def timed_per_window(self) -> int:
         return math.ceil(self.trial.steps / self.rounds)
 
     @property
     def steps_per_run(self) -> int:
-        """The optimizer steps each run of the script must reach."""
-        return self.script_warmup + self.trial.warmup + self.timed_per_run
+        """The optimizer steps the run of an A/B (and the probe) must reach, as
+        :func:`levers.integrations.script_trial.window_plan` lays them out: the parity steps,
+        ``2 x rounds`` windows of the timed steps, and ``--warmup`` untimed steps at the start of
+        the first window and after each of the ``rounds`` switches of side (C B B C)."""
+        return (
+            self.script_warmup + self.trial.parity_steps
+            + (self.rounds + 1) * self.trial.warmup + 2 * self.rounds * self.timed_per_window
+        )
+
+    @property
+    def repeat_steps(self) -> int:
+        """The optimizer steps the repeat check must reach: to the end of the parity steps."""
+        return self.script_warmup + self.trial.parity_steps
 
     def layout(self) -> str:
         return (
-            f"{self.script_warmup} before the levers are applied, --warmup {self.trial.warmup} "
-            f"after, then {self.timed_per_run} timed (--steps {self.trial.steps} over --rounds "
-            f"{self.rounds})"
+            f"{self.script_warmup} before the levers are applied, --parity-steps "
+            f"{self.trial.parity_steps}, then {self.rounds} pair(s) of windows of "
+            f"{self.timed_per_window} timed steps (--steps {self.trial.steps} over --rounds "
+            f"{self.rounds}), each side's first window after a switch starting with --warmup "
+            f"{self.trial.warmup}"
         )
 
 
 @dataclass(frozen=True)
-class SideRun:
-    """One run of the script, as its process wrote it (``data`` is the whole document)."""
+class Window:
+    """One window of a run, as its process wrote it: one side's levers on, its timed steps."""
 
+    side: str
     stack: Stack
-    complete: bool
     step_s: tuple[float, ...] = ()
-    losses: tuple[float | None, ...] = ()  # script steps W+1 .. W+C+T
     peak_allocated_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One run of the script (one process), as it wrote it (``data`` is the whole document).
+
+    ``parity_losses`` are the losses of script steps ``W+1 .. W+P`` (the candidate's, or the
+    steps without levers of a run that applies none)."""
+
+    complete: bool
+    windows: tuple[Window, ...] = ()
+    parity_losses: tuple[float | None, ...] = ()
     error: str | None = None
+    failed_side: str | None = None
     timed_out: bool = False
     log_tail: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_document(cls, stack: Stack, data: Mapping[str, Any], log_tail: str = "") -> SideRun:
+    def from_document(cls, data: Mapping[str, Any], log_tail: str = "") -> TrialRun:
+        windows = tuple(
+            Window(
+                side=w["side"], stack=tuple(w.get("stack") or ()),
+                step_s=tuple(w.get("step_s") or ()),
+                peak_allocated_bytes=w.get("peak_allocated_bytes"),
+            )
+            for w in data.get("windows") or ()
+        )
         return cls(
-            stack=stack,
             complete=bool(data.get("complete")),
-            step_s=tuple(data.get("step_s") or ()),
-            losses=tuple(data.get("losses") or ()),
-            peak_allocated_bytes=data.get("peak_allocated_bytes"),
+            windows=windows,
+            parity_losses=tuple(data.get("parity_losses") or ()),
             error=data.get("error"),
+            failed_side=data.get("failed_side"),
             log_tail=log_tail,
             data=dict(data),
         )
 
+    def of_side(self, side: str) -> list[Window]:
+        return [w for w in self.windows if w.side == side]
 
-class RunSide(Protocol):
+
+class RunScript(Protocol):
+    """One run of the script: ``candidate``'s windows alternating with ``baseline``'s, ``rounds``
+    pairs of them (None: the design's; 0: the parity steps alone)."""
+
     def __call__(
-        self, stack: Stack, timeout_s: float | None, *, probe: bool = False, audit: bool = False
-    ) -> SideRun: ...
+        self, candidate: Stack, baseline: Stack, timeout_s: float | None, *,
+        rounds: int | None = None, probe: bool = False, audit: bool = False,
+        draws_random: bool | None = None,
+    ) -> TrialRun: ...
 
 
 def _levers_path() -> str:
@@ -159,24 +203,47 @@ def _tail(path: Path) -> str:
     return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
-def subprocess_runner(command: Sequence[str], design: ScriptDesign, workdir: Path) -> RunSide:
-    """A :class:`RunSide` that runs ``command`` (``python train.py ...``) in a fresh process
-    per side; its output goes to a log in ``workdir`` (its last lines come back on failure)."""
-    count = [0]
+@dataclass
+class ProcessRunner:
+    """A :class:`RunScript` that runs ``command`` (``python train.py ...``) in a fresh process
+    per call; its output goes to a log in ``workdir`` (its last lines come back on failure).
+    ``launched`` holds the command line of each process started."""
 
-    def run(
-        stack: Stack, timeout_s: float | None, *, probe: bool = False, audit: bool = False
-    ) -> SideRun:
-        count[0] += 1
-        out = workdir / f"run-{count[0]}.json"
-        log = workdir / f"run-{count[0]}.log"
-        argv = [
-            sys.executable, "-m", TRIAL_MODULE, "--out", str(out), "--levers", ",".join(stack),
-            "--warmup", str(design.script_warmup), "--compile-steps", str(design.trial.warmup),
-            "--steps", str(design.timed_per_run),
+    command: Sequence[str]
+    design: ScriptDesign
+    workdir: Path
+    launched: list[list[str]] = field(default_factory=list)
+
+    def argv(
+        self, candidate: Stack, baseline: Stack, out: Path, *, rounds: int | None = None,
+        probe: bool = False, audit: bool = False, draws_random: bool | None = None,
+    ) -> list[str]:
+        design = self.design
+        return [
+            sys.executable, "-m", TRIAL_MODULE, "--out", str(out),
+            "--candidate", ",".join(candidate), "--baseline", ",".join(baseline),
+            "--warmup", str(design.script_warmup),
+            "--parity-steps", str(design.trial.parity_steps),
+            "--compile-steps", str(design.trial.warmup),
+            "--steps", str(design.timed_per_window),
+            "--rounds", str(design.rounds if rounds is None else rounds),
+            *([] if draws_random is None else
+              ["--draws-random", "yes" if draws_random else "no"]),
             *(["--probe"] if probe else []), *(["--audit"] if audit else []),
-            "--", *command,
+            "--", *self.command,
         ]
+
+    def __call__(
+        self, candidate: Stack, baseline: Stack, timeout_s: float | None, *,
+        rounds: int | None = None, probe: bool = False, audit: bool = False,
+        draws_random: bool | None = None,
+    ) -> TrialRun:
+        number = len(self.launched) + 1
+        out = self.workdir / f"run-{number}.json"
+        log = self.workdir / f"run-{number}.log"
+        argv = self.argv(candidate, baseline, out, rounds=rounds, probe=probe, audit=audit,
+                         draws_random=draws_random)
+        self.launched.append(argv)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_levers_path(), env.get("PYTHONPATH")) if p
@@ -190,18 +257,21 @@ def subprocess_runner(command: Sequence[str], design: ScriptDesign, workdir: Pat
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _kill(proc)
-                return SideRun(stack, complete=False, timed_out=True, log_tail=_tail(log),
-                               error=f"the run did not end within {timeout_s:.0f} s")
+                return TrialRun(complete=False, timed_out=True, log_tail=_tail(log),
+                                error=f"the run did not end within {timeout_s:.0f} s")
             except BaseException:
                 _kill(proc)
                 raise
         if not out.is_file():
-            return SideRun(stack, complete=False, log_tail=_tail(log), error=(
+            return TrialRun(complete=False, log_tail=_tail(log), error=(
                 f"the run's process exited with {proc.returncode} before it wrote its result"
             ))
-        return SideRun.from_document(stack, json.loads(out.read_text()), _tail(log))
+        return TrialRun.from_document(json.loads(out.read_text()), _tail(log))
 
-    return run
+
+def subprocess_runner(command: Sequence[str], design: ScriptDesign, workdir: Path) -> ProcessRunner:
+    """The runs of ``command``, each a fresh process (see :class:`ProcessRunner`)."""
+    return ProcessRunner(list(command), design, Path(workdir))
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -215,25 +285,25 @@ def _kill(proc: subprocess.Popen) -> None:
 # --- before the search: the probe and the repeat check --------------------------------------
 
 
-def checked_baseline(run: SideRun, display: str, design: ScriptDesign) -> SideRun:
-    """``run`` (a run without levers) when it recorded every step; else the error that says why
-    levers tune cannot run this script."""
+def checked_baseline(run: TrialRun, display: str, design: ScriptDesign, needed: int) -> TrialRun:
+    """``run`` (a run without levers, which must reach optimizer step ``needed``) when it
+    recorded every step; else the error that says why levers tune cannot run this script."""
     if run.complete:
         return run
     data = run.data
     seen = data.get("num_steps", 0)
-    needed = design.steps_per_run
     log = f"\nits last lines:\n{run.log_tail}" if run.log_tail else ""
     if run.timed_out:
         raise LeversError(
             f"{display} did not reach its optimizer step {needed} within the budget; raise "
-            f"--budget or lower --steps and --warmup (each run needs {design.layout()}){log}"
+            f"--budget or lower --steps, --warmup and --rounds (each A/B runs it to step "
+            f"{design.steps_per_run}: {design.layout()}){log}"
         )
     if data.get("exit_code") == 0 and data.get("script_error") is None and seen < needed:
         raise LeversError(
             f"{display} ended after {seen} optimizer step(s); levers tune runs it to step "
-            f"{needed} each time ({design.layout()}): let the script run more steps (its own "
-            "steps argument) or lower --steps and --warmup"
+            f"{needed} ({design.layout()}): let the script run more steps (its own steps "
+            "argument) or lower --steps, --warmup and --rounds"
         )
     raise StepError(
         f"{display} failed before levers tune could time its steps (after {seen} optimizer "
@@ -241,12 +311,11 @@ def checked_baseline(run: SideRun, display: str, design: ScriptDesign) -> SideRu
     )
 
 
-def repeat_differences(first: SideRun, second: SideRun) -> list[float | None]:
-    """Per recorded step, the relative difference of two runs' losses (None: no loss seen)."""
-    return [
-        None if a is None or b is None else rel_diff(a, b)
-        for a, b in zip(first.losses, second.losses)
-    ]
+def repeat_differences(
+    first: Sequence[float | None], second: Sequence[float | None]
+) -> list[float | None]:
+    """Per step, the relative difference of two runs' losses (None: no loss seen)."""
+    return [None if a is None or b is None else rel_diff(a, b) for a, b in zip(first, second)]
 
 
 # --- one A/B ---------------------------------------------------------------------------------
@@ -257,10 +326,15 @@ def stack_tolerance(
     autocast: str | None,
 ) -> Tolerance:
     """The tolerance the losses of ``levers`` are held to: ab's fixed tolerance for their
-    declared safety and the step's precision, or their declared tolerance where looser."""
+    declared safety and the step's precision (raised to a lever's declared parity floor), or
+    their declared tolerance where looser."""
     chosen = [registry[lever.split(":", 1)[0]] for lever in levers]
     exact = all(lever.safety == EXACT for lever in chosen)
-    tolerance = tolerance_for(EXACT if exact else CHANGES_NUMERICS, low_precision, autocast)
+    floors = [(lever.parity_floor, lever.id) for lever in chosen if lever.parity_floor]
+    floor, floor_of = max(floors) if floors else (None, "")
+    tolerance = tolerance_for(
+        EXACT if exact else CHANGES_NUMERICS, low_precision, autocast, floor, floor_of
+    )
     declared = max((lever.tolerance or 0.0 for lever in chosen), default=0.0)
     return replace(
         tolerance,
@@ -274,24 +348,20 @@ def _rtol(tolerance: Tolerance, index: int) -> float:
 
 
 def script_parity(
-    base_runs: Sequence[SideRun],
-    cand_runs: Sequence[SideRun],
+    reference: Sequence[float | None],
+    candidate: Sequence[float | None],
     repeat: Sequence[float | None],
     tolerance: Tolerance,
     *,
     num_steps: int,
     first_step: int,
 ) -> tuple[str, str]:
-    """(verdict, note): the first ``num_steps`` recorded losses of each candidate run against
-    the baseline run of its round. ``repeat`` is how far two runs of the baseline differ, per
-    step (the runs before the search, and this A/B's own baseline runs are added to it);
-    ``first_step`` is the script's step number of the first recorded loss."""
+    """(verdict, note): the first ``num_steps`` losses of the candidate against the
+    ``reference`` (the same script steps without levers). ``repeat`` is how far two runs without
+    levers differ, per step; ``first_step`` is the script's step number of the first loss."""
     repeat = list(repeat)[:num_steps] + [None] * max(num_steps - len(repeat), 0)
-    for other in base_runs[1:]:
-        own = repeat_differences(base_runs[0], other)
-        repeat = [_worst(a, b) for a, b in zip(repeat, own)]
-    for run in (*base_runs, *cand_runs):
-        missing = [i for i in range(num_steps) if i >= len(run.losses) or run.losses[i] is None]
+    for losses in (reference, candidate):
+        missing = [i for i in range(num_steps) if i >= len(losses) or losses[i] is None]
         if missing:
             return NOT_MEASURED, (
                 f"not checked: levers saw no scalar loss passed to backward() in step "
@@ -300,57 +370,62 @@ def script_parity(
     for i, diff in enumerate(repeat):
         if diff is not None and diff > _rtol(tolerance, i):
             return NOT_MEASURED, (
-                f"{NOT_REPEATABLE} (two runs of the baseline differ by {diff:.3g} in the loss of "
-                f"step {first_step + i}, tolerance {_rtol(tolerance, i):g}); seed the script "
-                "(torch.manual_seed, the data order) so that its runs repeat"
+                f"{NOT_REPEATABLE} (two runs of it without levers differ by {diff:.3g} in the "
+                f"loss of step {first_step + i}, tolerance {_rtol(tolerance, i):g}); seed the "
+                "script (torch.manual_seed, the data order) so that its runs repeat"
             )
     largest = 0.0
-    for base, cand in zip(base_runs, cand_runs):
-        for i in range(num_steps):
-            diff = rel_diff(base.losses[i], cand.losses[i])
-            if diff > _rtol(tolerance, i):
-                return DAMAGED, (
-                    f"the loss of step {first_step + i} of the script differs by {diff:.3g} "
-                    f"({cand.losses[i]:.6g} against {base.losses[i]:.6g}; tolerance "
-                    f"{_rtol(tolerance, i):g}, {tolerance.exactness})"
-                )
-            largest = max(largest, diff)
+    for i in range(num_steps):
+        base, cand = reference[i], candidate[i]
+        assert base is not None and cand is not None  # checked above
+        diff = rel_diff(base, cand)
+        if diff > _rtol(tolerance, i):
+            return DAMAGED, (
+                f"the loss of step {first_step + i} of the script differs by {diff:.3g} "
+                f"({cand:.6g} against {base:.6g}; tolerance {_rtol(tolerance, i):g}, "
+                f"{tolerance.exactness})"
+            )
+        largest = max(largest, diff)
     own = max((d for d in repeat if d is not None), default=0.0)
     last = first_step + num_steps - 1
     steps = f"step {first_step}" if num_steps == 1 else f"steps {first_step}-{last}"
     return PARITY, (
         f"the losses of {steps} of the script agree within {tolerance.rtol_last:g} "
-        f"({tolerance.exactness}; largest difference {largest:.3g}, the baseline's own runs "
+        f"({tolerance.exactness}; largest difference {largest:.3g}, two runs without levers "
         f"{own:.3g})"
     )
 
 
-def _worst(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else max(a, b)
+def paired_steps(run: TrialRun) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) step times, pair ``(r, j)`` the j-th timed step of window ``r`` of
+    each side (a window cut short pairs only the steps both sides have)."""
+    base_s: list[float] = []
+    cand_s: list[float] = []
+    for cand, base in zip(run.of_side(CANDIDATE), run.of_side(BASELINE)):
+        pairs = min(len(cand.step_s), len(base.step_s))
+        cand_s += cand.step_s[:pairs]
+        base_s += base.step_s[:pairs]
+    return base_s, cand_s
 
 
-def trial_from_runs(
+def trial_from_run(
     base: Stack,
     stack: Stack,
-    base_runs: Sequence[SideRun],
-    cand_runs: Sequence[SideRun],
+    run: TrialRun,
     parity: tuple[str, str],
     design: ScriptDesign,
     wall_s: float,
 ) -> Trial:
-    """The :class:`Trial` the paired runs say: round ``r``'s j-th timed step of each side pair."""
+    """The :class:`Trial` the windows of one run say."""
     trial = design.trial
-    base_s = [t for run in base_runs for t in run.step_s]
-    cand_s = [t for run in cand_runs for t in run.step_s]
-    pairs = min(len(base_s), len(cand_s))
-    base_s, cand_s = base_s[:pairs], cand_s[:pairs]
+    base_s, cand_s = paired_steps(run)
+    if not base_s:
+        return failed(base, stack, "the run of the script timed no step of both sides", wall_s)
     ci = dict(num_resamples=trial.resamples, seed=trial.seed)
     step_ci = paired_ratio_ci(base_s, cand_s, **ci)
     rate_ci = paired_ratio_ci([1 / t for t in base_s], [1 / t for t in cand_s], **ci)
-    base_peaks = [r.peak_allocated_bytes for r in base_runs]
-    cand_peaks = [r.peak_allocated_bytes for r in cand_runs]
+    base_peaks = [w.peak_allocated_bytes for w in run.of_side(BASELINE)]
+    cand_peaks = [w.peak_allocated_bytes for w in run.of_side(CANDIDATE)]
     peaks = None
     peak_verdict = NOT_MEASURED
     if all(p for p in (*base_peaks, *cand_peaks)):
@@ -363,6 +438,18 @@ def trial_from_runs(
         "peak_allocated": peak_verdict,
         "parity": parity[0],
     }
+    windows = len(run.of_side(CANDIDATE))
+    warnings = [
+        f"one run of the script, {windows} window(s) of each side alternating (candidate "
+        f"first); {len(base_s)} paired steps; tokens/s read as steps/s (the script's own batches "
+        "on both sides)"
+    ]
+    random = run.data.get("random") or {}
+    if random.get("recompiled"):
+        warnings.append(
+            "the parity steps drew random numbers as eager does (inductor's fallback_random); "
+            "what was compiled then was compiled again before the timed steps"
+        )
     return Trial(
         base=base,
         stack=stack,
@@ -377,59 +464,65 @@ def trial_from_runs(
         peak_allocated_bytes=peaks,
         peak_verdict=peak_verdict,
         wall_s=wall_s,
-        warnings=(
-            f"{len(base_runs)} run(s) of each side, alternating; {pairs} paired steps; tokens/s "
-            "read as steps/s (the script's own batches on both sides)",
-        ),
+        warnings=tuple(warnings),
+        phase_s=_phases(run, wall_s),
     )
 
 
+def _phases(run: TrialRun, wall_s: float) -> dict[str, float]:
+    """Where the A/B's time went: the script's start to its first levers (imports, model, data,
+    its first steps), the parity steps, the windows; the rest is the process's own start and
+    end."""
+    phases = {k: float(v) for k, v in (run.data.get("phase_s") or {}).items()}
+    if phases:
+        phases["process"] = max(wall_s - sum(phases.values()), 0.0)
+    return phases
+
+
 def script_measure(
-    run_side: RunSide,
+    run_script: RunScript,
     design: ScriptDesign,
     *,
+    reference: Sequence[float | None],
     tolerance_of: Callable[[Stack], Tolerance],
     repeat: Sequence[float | None] = (),
+    draws_random: bool | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Measure:
-    """A :data:`levers.tune.trial.Measure` over runs of the script: ``rounds`` of (baseline,
-    candidate), each a fresh run; ``tolerance_of(added levers)`` is the parity tolerance."""
+    """A :data:`levers.tune.trial.Measure` over runs of the script: one run per A/B, its sides in
+    alternating windows; ``reference`` is the losses of the parity steps without levers,
+    ``tolerance_of(stack)`` the parity tolerance of a candidate stack."""
 
-    def measure(base: Stack, stack: Stack, time_budget_s: float | None) -> Trial:
+    def measure(base: Stack, stack: Stack, time_budget_s: float | None, **_: Any) -> Trial:
         started = clock()
-        base_runs: list[SideRun] = []
-        cand_runs: list[SideRun] = []
-        sides = ((base, base_runs, "baseline"), (stack, cand_runs, "candidate"))
-        for _ in range(design.rounds):
-            for side, runs, name in sides:
-                left = None if time_budget_s is None else time_budget_s - (clock() - started)
-                if left is not None and left <= 0:
-                    return _out_of_time(base, stack, name, clock() - started)
-                run = run_side(side, left)
-                if run.timed_out:
-                    return _out_of_time(base, stack, name, clock() - started)
-                if not run.complete:
-                    what = ("the stack" if name == "candidate" else
-                            f"the baseline side ({','.join(side) or 'no levers'})")
-                    return failed(base, stack, f"{what} failed in the script: {run.error}",
-                                  clock() - started)
-                runs.append(run)
-        added = tuple(lever for lever in stack if lever not in base)
-        first_step = design.script_warmup + 1
+        if time_budget_s is not None and time_budget_s <= 0:
+            return _out_of_time(base, stack, 0.0)
+        run = run_script(stack, base, time_budget_s, draws_random=draws_random)
+        wall_s = clock() - started
+        if run.timed_out:
+            return _out_of_time(base, stack, wall_s)
+        if not run.complete:
+            if run.failed_side == BASELINE:  # after the candidate's levers were undone
+                what = (f"the baseline side ({','.join(base) or 'no levers'}, after the "
+                        "candidate's levers were undone)")
+            elif run.failed_side == CANDIDATE:
+                what = "the stack"
+            else:
+                what = "the A/B's run of the script"
+            return failed(base, stack, f"{what} failed in the script: {run.error}", wall_s)
         parity = script_parity(
-            base_runs, cand_runs, repeat if not base else (), tolerance_of(added),
-            num_steps=design.trial.parity_steps, first_step=first_step,
+            reference, run.parity_losses, repeat, tolerance_of(stack),
+            num_steps=design.trial.parity_steps, first_step=design.script_warmup + 1,
         )
-        return trial_from_runs(base, stack, base_runs, cand_runs, parity, design,
-                               clock() - started)
+        return trial_from_run(base, stack, run, parity, design, wall_s)
 
     return measure
 
 
-def _out_of_time(base: Stack, stack: Stack, side: str, wall_s: float) -> Trial:
+def _out_of_time(base: Stack, stack: Stack, wall_s: float) -> Trial:
     return Trial(
         base=base, stack=stack, decision=KILLED,
-        killed=f"the time budget ran out while the {side} side ran",
+        killed="the time budget ran out while the A/B's run of the script ran",
         killed_kind="time_budget", wall_s=wall_s,
     )
 
@@ -441,7 +534,7 @@ def _ignore(_: object) -> None:
     pass
 
 
-def _low_precision(probe: SideRun) -> tuple[bool, str | None]:
+def _low_precision(probe: TrialRun) -> tuple[bool, str | None]:
     low = ("bfloat16", "float16")
     autocast = probe.data.get("autocast")
     return probe.data.get("param_dtype") in low or autocast in low, autocast
@@ -456,13 +549,13 @@ def tune_script(
     design: ScriptDesign = ScriptDesign(),
     use_audit: bool = True,
     record_path: str | os.PathLike | None = None,
-    run_side: RunSide | None = None,
+    run_script: RunScript | None = None,
     measure: Measure | None = None,
     say: Callable[[str], None] = _ignore,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneResult:
     """Search the fastest proven stack for the script ``command`` (``["python", "train.py",
-    ...]`` as typed after ``--``). ``run_side`` replaces the runs of the script and ``measure``
+    ...]`` as typed after ``--``). ``run_script`` replaces the runs of the script and ``measure``
     the A/Bs (tests' fakes).
 
     Raises:
@@ -485,17 +578,21 @@ def tune_script(
         return budget_s - (clock() - start)
 
     with tempfile.TemporaryDirectory(prefix="levers-tune-") as workdir:
-        runner = run_side or subprocess_runner(command, design, Path(workdir))
+        runner = run_script or subprocess_runner(command, design, Path(workdir))
         say(f"tune: running {display} to find its model and the levers that apply in it")
         probe = checked_baseline(
-            runner((), max(left_s(), 1.0), probe=True, audit=use_audit), display, design
+            runner((), (), max(left_s(), 1.0), probe=True, audit=use_audit), display, design,
+            design.steps_per_run,
         )
         say(f"tune: running {display} again without levers, to see whether its steps repeat")
-        again = checked_baseline(runner((), max(left_s(), 1.0)), display, design)
-        repeat = repeat_differences(probe, again)
+        again = checked_baseline(
+            runner((), (), max(left_s(), 1.0), rounds=0), display, design, design.repeat_steps
+        )
+        repeat = repeat_differences(probe.parity_losses, again.parity_losses)
         low_precision, autocast = _low_precision(probe)
         device = str(probe.data.get("device", "cpu"))
         applies = dict(probe.data.get("applies") or {})
+        slower = dict(probe.data.get("slower") or {})
         notes = _probe_notes(probe, use_audit)
         ordered, skipped = candidates(
             registry,
@@ -507,6 +604,8 @@ def tune_script(
             from_audit={k: (float(v[0]), str(v[1])) for k, v in
                         (probe.data.get("expected") or {}).items()},
             factory=False,
+            slower_of=lambda lever: slower.get(lever.id),
+            forms={k: tuple(v) for k, v in (probe.data.get("forms") or {}).items()},
         )
         note = gpu_only_note(skipped, device)
         if note:
@@ -523,8 +622,11 @@ def tune_script(
         else:
             found = search(
                 ordered,
-                measure or script_measure(runner, design, tolerance_of=tolerance_of,
-                                          repeat=repeat, clock=clock),
+                measure or script_measure(
+                    runner, design, reference=probe.parity_losses, tolerance_of=tolerance_of,
+                    repeat=repeat, draws_random=probe.data.get("forward_draws_random"),
+                    clock=clock,
+                ),
                 budget_s=max(left_s(), 0.0),
                 skipped=skipped,
                 clock=clock,
@@ -551,13 +653,19 @@ def tune_script(
     return result
 
 
-def _probe_notes(probe: SideRun, use_audit: bool) -> list[str]:
+def _probe_notes(probe: TrialRun, use_audit: bool) -> list[str]:
     data = probe.data
     notes = [
         f"the levers were applied inside the script to {data.get('model', 'its model')} "
         f"(found from {data.get('optimizer', 'the optimizer')}'s parameters) after its optimizer "
-        f"step {data.get('warmup')}; each side of each A/B is a fresh run of the script"
+        f"step {data.get('warmup')}; each A/B is one run of the script, its sides in alternating "
+        "windows of steps"
     ]
+    if data.get("forward_draws_random"):
+        notes.append(
+            "the model's forward draws random numbers (dropout): a compiled candidate's parity "
+            "steps draw them as eager does, and it is compiled again before its timed steps"
+        )
     if use_audit and data.get("audit_error"):
         notes.append(
             f"the audit of the script's step could not run ({data['audit_error']}); the "

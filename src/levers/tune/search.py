@@ -1,22 +1,41 @@
-"""Greedy forward selection of levers by paired A/B, under a time budget.
+"""Greedy forward selection of levers by paired A/B, each choice confirmed afresh, under a budget.
 
     stack = []
     for each group of alternatives, best expected saving first:
         for each alternative that can be stacked with the stack:
-            A/B  stack + [lever]  against  stack          (the increment, paired, with CI95)
-        keep the fastest alternative whose increment paid (judge: parity held, CI95 above 1)
-    A/B  stack  against the baseline                      (the proof of the whole stack)
+            A/B  stack + [lever]  against  stack          (selection: the increment, with CI95)
+        the fastest alternative whose increment paid (judge: parity held, CI95 above 1):
+            A/B  stack + [lever]  against  stack, afresh  (its confirmation)
+            keep it only when that one pays too
+    A/B  stack  against the baseline, afresh               (the proof, for two levers or more)
 
-The first lever kept is proven against the baseline by its own A/B. A stack of two or more is
-proven by one more A/B against the baseline at the end; if that A/B does not pay (the
-increments' gains did not add up, or parity drifted over the stack), the answer falls back to
-the largest stack that was proven. So the answer is never slower than the baseline: it is a
-stack whose A/B against the baseline paid, or no stack ("nothing pays here", with each lever's
-reason).
+**Why confirmations.** Each selection A/B of a lever that does nothing has its own chance to
+pay by noise (about 2.5% at CI95, more on a host whose load drifts), and the search runs one per
+candidate: over five candidates, one such lever in eight would be kept. The A/B that picked a
+lever is the best-looking of those draws, so it cannot also be its proof. A lever is kept only
+when a fresh A/B of the same increment, which selected nothing, pays as well, so a lever that
+does nothing is kept only where noise paid it twice, whatever else the stack holds (a
+confirmation of the whole stack alone would let it ride on a lever that pays).
 
-The budget: before each A/B the search checks that the time left holds one more A/B (the
-longest so far) and, once the stack would need it, the final proof; each A/B is given the time
-left as its kill line. When time runs out the search stops cleanly and returns what was proven.
+**The answer** is a stack whose A/B against the baseline paid in a fresh A/B that selected none
+of its levers: for one lever, its confirmation (its base is the baseline); for more, one last
+A/B of the whole stack against the baseline. If that one does not pay (gains that do not add
+up, parity that drifts over the stack), or no time is left for it, the answer is the first
+lever alone, which its confirmation proved, and a note says why. So the answer is never slower
+than the baseline: a proven stack, or none ("nothing pays here", each lever's reason).
+
+**The budget.** Before each selection A/B the search checks that the time left holds it (as long
+as the median A/B so far), the confirmation after it and, once the stack holds a lever, the
+proof of the stack: each is one more A/B. Each A/B is given the time left as its kill line. When time
+runs out the search stops selecting and proves what it kept. When the caller says how many timed
+steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
+left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
+so far (at most :data:`CONFIRM_MAX_FACTOR` times as many): a narrower CI from time that would
+otherwise be left over.
+
+**Ctrl-C** (a ``KeyboardInterrupt`` from the A/B, or an A/B that ab's runner ended as
+interrupted) ends the search at once: the result keeps the trials run, the interrupted one
+among them, and is marked ``interrupted``; its stack is only what was proven before it.
 
 The search never times anything itself: ``measure`` is ab (:mod:`levers.tune.measure`), or a
 test's fake. ``clock`` is only for the budget.
@@ -24,15 +43,33 @@ test's fake. ``clock`` is only for the budget.
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from levers.ab.verdict import KILLED
 from levers.tune.budget import format_duration
 from levers.tune.candidates import Candidate, Skipped, covered_by, exclusive_with, groups
-from levers.tune.trial import Measure, Stack, Trial, judge, speed_of
+from levers.tune.trial import (
+    CONFIRMATION,
+    INTERRUPTED_KIND,
+    SELECTION,
+    Measure,
+    Stack,
+    Trial,
+    judge,
+    speed_of,
+)
 
 OUT_OF_BUDGET = "not tried: the time budget ran out"
+NOT_TRIED_INTERRUPTED = "not tried: the search was interrupted (Ctrl-C)"
+# a confirmation times at most this many times the selection A/Bs' steps
+CONFIRM_MAX_FACTOR = 5
+# the share of its time that a confirmation's estimated length may fill: the rest is slack for a
+# host whose pace drifts (a confirmation cut short by its kill line confirms nothing)
+CONFIRM_TIME_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -42,24 +79,94 @@ class Outcome:
     lever: str
     kept: bool
     reason: str
-    trial: int | None = None  # index of its A/B in SearchResult.trials
+    trial: int | None = None  # index of its selection A/B in SearchResult.trials
     source: str = ""  # where its expected saving came from
+    confirmed_by: int | None = None  # index of its confirmation, where one ran
 
 
 @dataclass(frozen=True)
 class SearchResult:
     stack: Stack  # the proven stack; () when nothing pays
-    proof: Trial | None  # its A/B against the baseline
+    proof: Trial | None  # a fresh A/B of it against the baseline, which selected none of it
     outcomes: tuple[Outcome, ...]  # every lever, tried or not, in the order considered
     trials: tuple[Trial, ...]  # every A/B, in the order run
     budget_s: float
     spent_s: float
     out_of_budget: bool
     notes: tuple[str, ...] = ()
+    selected: Stack = ()  # every lever kept, each confirmed on top of those before it
+    confirmed_by: int | None = None  # index of the proof in trials
+    interrupted: bool = False  # Ctrl-C ended the search
 
 
 def _ignore(_: object) -> None:
     pass
+
+
+@dataclass
+class _Search:
+    """The search as it runs; what a Ctrl-C leaves is read from here."""
+
+    measure: Measure
+    budget_s: float
+    clock: Callable[[], float]
+    say: Callable[[str], None]
+    on_trial: Callable[[Trial], None]
+    steps: int | None
+    start_s: float
+    trials: list[Trial] = field(default_factory=list)
+    durations_s: list[float] = field(default_factory=list)  # of each trial, by the clock
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    stack: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # the A/Bs at the selection's steps, by the clock: the budget's estimate of the next ones
+    selection_s: list[float] = field(default_factory=list)
+    stopped: bool = False
+    running: tuple[Stack, Stack, str] | None = None  # the A/B in progress, and its role
+
+    def left_s(self) -> float:
+        return self.budget_s - (self.clock() - self.start_s)
+
+    @property
+    def typical_s(self) -> float:
+        """What one more A/B is expected to take: the median of those so far. Not the longest:
+        the first A/B of a compile lever pays inductor's cold compile, which the later ones,
+        made of the same blocks, find in its cache (on the H200, 52.6 s against 41.9 s for the
+        next whole-model compile and 8.8 s for a per-block one)."""
+        return statistics.median(self.selection_s) if self.selection_s else 0.0
+
+    def run(self, base: Stack, candidate: Stack, what: str, *, role: str = SELECTION,
+            steps: int | None = None) -> Trial:
+        """One A/B, recorded; once it is, raises KeyboardInterrupt if ab's runner ended it on
+        a Ctrl-C."""
+        self.say(f"tune: {what} (A/B {len(self.trials) + 1}, {format_duration(self.left_s())} "
+                 "left)")
+        before = self.clock()
+        self.running = (base, candidate, role)
+        kill_s = max(self.left_s(), 1e-3)
+        if steps is None:
+            trial = self.measure(base, candidate, kill_s)
+        else:
+            trial = self.measure(base, candidate, kill_s, steps=steps)
+        trial = replace(trial, role=role)
+        self.running = None
+        self.trials.append(trial)
+        self.durations_s.append(self.clock() - before)
+        if steps is None or steps == self.steps:
+            self.selection_s.append(self.durations_s[-1])
+        if trial.out_of_time:
+            self.stopped = True
+        self.on_trial(trial)
+        if trial.interrupted:
+            raise KeyboardInterrupt
+        return trial
+
+    def confirm(self, base: Stack, candidate: Stack, what: str, reserve_s: float) -> Trial:
+        """A fresh A/B, with more steps where the time left less ``reserve_s`` holds them."""
+        steps = _confirm_steps(self, self.left_s() - reserve_s)
+        more = f", {steps} timed steps per side" if steps not in (None, self.steps) else ""
+        return self.run(base, candidate, f"{what}, afresh{more}", role=CONFIRMATION,
+                        steps=steps)
 
 
 def search(
@@ -71,31 +178,51 @@ def search(
     clock: Callable[[], float] = time.monotonic,
     say: Callable[[str], None] = _ignore,
     on_trial: Callable[[Trial], None] = _ignore,
+    steps: int | None = None,
 ) -> SearchResult:
-    """The fastest stack of ``ordered`` that keeps parity, found by A/Bs from ``measure``."""
-    start = clock()
-    trials: list[Trial] = []
-    outcomes: dict[str, Outcome] = {}
-    notes: list[str] = []
-    stack: list[str] = []
-    proof: Trial | None = None
-    longest_s = 0.0
-    stopped = False
+    """The fastest stack of ``ordered`` that keeps parity, each lever selected and confirmed
+    by A/Bs from ``measure``, the stack proven against the baseline. ``steps``: the timed steps
+    of ``measure``'s A/Bs, when it takes ``steps=`` to time more (confirmations then may)."""
+    state = _Search(measure, budget_s, clock, say, on_trial, steps, start_s=clock())
+    interrupted = False
+    answer: tuple[Stack, int | None] = ((), None)
+    try:
+        _select(ordered, state)
+        answer = _prove(state)
+    except KeyboardInterrupt:
+        interrupted = True
+        _interrupted(ordered, state)
+        answer = _proven_first(state)
+    final, proof = answer
+    unproven = ("the search was interrupted (Ctrl-C) before a stack with it was proven against "
+                "the baseline" if interrupted else
+                "no stack with it was proven against the baseline")
+    for lever in state.stack[len(final):]:
+        kept = state.outcomes[lever]
+        state.outcomes[lever] = replace(kept, kept=False, reason=f"{kept.reason}, but {unproven}")
+    considered = [state.outcomes[c.lever] for c in ordered if c.lever in state.outcomes]
+    considered += [Outcome(s.lever, False, s.reason) for s in skipped]
+    return SearchResult(
+        stack=final,
+        proof=state.trials[proof] if proof is not None else None,
+        outcomes=tuple(considered),
+        trials=tuple(state.trials),
+        budget_s=budget_s,
+        spent_s=clock() - state.start_s,
+        out_of_budget=state.stopped,
+        notes=tuple(state.notes),
+        selected=tuple(state.stack),
+        confirmed_by=proof,
+        interrupted=interrupted,
+    )
 
-    def left_s() -> float:
-        return budget_s - (clock() - start)
 
-    def run(base: Stack, candidate: Stack, what: str) -> Trial:
-        nonlocal longest_s
-        say(f"tune: {what} (A/B {len(trials) + 1}, {format_duration(left_s())} left)")
-        before = clock()
-        trial = measure(base, candidate, max(left_s(), 1e-3))
-        longest_s = max(longest_s, clock() - before)
-        trials.append(trial)
-        on_trial(trial)
-        return trial
-
-    for group in groups(ordered):
+def _select(ordered: Sequence[Candidate], state: _Search) -> None:
+    """Greedy forward selection: ``state.stack`` grows by the fastest alternative of each group
+    whose increment paid, when a fresh A/B of it pays too."""
+    stack, outcomes = state.stack, state.outcomes
+    all_groups = groups(ordered)
+    for number, group in enumerate(all_groups):
         paid: list[tuple[Candidate, Trial, str, int]] = []
         for candidate in group:
             lever = candidate.lever
@@ -113,76 +240,161 @@ def search(
                     source=candidate.source,
                 )
                 continue
-            # one more A/B, and the final proof once the stack would hold two levers (an
-            # alternative of this group replaces its rival, so it adds no lever of its own)
-            needed_s = longest_s * (2 if stack else 1)
-            if stopped or left_s() <= 0 or left_s() < needed_s:
-                stopped = True
+            # this A/B, its confirmation, and the proof once the stack would hold two levers
+            needed_s = state.typical_s * (3 if stack else 2)
+            if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
+                state.stopped = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
                 continue
             on_top = f" on top of {','.join(stack)}" if stack else ""
-            trial = run(tuple(stack), (*stack, lever), f"trying {lever}{on_top}")
+            try:
+                trial = state.run(tuple(stack), (*stack, lever), f"trying {lever}{on_top}")
+            except KeyboardInterrupt:
+                for member, _, why, index in paid:  # paid, but its group was not decided
+                    outcomes[member.lever] = Outcome(
+                        member.lever, False, f"{why}, but the search was interrupted (Ctrl-C) "
+                        "before its alternatives were all tried", index, member.source,
+                    )
+                raise
             pays, why = judge(trial)
-            if trial.out_of_time:
-                stopped = True
             if pays:
-                paid.append((candidate, trial, why, len(trials) - 1))
+                paid.append((candidate, trial, why, len(state.trials) - 1))
             else:
-                outcomes[lever] = Outcome(lever, False, why, len(trials) - 1, candidate.source)
+                outcomes[lever] = Outcome(lever, False, why, len(state.trials) - 1,
+                                          candidate.source)
         if not paid:
             continue
         best = max(paid, key=lambda p: speed_of(p[1]))
         for candidate, trial, why, index in paid:
-            if candidate is best[0]:
-                outcomes[candidate.lever] = Outcome(
-                    candidate.lever, True, why, index, candidate.source
-                )
-            else:
+            if candidate is not best[0]:
                 outcomes[candidate.lever] = Outcome(
                     candidate.lever, False,
                     f"{why}, but its alternative {best[0].lever} paid more "
                     f"({speed_of(best[1]):.3f}x against {speed_of(trial):.3f}x)",
                     index, candidate.source,
                 )
-        stack.append(best[0].lever)
-        if len(stack) == 1:
-            proof = best[1]  # its A/B was against the baseline
+        # the A/Bs that may run after this one: a selection per lever left, and the proof
+        left = sum(len(g) for g in all_groups[number + 1:])
+        later = left + (1 if stack or left else 0)
+        _confirm_increment(state, best, later * state.typical_s)
 
-    final: Stack = proof.stack if proof is not None else ()
-    if len(stack) >= 2:
-        if left_s() > 0:
-            trial = run((), tuple(stack), f"proving {','.join(stack)} against the baseline")
-            pays, why = judge(trial)
-            if pays:
-                proof, final = trial, tuple(stack)
-            else:
-                notes.append(
-                    f"the stack {','.join(stack)} against the baseline: {why}; the answer is "
-                    f"the largest stack proven, {','.join(final)}"
-                )
+
+def _confirm_increment(
+    state: _Search, best: tuple[Candidate, Trial, str, int], reserve_s: float
+) -> None:
+    """Keep the lever that ``best`` selected when a fresh A/B of the same increment pays."""
+    candidate, _, why, index = best
+    lever, base = candidate.lever, tuple(state.stack)
+    on_top = f" on top of {','.join(base)}" if base else " against the baseline"
+    if state.left_s() <= 0:
+        state.outcomes[lever] = Outcome(
+            lever, False, f"{why}, but no time was left to confirm it by a fresh A/B", index,
+            candidate.source,
+        )
+        return
+    try:
+        trial = state.confirm(base, (*base, lever), f"confirming {lever}{on_top}", reserve_s)
+    except KeyboardInterrupt:
+        state.outcomes[lever] = Outcome(
+            lever, False, f"{why}, but the search was interrupted (Ctrl-C) during its "
+            "confirmation", index, candidate.source, len(state.trials) - 1,
+        )
+        raise
+    pays, confirmed = judge(trial)
+    conf = len(state.trials) - 1
+    if pays:
+        state.stack.append(lever)
+        state.outcomes[lever] = Outcome(
+            lever, True, f"{why}; confirmed by a fresh A/B (A/B {conf + 1}): "
+            f"{confirmed.removeprefix('pays: ')}", index, candidate.source, conf,
+        )
+    else:
+        state.outcomes[lever] = Outcome(
+            lever, False, f"{why}, but a fresh A/B (A/B {conf + 1}) did not confirm it: "
+            f"{confirmed}", index, candidate.source, conf,
+        )
+
+
+def _prove(state: _Search) -> tuple[Stack, int | None]:
+    """(the answer, the index of its proof): a stack of two or more when a fresh A/B of it
+    against the baseline pays; else the first lever, which its confirmation proved."""
+    stack = tuple(state.stack)
+    if len(stack) < 2:
+        return _proven_first(state)
+    shown, first = ",".join(stack), stack[0]
+    if state.left_s() <= 0:
+        state.notes.append(
+            f"no time was left to prove the stack {shown} against the baseline; the answer is "
+            f"{first}, which its confirmation proved (raise --budget to prove the stack)"
+        )
+        return _proven_first(state)
+    trial = state.confirm((), stack, f"proving {shown} against the baseline", 0.0)
+    pays, why = judge(trial)
+    if pays:
+        return stack, len(state.trials) - 1
+    state.notes.append(
+        f"the stack {shown} against the baseline (A/B {len(state.trials)}): {why}; the answer "
+        f"is {first}, which its confirmation proved against the baseline"
+    )
+    return _proven_first(state)
+
+
+def _proven_first(state: _Search) -> tuple[Stack, int | None]:
+    """The first lever kept, proven by its confirmation (an A/B against the baseline)."""
+    if not state.stack:
+        return (), None
+    first = state.stack[0]
+    return (first,), state.outcomes[first].confirmed_by
+
+
+def _confirm_steps(state: _Search, time_s: float) -> int | None:
+    """The timed steps per side of a confirmation given ``time_s``: the selection A/Bs' own
+    (``state.steps``), or more where ``time_s`` holds them at the pace of the A/Bs so far; None
+    when ``measure`` takes no steps."""
+    if state.steps is None:
+        return None
+    pair_s, fixed_s = 0.0, 0.0
+    for trial, duration_s in zip(state.trials, state.durations_s):
+        if trial.step_ms is None:
+            continue
+        # a pair of timed steps (one of each side), and the rest of the A/B (builds, parity,
+        # warm-up): the largest seen of each
+        pair = sum(trial.step_ms) / 1e3
+        pair_s = max(pair_s, pair)
+        fixed_s = max(fixed_s, duration_s - (trial.num_steps or state.steps) * pair)
+    if pair_s <= 0:
+        return state.steps
+    fits = math.floor((time_s * CONFIRM_TIME_SHARE - fixed_s) / pair_s)
+    return min(max(fits, state.steps), state.steps * CONFIRM_MAX_FACTOR)
+
+
+def _interrupted(ordered: Sequence[Candidate], state: _Search) -> None:
+    """After a Ctrl-C: the A/B it stopped is among the trials (ab's runner returns one marked
+    interrupted; an interrupt outside its steps leaves one made here), and the levers not
+    reached say so."""
+    if state.running is not None:
+        base, stack, role = state.running
+        state.running = None
+        trial = Trial(base=base, stack=stack, decision=KILLED, killed="interrupted (Ctrl-C)",
+                      killed_kind=INTERRUPTED_KIND, role=role)
+        state.trials.append(trial)
+        state.on_trial(trial)
+    last = state.trials[-1] if state.trials else None
+    for candidate in ordered:
+        lever = candidate.lever
+        if lever in state.outcomes:
+            continue
+        if last is not None and last.role == SELECTION and last.stack[-1:] == (lever,):
+            state.outcomes[lever] = Outcome(
+                lever, False, judge(last)[1], len(state.trials) - 1, candidate.source
+            )
         else:
-            notes.append(
-                f"no time was left to prove the stack {','.join(stack)} against the baseline; "
-                f"the answer is the largest stack proven, {','.join(final)}"
+            state.outcomes[lever] = Outcome(
+                lever, False, NOT_TRIED_INTERRUPTED, source=candidate.source
             )
-    for lever in stack:
-        if lever not in final:
-            kept = outcomes[lever]
-            outcomes[lever] = Outcome(
-                lever, False,
-                f"{kept.reason} over {','.join(stack[: stack.index(lever)]) or 'the baseline'}, "
-                "but the stack with it was not proven against the baseline",
-                kept.trial, kept.source,
-            )
-    considered = [outcomes[c.lever] for c in ordered if c.lever in outcomes]
-    considered += [Outcome(s.lever, False, s.reason) for s in skipped]
-    return SearchResult(
-        stack=final,
-        proof=proof if final else None,
-        outcomes=tuple(considered),
-        trials=tuple(trials),
-        budget_s=budget_s,
-        spent_s=clock() - start,
-        out_of_budget=stopped,
-        notes=tuple(notes),
+    stopped = last is not None and last.interrupted
+    state.notes.append(
+        f"the search was interrupted (Ctrl-C) during A/B {len(state.trials)}, kept as far as "
+        "it ran" if stopped else
+        f"the search was interrupted (Ctrl-C) after {len(state.trials)} A/B(s)"
     )

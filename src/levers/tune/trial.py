@@ -8,18 +8,30 @@ rule for whether adding the levers paid.
 ``Measure`` is the A/B the search calls: ``measure(base, stack, time_budget_s)`` compares
 ``stack`` (the candidate) with ``base`` (the baseline, ``()`` for the workload as given), both
 built from the workload; the real one is :func:`levers.tune.measure.ab_measure`, tests pass a
-fake.
+fake. The search asks a confirmation for its number of timed steps per side with ``steps=``,
+only where its caller says the measure takes it (:func:`levers.tune.search.search`'s
+``steps``); such an A/B is always run afresh.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Protocol
 
 from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
 
 Stack = tuple[str, ...]
-Measure = Callable[[Stack, Stack, "float | None"], "Trial"]
+# what a trial was for: selecting a lever (an increment over the stack so far), or confirming a
+# selected stack against the baseline by a fresh A/B that selected none of its levers
+SELECTION = "selection"
+CONFIRMATION = "confirmation"
+INTERRUPTED_KIND = "interrupted"  # ab's kill kind for Ctrl-C (levers.ab.killlines.KINDS)
+
+
+class Measure(Protocol):
+    def __call__(
+        self, base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+    ) -> Trial: ...
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,10 @@ class Trial:
     # the sides process different tokens per step (raise-batch): judged per token, as ab judges
     # it; one-step parity and step time differ by design and are shown, not judged
     tokens_differ: bool = False
+    # seconds of each phase of the A/B (reference, build, parity, warmup, timed, quality)
+    phase_s: dict[str, float] = field(default_factory=dict)
+    role: str = SELECTION  # SELECTION or CONFIRMATION, set by the search
+    num_steps: int | None = None  # timed steps per side, where the A/B says
     ab: Any = field(default=None, repr=False, compare=False)  # the AbResult, when there is one
 
     @property
@@ -68,6 +84,10 @@ class Trial:
     @property
     def out_of_time(self) -> bool:
         return self.killed_kind == "time_budget"
+
+    @property
+    def interrupted(self) -> bool:
+        return self.killed_kind == INTERRUPTED_KIND
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -165,5 +185,7 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         wall_s=result.wall_s,
         warnings=tuple(result.warnings),
         tokens_differ=None not in per_step and per_step[0] != per_step[1],
+        phase_s=dict(getattr(result, "phase_s", {}) or {}),
+        num_steps=result.config.num_steps,
         ab=result,
     )

@@ -1,7 +1,8 @@
 """DTYPE001 fp32-matmul: large matmuls in fp32 with neither autocast nor TF32.
 
 ## What it does
-Finds matmuls (mm, addmm, bmm, baddbmm) of at least 1 GFLOP per call that run in float32 while
+Finds matmuls (mm, addmm, bmm, baddbmm) and convolutions (forward and backward) of at least 1
+GFLOP per call that run in float32 while
 no autocast is active and TF32 is off (`torch.backends.cuda.matmul.allow_tf32` False and
 `float32_matmul_precision` "highest"), when they are at least half of the step's matmul FLOPs
 (a few fp32 matmuls in a bf16 step are deliberate; the MATH SDPA backend's fp32 matmuls are
@@ -61,6 +62,10 @@ from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "DTYPE001", "fp32-matmul"
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
+# convolutions run on the same tensor cores under autocast: a convnet in fp32 is this pattern too
+CONVOLUTIONS = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution",
+                "cudnn_convolution_backward"}
+TENSOR_CORE_OPS = MATMULS | CONVOLUTIONS
 LARGE_MATMUL_FLOPS = 10**9
 FP32_SHARE = 0.5
 
@@ -125,7 +130,7 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     matmuls = [
         op
         for op in capture.ops
-        if base_name(op.name) in MATMULS and op.inputs and op.index not in inside_sdpa
+        if base_name(op.name) in TENSOR_CORE_OPS and op.inputs and op.index not in inside_sdpa
     ]
     big = [
         op
@@ -145,7 +150,11 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
 def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Finding:
     total = sum(op.flops for op in big)
     all_mm = (
-        sum(op.flops for op in capture.ops if base_name(op.name) in MATMULS) or total
+        sum(op.flops for op in capture.ops if base_name(op.name) in TENSOR_CORE_OPS) or total
+    )
+    convs = sum(1 for op in big if base_name(op.name) in CONVOLUTIONS)
+    what = "matmuls" if not convs else (
+        "convolutions" if convs == len(big) else "matmuls and convolutions"
     )
     groups = group_by_source(big, lambda op: op.source)
     top = sorted(groups.values(), key=lambda g: -sum(op.flops for op in g))[:3]
@@ -162,8 +171,9 @@ def _finding(big: list[OpRecord], capture: Capture, config: RuleConfig) -> Findi
     num_bytes = sum(op.read_bytes + op.write_bytes for op in big)
     return registered(CODE).finding(
         message=(
-            f"{len(big)} fp32 matmuls per step ({total / 1e12:.3g} TFLOP, {total / all_mm:.0%} of "
-            f"the step's matmul FLOPs) run without autocast or TF32 on {config.gpu.title}: "
+            f"{len(big)} fp32 {what} per step ({total / 1e12:.3g} TFLOP, {total / all_mm:.0%} of "
+            f"the step's matmul and convolution FLOPs) run without autocast or TF32 on "
+            f"{config.gpu.title}: "
             f"{config.gpu.fp32_tflops:g} TFLOP/s fp32 against {config.gpu.bf16_tflops:g} dense bf16."
         ),
         fix_title="Run the forward and backward under torch.autocast('cuda', dtype=torch.bfloat16), or allow TF32",

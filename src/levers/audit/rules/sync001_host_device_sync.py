@@ -102,6 +102,9 @@ _FIXES = {
 def is_real_sync(call: CallRecord, on_gpu: bool) -> bool:
     """Whether a recorded sync call makes the host wait for a GPU."""
     device = str((call.args.get("tensor") or {}).get("device", ""))
+    if call.args.get("in_data_pipeline", False):
+        # a DataLoader making a batch (a Dataset's __getitem__): host tensors on any device
+        return False
     if on_gpu:
         # a host tensor in a GPU step waits for nothing
         return device.startswith("cuda")

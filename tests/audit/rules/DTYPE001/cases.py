@@ -46,10 +46,36 @@ def ok_tf32_on_gpu():
     return _workload()
 
 
+def _convnet():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(64, 64, 3, padding=1, bias=False),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 64, 3, padding=1, bias=False),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(4, 64, 64, 64)
+
+    def step():
+        model(x).pow(2).mean().backward()  # mark: fire_fp32_convnet_on_gpu
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="dtype001")
+
+
+def fire_fp32_convnet_on_gpu():
+    # 1.2 GFLOP per convolution in fp32: a convnet without autocast (defect N11)
+    return _convnet()
+
+
 def _with_tf32(capture):
     capture = relabel_as_gpu(capture)
     return dataclasses.replace(capture, settings={**capture.settings, "cuda_matmul_allow_tf32": True})
 
 
 CONFIG = {"fire_fp32_declared": {"assume_dtype": "fp32"}}
-TRANSFORM = {"fire_fp32_on_gpu": relabel_as_gpu, "ok_tf32_on_gpu": _with_tf32}
+TRANSFORM = {
+    "fire_fp32_on_gpu": relabel_as_gpu, "ok_tf32_on_gpu": _with_tf32,
+    "fire_fp32_convnet_on_gpu": relabel_as_gpu,
+}

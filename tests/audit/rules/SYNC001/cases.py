@@ -79,3 +79,49 @@ def regress_repeat_interleave_with_output_size():
         return y.repeat_interleave(repeats, dim=0, output_size=4).sum()
 
     return _workload(body)
+
+
+class _Passthrough(torch.overrides.TorchFunctionMode):
+    """Another torch-function mode around the step (Lightning's, a profiler's)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def ok_adamw_step_counter_under_another_mode():
+    # the counter's .item() reaches the capture's handler through the other mode's handler
+    # (defect N6, Lightning): still torch's own host state
+    inner = _workload(lambda y: y.pow(2).mean(), optimizer="adamw")
+    step = inner.step
+
+    def step_in_mode():
+        with _Passthrough():
+            return step()
+
+    return Workload(model=inner.model, step=step_in_mode, optimizer=inner.optimizer,
+                    name="sync001")
+
+
+class _Lengths(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        n = 4 + int(torch.randint(0, 4, (1,)))  # host tensors, in the data pipeline
+        return torch.ones(8) * n
+
+
+def ok_batch_made_by_a_dataloader():
+    # a Dataset's reads of its own host tensors wait for no GPU (defect N6)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = iter(torch.utils.data.DataLoader(_Lengths(), batch_size=4))
+
+    def step():
+        loss = model(next(batches)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="sync001")

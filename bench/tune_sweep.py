@@ -1,0 +1,256 @@
+"""Benchmark: ``levers tune`` against the peers on models it was not tuned on, one row per model
+and budget (issue 33's goal table).
+
+    # on the H200 (each model: tune's budget, then ~6 rows of 3 + 10 steps, each compiled anew)
+    PYTHONPATH=src python bench/tune_sweep.py --models zoo@gpt2,bench/outside_zoo.py:make@opt --budget 3m \
+        --out $OUT/tune_sweep_h200
+    # a tiny CPU run of the whole path (dynamo's eager backend in the compile rows)
+    PYTHONPATH=src python bench/tune_sweep.py --models zoo@nanogpt --size tiny --device cpu \
+        --budget 60 --out /tmp/ts
+
+For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``zoo@gpt2``,
+``bench/outside_zoo.py:make@opt``), in one process on one GPU:
+
+1. ``levers.Step(SPEC, {model, size, device}).tune(budget=...)``: the stack it proves, its
+   tokens/s ratio with CI95 from its own A/B, the time it spent (``spent_s``: the build, the
+   audit's capture and the search, wall clock), every A/B with the seconds of its phases.
+2. The default step, the peers as their users write them (``compile-model``: ``model.compile()``;
+   ``compile-model-ro``: its ``reduce-overhead`` form; ``compile-layers``: ``block.compile()`` on
+   each repeated block; ``torchtitan-float8``: torchao's tensorwise float8 as torchtitan ships it,
+   then per-layer compile, where torchao is installed; ``liger``: Liger Kernel's patch for the
+   model type, where it has one) and tune's stack (``levers.apply``), each built fresh from the
+   same seed after ``torch._dynamo.reset()`` and timed by ``bench/levers_vs_peers.py``'s
+   ``measure`` (3 warm-up and 10 timed steps; median tokens/s, bootstrap CI95 over steps).
+
+Writes ``OUT/summary.json`` after every model (rows merged by model, size and budget): per row
+``model``, ``family``, ``shape``, ``budget_s``, ``spent_s``, ``stack``,
+``tokens_per_s_ratio_ci95`` (tune's A/B of its stack against the default), ``same_run_ratio``
+(tune's stack timed beside the peers), ``peers`` (each peer's ratio to the default, same
+process), ``best_peer``, ``vs_best_peer`` (``same_run_ratio`` over the best peer's), ``commit``,
+``torch``, ``gpu``, ``date``; the timed rows under ``rows``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import levers  # noqa: E402
+from levers.environment import levers_commit_id  # noqa: E402
+from levers.output.atomic import atomic_write_text  # noqa: E402
+from levers.tune.budget import parse_duration_s  # noqa: E402
+
+from levers_vs_peers import _bootstrap, apply_peer, measure  # noqa: E402
+
+PEERS = ("compile-model", "compile-model-ro", "compile-layers", "torchtitan-float8", "liger")
+PEER_TRANSFORMS = {
+    "compile-model": "compile-model",
+    "compile-model-ro": "compile-model-ro",
+    "compile-layers": "compile-layers",
+    "torchtitan-float8": "float8-torchtitan+compile-layers",
+    "liger": "liger",
+}
+TUNED = "tuned"
+
+
+def _peer_missing(peer: str, workload: Any) -> str | None:
+    """Why the peer cannot run here (its package, its device, a model it has no patch for)."""
+    import importlib.util
+
+    if peer == "compile-model-ro" and workload.device.type != "cuda":
+        return "reduce-overhead (CUDA graphs) needs a GPU"
+    if peer == "torchtitan-float8":
+        if importlib.util.find_spec("torchao") is None:
+            return "torchao is not installed"
+        if workload.device.type != "cuda":
+            return "float8 needs a GPU"
+    if peer == "liger":
+        try:
+            import liger_kernel.transformers as liger
+        except Exception:  # noqa: BLE001 - absent or broken: the row says so
+            return "liger-kernel is not installed"
+        model_type = getattr(getattr(workload.model, "config", None), "model_type", None)
+        if model_type is None or not hasattr(liger, f"apply_liger_kernel_to_{model_type}"):
+            return f"Liger Kernel has no patch for {model_type or type(workload.model).__name__}"
+    return None
+
+
+def _free() -> None:
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str], args) -> dict:
+    """One variant built fresh and timed; a variant that cannot run is a row that says why."""
+    row: dict[str, Any] = {"variant": variant}
+    cleanups: list[Callable[[], None]] = []
+    workload = None
+    _free()
+    try:
+        torch.manual_seed(0)
+        workload = levers.Step(spec, params=params).workload()
+        row["tokens_per_step"] = workload.tokens_per_step
+        compile_options = {"backend": "eager"} if workload.device.type != "cuda" else {}
+        if variant in PEER_TRANSFORMS:
+            missing = _peer_missing(variant, workload)
+            if missing is not None:
+                row.update(status="not-applicable", error=missing)
+                return row
+            cleanups = apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
+        elif variant == TUNED:
+            handle = levers.apply(workload, stack, **compile_options)
+            row["applied"] = list(handle.applied)
+            cleanups = [handle.undo]
+        row.update(measure(workload, args.warmup, args.steps))
+        row["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
+        if args.debug:
+            traceback.print_exc()
+    finally:
+        for cleanup in reversed(cleanups):
+            cleanup()
+        workload = None
+        _free()
+    return row
+
+
+def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    started = time.perf_counter()
+    _free()
+    try:
+        result = levers.Step(spec, params=params).tune(
+            budget=args.budget, record=args.out / "tune.record.jsonl",
+            progress=lambda line: print(f"  {line}", flush=True),
+        )
+        proof = result.proof
+        row.update(
+            stack=list(result.stack),
+            tokens_per_s_ratio=getattr(proof, "tokens_per_s_ratio", None),
+            tokens_per_s_ratio_ci95=getattr(proof, "tokens_per_s_ci95", None),
+            parity=getattr(proof, "parity", None),
+            outcomes=[{"lever": o.lever, "kept": o.kept, "reason": o.reason, "source": o.source}
+                      for o in result.outcomes],
+            trials=[{"base": list(t.base), "stack": list(t.stack), "decision": t.decision,
+                     "tokens_per_s_ratio": t.tokens_per_s_ratio,
+                     "tokens_per_s_ci95": t.tokens_per_s_ci95, "parity": t.parity,
+                     "parity_note": t.parity_note, "wall_s": t.wall_s, "phase_s": t.phase_s,
+                     "error": t.error, "killed": t.killed}
+                    for t in result.search.trials],
+            search_s=result.search.spent_s,
+            notes=list(result.notes) + list(result.search.notes),
+        )
+    except Exception as exc:  # noqa: BLE001 - a failing search is a result
+        row.update(stack=[], tune_error=f"{type(exc).__name__}: {exc}"[:600])
+        if args.debug:
+            traceback.print_exc()
+    row["spent_s"] = time.perf_counter() - started
+    return row
+
+
+def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random) -> None:
+    ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
+    base = ok.get("default")
+    if base is None:
+        return
+    med = statistics.median
+    ratio = lambda x, y: med(x) / med(y)  # noqa: E731
+    samples = lambda variant: ok[variant]["tokens_per_s_samples"]  # noqa: E731
+    row["peers"] = {v: ratio(samples(v), samples("default")) for v in ok if v in PEERS}
+    row["best_peer"] = max(row["peers"], key=row["peers"].get) if row["peers"] else None
+    # an empty stack runs the default step
+    row["same_run_ratio"] = ratio(samples(TUNED), samples("default")) if TUNED in ok else (
+        1.0 if not row.get("stack") else None)
+    if TUNED in ok:
+        row["same_run_ratio_ci95"] = _bootstrap(samples(TUNED), samples("default"), ratio, rng)
+    if row["best_peer"] and row["same_run_ratio"] is not None:
+        row["vs_best_peer"] = row["same_run_ratio"] / row["peers"][row["best_peer"]]
+
+
+def _environment() -> dict[str, Any]:
+    return {
+        "commit": levers_commit_id(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def _merge(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+    key = lambda r: (r["model"], r["size"], r["budget_s"])  # noqa: E731
+    return [r for r in rows if key(r) != key(row)] + [row]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", required=True, help="SPEC@MODEL, comma-separated")
+    parser.add_argument("--budget", default="3m", help="levers tune's budget per model")
+    parser.add_argument("--size", default="full")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--set", action="append", default=[], metavar="K=V",
+                        help="more parameters for every model (layers=8)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="start no model after this many seconds")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    budget_s = parse_duration_s(args.budget)
+    extra = dict(item.split("=", 1) for item in args.set)
+    peers = [p for p in args.peers.split(",") if p]
+    rng = random.Random(0)
+    started = time.perf_counter()
+    summary = args.out / "summary.json"
+    for entry in [m.strip() for m in args.models.split(",") if m.strip()]:
+        if args.deadline_s is not None and time.perf_counter() - started > args.deadline_s:
+            print(f"{entry}: not started, past the deadline", flush=True)
+            continue
+        spec, model = entry.rsplit("@", 1)
+        params = {"model": model, "size": args.size, "device": args.device, **extra}
+        print(f"{entry}: tune --budget {args.budget}", flush=True)
+        row: dict[str, Any] = {"model": entry, "size": args.size, "budget_s": budget_s,
+                               "params": params, **_environment()}
+        row.update(tune_row(spec, params, args))
+        timed = []
+        for variant in ["default", *peers, *([TUNED] if row.get("stack") else [])]:
+            one = timed_row(spec, params, variant, row.get("stack", []), args)
+            if one.get("status") == "ok":
+                one["tokens_per_s"] = statistics.median(one["tokens_per_s_samples"])
+            timed.append(one)
+            print(f"  {entry}:{variant} {one['status']} {one.get('tokens_per_s') or one.get('error', '')}",
+                  flush=True)
+        row["rows"] = timed
+        compare(row, timed, rng)
+        print(f"{entry}: stack {row.get('stack')} same-run {row.get('same_run_ratio')} "
+              f"best peer {row.get('best_peer')} vs_best_peer {row.get('vs_best_peer')} "
+              f"spent {row['spent_s']:.0f}s", flush=True)
+        rows = _merge(summary, row)
+        atomic_write_text(summary, json.dumps({"rows": rows}, indent=1, default=str) + "\n",
+                          make_parents=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

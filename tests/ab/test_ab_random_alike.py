@@ -1,0 +1,127 @@
+"""Random numbers drawn alike while parity is judged: a compiled dropout takes eager's masks.
+
+inductor on the CPU compiles through a C++ compiler; these tests compile two tiny programs.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from levers import Workload
+from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
+from levers.ab.reference import run_reference
+from levers.ab.runner import AbConfig, Side, run_ab
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="inductor on the CPU needs a C++ compiler",
+)
+
+
+def _dropout_workload(*, compiled: bool = False, p: float = 0.1) -> Workload:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 16), torch.nn.Dropout(p), torch.nn.Linear(16, 1)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.arange(32 * 16, dtype=torch.float32).reshape(32, 16) / 512
+    forward = torch.compile(model, backend="inductor") if compiled else model
+
+    def step():
+        loss = forward(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer)
+
+
+def _loss_and_grad(workload: Workload) -> tuple[float, torch.Tensor]:
+    torch.manual_seed(1)
+    loss = workload.model(torch.ones(32, 16)).sum()
+    loss.backward()
+    grad = workload.model[0].weight.grad.clone()
+    workload.model.zero_grad(set_to_none=True)
+    return float(loss), grad
+
+
+@needs_compiler
+def test_a_compiled_dropout_takes_the_eager_masks_while_drawn_alike():
+    torch._dynamo.reset()
+    eager = _dropout_workload()
+    compiled = _dropout_workload()
+    program = torch.compile(compiled.model, backend="inductor")
+    expected = _loss_and_grad(eager)
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.fallback_random
+    with drawn_alike() as seen:
+        torch.manual_seed(1)
+        loss = program(torch.ones(32, 16)).sum()
+        loss.backward()
+    assert inductor_config.fallback_random == before  # put back
+    assert seen.any
+    assert float(loss) == expected[0]
+    assert torch.equal(compiled.model[0].weight.grad, expected[1])
+
+
+def test_nothing_compiled_means_nothing_to_recompile():
+    assert recompile_for_timing(Compiled(graphs=0), True) is False
+    assert recompile_for_timing(Compiled(graphs=2), False) is False
+
+
+@needs_compiler
+def test_programs_compiled_alike_are_dropped_where_the_model_draws():
+    torch._dynamo.reset()
+    program = torch.compile(torch.nn.Linear(2, 2), backend="inductor")
+    with drawn_alike() as seen:
+        program(torch.ones(1, 2))
+    from torch._dynamo.utils import counters
+
+    assert recompile_for_timing(seen, None) is True  # not known: dropped
+    before = counters["stats"]["unique_graphs"]
+    program(torch.ones(1, 2))
+    assert counters["stats"]["unique_graphs"] == before + 1  # compiled again
+
+
+@pytest.mark.parametrize("p, drawn", [(0.1, True), (0.0, False)])
+def test_the_reference_says_whether_the_model_draws_random_numbers(p, drawn):
+    reference, kill = run_reference(lambda: _dropout_workload(p=p), num_steps=2, seed=0)
+    assert kill is None and reference.available, reference.why_not
+    assert reference.draws_random is drawn
+
+
+def test_batches_drawn_outside_the_model_are_not_the_models_draws():
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step():
+            x = torch.randn(8, 4)  # the batch: drawn before the model runs
+            loss = model(x).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        return Workload(model=model, step=step, optimizer=optimizer)
+
+    reference, _ = run_reference(build, num_steps=1, seed=0)
+    assert reference.available and reference.draws_random is False
+
+
+@needs_compiler
+def test_an_ab_of_a_compiled_dropout_model_reads_parity_against_eager():
+    torch._dynamo.reset()
+    result = run_ab(
+        Side(build=lambda: _dropout_workload()),
+        Side(build=lambda: _dropout_workload(compiled=True)),
+        AbConfig(num_steps=2, num_warmup=1, num_parity_steps=3, num_resamples=200),
+    )
+    assert result.parity is not None
+    assert result.parity.passed is True, result.parity.checks
