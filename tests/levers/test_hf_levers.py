@@ -135,6 +135,20 @@ def test_fused_linear_cross_entropy_says_why_not():
         levers.apply(hf.build(), "fused-linear-cross-entropy", kernel="liger")
 
 
+def test_fused_linear_cross_entropy_refuses_a_head_whose_logits_are_changed_after_it():
+    """RecurrentGemma soft-caps its logits (``config.logits_soft_cap``, a name the config check
+    did not know): the fused loss over the head's raw logits dropped the cap. Found by
+    bench/arch_sweep.py (DAMAGED on recurrent_gemma)."""
+    from levers.workloads import arch
+
+    workload = arch.build(model="recurrent_gemma")
+    with pytest.raises(NotApplicable, match=r"its forward changes the logits after the head "
+                       r"\(logits = nn.functional.tanh\(logits / cap\) \* cap\)"):
+        levers.apply(workload, "fused-linear-cross-entropy", kernel="chunked")
+    # the loss lever that keeps the head applies: its loss gets the capped logits
+    levers.apply(workload, "loss-valid-rows").undo()
+
+
 def test_sdpa_attention_switches_an_eager_hf_model():
     workload = hf.build(attn="eager")
     before = state_of(workload.model)
