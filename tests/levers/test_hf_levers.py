@@ -68,6 +68,28 @@ def test_rms_norm_fused_finds_a_user_norm_by_what_it_computes():
     assert "forward" not in vars(model[0])
 
 
+def test_rms_norm_fused_leaves_a_gated_norm_to_its_own_forward_when_given_the_gate():
+    class GatedNorm(torch.nn.Module):  # Zamba2's and Mamba2's form: x * silu(gate), then the norm
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+            self.variance_epsilon = 1e-6
+
+        def forward(self, x, gate=None):
+            if gate is not None:
+                x = x * torch.nn.functional.silu(gate)
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * x
+
+    norm = GatedNorm()
+    x, gate = torch.randn(4, 8), torch.randn(4, 8)
+    with_gate, without = norm(x, gate), norm(x)
+    with levers.apply(norm, "rms-norm-fused"):
+        assert torch.allclose(norm(x, gate), with_gate, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(norm(x, gate=gate), with_gate, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(norm(x), without, rtol=1e-5, atol=1e-6)
+
+
 def test_rms_norm_fused_says_why_not_on_gpt2():
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2))
     with pytest.raises(NotApplicable, match="no unfused RMSNorm"):
