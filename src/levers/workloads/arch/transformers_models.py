@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from levers.errors import LeversError
+from levers.optional import import_transformers
 from levers.workloads.zoo.spec import (
     Shape,
     ZooModel,
@@ -119,9 +120,7 @@ _STAGE_DEPTHS = ("depths", "depth", "num_block_repeats", "n_attn_blocks", "stage
 
 
 def _transformers() -> Any:
-    import transformers
-
-    return transformers
+    return import_transformers()
 
 
 def mapping(task: str) -> dict[str, str]:

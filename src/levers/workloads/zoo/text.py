@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from levers.optional import import_transformers
 from levers.workloads.zoo.spec import (
     Shape,
     ZooModel,
@@ -20,9 +21,7 @@ from levers.workloads.zoo.spec import (
 
 
 def _transformers() -> Any:
-    import transformers
-
-    return transformers
+    return import_transformers()
 
 
 def _causal_lm(config_class: str, fields: Callable[[Shape], dict[str, Any]]):
