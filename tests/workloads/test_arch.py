@@ -194,3 +194,15 @@ def test_without_timm_a_timm_model_says_what_to_install(monkeypatch):
                         lambda name, *a: None if name == "timm" else real(name, *a))
     with pytest.raises(MissingDependency, match="pip install timm"):
         arch.build(model="timm:resnet18")
+
+
+def test_a_parameter_made_by_a_legacy_constructor_is_moved_to_the_device_with_the_rest():
+    # XLNet makes its attention weights with torch.FloatTensor(...), which ignores the default
+    # device: on a GPU they stayed on the CPU; the prediction on fake tensors sees it so
+    from levers.hardware import resolve_gpu
+    from levers.memory.prediction import run_prediction, source_of
+
+    prediction = run_prediction(
+        source_of("arch", {"model": "xlnet", "size": "tiny"}), resolve_gpu("h200"), num_steps=1
+    )
+    assert prediction.replay.peak_allocated_bytes > 0

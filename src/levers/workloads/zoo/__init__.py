@@ -111,6 +111,9 @@ def build_entry(
         resolved_device,
     ):
         module = entry.make_model(shape)
+    # a parameter made by a legacy constructor (XLNet's torch.FloatTensor(...)) ignores the
+    # default device and stays on the CPU: moved, as every model's user moves it
+    module.to(resolved_device)
     module.train()
     optimizer = _runtime.adamw(module, lr=LEARNING_RATE)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
