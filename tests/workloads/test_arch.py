@@ -196,13 +196,15 @@ def test_without_timm_a_timm_model_says_what_to_install(monkeypatch):
         arch.build(model="timm:resnet18")
 
 
-def test_a_parameter_made_by_a_legacy_constructor_is_moved_to_the_device_with_the_rest():
+@pytest.mark.parametrize("model", ["xlnet", "levit"])
+def test_a_parameter_made_by_a_legacy_constructor_is_moved_to_the_device_with_the_rest(model):
     # XLNet makes its attention weights with torch.FloatTensor(...), which ignores the default
-    # device: on a GPU they stayed on the CPU; the prediction on fake tensors sees it so
+    # device: on a GPU they stayed on the CPU; the prediction on fake tensors sees it so. Only
+    # those are moved: Module.to would swap every parameter, which LeViT's fake ones refuse
     from levers.hardware import resolve_gpu
     from levers.memory.prediction import run_prediction, source_of
 
     prediction = run_prediction(
-        source_of("arch", {"model": "xlnet", "size": "tiny"}), resolve_gpu("h200"), num_steps=1
+        source_of("arch", {"model": model, "size": "tiny"}), resolve_gpu("h200"), num_steps=1
     )
     assert prediction.replay.peak_allocated_bytes > 0

@@ -76,6 +76,26 @@ def build(
     )
 
 
+def _parameters_to(module: torch.nn.Module, device: torch.device) -> None:
+    """Move to ``device`` the parameters the build left elsewhere: one made by a legacy
+    constructor (XLNet's ``torch.FloatTensor(...)``) ignores the default device and stays on
+    the CPU. Only those are replaced (a tied one once, so it stays tied): ``Module.to`` would
+    swap every parameter, which a model built on levers memory's fake tensors may refuse
+    (LeViT's attention biases, held in a cache)."""
+    if device.type != "cuda":
+        return
+    moved: dict[int, torch.nn.Parameter] = {}
+    for owner in module.modules():
+        for name, param in list(owner._parameters.items()):
+            if param is None or param.is_cuda:
+                continue
+            if id(param) not in moved:
+                moved[id(param)] = torch.nn.Parameter(
+                    param.detach().to(device), requires_grad=param.requires_grad
+                )
+            owner._parameters[name] = moved[id(param)]
+
+
 def build_entry(
     entry: ZooModel,
     identity: dict[str, Any],
@@ -111,9 +131,7 @@ def build_entry(
         resolved_device,
     ):
         module = entry.make_model(shape)
-    # a parameter made by a legacy constructor (XLNet's torch.FloatTensor(...)) ignores the
-    # default device and stays on the CPU: moved, as every model's user moves it
-    module.to(resolved_device)
+    _parameters_to(module, resolved_device)
     module.train()
     optimizer = _runtime.adamw(module, lr=LEARNING_RATE)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
