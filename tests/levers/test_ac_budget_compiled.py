@@ -5,6 +5,8 @@ the undo."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import sys
 from pathlib import Path
 
@@ -60,20 +62,32 @@ def _one_step(workload) -> tuple[float, int]:
     return loss, saved[0]
 
 
+def _predict_tiny(levels):
+    return levels_peak_predictor("hf", {"size": "tiny"}, "h200")(levels)
+
+
 @pytest.fixture(scope="module")
 def tiny_peak():
     """The predicted peak of the tiny hf llama compiled per block at ``levels``, each levels
     predicted once for the module's tests (a prediction on fake tensors takes seconds on a
-    2-core CPU; the plan's search predicts each levels once as well)."""
-    predict = levels_peak_predictor("hf", {"size": "tiny"}, "h200")
-    peaks: dict = {}
+    2-core CPU; the plan's search predicts each levels once as well).
 
-    def memo(levels):
-        if levels not in peaks:
-            peaks[levels] = predict(levels)
-        return peaks[levels]
+    The predictions run in a fresh interpreter: after ~130 other tests of the suite in one
+    process (ab, audit and capture tests that compile and capture), the all-full plan's
+    prediction came out 239 KB (0.3%) higher, above the 0.3 ratio's, though each of those test
+    files before this module left it as in a fresh process; the cause was not found. These
+    tests are about the plan's order over predictions, so they take them from a clean process.
+    """
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as worker:
+        peaks: dict = {}
 
-    return memo
+        def memo(levels):
+            if levels not in peaks:
+                peaks[levels] = worker.submit(_predict_tiny, levels).result()
+            return peaks[levels]
+
+        yield memo
 
 
 def _unique_graphs() -> int:
