@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from levers.errors import LeversError
@@ -158,14 +158,26 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             raise prediction_failed(args.workload, exc, debug=_debug(args)) from exc
     if args.fit:
+        tried: list[Any] = []  # the fit's points so far (FitPoint), kept if it is interrupted
         try:
-            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params, ids))
+            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params, ids, tried))
         except KeyboardInterrupt:
-            # the prediction is finished: show it rather than lose it with the search
+            # the prediction is finished: show it and write it rather than lose it with the search
             render_plan(plan, console)
+            kept = ""
+            if args.json_path is not None:
+                data = plan.to_dict()
+                data["fit"] = {
+                    "param": args.fit,
+                    "interrupted": True,
+                    "curve": [asdict(point) for point in tried],  # in the order tried
+                }
+                _write_plan(args.json_path, data)
+                say_wrote(args.json_path)
+                kept = f" ({args.json_path} holds it and the {len(tried)} value(s) tried)"
             make_console(stderr=True).print(
                 f"the --fit search was interrupted; the prediction above is complete, without "
-                f"the largest {args.fit} that fits",
+                f"the largest {args.fit} that fits{kept}",
                 markup=False,
                 soft_wrap=True,
             )
@@ -181,17 +193,19 @@ def run(args: argparse.Namespace) -> int:
 
         render_per_rank(plan.extra["per_rank"], plan, console)
     if args.json_path is not None:
-        try:
-            atomic_write_text(
-                args.json_path, json.dumps(plan.to_dict(), indent=1, default=str), make_parents=True
-            )
-        except OSError as exc:
-            raise LeversError(
-                f"cannot write {args.json_path}: {exc.strerror or exc}; choose another path "
-                "(the plan is printed above)"
-            ) from None
+        _write_plan(args.json_path, plan.to_dict())
         say_wrote(args.json_path)
     return 0
+
+
+def _write_plan(path: str, data: dict[str, Any]) -> None:
+    try:
+        atomic_write_text(path, json.dumps(data, indent=1, default=str), make_parents=True)
+    except OSError as exc:
+        raise LeversError(
+            f"cannot write {path}: {exc.strerror or exc}; choose another path (the plan is "
+            "printed above)"
+        ) from None
 
 
 def _check_distributed(args: argparse.Namespace) -> None:
@@ -245,13 +259,17 @@ def _reject_prediction_options(args: argparse.Namespace) -> None:
         )
 
 
-def _fit(console, step, args, margin: float, params: dict[str, Any], ids: list[str]):
+def _fit(
+    console, step, args, margin: float, params: dict[str, Any], ids: list[str], tried: list[Any]
+):
+    """The fit's search; each point predicted is appended to ``tried`` as it comes."""
     start = params.get(args.fit)
     if start is not None:
         _check_fit_start(args.fit, start)
     with console.status(f"searching {args.fit}…") as status:
 
         def progress(point) -> None:
+            tried.append(point)
             status.update(
                 f"searching {args.fit}: {args.fit}={point.value} "
                 f"{'fits' if point.fits else 'does not fit'}…"
