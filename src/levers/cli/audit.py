@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from levers.cli import audit_findings as findings_cli
 from levers.cli.options import (
@@ -127,10 +128,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here so that `levers --help` stays fast and works without a working torch
     from levers.api import Step
     from levers.loader import parse_set
-    from levers.capture.json_io import check_writable, write_capture
-    from levers.audit.render_json import audit_to_dict, write_findings
-    from levers.audit.render_summary import render_summary
-    from levers.output.console import make_console, say_wrote
+    from levers.capture.json_io import check_writable
     from levers.distributed.world import world_from_env
 
     script = getattr(args, "script_command", None) is not None
@@ -160,26 +158,33 @@ def run(args: argparse.Namespace) -> int:
     if script:
         from levers.cli.script import capture_script
 
-        ran = capture_script(
+        return capture_script(
             args,
             warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
             timed=SCRIPT_TIMED if args.steps is None else args.steps,
+            report=lambda ran: _report(args, ran.capture, ran.workload, step=None),
         )
-        if isinstance(ran, int):
-            return ran
-        result, workload = ran.capture, ran.workload
-        step = None
-    else:
-        with progress_status() as progress:
-            progress.say(f"loading workload {args.workload}")
-            step = Step(args.workload, params)
-            workload = step.workload()
-            progress.say(f"capturing {workload.name}")
-            result = step.capture(
-                warmup=args.warmup,
-                timed=args.steps,
-                progress=progress.on_ops,
-            )
+    with progress_status() as progress:
+        progress.say(f"loading workload {args.workload}")
+        step = Step(args.workload, params)
+        workload = step.workload()
+        progress.say(f"capturing {workload.name}")
+        result = step.capture(
+            warmup=args.warmup,
+            timed=args.steps,
+            progress=progress.on_ops,
+        )
+    return _report(args, result, workload, step=step)
+
+
+def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) -> int:
+    """Print the audit of the captured step and write the files asked for; the findings' exit
+    code (``--fail-on``)."""
+    from levers.audit.render_json import audit_to_dict, write_findings
+    from levers.audit.render_summary import render_summary
+    from levers.capture.json_io import write_capture
+    from levers.output.console import make_console, say_wrote
+
     _warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
@@ -206,6 +211,4 @@ def run(args: argparse.Namespace) -> int:
             memory=findings.memory,
         )
         say_wrote(args.html_path, "the HTML report")
-    if script and ran.exit_code != 0:
-        return ran.exit_code
     return findings.exit_code

@@ -117,15 +117,27 @@ def run_script(
     tokens_per_step: int | None = None,
     progress: Callable[[int, str], None] | None = None,
     on_step: Callable[[int, Any], None] | None = None,
+    on_captured: Callable[[Capture, Workload], None] | None = None,
 ) -> ScriptRun:
     """Run the script, capture one whole step after ``warmup`` (+ ``timed``) optimizer steps.
 
     ``on_step(num_steps, optimizer)`` is called at every step boundary (see
-    :class:`levers.integrations.steps.StepWatcher`). A KeyboardInterrupt propagates (the CLI
-    turns it into exit 130).
+    :class:`levers.integrations.steps.StepWatcher`). ``on_captured(capture, workload)`` is
+    called as soon as the step is captured, inside the script's ``optimizer.step()``, before the
+    script goes on (``keep_running``) or is stopped; what it raises stops the script and is
+    raised again here, after the script's environment is put back. A KeyboardInterrupt
+    propagates (the CLI turns it into exit 130).
     """
+    failed: list[BaseException] = []  # what on_captured raised
 
-    def captured(_capture: Capture) -> None:
+    def captured(capture: Capture) -> None:
+        if on_captured is not None:
+            assert watcher.workload is not None  # set before any capture
+            try:
+                on_captured(capture, watcher.workload)
+            except BaseException as exc:  # noqa: BLE001 - levers' own: not the script's to see
+                failed.append(exc)
+                raise StopTraining from None
         if not keep_running:
             raise StopTraining
 
@@ -160,6 +172,8 @@ def run_script(
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         finally:
             sys.stdout.flush()
+    if failed:
+        raise failed[0]
     return ScriptRun(
         capture=watcher.capture,
         workload=watcher.workload,
