@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
+    args.predict_steps = DEFAULT_NUM_STEPS if args.predict_steps is None else args.predict_steps
     if args.predict_steps < 1:
         raise LeversError(f"--predict-steps must be at least 1, got {args.predict_steps}")
     if args.json_path is not None:
@@ -247,15 +248,37 @@ def _debug(args: argparse.Namespace) -> bool:
 
 
 def _reject_prediction_options(args: argparse.Namespace) -> None:
-    """--fit and --gpu ask for a prediction, which a script cannot give: refuse, do not ignore."""
-    asked = [flag for flag, value in (("--fit", args.fit), ("--gpu", args.gpu)) if value]
-    if asked:
+    """Options that ask for a prediction, or change the workload, which a script cannot give:
+    refuse them, do not ignore them (a script's peak is measured as it runs)."""
+    predicted = [
+        flag for flag, given in (
+            ("--fit", args.fit), ("--gpu", args.gpu), ("--margin", args.margin is not None),
+            ("--predict-steps (--steps)", args.predict_steps is not None),
+            ("--world-size", args.world_size is not None), ("--strategy", args.strategy),
+        ) if given
+    ]
+    if predicted:
+        named = " and ".join(predicted)
         raise LeversError(
-            f"{' and '.join(asked)} need a prediction on fake tensors, which builds the workload "
-            "from a factory; a script after -- is measured as it runs, on this machine. Wrap the "
-            "model, optimizer and step in a factory and run levers memory path/to/file.py:factory "
-            "--gpu GPU --fit batch_size (see README 'Workloads'), or drop "
-            f"{' and '.join(asked)}"
+            f"{named} {'needs' if len(predicted) == 1 else 'need'} a prediction on fake "
+            "tensors, which builds the workload from a factory; a script after -- is measured "
+            "as it runs, on this machine. Wrap the model, optimizer and step in a factory and "
+            "run levers memory path/to/file.py:factory --gpu GPU --fit batch_size (see README "
+            f"'Workloads'), or drop {named}"
+        )
+    if args.levers:
+        stack = ",".join(lever_ids(args.levers))
+        raise LeversError(
+            f"--lever {stack}: levers memory applies a lever to a factory's workload before its "
+            "prediction; a script builds its own model. Apply it in the script (with "
+            f'levers.apply(model, "{stack}", optimizer=optimizer): around the loop) and run '
+            "levers memory -- python ... again to measure the step with it, or predict it from "
+            f"a factory (levers memory path/to/file.py:factory --lever {stack})"
+        )
+    if args.set_items:
+        raise LeversError(
+            "--set sets a factory's parameters; a script takes its own arguments after -- "
+            "(levers memory -- python train.py --batch-size 8)"
         )
 
 

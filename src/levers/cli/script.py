@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,11 +128,23 @@ def run_memory(args: argparse.Namespace, console: Any) -> int:
     factory; a script builds its model as it runs. So for a script levers reports the peak it saw
     in the captured step (the CUDA allocator's on a GPU, tracked tensor storages on a CPU) and
     says that the prediction for another GPU, the what-ifs and ``--fit`` need a factory.
+    ``--json FILE`` writes the same report (:func:`script_memory_report`).
     """
     warmup = SCRIPT_WARMUP if args.warmup is None else args.warmup
+    if args.json_path is not None:
+        from levers.capture.json_io import check_writable
+
+        check_writable(args.json_path, make_parents=True)  # before the script runs
 
     def report(ran: ScriptCapture) -> int:
-        _print_memory(script_memory_report(ran.capture, warmup), console)
+        data = script_memory_report(ran.capture, warmup)
+        _print_memory(data, console)
+        if args.json_path is not None:
+            from levers.output.atomic import atomic_write_text
+            from levers.output.console import say_wrote
+
+            atomic_write_text(args.json_path, json.dumps(data, indent=1) + "\n", make_parents=True)
+            say_wrote(args.json_path)
         return 0
 
     return capture_script(args, warmup=warmup, timed=0, report=report)
@@ -146,7 +159,7 @@ NO_PREDICTION = (
 
 
 def script_memory_report(capture: Any, warmup: int) -> dict[str, Any]:
-    """What ``levers memory -- python train.py`` reports, as data."""
+    """What ``levers memory -- python train.py`` reports, as data (``--json`` writes it)."""
     from levers.audit.summary import module_label
 
     mem = capture.memory
