@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from levers.errors import LeversError
+from levers.output.console import silence_stdout
 from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 
 SCRIPT_HELP = (
@@ -63,9 +64,10 @@ def capture_script(
     script goes on, so that a script that ends with ``os._exit`` or is killed after the capture
     keeps it; otherwise once levers has stopped the script. A script that fails before a step
     is captured keeps its exit code (its traceback printed as Python prints it) and levers adds
-    one line on what it saw; one that fails after the capture keeps its exit code too. A script
-    that ends cleanly before a step is captured is a usage problem (exit 2): it ran too few
-    steps for the warm-up asked for.
+    one line on what it saw; one that fails after the capture keeps its exit code too, a closed
+    stdout (``levers audit -- python train.py | head``) included. A script that ends cleanly
+    before a step is captured is a usage problem (exit 2): it ran too few steps for the warm-up
+    asked for.
     """
     from levers.integrations.script import parse_command, run_script
     from levers.output.progress import progress_status
@@ -110,7 +112,12 @@ def capture_script(
             file=sys.stderr,
         )
     if not reported:
-        reported.append(report(ScriptCapture(run.capture, run.workload)))
+        try:
+            reported.append(report(ScriptCapture(run.capture, run.workload)))
+        except BrokenPipeError:
+            if run.exit_code == 0:
+                raise  # the command line ends quietly with 0
+            silence_stdout()  # the script failed: its exit code is the one to keep
     return run.exit_code if run.exit_code != 0 else reported[0]
 
 

@@ -171,7 +171,10 @@ def run_script(
             exit_code = 1
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         finally:
-            sys.stdout.flush()
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                pass  # the reader has gone (| head): levers' own output meets it next
     if failed:
         raise failed[0]
     return ScriptRun(
