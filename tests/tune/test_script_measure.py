@@ -213,6 +213,57 @@ def test_a_stack_that_breaks_the_script_is_a_failed_trial_with_its_error():
     )
 
 
+@pytest.mark.parametrize("side, whose", [
+    ("candidate", "the stack's (ac-full,x) loss is nan at optimizer step 6"),
+    ("baseline", "the baseline side's (ac-full, after the candidate's levers were undone) loss "
+                 "is nan at optimizer step 9"),
+])
+def test_a_nonfinite_loss_in_either_side_kills_the_a_b(side, whose):
+    step = 6 if side == "candidate" else 9
+
+    def nan_run(candidate, baseline, timeout_s, **_):
+        # the timed windows had run before the NaN: none of their steps may be judged
+        return TrialRun.from_document({
+            **_document(candidate, baseline, {"candidate": [0.05] * 3, "baseline": [0.1] * 3}),
+            "complete": False, "failed_side": side, "error": "the loss ... is nan",
+            "nonfinite": {"step": step, "loss": "nan", "side": side, "stack": []},
+        })
+
+    trial = script_measure(nan_run, DESIGN, reference=LOSSES, tolerance_of=_registry_tolerance)(
+        ("ac-full",), ("ac-full", "x"), None)
+    assert trial.decision == "KILLED" and trial.killed_kind == "nonfinite_loss"
+    assert trial.killed.startswith(whose)
+    assert trial.tokens_per_s_ratio is None and trial.step_ms is None  # nothing judged
+    pays, why = judge(trial)
+    assert not pays and why.startswith("the A/B was stopped: " + whose)
+
+
+def test_a_script_whose_loss_is_nonfinite_without_levers_is_refused():
+    nan = TrialRun.from_document({
+        "complete": False, "num_steps": 7, "exit_code": 0, "script_error": None,
+        "error": "...", "nonfinite": {"step": 7, "loss": "nan", "side": "baseline", "stack": []},
+    })
+    with pytest.raises(LeversError, match=(
+        r"python train.py: the loss passed to backward\(\) is nan at optimizer step 7 of the "
+        "script, with no lever applied; .* fix the script's loss")):
+        checked_baseline(nan, "python train.py", DESIGN, DESIGN.steps_per_run)
+
+
+def test_tune_script_refuses_a_script_whose_probe_saw_a_nonfinite_loss():
+    probe = {"complete": False, "num_steps": 3, "exit_code": 0, "script_error": None,
+             "nonfinite": {"step": 3, "loss": "inf", "side": "candidate", "stack": []}}
+    script = FakeScript()
+
+    def run_script(candidate, baseline, timeout_s, **kwargs):
+        script(candidate, baseline, timeout_s, **kwargs)
+        return TrialRun.from_document(probe)
+
+    with pytest.raises(LeversError, match="is inf at optimizer step 3 of the script"):
+        tune_script(["python", "train.py"], budget_s=600, design=DESIGN, run_script=run_script,
+                    measure=FakeAb({}))
+    assert len(script.calls) == 1  # refused after the probe, before any A/B
+
+
 def test_a_run_past_the_time_left_stops_the_a_b():
     def timed_out(candidate, baseline, timeout_s, **_):
         assert timeout_s == 5.0  # the A/B's time left is the run's kill line
