@@ -312,11 +312,35 @@ def test_the_design_lays_out_the_windows_c_b_b_c():
     assert ScriptDesign().steps_per_run == 54
 
 
+def test_the_steps_a_run_needs_are_the_ones_the_audit_prints():
+    from levers.script_defaults import TUNE_SCRIPT_STEPS
+
+    # the audit's printed `levers tune -- python train.py` runs the script this far (defect N4)
+    assert TUNE_SCRIPT_STEPS == ScriptDesign().steps_per_run
+    # the --steps said to fit a shorter script does fit it, and one more per window does not
+    for num_steps in (34, 40, 41, 54, 100):
+        steps = ScriptDesign().steps_that_fit(num_steps)
+        fitted = ScriptDesign(TrialDesign(steps=steps))
+        assert fitted.steps_per_run <= num_steps < ScriptDesign(
+            TrialDesign(steps=steps + fitted.rounds)).steps_per_run
+    assert ScriptDesign().steps_that_fit(33) is None  # 8 timed steps per side: too few
+
+
 def test_a_script_that_ends_or_fails_before_its_steps_is_refused_with_why():
     ended = TrialRun.from_document({"complete": False, "num_steps": 3, "exit_code": 0,
                                     "script_error": None, "error": "ended"})
-    with pytest.raises(LeversError, match="ended after 3 optimizer step.*runs it to step 19"):
+    with pytest.raises(LeversError, match=(
+            "ended after 3 optimizer step.*runs it to its optimizer step 19 each time.*let the "
+            r"script run at least 19 optimizer steps \(its own steps argument\) \(--steps alone "
+            "cannot fit the runs to its 3 steps: that would time fewer than 10 steps per side")):
         checked_baseline(ended, "python train.py", DESIGN, DESIGN.steps_per_run)
+    # a script long enough for a smaller design is told the --steps that fits it
+    ended_at_40 = TrialRun.from_document({"complete": False, "num_steps": 40, "exit_code": 0,
+                                          "script_error": None, "error": "ended"})
+    with pytest.raises(LeversError, match=(
+            "let the script run at least 54 optimizer steps .*, or fit the runs to its 40 steps "
+            "with --steps 12$")):
+        checked_baseline(ended_at_40, "python train.py", ScriptDesign(), 54)
     raised = TrialRun.from_document(
         {"complete": False, "num_steps": 1, "exit_code": 1,
          "script_error": "RuntimeError: data shard missing",

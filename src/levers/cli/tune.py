@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
+from levers.script_defaults import TUNE_SCRIPT_STEPS
 from levers.cli.options import (
     add_lever_argument,
     add_output_arguments,
@@ -53,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "each A/B is one run of it, the levers applied inside it after its first 2 optimizer "
             "steps and undone and applied again in windows of steps, candidate first: C B B C; "
             "it must run at least 2 + --parity-steps + (--rounds + 1) x --warmup + 2 x --steps "
-            "steps, 54 with the defaults)"
+            f"optimizer steps, {TUNE_SCRIPT_STEPS} with the defaults)"
         ),
     )
     add_workload_argument(parser)

@@ -59,6 +59,7 @@ from statistics import median
 from typing import Any, Protocol
 
 from levers.ab.parity import Tolerance, rel_diff, tolerance_for
+from levers.ab.runner import MIN_STEPS_FOR_CI
 from levers.ab.stats import paired_ratio_ci
 from levers.ab.verdict import (
     DAMAGED,
@@ -113,6 +114,14 @@ class ScriptDesign:
             self.script_warmup + self.trial.parity_steps
             + (self.rounds + 1) * self.trial.warmup + 2 * self.rounds * self.timed_per_window
         )
+
+    def steps_that_fit(self, num_steps: int) -> int | None:
+        """The largest ``--steps`` whose runs end by the script's optimizer step ``num_steps``,
+        the rest of the design as it is; None where that leaves fewer than ab's
+        ``MIN_STEPS_FOR_CI`` timed steps per side (a CI95 too wide to trust)."""
+        untimed = self.script_warmup + self.trial.parity_steps + (self.rounds + 1) * self.trial.warmup
+        steps = (num_steps - untimed) // (2 * self.rounds) * self.rounds
+        return steps if steps >= MIN_STEPS_FOR_CI else None
 
     @property
     def repeat_steps(self) -> int:
@@ -310,10 +319,16 @@ def checked_baseline(run: TrialRun, display: str, design: ScriptDesign, needed: 
             f"{design.steps_per_run}: {design.layout()}){log}"
         )
     if data.get("exit_code") == 0 and data.get("script_error") is None and seen < needed:
+        fits = design.steps_that_fit(seen) if needed == design.steps_per_run else None
+        lower = (
+            f", or fit the runs to its {seen} steps with --steps {fits}" if fits is not None
+            else f" (--steps alone cannot fit the runs to its {seen} steps: that would time "
+            f"fewer than {MIN_STEPS_FOR_CI} steps per side, too few for a CI95 to trust)"
+        )
         raise LeversError(
-            f"{display} ended after {seen} optimizer step(s); levers tune runs it to step "
-            f"{needed} ({design.layout()}): let the script run more steps (its own steps "
-            "argument) or lower --steps, --warmup and --rounds"
+            f"{display} ended after {seen} optimizer step(s); levers tune runs it to its "
+            f"optimizer step {needed} each time ({design.layout()}): let the script run at "
+            f"least {needed} optimizer steps (its own steps argument){lower}"
         )
     raise StepError(
         f"{display} failed before levers tune could time its steps (after {seen} optimizer "
