@@ -205,3 +205,31 @@ def test_keep_running_keeps_the_report_of_a_script_that_ends_without_unwinding(t
     assert f"levers audit train.py (command='python {script}')" in result.stdout
     assert "Already right" in result.stdout
     assert json.loads(capture.read_text())["workload"] == "train.py"
+
+
+def test_the_report_under_keep_running_runs_outside_the_script_s_autocast_and_no_grad(tmp_path):
+    import torch
+
+    from levers.integrations.script import ScriptCommand, run_script
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(6):\n"
+        "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+        "        loss = model(torch.ones(4, 8)).float().pow(2).mean()\n"
+        "        loss.backward()\n"
+        "        with torch.no_grad():\n"
+        "            opt.step()  # the report is made in its hook\n"
+        "    opt.zero_grad()\n"
+    )
+    seen = []
+
+    def report(capture, workload):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.is_grad_enabled()))
+
+    run = run_script(ScriptCommand(str(script), False, ()), keep_running=True, on_captured=report)
+    assert run.exit_code == 0 and run.num_steps == 6  # it ran on to its end
+    assert seen == [(False, True)]

@@ -16,15 +16,18 @@ runpy's frames) and its exit code is kept: 1 for an exception, the code of a ``S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import runpy
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from levers.capture.records import Capture
 from levers.errors import LeversError
@@ -134,7 +137,8 @@ def run_script(
         if on_captured is not None:
             assert watcher.workload is not None  # set before any capture
             try:
-                on_captured(capture, watcher.workload)
+                with _outside_the_step():
+                    on_captured(capture, watcher.workload)
             except BaseException as exc:  # noqa: BLE001 - levers' own: not the script's to see
                 failed.append(exc)
                 raise StopTraining from None
@@ -186,6 +190,20 @@ def run_script(
         saw=watcher.saw(),
         error=error,
     )
+
+
+@contextlib.contextmanager
+def _outside_the_step() -> Iterator[None]:
+    """Gradients on and autocast off, as at a script's top level: ``on_captured`` runs inside
+    the script's ``optimizer.step()``, which a script may call under ``torch.no_grad()`` or
+    inside its autocast region, and what it runs (the audit's microbenchmarks of a fix) must not
+    run under them."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.enable_grad())
+        for device_type in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(device_type):
+                stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield
 
 
 def _name_of(command: ScriptCommand) -> str:
