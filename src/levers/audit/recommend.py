@@ -265,7 +265,8 @@ def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ..
     ]
     if script and tune_takes_scripts():
         tune, note = tune_script_command(script)
-        steps.append(f"or search the stack that pays on it: {tune}" + (f" ({note})" if note else ""))
+        said = f" ({note})" if note else ""
+        steps.append(f"or search the stack that pays on it: {tune}{said}")
     return tuple(steps)
 
 

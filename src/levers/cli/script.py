@@ -209,11 +209,16 @@ def _print_memory(data: dict[str, Any], console: Any) -> None:
         else f"tracked tensor storages on {data['device_name']} (not a GPU prediction)"
     )
     console.print()
-    console.print(f"levers memory {data['workload']}: optimizer step {data['captured_step']} of the script, {how}", markup=False, soft_wrap=True)
     label = "peak allocated" if on_gpu else "peak tracked  "
-    console.print(f"  {label}   {format_bytes(data['peak_bytes'])}", markup=False, soft_wrap=True)
+    lines = [
+        f"levers memory {data['workload']}: optimizer step {data['captured_step']} of the "
+        f"script, {how}",
+        f"  {label}   {format_bytes(data['peak_bytes'])}",
+    ]
     if data["peak_reserved_bytes"] is not None:
-        console.print(f"  peak reserved    {format_bytes(data['peak_reserved_bytes'])}", markup=False, soft_wrap=True)
+        lines.append(f"  peak reserved    {format_bytes(data['peak_reserved_bytes'])}")
+    for line in lines:
+        console.print(line, markup=False, soft_wrap=True)
     console.print(
         f"  at step start    {format_bytes(data['start_bytes'])} (parameters, gradients, optimizer "
         "state and whatever else the script keeps)",
@@ -221,7 +226,8 @@ def _print_memory(data: dict[str, Any], console: Any) -> None:
     )
     op = data["peak_op"]
     if op is not None:
-        where = f"{op['file']}:{op['line']}  {op['code']}" if op["file"] is not None else "(no source line)"
+        where = (f"{op['file']}:{op['line']}  {op['code']}" if op["file"] is not None
+                 else "(no source line)")
         console.print(
             f"  peak reached     after op {op['index']} ({op['name']}, {op['phase']}, module "
             f"{op['module']}) at {where}",

@@ -119,7 +119,8 @@ class ScriptDesign:
         """The largest ``--steps`` whose runs end by the script's optimizer step ``num_steps``,
         the rest of the design as it is; None where that leaves fewer than ab's
         ``MIN_STEPS_FOR_CI`` timed steps per side (a CI95 too wide to trust)."""
-        untimed = self.script_warmup + self.trial.parity_steps + (self.rounds + 1) * self.trial.warmup
+        trial = self.trial
+        untimed = self.script_warmup + trial.parity_steps + (self.rounds + 1) * trial.warmup
         steps = (num_steps - untimed) // (2 * self.rounds) * self.rounds
         return steps if steps >= MIN_STEPS_FOR_CI else None
 
