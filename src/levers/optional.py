@@ -38,3 +38,14 @@ def import_quietly(name: str) -> ModuleType:
     raises ImportError as the import does."""
     with _quiet_loggers():
         return importlib.import_module(name)
+
+
+def import_transformers() -> ModuleType:
+    """``transformers``, with its modeling code loaded quietly: where torchao is installed,
+    transformers' quantizers import it when the first model class loads, and its import-time
+    warnings would follow a built-in workload's build on stderr. Raises ImportError as the
+    import does."""
+    with _quiet_loggers():
+        transformers = importlib.import_module("transformers")
+        importlib.import_module("transformers.modeling_utils")
+    return transformers

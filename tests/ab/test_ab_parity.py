@@ -201,6 +201,40 @@ def test_autocast_inside_the_step_selects_low_precision_tolerances():
     assert mixed.tolerance.rtol_first == RTOL[("changes-numerics", True)][0]
 
 
+def test_autocast_is_read_from_each_side_even_when_the_two_models_share_a_module():
+    """transformers' XLM holds one module-level GELU that every XLM model calls: a hook on it
+    fires in the other side's step too. Found by bench/arch_sweep.py: autocast-bf16 on xlm was
+    judged at fp32's tolerance (DAMAGED) because the candidate's probe first fired, on the
+    shared GELU, inside the baseline's fp32 step."""
+    shared = torch.nn.GELU()
+
+    def workload(autocast: bool) -> Workload:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), shared, torch.nn.Linear(3, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.arange(8.0).reshape(2, 4) / 8
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(x).float().square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        return Workload(model=model, step=step, optimizer=opt)
+
+    result, _ = run_parity(
+        workload(autocast=False),
+        workload(autocast=True),
+        num_steps=1,
+        exactness="changes-numerics",
+        seed=0,
+        lines=KillLines(),
+    )
+    assert (result.tolerance.low_precision, result.tolerance.autocast) == (True, "bfloat16")
+
+
 def test_the_parity_note_names_the_first_failing_check_in_step_order():
     # The later check differs by strictly more: a note naming the largest difference would name
     # it, a note naming the first failure in step order names the loss after step 1. No tie.

@@ -68,6 +68,28 @@ def test_rms_norm_fused_finds_a_user_norm_by_what_it_computes():
     assert "forward" not in vars(model[0])
 
 
+def test_rms_norm_fused_leaves_a_gated_norm_to_its_own_forward_when_given_the_gate():
+    class GatedNorm(torch.nn.Module):  # Zamba2's and Mamba2's form: x * silu(gate), then the norm
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+            self.variance_epsilon = 1e-6
+
+        def forward(self, x, gate=None):
+            if gate is not None:
+                x = x * torch.nn.functional.silu(gate)
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * x
+
+    norm = GatedNorm()
+    x, gate = torch.randn(4, 8), torch.randn(4, 8)
+    with_gate, without = norm(x, gate), norm(x)
+    with levers.apply(norm, "rms-norm-fused"):
+        assert torch.allclose(norm(x, gate), with_gate, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(norm(x, gate=gate), with_gate, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(norm(x), without, rtol=1e-5, atol=1e-6)
+
+
 def test_rms_norm_fused_says_why_not_on_gpt2():
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2))
     with pytest.raises(NotApplicable, match="no unfused RMSNorm"):
@@ -133,6 +155,20 @@ def test_fused_linear_cross_entropy_says_why_not():
         levers.apply(llama.build(), "fused-linear-cross-entropy")
     with pytest.raises(NotApplicable, match="needs CUDA"):
         levers.apply(hf.build(), "fused-linear-cross-entropy", kernel="liger")
+
+
+def test_fused_linear_cross_entropy_refuses_a_head_whose_logits_are_changed_after_it():
+    """RecurrentGemma soft-caps its logits (``config.logits_soft_cap``, a name the config check
+    did not know): the fused loss over the head's raw logits dropped the cap. Found by
+    bench/arch_sweep.py (DAMAGED on recurrent_gemma)."""
+    from levers.workloads import arch
+
+    workload = arch.build(model="recurrent_gemma")
+    with pytest.raises(NotApplicable, match=r"its forward changes the logits after the head "
+                       r"\(logits = nn.functional.tanh\(logits / cap\) \* cap\)"):
+        levers.apply(workload, "fused-linear-cross-entropy", kernel="chunked")
+    # the loss lever that keeps the head applies: its loss gets the capped logits
+    levers.apply(workload, "loss-valid-rows").undo()
 
 
 def test_sdpa_attention_switches_an_eager_hf_model():

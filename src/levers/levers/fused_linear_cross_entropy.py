@@ -18,6 +18,8 @@ relative in fp32 with the chunked kernel.
 from __future__ import annotations
 
 import functools
+import inspect
+import re
 from typing import Any, Callable
 
 import torch
@@ -34,6 +36,24 @@ MARK = "_levers_fused_linear_cross_entropy"
 _LOSS_KWARGS = ("num_items_in_batch", "ignore_index", "shift_labels")
 
 
+def logits_changed_after_head(model: torch.nn.Module) -> str | None:
+    """The first line of the model's forward that changes the head's output before the loss
+    (a soft cap, a scale, a slice), or None. The fused loss takes the head's raw logits, so any
+    such line would be dropped; a change written under a config switch counts too, whatever
+    the switch (a config that turns it off is refused all the same)."""
+    try:
+        lines = inspect.getsource(type(model).forward).splitlines()
+    except (OSError, TypeError):
+        return None
+    head = next((i for i, line in enumerate(lines) if "self.lm_head(" in line), None)
+    loss = next((i for i, line in enumerate(lines) if "self.loss_function(" in line), None)
+    assigned = re.match(r"\s*(\w+)\s*=", lines[head]) if head is not None else None
+    if assigned is None or loss is None or loss < head:
+        return None
+    changed = re.compile(rf"\s*{assigned.group(1)}\s*([-+*/]?=)(?!=)")
+    return next((line.strip() for line in lines[head + 1 : loss] if changed.match(line)), None)
+
+
 def applies(target: Target) -> str | None:
     model = target.model
     if getattr(model, MARK, False):
@@ -43,6 +63,12 @@ def applies(target: Target) -> str | None:
         return (
             f"no recognised LM head + loss ({parts}); in your own code call "
             "levers.levers._lce.linear_cross_entropy(hidden, lm_head.weight, targets)"
+        )
+    changed = logits_changed_after_head(model)
+    if changed is not None:
+        return (
+            f"its forward changes the logits after the head ({changed}): the fused loss over "
+            "the head's own logits would drop that"
         )
     try:
         available_kernel(parts[1].weight.device, target.options.get("kernel", "auto"))

@@ -11,6 +11,9 @@ the module's dtype semantics:
 - Gemma's form (``(x_hat * (1 + weight)).type_as(x)``, fp32 inside): one fused call in fp32 with
   ``1 + weight``, cast back to the input's dtype.
 
+A norm whose forward takes more than its input (a gated RMSNorm's gate) is fused on the calls
+that pass only the input; a call that passes more runs the module's own forward.
+
 Fix safety: changes numerics (the fused kernel reduces in another order); the parity test checks
 losses and gradients within 1e-5 relative in fp32.
 """
@@ -31,10 +34,16 @@ from levers.vocab import CHANGES_NUMERICS
 TOLERANCE = 1e-5
 
 
-def fused_forward(site: RmsNormSite) -> Callable[[torch.Tensor], torch.Tensor]:
+def fused_forward(site: RmsNormSite) -> Callable[..., torch.Tensor]:
     module, eps, offset = site.module, site.eps, site.weight_offset
+    original = module.forward
 
     def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
+            # the probe saw the module with its input alone; a call with more (a gated norm's
+            # gate: Zamba2's and Mamba2's multiply the input by silu(gate) first) computes
+            # something else, which the module's own forward does
+            return original(x, *args, **kwargs)
         weight = module.weight
         shape = (weight.shape[0],)
         if offset:

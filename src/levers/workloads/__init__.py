@@ -6,4 +6,5 @@ BUILTINS = {
     "llama": "levers.workloads.llama:build",
     "hf": "levers.workloads.hf:build",
     "zoo": "levers.workloads.zoo:build",
+    "arch": "levers.workloads.arch:build",
 }

@@ -53,6 +53,7 @@ from levers.batches import (
     varied_mean_tokens,
 )
 from levers.errors import MissingDependency
+from levers.optional import import_transformers
 from levers.workload import Workload
 from levers.workloads import _params, _runtime
 from levers.workloads.llama import SIZES, LlamaConfig
@@ -243,7 +244,7 @@ def varlen_step(
 
 def _import_transformers() -> Any:
     try:
-        import transformers
+        transformers = import_transformers()
     except ImportError:
         raise MissingDependency(
             "the hf workload needs Hugging Face transformers, which is not installed; install it "

@@ -63,8 +63,36 @@ def build(
 ) -> Workload:
     """Build one zoo model's workload; see the module docstring for the parameters."""
     _params.choice("model", model, tuple(MODELS))
+    return build_entry(
+        MODELS[model],
+        {"model": model},
+        size=size,
+        device=device,
+        dtype=dtype,
+        seed=seed,
+        batch_size=batch_size,
+        layers=layers,
+        name=f"zoo-{model}-{size}",
+    )
+
+
+def build_entry(
+    entry: ZooModel,
+    identity: dict[str, Any],
+    *,
+    size: str,
+    device: Any,
+    dtype: Any,
+    seed: Any,
+    batch_size: Any,
+    layers: Any,
+    name: str,
+) -> Workload:
+    """The workload of one entry at ``size``: the zoo's, and the ``arch`` workload's for the
+    architectures it builds from transformers' and timm's registries. ``identity`` (the
+    parameters that name the model: ``model``, and ``task`` for ``arch``) leads the workload's
+    recorded parameters, so that the factory rebuilds it from them."""
     _params.choice("size", size, SIZES)
-    entry = MODELS[model]
     resolved_device = _params.device(device)
     param_dtype = _params.dtype(dtype)
     resolved_seed = _params.integer("seed", seed)
@@ -83,6 +111,9 @@ def build(
         resolved_device,
     ):
         module = entry.make_model(shape)
+    # a parameter made by a legacy constructor (XLNet's torch.FloatTensor(...)) ignores the
+    # default device and stays on the CPU: moved, as every model's user moves it
+    module.to(resolved_device)
     module.train()
     optimizer = _runtime.adamw(module, lr=LEARNING_RATE)
     generator = _runtime.data_generator(resolved_seed, resolved_device)
@@ -91,9 +122,9 @@ def build(
         step=training_step(entry, module, optimizer, shape, generator),
         tokens_per_step=entry.tokens_per_step(shape),
         optimizer=optimizer,
-        name=f"zoo-{model}-{size}",
+        name=name,
         params={
-            "model": model,
+            **identity,
             "size": size,
             "device": str(resolved_device),
             "dtype": _params.dtype_name(param_dtype),

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 SIZES = ("tiny", "full")
+# an encoder masked LM's [MASK] share of tokens, as in bert's pre-training
+MASKED_FRACTION = 0.15
 FAMILIES = ("decoder", "moe", "encoder", "encoder-decoder", "vision-transformer", "convnet")
 
 Shape = dict[str, Any]  # a size's fields: batch_size, layers and the model's own
@@ -50,11 +52,31 @@ def token_ids(shape: Shape, generator: torch.Generator, length_key: str = "seq_l
     )
 
 
+def causal_lm_batch(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    ids_bt = token_ids(shape, generator)
+    return {"input_ids": ids_bt, "labels": ids_bt}  # the model shifts the labels
+
+
+def masked_lm_batch(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Token ids with :data:`MASKED_FRACTION` of them as targets (labels -100 elsewhere)."""
+    ids_bt = token_ids(shape, generator)
+    masked_bt = (
+        torch.rand(ids_bt.shape, generator=generator, device=generator.device) < MASKED_FRACTION
+    )
+    masked_bt[:, 0] = True  # at least one target per row
+    labels_bt = torch.where(masked_bt, ids_bt, torch.full_like(ids_bt, -100))
+    return {"input_ids": ids_bt, "labels": labels_bt}
+
+
 def images(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Random images (N, 3, H, W) in the parameter dtype and class labels."""
+    """Random images (N, C, H, W) in the parameter dtype and class labels; ``image_size`` is a
+    side or (height, width), ``channels`` 3 unless the shape says otherwise."""
     size = shape["image_size"]
+    height, width = size if isinstance(size, (tuple, list)) else (size, size)
     pixels = torch.randn(
-        (shape["batch_size"], 3, size, size), generator=generator, device=generator.device
+        (shape["batch_size"], shape.get("channels", 3), height, width),
+        generator=generator,
+        device=generator.device,
     )
     labels = torch.randint(
         0, shape["num_labels"], (shape["batch_size"],), generator=generator,

@@ -9,16 +9,19 @@ from typing import Any
 
 import torch
 
-from levers.workloads.zoo.spec import Shape, ZooModel, hf_loss, token_ids
-
-# bert's [MASK] share of tokens, as in its pre-training
-MASKED_FRACTION = 0.15
+from levers.optional import import_transformers
+from levers.workloads.zoo.spec import (
+    Shape,
+    ZooModel,
+    causal_lm_batch,
+    hf_loss,
+    masked_lm_batch,
+    token_ids,
+)
 
 
 def _transformers() -> Any:
-    import transformers
-
-    return transformers
+    return import_transformers()
 
 
 def _causal_lm(config_class: str, fields: Callable[[Shape], dict[str, Any]]):
@@ -28,11 +31,6 @@ def _causal_lm(config_class: str, fields: Callable[[Shape], dict[str, Any]]):
         return transformers.AutoModelForCausalLM.from_config(config)
 
     return make
-
-
-def _causal_batch(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    ids_bt = token_ids(shape, generator)
-    return {"input_ids": ids_bt, "labels": ids_bt}  # the model shifts the labels
 
 
 def _tokens(shape: Shape) -> int:
@@ -62,7 +60,7 @@ def _decoder(name: str, config_class: str, full: Shape, fields=_llama_fields, **
         library="transformers",
         sizes={"tiny": tiny_shape, "full": full},
         make_model=_causal_lm(config_class, fields),
-        make_batch=_causal_batch,
+        make_batch=causal_lm_batch,
         loss=hf_loss,
         tokens_per_step=_tokens,
     )
@@ -143,7 +141,7 @@ MIXTRAL = ZooModel(
                  "experts_per_token": 2},
     },
     make_model=_causal_lm("MixtralConfig", _mixtral_fields),
-    make_batch=_causal_batch,
+    make_batch=causal_lm_batch,
     loss=hf_loss,
     tokens_per_step=_tokens,
 )
@@ -162,16 +160,6 @@ def _bert_model(shape: Shape) -> torch.nn.Module:
     return transformers.BertForMaskedLM(config)
 
 
-def _bert_batch(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    ids_bt = token_ids(shape, generator)
-    masked_bt = (
-        torch.rand(ids_bt.shape, generator=generator, device=generator.device) < MASKED_FRACTION
-    )
-    masked_bt[:, 0] = True  # at least one target per row
-    labels_bt = torch.where(masked_bt, ids_bt, torch.full_like(ids_bt, -100))
-    return {"input_ids": ids_bt, "labels": labels_bt}
-
-
 BERT = ZooModel(
     name="bert",
     family="encoder",
@@ -184,7 +172,7 @@ BERT = ZooModel(
                  "seq_len": 512, "batch_size": 32},
     },
     make_model=_bert_model,
-    make_batch=_bert_batch,
+    make_batch=masked_lm_batch,
     loss=hf_loss,
     tokens_per_step=_tokens,
 )

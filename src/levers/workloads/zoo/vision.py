@@ -10,13 +10,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from levers.optional import import_transformers
 from levers.workloads.zoo.spec import Shape, ZooModel, hf_loss, images
 
 
 def _transformers() -> Any:
-    import transformers
-
-    return transformers
+    return import_transformers()
 
 
 def _vit_model(shape: Shape) -> torch.nn.Module:

@@ -1,0 +1,147 @@
+"""The ``arch`` workload's timm architectures: ``model=timm:<name>``, any name of
+``timm.list_models()``, built by ``timm.create_model(name, pretrained=False)`` with random
+weights.
+
+``full`` is the model as registered at its pretrained config's input size, batch 64. ``tiny``
+shrinks it where timm lets a caller: a model class that takes an int ``depth`` or ``num_blocks``
+(ViT, DeiT, MLP-Mixer...) gets ``layers`` blocks (2), one that takes ``img_size`` gets 64 x 64
+images, and any other is fed 64 x 64 images unless its pretrained config says its input size is
+fixed (then its own). Stage-wise nets keep their registered depth: timm's entrypoints spell
+stages in as many ways as there are families, and the smallest variant of a family is the tiny
+one (``bench/arch_sweep.py`` samples that one per timm module). The step is cross-entropy over
+the logits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from levers.errors import MissingDependency
+from levers.workloads.zoo.spec import Shape, ZooModel, images
+
+PREFIX = "timm:"
+TINY_IMAGE_SIZE = 64
+TINY_DEPTH = 2
+# how a timm model class spells the number of its (one stack of) blocks
+DEPTH_PARAMETERS = ("depth", "num_blocks")
+
+
+def _timm() -> Any:
+    if importlib.util.find_spec("timm") is None:
+        raise MissingDependency(
+            "the arch model timm:<name> needs timm (and torchvision), which is not installed; "
+            "install it with: pip install timm"
+        )
+    import timm
+
+    return timm
+
+
+def _init_parameters(model_class: type) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(model_class.__init__).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def _on_meta(name: str, **kwargs: Any) -> torch.nn.Module | None:
+    """The model built on the meta device (its class and shapes, no memory, no init), or None
+    for a model whose constructor reads values (then it is built as registered)."""
+    try:
+        with torch.device("meta"):
+            return _timm().create_model(name, pretrained=False, **kwargs)
+    except Exception:  # noqa: BLE001 - any constructor that cannot run on meta tensors
+        return None
+
+
+def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, Any], Shape]:
+    """The kwargs ``create_model`` gets at ``size`` and the shape fields they imply."""
+    timm = _timm()
+    cfg = timm.models.get_pretrained_cfg(name)
+    input_size = tuple(cfg.input_size if cfg is not None else (3, 224, 224))
+    fixed = bool(cfg is not None and cfg.fixed_input_size)
+    meta = _on_meta(name)
+    parameters = {} if meta is None else _init_parameters(type(meta))
+    depth_name = next(
+        (n for n in DEPTH_PARAMETERS
+         if n in parameters and isinstance(parameters[n].default, int)),
+        None,
+    )
+    takes_depth = depth_name is not None
+    kwargs: dict[str, Any] = {}
+    shape: Shape = {"channels": input_size[0], "image_size": tuple(input_size[1:]),
+                    "layers": None}
+    if size == "tiny":
+        if "img_size" in parameters:
+            kwargs["img_size"] = TINY_IMAGE_SIZE
+        if "img_size" in parameters or not fixed:
+            shape["image_size"] = (TINY_IMAGE_SIZE, TINY_IMAGE_SIZE)
+        if takes_depth:
+            shape["layers"] = TINY_DEPTH
+    if layers is not None:
+        if not takes_depth:
+            raise ValueError(
+                f"timm's {name} takes no int depth (or num_blocks) argument, so layers= cannot "
+                "change it; leave layers unset (its registered depth) or pick a smaller variant"
+            )
+        shape["layers"] = layers
+    if shape["layers"] is not None:
+        kwargs[depth_name] = shape["layers"]
+    return kwargs, shape
+
+
+def _tokens(shape: Shape) -> int:
+    patches = shape.get("patch_tokens")
+    return shape["batch_size"] * patches if patches else shape["batch_size"]  # else images
+
+
+def _logits_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    return F.cross_entropy(model(inputs["pixel_values"]), inputs["labels"])
+
+
+def entry(name: str, layers: int | None = None) -> ZooModel:
+    """The zoo entry of ``timm:<name>``; ``layers`` here (not in the shape) because it decides
+    what is passed to ``create_model``."""
+    timm = _timm()
+    if name not in timm.list_models():
+        raise ValueError(
+            f"model={PREFIX}{name!r} is not in timm's registry (timm {timm.__version__}); "
+            "timm.list_models('pattern*') lists the names"
+        )
+    sizes = {}
+    for size in ("tiny", "full"):
+        kwargs, shape = shrink_kwargs(name, size, layers)
+        meta = _on_meta(name, num_classes=10, **kwargs)
+        patch_embed = getattr(meta, "patch_embed", None)
+        patches = getattr(patch_embed, "num_patches", None)
+        prefix = getattr(meta, "num_prefix_tokens", 0)
+        sizes[size] = {
+            **shape,
+            "kwargs": kwargs,
+            "num_labels": 10 if size == "tiny" else 1000,
+            "batch_size": 2 if size == "tiny" else 64,
+            "patch_tokens": patches + prefix if isinstance(patches, int) else None,
+        }
+    modules = [] if meta is None else meta.modules()
+    attention = any("Attention" in type(m).__name__ for m in modules)
+
+    def make(shape: Shape) -> torch.nn.Module:
+        return timm.create_model(
+            name, pretrained=False, num_classes=shape["num_labels"], **shape["kwargs"]
+        )
+
+    return ZooModel(
+        name=f"{PREFIX}{name}",
+        family="vision-transformer" if attention else "convnet",
+        library="timm",
+        sizes=sizes,
+        make_model=make,
+        make_batch=images,
+        loss=_logits_loss,
+        tokens_per_step=_tokens,
+    )

@@ -1,0 +1,524 @@
+"""The ``arch`` workload's transformers architectures: every model type of transformers' auto
+mappings for causal LM, masked LM, seq2seq LM and image classification, built from its config
+class's defaults (``AutoConfig.for_model``) with only the shape fields set, and random weights
+(``AutoModelFor<Task>.from_config``: no hub access, no tokenizer).
+
+Shape fields are found by name, since configs spell them differently (``hidden_size``,
+``d_model``, ``n_embd``, ``dim``; ``num_hidden_layers``, ``n_layer``, ``encoder_layers``...):
+
+- width, layers, heads as the size says; key-value heads, head dims, feed-forward widths (every
+  ``*_ffn_dim``, ``intermediate_size``, ``d_ff``, the experts' own) keep their shipped ratio to
+  the heads or the width; a field whose declared default is ``None`` is derived by the config
+  itself and left alone;
+- experts capped at the size's count, experts per token at its top-k, expert groups at one;
+  per-layer lists (``layer_types``, ``mlp_layer_types``...) cut to the depth keeping one layer of
+  each kind the shipped list has (a sliding and a full attention layer; a dense and a sparse MLP);
+- the vocabulary at ``tiny`` (token ids past it moved inside it); position tables at least the
+  sequence; an image classifier's ``image_size``, depths per stage and labels.
+
+Everything else (dropout, activations, positional scheme, tied embeddings, ``use_cache``) keeps
+its shipped default. A model type whose config nests others (a vision-language model, the
+generic ``encoder-decoder``) is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from levers.errors import LeversError
+from levers.optional import import_transformers
+from levers.workloads.zoo.spec import (
+    Shape,
+    ZooModel,
+    causal_lm_batch,
+    hf_loss,
+    images,
+    masked_lm_batch,
+    token_ids,
+)
+
+TASKS = ("causal-lm", "masked-lm", "seq2seq", "image-classification")
+_MAPPINGS = {
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "seq2seq": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+}
+_AUTO_CLASSES = {
+    "causal-lm": "AutoModelForCausalLM",
+    "masked-lm": "AutoModelForMaskedLM",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+    "image-classification": "AutoModelForImageClassification",
+}
+
+# the sizes of each task: ``tiny`` runs a step in well under a second on a CPU; ``full`` is a
+# realistic shape for one H200 (a ~1B decoder at batch 8 x 2048, bert-base at batch 32 x 512,
+# t5-base at batch 16 x (512 + 128); an image classifier at its shipped config, batch 64).
+# vocab_size None: the config's own; an image classifier's None fields: the config's own.
+_TEXT_TINY = {"width": 64, "heads": 4, "layers": 2, "vocab_size": 512, "seq_len": 32,
+              "batch_size": 2, "experts": 4, "experts_per_token": 2}
+SIZES: dict[str, dict[str, Shape]] = {
+    "causal-lm": {
+        "tiny": _TEXT_TINY,
+        "full": {"width": 2048, "heads": 16, "layers": 8, "vocab_size": None, "seq_len": 2048,
+                 "batch_size": 8, "experts": 8, "experts_per_token": 2},
+    },
+    "masked-lm": {
+        "tiny": _TEXT_TINY,
+        "full": {"width": 768, "heads": 12, "layers": 12, "vocab_size": None, "seq_len": 512,
+                 "batch_size": 32, "experts": 8, "experts_per_token": 2},
+    },
+    "seq2seq": {
+        "tiny": {**_TEXT_TINY, "target_len": 16},
+        "full": {"width": 768, "heads": 12, "layers": 12, "vocab_size": None, "seq_len": 512,
+                 "target_len": 128, "batch_size": 16, "experts": 8, "experts_per_token": 2},
+    },
+    "image-classification": {
+        # layers None: 2 blocks for a single stack, 1 (the shallowest stage) for stages
+        # window_size: a windowed attention's, at most the last stage's side (Swin's: 64 / 4 / 8)
+        "tiny": {"image_size": 64, "width": 64, "heads": 4, "layers": None, "num_labels": 10,
+                 "batch_size": 2, "window_size": 2},
+        "full": {"image_size": None, "width": None, "heads": None, "layers": None,
+                 "num_labels": 1000, "batch_size": 64, "window_size": None},
+    },
+}
+
+_WIDTH = ("hidden_size", "d_model", "n_embd", "dim", "emb_dim", "embed_dim", "d_embed")
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers",
+           "decoder_layers", "num_decoder_layers", "num_encoder_layers")
+_HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
+          "decoder_attention_heads")
+_KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
+_HEAD_DIM = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "d_head")
+# parts of a head (rotary, multi-head latent attention's): keep their share of the head
+_HEAD_PARTS = ("rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+# sizes that follow the width: factorised embeddings, bottlenecks, latent ranks
+_BY_WIDTH = ("embedding_size", "embed_size", "intra_bottleneck_size", "kv_lora_rank",
+             "q_lora_rank")
+_FFN = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "d_inner",
+        "n_inner", "ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+        "hidden_dim")
+_POSITIONS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
+              "max_sequence_length", "max_target_positions", "max_source_positions")
+_VOCAB = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "decoder_vocab_size")
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOP_K = ("num_experts_per_tok", "moe_topk", "moe_top_k", "top_k", "num_experts_per_token",
+          "moe_k", "num_selected_experts")
+_EXPERT_GROUPS = ("n_group", "topk_group")
+_DENSE_FIRST = ("first_k_dense_replace", "num_dense_layers")
+# every how many layers a kind of layer comes, and where in the period (Jamba's attention)
+_PERIODS = ("attn_layer_period", "expert_layer_period")
+_OFFSETS = {"attn_layer_offset": "attn_layer_period", "expert_layer_offset": "expert_layer_period"}
+# a cycle of layer kinds shorter than the depth (RecurrentGemma's recurrent, recurrent, attention)
+_CYCLES = ("block_types",)
+# an image classifier's blocks per stage
+_STAGE_DEPTHS = ("depths", "depth", "num_block_repeats", "n_attn_blocks", "stage_num_blocks")
+
+
+def _transformers() -> Any:
+    return import_transformers()
+
+
+def mapping(task: str) -> dict[str, str]:
+    """model type -> the class name transformers' auto mapping builds for ``task``."""
+    from transformers.models.auto import modeling_auto
+
+    return dict(getattr(modeling_auto, _MAPPINGS[task]))
+
+
+def tasks_of(model_type: str) -> tuple[str, ...]:
+    return tuple(task for task in TASKS if model_type in mapping(task))
+
+
+def architectures() -> list[tuple[str, str]]:
+    """Every (model type, task) of the four auto mappings, in the mappings' order."""
+    return [(model_type, task) for task in TASKS for model_type in mapping(task)]
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _declared(config_class: type) -> dict[str, Any]:
+    """The config's fields with their declared defaults (None: derived in ``__post_init__``;
+    a field with a default factory reads as explicit)."""
+    if not dataclasses.is_dataclass(config_class):
+        return {}
+    return {
+        f.name: (f.default if f.default is not dataclasses.MISSING else ...)
+        for f in dataclasses.fields(config_class)
+    }
+
+
+def _value(config: Any, name: str) -> Any:
+    """``config.name``, or None where the config refuses a global value (a per-layer one)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001 - transformers' per-layer attributes raise on global reads
+        return None
+
+
+def _present(names: tuple[str, ...], declared: dict[str, Any], default: Any) -> list[str]:
+    """The names the config declares with an explicit int (or int list) default."""
+    return [
+        n for n in names
+        if n in declared and declared[n] is not None
+        and (_ints(_value(default, n)) or _int_list(_value(default, n)))
+    ]
+
+
+def _unset(names: tuple[str, ...], declared: dict[str, Any], default: Any) -> list[str]:
+    """The names the config declares but leaves None even after its own derivations (a model
+    that reads them fails on the shipped defaults)."""
+    return [n for n in names if n in declared and _value(default, n) is None]
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(_ints(v) for v in value)
+
+
+def _first(names: list[str], default: Any) -> int | None:
+    for name in names:
+        value = _value(default, name)
+        if _ints(value):
+            return value
+    return None
+
+
+def _multiple_of(value: float, step: int) -> int:
+    return max(step, int(round(value / step)) * step)
+
+
+def keep_kinds(values: list[Any], length: int) -> list[Any]:
+    """``length`` entries of a per-layer list, in order, keeping the first layer of each kind
+    (``["dense"] * 3 + ["sparse"] * 58`` at 2 layers: ``["dense", "sparse"]``)."""
+    if length >= len(values):
+        return [values[i % len(values)] for i in range(length)]
+    firsts: list[int] = []
+    for i, value in enumerate(values):
+        if all(values[j] != value for j in firsts):
+            firsts.append(i)
+    chosen = firsts[:length]
+    chosen += [i for i in range(len(values)) if i not in chosen][: length - len(chosen)]
+    return [values[i] for i in sorted(chosen)]
+
+
+def text_fields(config_class: type, shape: Shape) -> dict[str, Any]:
+    """The shape fields of a transformer's config (text, or a single-stack vision model) at
+    ``shape``'s width, depth and heads; see the module docstring."""
+    declared, default = _declared(config_class), config_class()
+    fields: dict[str, Any] = {}
+    widths = _present(_WIDTH, declared, default)
+    heads = _present(_HEADS, declared, default)
+    width0, heads0 = _first(widths, default), _first(heads, default)
+    width, num_heads = shape.get("width"), shape.get("heads")
+    if width is not None and width0 is not None:
+        fields.update({n: width for n in widths if _ints(_value(default, n))})
+        if heads0 is not None:
+            fields.update(_head_fields(declared, default, heads, heads0, width, num_heads,
+                                       width0))
+        scale = lambda v, step=8: _multiple_of(v * width / width0, step)  # noqa: E731
+        for name in _present(_FFN, declared, default):
+            value = _value(default, name)
+            fields[name] = [scale(v) for v in value] if _int_list(value) else scale(value)
+        for name in _present(_BY_WIDTH, declared, default):
+            if _ints(_value(default, name)):
+                fields[name] = scale(_value(default, name))
+    layers0 = _first(_present(_LAYERS, declared, default), default)
+    layers = shape["layers"]
+    fields.update({n: layers for n in _present(_LAYERS, declared, default)
+                   if _ints(_value(default, n))})
+    if layers0 is not None and layers != layers0:
+        for name, value in default.to_dict().items():
+            # a per-layer list the shipped config spells out (or derives from its depth)
+            if name in declared and isinstance(value, list) and len(value) == layers0 > 1:
+                fields[name] = keep_kinds(fields.get(name, value), layers)
+    _layer_kinds(fields, declared, default, layers)
+    _experts(fields, declared, default, shape, layers)
+    _vocabulary(fields, declared, default, shape.get("vocab_size"))
+    longest = max(shape.get("seq_len", 0), shape.get("target_len", 0))
+    for name in _present(_POSITIONS, declared, default):
+        if _ints(_value(default, name)) and _value(default, name) < longest:
+            fields[name] = longest
+    return fields
+
+
+def _head_fields(declared: dict[str, Any], default: Any, heads: list[str], heads0: int,
+                 width: int, num_heads: int, width0: int) -> dict[str, Any]:
+    """Heads, key-value heads, the head dimension and its parts at ``num_heads`` heads."""
+    fields: dict[str, Any] = {n: num_heads for n in heads if _ints(_value(default, n))}
+    for name in _present(_KV_HEADS, declared, default):
+        kv0 = _value(default, name)
+        if _ints(kv0):
+            kv = max(1, num_heads * kv0 // heads0)
+            fields[name] = kv if num_heads % kv == 0 else num_heads
+    for name in _unset(_KV_HEADS, declared, default):
+        fields[name] = num_heads  # None left for the model to read: one per query head
+    head_dim = width // num_heads
+    head_dims = _present(_HEAD_DIM, declared, default)
+    head_dim0 = _first(head_dims, default) or width0 // heads0
+    for name in head_dims + _unset(_HEAD_DIM, declared, default):
+        fields[name] = head_dim
+    for name in _present(_HEAD_PARTS, declared, default):
+        if _ints(_value(default, name)):
+            fields[name] = _multiple_of(_value(default, name) * head_dim / head_dim0, 2)
+    return fields
+
+
+def _layer_kinds(fields: dict[str, Any], declared: dict[str, Any], default: Any,
+                 layers: int) -> None:
+    """Where each kind of layer goes, within ``layers``: periods at most the depth, offsets
+    inside the period, a cycle of kinds cut so that each kind still comes."""
+    for name in _present(_PERIODS, declared, default):
+        fields[name] = min(_value(default, name), layers)
+    for name, period in _OFFSETS.items():
+        if name in _present((name,), declared, default):
+            within = fields.get(period, _value(default, period) or layers)
+            fields[name] = min(_value(default, name), within - 1)
+    for name in _CYCLES:
+        value = _value(default, name)
+        if name in declared and isinstance(value, (list, tuple)) and len(value) > layers:
+            fields[name] = keep_kinds(list(value), layers)
+
+
+def _experts(fields: dict[str, Any], declared: dict[str, Any], default: Any, shape: Shape,
+             layers: int) -> None:
+    experts = [n for n in _present(_EXPERTS, declared, default)
+               if _ints(_value(default, n)) and _value(default, n) > 1]
+    if not experts or "experts" not in shape:
+        return
+    count = min(_value(default, experts[0]), shape["experts"])
+    fields.update({n: min(_value(default, n), shape["experts"]) for n in experts})
+    for name in _present(_TOP_K, declared, default):
+        fields[name] = min(_value(default, name), shape["experts_per_token"], count)
+    for name in _unset(_TOP_K, declared, default):
+        fields[name] = min(shape["experts_per_token"], count)
+    for name in _present(_EXPERT_GROUPS, declared, default):
+        fields[name] = 1  # the groups of experts a token's experts are drawn from
+    for name in _present(_DENSE_FIRST, declared, default):
+        fields[name] = min(_value(default, name), max(1, layers // 2))
+
+
+def _vocabulary(fields: dict[str, Any], declared: dict[str, Any], default: Any,
+                vocab_size: int | None) -> None:
+    if vocab_size is None:
+        return
+    for name in _present(_VOCAB, declared, default):
+        fields[name] = vocab_size
+    # the shipped special token ids (50256, 128000...) must lie inside a smaller vocabulary
+    for name, value in default.to_dict().items():
+        if not (name.endswith(("_token_id", "_token_ids", "_token_index")) and name in declared):
+            continue
+        if _ints(value) and value >= vocab_size:
+            fields[name] = vocab_size - 1
+        elif _int_list(value) and any(v >= vocab_size for v in value):
+            fields[name] = [min(v, vocab_size - 1) for v in value]
+
+
+def vision_fields(config_class: type, shape: Shape) -> dict[str, Any]:
+    """An image classifier's fields: a single stack (ViT-like: int width and heads) shrinks as
+    a text model does; stages keep their widths and get ``layers`` blocks in the shallowest
+    stage (the others keep their share); the image size and labels as the shape says."""
+    declared, default = _declared(config_class), config_class()
+    fields: dict[str, Any] = {"num_labels": shape["num_labels"]}
+    if _single_stack(config_class):
+        fields.update(text_fields(config_class, shape))
+    else:
+        for name in _present(_STAGE_DEPTHS, declared, default):
+            depths = getattr(default, name)
+            if _int_list(depths):
+                least = min([d for d in depths if d > 0] or [1])
+                fields[name] = [shape["layers"] * d // least for d in depths]
+    window = shape.get("window_size")
+    if window is not None and _ints(getattr(default, "window_size", None)):
+        fields["window_size"] = window
+    size = shape.get("image_size")
+    if size is not None and "image_size" in declared:
+        shipped = getattr(default, "image_size")
+        fields["image_size"] = [size, size] if isinstance(shipped, (list, tuple)) else size
+    return fields
+
+
+def _single_stack(config_class: type) -> bool:
+    declared, default = _declared(config_class), config_class()
+    widths = [n for n in _present(_WIDTH, declared, default) if _ints(_value(default, n))]
+    heads = [n for n in _present(_HEADS, declared, default) if _ints(_value(default, n))]
+    return bool(widths and heads and _present(_LAYERS, declared, default))
+
+
+def _config_class(model_type: str) -> type:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config_class = CONFIG_MAPPING[model_type]
+    if getattr(config_class, "sub_configs", None):
+        nested = ", ".join(sorted(config_class.sub_configs))
+        raise LeversError(
+            f"arch builds a model from one flat config; {model_type}'s nests others ({nested}): "
+            "build its text or vision part by its own model type where it has one"
+        )
+    return config_class
+
+
+def _shape_defaults(config_class: type, task: str, size: str) -> Shape:
+    """The size's shape with what the config decides filled in (its vocabulary, depth, image
+    size and channels), so that every field the batches and the records read is set."""
+    shape = dict(SIZES[task][size])
+    default = config_class()
+    declared = _declared(config_class)
+    if task == "image-classification":
+        stack = _single_stack(config_class)
+        shipped_size = getattr(default, "image_size", None)
+        if shape["image_size"] is None:
+            shape["image_size"] = shipped_size if shipped_size is not None else 224
+        if isinstance(shape["image_size"], list):
+            shape["image_size"] = tuple(shape["image_size"])
+        shape["channels"] = getattr(default, "num_channels", 3)
+        if stack:
+            shape["layers"] = shape["layers"] or (
+                2 if size == "tiny" else _first(_present(_LAYERS, declared, default), default)
+            )
+            patch = getattr(default, "patch_size", None)
+            shape["patch_size"] = patch if _ints(patch) else None
+        else:
+            depths = [getattr(default, n) for n in _present(_STAGE_DEPTHS, declared, default)]
+            depths = [d for d in depths if _int_list(d)]
+            shipped = min([x for x in depths[0] if x > 0] or [1]) if depths else None
+            shape["layers"] = shape["layers"] or (1 if size == "tiny" else shipped)
+            shape["patch_size"] = None
+        return shape
+    if shape["vocab_size"] is None:
+        shape["vocab_size"] = getattr(default, "vocab_size", None)
+    if not _ints(shape["vocab_size"]):
+        raise LeversError(f"{config_class.__name__} has no int vocab_size to draw token ids from")
+    return shape
+
+
+def _make_model(model_type: str, task: str) -> Callable[[Shape], torch.nn.Module]:
+    def make(shape: Shape) -> torch.nn.Module:
+        transformers = _transformers()
+        fields = config_fields(model_type, task, shape)
+        config = transformers.AutoConfig.for_model(model_type, **fields)
+        classes = mapping(task)[model_type]
+        if isinstance(classes, (tuple, list)):
+            # several classes for the task (DeiT's with and without its teacher): the auto class
+            # picks by the config's architectures, which a config built from defaults lacks
+            config.architectures = [classes[0]]
+        return getattr(transformers, _AUTO_CLASSES[task]).from_config(config)
+
+    return make
+
+
+def _reformer(shape: Shape, default: Any) -> dict[str, Any]:
+    # training needs the axial position table to factor the sequence exactly
+    length = shape["seq_len"]
+    first = 2 ** max(1, (length.bit_length() - 1) // 2)
+    return {
+        "axial_pos_shape": [first, length // first],
+        "axial_pos_embds_dim": [shape["width"] // 4, shape["width"] - shape["width"] // 4],
+        "attn_layers": keep_kinds(list(default.attn_layers), shape["layers"]),
+        "local_attn_chunk_length": min(default.local_attn_chunk_length, length),
+        "lsh_attn_chunk_length": min(default.lsh_attn_chunk_length, length),
+    }
+
+
+# model type -> fields the rules above cannot find by name (Shape, the shipped config)
+_OVERRIDES: dict[str, Callable[[Shape, Any], dict[str, Any]]] = {
+    # global and local attention alternate, written as [[kinds, repeats]]
+    "gpt_neo": lambda shape, default: {
+        "attention_types": [[["global", "local"], max(1, shape["layers"] // 2)]]
+    },
+    # its heads tile the expanded width (num_heads * head_dim == expand * hidden_size), in
+    # groups of heads that share B and C
+    "mamba2": lambda shape, default: {
+        "head_dim": default.expand * shape["width"] // shape["heads"],
+        "n_groups": min(default.n_groups, shape["heads"]),
+    },
+    # its adapters need a language to route through
+    "xmod": lambda shape, default: {"default_language": default.languages[0]},
+    "reformer": _reformer,
+}
+
+
+def config_fields(model_type: str, task: str, shape: Shape) -> dict[str, Any]:
+    """What ``arch`` passes to ``AutoConfig.for_model(model_type, ...)`` at ``shape``."""
+    config_class = _config_class(model_type)
+    if task == "image-classification":
+        return vision_fields(config_class, shape)
+    fields = text_fields(config_class, shape)
+    if task == "causal-lm" and model_type in mapping("masked-lm"):
+        # an encoder's causal LM head (BertLMHeadModel) is a decoder only with is_decoder=True,
+        # as its documentation asks
+        fields["is_decoder"] = True
+    if model_type in _OVERRIDES:
+        fields.update(_OVERRIDES[model_type](shape, config_class()))
+    return fields
+
+
+def _seq2seq_batch(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    # the decoder reads the targets shifted right by one: no decoder_start_token_id needed
+    targets_bt = token_ids({**shape, "seq_len": shape["target_len"] + 1}, generator)
+    return {
+        "input_ids": token_ids(shape, generator),
+        "decoder_input_ids": targets_bt[:, :-1].contiguous(),
+        "labels": targets_bt[:, 1:].contiguous(),
+    }
+
+
+def _tokens(task: str) -> Callable[[Shape], int]:
+    def tokens(shape: Shape) -> int:
+        batch = shape["batch_size"]
+        if task == "seq2seq":
+            return batch * (shape["seq_len"] + shape["target_len"])
+        if task != "image-classification":
+            return batch * shape["seq_len"]
+        patch = shape.get("patch_size")
+        if patch is None:
+            return batch  # images
+        size = shape["image_size"]
+        height, width = size if isinstance(size, (tuple, list)) else (size, size)
+        return batch * (height // patch) * (width // patch)  # patch tokens, no class token
+
+    return tokens
+
+
+_BATCHES = {
+    "causal-lm": causal_lm_batch,
+    "masked-lm": masked_lm_batch,
+    "seq2seq": _seq2seq_batch,
+    "image-classification": images,
+}
+
+
+def _family(config_class: type, task: str) -> str:
+    if task == "image-classification":
+        return "vision-transformer" if _has_heads(config_class) else "convnet"
+    if task in ("masked-lm", "seq2seq"):
+        return "encoder" if task == "masked-lm" else "encoder-decoder"
+    declared, default = _declared(config_class), config_class()
+    moe = any(_value(default, n) > 1 for n in _present(_EXPERTS, declared, default)
+              if _ints(_value(default, n)))
+    return "moe" if moe else "decoder"
+
+
+def _has_heads(config_class: type) -> bool:
+    declared, default = _declared(config_class), config_class()
+    return bool(_present(_HEADS, declared, default)) or "num_attention_heads" in declared
+
+
+def entry(model_type: str, task: str) -> ZooModel:
+    """The zoo entry of one (model type, task); raises LeversError when it cannot be built."""
+    config_class = _config_class(model_type)
+    return ZooModel(
+        name=model_type,
+        family=_family(config_class, task),
+        library="transformers",
+        sizes={size: _shape_defaults(config_class, task, size) for size in ("tiny", "full")},
+        make_model=_make_model(model_type, task),
+        make_batch=_BATCHES[task],
+        loss=hf_loss,
+        tokens_per_step=_tokens(task),
+    )
