@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from levers.errors import LeversError
 from levers.cli import audit_findings as findings_cli
 from levers.cli.options import (
     WORKLOAD_FORMS,
@@ -32,6 +33,7 @@ from levers.cli.script import (
     SCRIPT_TIMED,
     SCRIPT_WARMUP,
     add_script_arguments,
+    reject_factory_arguments,
 )
 
 DEFAULT_WORKLOAD = "demo"
@@ -98,7 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--dist-timeout",
         type=float,
-        default=DEFAULT_DIST_TIMEOUT_S,
+        default=None,  # None: not given (a script after -- refuses it)
         metavar="S",
         help="under torchrun: seconds rank 0 waits for the other ranks' records, and they for "
         f"its outcome, before naming the rank that did not answer (default: {DEFAULT_DIST_TIMEOUT_S:g})",
@@ -124,6 +126,19 @@ def _warn_nonfinite_loss(capture) -> None:
         )
 
 
+def _reject_distributed_options(args: argparse.Namespace) -> None:
+    """A script after -- is audited by each rank on its own (under torchrun too): refuse what
+    only the ranks of a factory's audit use, do not ignore it."""
+    if args.dist_timeout is not None:
+        raise LeversError(
+            "--dist-timeout is how long the ranks of a factory's audit under torchrun wait for "
+            "each other while rank 0 merges their captures; a script after -- is audited by each "
+            "rank on its own, and no rank waits for another's capture. Drop --dist-timeout, or "
+            "audit a factory under torchrun (torchrun --nproc_per_node=N -m levers audit "
+            "path/to/file.py:factory --dist-timeout S)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     # imported here so that `levers --help` stays fast and works without a working torch
     from levers.api import Step
@@ -133,11 +148,9 @@ def run(args: argparse.Namespace) -> int:
 
     script = getattr(args, "script_command", None) is not None
     if script:
-        from levers.cli.script import reject_workload
-
-        reject_workload(args, "audit")
+        reject_factory_arguments(args, "audit")
+        _reject_distributed_options(args)
         args.no_memory_model = True  # the memory model builds a workload from a factory
-        args.set_items = []
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
         args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
@@ -147,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         # under torchrun: every rank captures, rank 0 merges (levers.cli.audit_distributed)
         from levers.cli import audit_distributed as distributed_audit
 
+        if args.dist_timeout is None:
+            args.dist_timeout = DEFAULT_DIST_TIMEOUT_S
         return distributed_audit.run(args, world)
     params = parse_set(args.set_items)
     if args.json_path is not None:

@@ -114,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()
     if getattr(args, "script_command", None) is not None:
-        from levers.cli.script import reject_workload, run_memory
+        from levers.cli.script import reject_factory_arguments, run_memory
 
-        reject_workload(args, "memory")
+        reject_factory_arguments(args, "memory")
         _reject_prediction_options(args)
         return run_memory(args, console)
     if args.workload is None:
@@ -274,11 +274,6 @@ def _reject_prediction_options(args: argparse.Namespace) -> None:
             f'levers.apply(model, "{stack}", optimizer=optimizer): around the loop) and run '
             "levers memory -- python ... again to measure the step with it, or predict it from "
             f"a factory (levers memory path/to/file.py:factory --lever {stack})"
-        )
-    if args.set_items:
-        raise LeversError(
-            "--set sets a factory's parameters; a script takes its own arguments after -- "
-            "(levers memory -- python train.py --batch-size 8)"
         )
 
 

@@ -1,8 +1,8 @@
 """The ``-- python train.py`` form of ``levers audit`` and ``levers memory``: options and runs.
 
 ``levers.cli`` splits the command line at the first ``--``; what follows is the script's command
-(``args.script_command``). A verb that takes it calls :func:`add_script_arguments` and
-:func:`capture_script`.
+(``args.script_command``). A verb that takes it calls :func:`add_script_arguments`,
+:func:`reject_factory_arguments` and :func:`capture_script`.
 """
 
 from __future__ import annotations
@@ -121,10 +121,18 @@ def capture_script(
     return run.exit_code if run.exit_code != 0 else reported[0]
 
 
-def reject_workload(args: argparse.Namespace, verb: str) -> None:
+def reject_factory_arguments(args: argparse.Namespace, verb: str) -> None:
+    """Refuse, before the script runs, what only a factory's workload takes: a WORKLOAD beside
+    the script, and ``--set`` (a script takes its own arguments after --). A verb refuses its own
+    such options after this one, each saying what to do instead; none is dropped."""
     if getattr(args, "workload", None) is not None:
         raise LeversError(
             f"levers {verb} got both a workload ({args.workload}) and a script after --; give one"
+        )
+    if args.set_items:
+        raise LeversError(
+            "--set sets a factory's parameters; a script takes its own arguments after -- "
+            f"(levers {verb} -- python train.py --batch-size 8)"
         )
 
 

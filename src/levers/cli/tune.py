@@ -142,21 +142,14 @@ def run(args: argparse.Namespace) -> int:
 def _run_script(args: argparse.Namespace) -> int:
     """``levers tune [options] -- python train.py``: every check before the first run."""
     from levers.capture.json_io import check_writable
+    from levers.cli.script import reject_factory_arguments
     from levers.integrations.script import parse_command
     from levers.output.progress import progress_status
     from levers.tune.budget import parse_duration_s
     from levers.tune.measure import TrialDesign
     from levers.tune.script import DEFAULT_ROUNDS, ScriptDesign, tune_script
 
-    if args.workload is not None:
-        raise LeversError(
-            f"levers tune got both a workload ({args.workload}) and a script after --; give one"
-        )
-    if args.set_items:
-        raise LeversError(
-            "--set sets a factory's parameters; a script takes its own arguments after -- "
-            "(levers tune -- python train.py --batch-size 8)"
-        )
+    reject_factory_arguments(args, "tune")
     command = parse_command(args.script_command)
     words = ["python", "-m", command.target] if command.is_module else ["python", command.target]
     try:
