@@ -51,6 +51,28 @@ def test_memory_of_a_script_writes_its_report_to_json(tmp_path, capsys):
     assert data["no_prediction"] in " ".join(out.split())
 
 
+@pytest.mark.parametrize("nan_from_step, warned", [(0, True), (99, False)])
+def test_memory_of_a_script_warns_of_a_nan_loss(tmp_path, nan_from_step, warned, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(5):\n"
+        "    loss = model(torch.ones(4, 8)).pow(2).mean()\n"
+        "    if step >= int(sys.argv[1]):\n"
+        "        loss = loss * float('nan')\n"
+        "    loss.backward(); opt.step(); opt.zero_grad()\n"
+    )
+    assert main(["memory", "--", "python", str(script), str(nan_from_step)]) == 0
+    out, err = capsys.readouterr()
+    assert "peak tracked" in out  # the report is made all the same
+    # defect N8: the audit of a script warned of a NaN loss, its memory report did not
+    warning = "warning: the step's loss is nan in the captured step"
+    assert (warning in " ".join(err.split())) is warned
+
+
 def test_memory_of_a_script_refuses_an_unwritable_json_before_it_runs(tmp_path, capsys):
     ran = tmp_path / "ran"
     script = tmp_path / "train.py"

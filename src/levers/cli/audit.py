@@ -34,6 +34,7 @@ from levers.cli.script import (
     SCRIPT_WARMUP,
     add_script_arguments,
     reject_factory_arguments,
+    warn_nonfinite_loss,
 )
 
 DEFAULT_WORKLOAD = "demo"
@@ -111,21 +112,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _warn_nonfinite_loss(capture) -> None:
-    import math
-
-    from levers.output.console import make_console
-
-    loss = capture.settings.get("loss")
-    if loss is not None and not math.isfinite(loss):
-        make_console(stderr=True).print(
-            f"warning: the step's loss is {loss} in the captured step: the step trains on "
-            "nothing useful, and its figures are those of a broken run; fix the loss first",
-            markup=False,
-            soft_wrap=True,
-        )
-
-
 def _reject_distributed_options(args: argparse.Namespace) -> None:
     """A script after -- is audited by each rank on its own (under torchrun too): refuse what
     only the ranks of a factory's audit use, do not ignore it."""
@@ -200,7 +186,7 @@ def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) 
     from levers.capture.json_io import write_capture
     from levers.output.console import make_console, say_wrote
 
-    _warn_nonfinite_loss(result)
+    warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
     findings = findings_cli.run_findings(args, result, workload, console, step=step)

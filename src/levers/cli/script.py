@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from levers.errors import LeversError
-from levers.output.console import silence_stdout
+from levers.output.console import make_console, silence_stdout
 from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 
 SCRIPT_HELP = (
@@ -136,6 +137,20 @@ def reject_factory_arguments(args: argparse.Namespace, verb: str) -> None:
         )
 
 
+def warn_nonfinite_loss(capture: Any) -> None:
+    """Warn on stderr where the captured step's loss (``settings["loss"]``: what a factory's step
+    returned, or what a script passed to ``backward()``) is NaN or infinite. The audit (of a
+    factory or a script) and a script's memory report call it before their report."""
+    loss = capture.settings.get("loss")
+    if loss is not None and not math.isfinite(loss):
+        make_console(stderr=True).print(
+            f"warning: the step's loss is {loss} in the captured step: the step trains on "
+            "nothing useful, and its figures are those of a broken run; fix the loss first",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
 def run_memory(args: argparse.Namespace, console: Any) -> int:
     """``levers memory -- python train.py``: the captured step's own peak, and what cannot be said.
 
@@ -152,6 +167,7 @@ def run_memory(args: argparse.Namespace, console: Any) -> int:
         check_writable(args.json_path, make_parents=True)  # before the script runs
 
     def report(ran: ScriptCapture) -> int:
+        warn_nonfinite_loss(ran.capture)
         data = script_memory_report(ran.capture, warmup)
         _print_memory(data, console)
         if args.json_path is not None:
