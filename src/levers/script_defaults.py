@@ -10,3 +10,7 @@ SCRIPT_TIMED = 0
 # `levers tune -- python train.py` runs each A/B as one run of the script (levers.tune.script);
 # the audit reads this before it prints that command as a next step
 TUNE_TAKES_SCRIPTS = True
+# the optimizer steps each run of `levers tune -- python train.py` reaches with tune's default
+# design (levers.tune.script.ScriptDesign().steps_per_run, which a test keeps equal to this): the
+# audit prints a tune command that runs the script that far, and tune's help says it
+TUNE_SCRIPT_STEPS = 54

@@ -3,6 +3,8 @@ levers preferred, and the `levers ab` command with the workload as given."""
 
 from __future__ import annotations
 
+import pytest
+
 from levers.audit.finding import Cost, Finding, Receipt
 from levers.audit.recommend import recommend
 from levers.capture.records import Capture, MemoryStats, StepTiming
@@ -138,7 +140,35 @@ def test_a_script_gets_no_levers_ab_of_itself_but_what_works(monkeypatch):
     assert "levers tune" not in text
     monkeypatch.setattr(recommend_mod, "tune_takes_scripts", lambda: True)
     rec = recommend(findings, SCRIPT_CAPTURE, step_ms=100.0, weight=0.0, implemented=frozenset())
-    assert rec.next_steps[-1].endswith("levers tune -- python plain_train.py --steps 9")
+    # the command runs as printed: levers tune runs the script to its optimizer step 54 (defect
+    # N4: `--steps 9` as the audit ran it ended before that and tune refused it)
+    assert rec.next_steps[-1].endswith(
+        "levers tune -- python plain_train.py --steps 54 (--steps 9 raised to 54: each of its "
+        "A/Bs runs the script to its optimizer step 54)"
+    )
+
+
+@pytest.mark.parametrize("command, tune, note", [
+    ("python train.py --steps 6 --lr 3e-4", "python train.py --steps 54 --lr 3e-4", "raised"),
+    ("python train.py --max_steps=8", "python train.py --max_steps=54", "raised"),
+    ("python -m pkg.train --max-iters 10", "python -m pkg.train --max-iters 54", "raised"),
+    ("python train.py --steps 200", "python train.py --steps 200", ""),
+    ("python nanogpt.py 10", "python nanogpt.py 10", "at least"),  # no option says its steps
+    ("python train.py --warmup-steps 5", "python train.py --warmup-steps 5", "at least"),
+    ("python train.py --name 'my run'", "python train.py --name 'my run'", "at least"),
+])
+def test_the_printed_tune_command_runs_the_script_long_enough(command, tune, note):
+    from levers.audit.script_step import tune_script_command
+
+    printed, said = tune_script_command(command)
+    assert printed == f"levers tune -- {tune}"
+    if note == "raised":
+        assert said.endswith("raised to 54: each of its A/Bs runs the script to its optimizer step 54")
+    elif note:
+        assert said == ("each of its A/Bs runs the script to its optimizer step 54: let the "
+                        "script run at least that many")
+    else:
+        assert said == ""
 
 
 

@@ -69,9 +69,13 @@ def test_keep_running_lets_the_script_finish_with_its_own_results(capsys):
                  "--steps", "5"])
     out = capsys.readouterr().out
     assert code == 0
-    # every line the plain run printed, the same (the capture changes no result), then the audit
-    assert out.startswith(plain)
-    assert "levers audit train_loop.py" in out[len(plain):]
+    # the audit is printed as soon as the step is captured, before the script goes on (a script
+    # that ends with os._exit after the capture keeps it: defect N19)
+    report_at = out.index("levers audit train_loop.py")
+    goes_on_at = out.index("step 3 loss")
+    assert report_at < goes_on_at
+    # around it, every line the plain run printed, the same (the capture changes no result)
+    assert out[:report_at] + out[goes_on_at:] == plain
 
 
 def test_a_script_that_raises_before_the_capture_keeps_its_traceback_and_exit_code(capsys):
@@ -177,3 +181,55 @@ def test_a_script_is_captured_in_two_passes_when_a_step_is_left_to_time(
     assert (run.capture.passes.mode, run.capture.passes.reason) == (mode, reason)
     if mode == "two-pass":
         assert run.capture.passes.coverage >= 0.9
+
+
+@pytest.mark.parametrize("ending", ["os._exit(9)", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_keep_running_keeps_the_report_of_a_script_that_ends_without_unwinding(tmp_path, ending):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, signal, torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(8):\n"
+        "    loss = model(torch.ones(4, 8)).pow(2).mean()\n"
+        "    loss.backward(); opt.step(); opt.zero_grad()\n"
+        "    if step == 5:  # after the captured step; no exit handler or buffer flush runs\n"
+        f"        {ending}\n"
+    )
+    capture = tmp_path / "capture.json"
+    result = run_levers("audit", "--keep-running", "--select", "SYNC", "--json", str(capture),
+                        "--", "python", str(script), timeout=120)
+    # the script's own ending stands (os._exit's code; killed by SIGKILL), and the report was
+    # printed and written when the step was captured, before the script went on (defect N19)
+    assert result.returncode == (9 if "_exit" in ending else -9), result.stderr
+    assert f"levers audit train.py (command='python {script}')" in result.stdout
+    assert "Already right" in result.stdout
+    assert json.loads(capture.read_text())["workload"] == "train.py"
+
+
+def test_the_report_under_keep_running_runs_outside_the_script_s_autocast_and_no_grad(tmp_path):
+    import torch
+
+    from levers.integrations.script import ScriptCommand, run_script
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(6):\n"
+        "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+        "        loss = model(torch.ones(4, 8)).float().pow(2).mean()\n"
+        "        loss.backward()\n"
+        "        with torch.no_grad():\n"
+        "            opt.step()  # the report is made in its hook\n"
+        "    opt.zero_grad()\n"
+    )
+    seen = []
+
+    def report(capture, workload):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.is_grad_enabled()))
+
+    run = run_script(ScriptCommand(str(script), False, ()), keep_running=True, on_captured=report)
+    assert run.exit_code == 0 and run.num_steps == 6  # it ran on to its end
+    assert seen == [(False, True)]

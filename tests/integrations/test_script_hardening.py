@@ -115,3 +115,36 @@ def test_an_error_raised_by_levers_own_hook_keeps_its_frames(tmp_path, capsys, m
     assert "TypeError: 'NoneType' object is not callable" in err
     assert "raised inside levers, not by the script" in err
     assert "integrations/steps.py" in err
+
+
+def test_the_loss_of_the_captured_step_is_read_and_a_nan_one_is_warned_of(tmp_path, capsys):
+    import json
+
+    script = _script(tmp_path, """\
+        import sys
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(6):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            if step >= int(sys.argv[1]):
+                loss = loss * float("nan")
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            print("loss", step, repr(loss.item()))
+    """)
+    finite = tmp_path / "finite.json"
+    assert main(["audit", "--select", "SYNC001", "--json", str(finite), "--", "python",
+                 str(script), "99"]) == 0
+    out, err = capsys.readouterr()
+    # the loss passed to backward() in the captured step (the script's step 2), read once
+    printed = {line.split()[1]: float(line.split()[2]) for line in out.splitlines()
+               if line.startswith("loss ")}
+    assert json.loads(finite.read_text())["settings"]["loss"] == printed["2"]
+    assert "warning" not in err
+    # defect N8: a script whose loss is NaN was audited without a word; a factory's is warned of
+    nan = tmp_path / "nan.json"
+    assert main(["audit", "--select", "SYNC001", "--json", str(nan), "--", "python", str(script),
+                 "0"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: the step's loss is nan in the captured step" in err
+    assert json.loads(nan.read_text())["settings"]["loss"] == "nan"  # strict JSON

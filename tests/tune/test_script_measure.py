@@ -213,6 +213,57 @@ def test_a_stack_that_breaks_the_script_is_a_failed_trial_with_its_error():
     )
 
 
+@pytest.mark.parametrize("side, whose", [
+    ("candidate", "the stack's (ac-full,x) loss is nan at optimizer step 6"),
+    ("baseline", "the baseline side's (ac-full, after the candidate's levers were undone) loss "
+                 "is nan at optimizer step 9"),
+])
+def test_a_nonfinite_loss_in_either_side_kills_the_a_b(side, whose):
+    step = 6 if side == "candidate" else 9
+
+    def nan_run(candidate, baseline, timeout_s, **_):
+        # the timed windows had run before the NaN: none of their steps may be judged
+        return TrialRun.from_document({
+            **_document(candidate, baseline, {"candidate": [0.05] * 3, "baseline": [0.1] * 3}),
+            "complete": False, "failed_side": side, "error": "the loss ... is nan",
+            "nonfinite": {"step": step, "loss": "nan", "side": side, "stack": []},
+        })
+
+    trial = script_measure(nan_run, DESIGN, reference=LOSSES, tolerance_of=_registry_tolerance)(
+        ("ac-full",), ("ac-full", "x"), None)
+    assert trial.decision == "KILLED" and trial.killed_kind == "nonfinite_loss"
+    assert trial.killed.startswith(whose)
+    assert trial.tokens_per_s_ratio is None and trial.step_ms is None  # nothing judged
+    pays, why = judge(trial)
+    assert not pays and why.startswith("the A/B was stopped: " + whose)
+
+
+def test_a_script_whose_loss_is_nonfinite_without_levers_is_refused():
+    nan = TrialRun.from_document({
+        "complete": False, "num_steps": 7, "exit_code": 0, "script_error": None,
+        "error": "...", "nonfinite": {"step": 7, "loss": "nan", "side": "baseline", "stack": []},
+    })
+    with pytest.raises(LeversError, match=(
+        r"python train.py: the loss passed to backward\(\) is nan at optimizer step 7 of the "
+        "script, with no lever applied; .* fix the script's loss")):
+        checked_baseline(nan, "python train.py", DESIGN, DESIGN.steps_per_run)
+
+
+def test_tune_script_refuses_a_script_whose_probe_saw_a_nonfinite_loss():
+    probe = {"complete": False, "num_steps": 3, "exit_code": 0, "script_error": None,
+             "nonfinite": {"step": 3, "loss": "inf", "side": "candidate", "stack": []}}
+    script = FakeScript()
+
+    def run_script(candidate, baseline, timeout_s, **kwargs):
+        script(candidate, baseline, timeout_s, **kwargs)
+        return TrialRun.from_document(probe)
+
+    with pytest.raises(LeversError, match="is inf at optimizer step 3 of the script"):
+        tune_script(["python", "train.py"], budget_s=600, design=DESIGN, run_script=run_script,
+                    measure=FakeAb({}))
+    assert len(script.calls) == 1  # refused after the probe, before any A/B
+
+
 def test_a_run_past_the_time_left_stops_the_a_b():
     def timed_out(candidate, baseline, timeout_s, **_):
         assert timeout_s == 5.0  # the A/B's time left is the run's kill line
@@ -261,11 +312,35 @@ def test_the_design_lays_out_the_windows_c_b_b_c():
     assert ScriptDesign().steps_per_run == 54
 
 
+def test_the_steps_a_run_needs_are_the_ones_the_audit_prints():
+    from levers.script_defaults import TUNE_SCRIPT_STEPS
+
+    # the audit's printed `levers tune -- python train.py` runs the script this far (defect N4)
+    assert TUNE_SCRIPT_STEPS == ScriptDesign().steps_per_run
+    # the --steps said to fit a shorter script does fit it, and one more per window does not
+    for num_steps in (34, 40, 41, 54, 100):
+        steps = ScriptDesign().steps_that_fit(num_steps)
+        fitted = ScriptDesign(TrialDesign(steps=steps))
+        assert fitted.steps_per_run <= num_steps < ScriptDesign(
+            TrialDesign(steps=steps + fitted.rounds)).steps_per_run
+    assert ScriptDesign().steps_that_fit(33) is None  # 8 timed steps per side: too few
+
+
 def test_a_script_that_ends_or_fails_before_its_steps_is_refused_with_why():
     ended = TrialRun.from_document({"complete": False, "num_steps": 3, "exit_code": 0,
                                     "script_error": None, "error": "ended"})
-    with pytest.raises(LeversError, match="ended after 3 optimizer step.*runs it to step 19"):
+    with pytest.raises(LeversError, match=(
+            "ended after 3 optimizer step.*runs it to its optimizer step 19 each time.*let the "
+            r"script run at least 19 optimizer steps \(its own steps argument\) \(--steps alone "
+            "cannot fit the runs to its 3 steps: that would time fewer than 10 steps per side")):
         checked_baseline(ended, "python train.py", DESIGN, DESIGN.steps_per_run)
+    # a script long enough for a smaller design is told the --steps that fits it
+    ended_at_40 = TrialRun.from_document({"complete": False, "num_steps": 40, "exit_code": 0,
+                                          "script_error": None, "error": "ended"})
+    with pytest.raises(LeversError, match=(
+            "let the script run at least 54 optimizer steps .*, or fit the runs to its 40 steps "
+            "with --steps 12$")):
+        checked_baseline(ended_at_40, "python train.py", ScriptDesign(), 54)
     raised = TrialRun.from_document(
         {"complete": False, "num_steps": 1, "exit_code": 1,
          "script_error": "RuntimeError: data shard missing",

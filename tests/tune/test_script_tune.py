@@ -107,7 +107,9 @@ def test_a_script_that_ends_before_its_steps_says_how_many_it_needs(capsys):
     code = main(["tune", *SMALL, "--", "python", LOOP, "--steps", "3"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "ended after 3 optimizer step(s); levers tune runs it to step 15" in err
+    assert ("ended after 3 optimizer step(s); levers tune runs it to its optimizer step 15 each "
+            "time") in err
+    assert "let the script run at least 15 optimizer steps" in err
 
 
 @needs("accelerate")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from levers.capture.records import Capture
 from levers.audit.finding import Finding
 from levers.audit.rank import payoff
-from levers.audit.script_step import script_command
+from levers.audit.script_step import script_command, tune_script_command
 from levers.script_defaults import TUNE_TAKES_SCRIPTS
 
 # pairs that fail together, with why
@@ -264,7 +264,9 @@ def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ..
         f"levers ab path/to/file.py:factory --lever {stack}",
     ]
     if script and tune_takes_scripts():
-        steps.append(f"or search the stack that pays on it: levers tune -- {script}")
+        tune, note = tune_script_command(script)
+        said = f" ({note})" if note else ""
+        steps.append(f"or search the stack that pays on it: {tune}{said}")
     return tuple(steps)
 
 

@@ -7,10 +7,61 @@ workload spec builds again. Claims and commands that depend on that read it here
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from levers.capture.records import Capture
+from levers.script_defaults import TUNE_SCRIPT_STEPS
+
+# a script's options that commonly say how many optimizer steps it runs
+_STEPS_OPTION = re.compile(
+    r"^--(steps|max[-_]steps|num[-_]steps|train[-_]steps|total[-_]steps|iters|max[-_]iters|"
+    r"num[-_]iters|iterations|max[-_]iterations|num[-_]iterations)$"
+)
 
 
 def script_command(capture: Capture) -> str | None:
     """The ``python train.py ...`` a script capture ran (after ``levers audit --``), else None."""
     command = capture.workload_params.get("command")
     return command if isinstance(command, str) and command.startswith("python") else None
+
+
+def tune_script_command(command: str) -> tuple[str, str]:
+    """(``levers tune -- COMMAND``, a note on the optimizer steps it needs) for the script
+    ``command`` (``python train.py ...``).
+
+    Each run of ``levers tune -- python train.py`` goes to the script's optimizer step
+    :data:`~levers.script_defaults.TUNE_SCRIPT_STEPS` with tune's defaults; a script that ends
+    before that is refused. Where the command sets its steps with an option that reads as one
+    (``--steps 6``, ``--max_steps=8``) below that, the command printed raises it, so that it runs
+    as printed; else the note says what the script must run.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:  # the command is recorded joined by spaces: a lone quote in an argument
+        words = command.split()
+    for i, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if not _STEPS_OPTION.match(flag):
+            continue
+        if not equals:
+            value = words[i + 1] if i + 1 < len(words) else ""
+        if not value.isdigit():
+            break
+        if int(value) >= TUNE_SCRIPT_STEPS:
+            return _tune(words), ""
+        raised = f"{flag}={TUNE_SCRIPT_STEPS}" if equals else str(TUNE_SCRIPT_STEPS)
+        at = i if equals else i + 1
+        words = [*words[:at], raised, *words[at + 1:]]
+        return _tune(words), (
+            f"{flag} {value} raised to {TUNE_SCRIPT_STEPS}: each of its A/Bs runs the script "
+            f"to its optimizer step {TUNE_SCRIPT_STEPS}"
+        )
+    return _tune(words), (
+        f"each of its A/Bs runs the script to its optimizer step {TUNE_SCRIPT_STEPS}: let the "
+        "script run at least that many"
+    )
+
+
+def _tune(words: list[str]) -> str:
+    return "levers tune -- " + " ".join(shlex.quote(word) for word in words)

@@ -1,14 +1,21 @@
-"""Finding the loss in what a training step returned.
+"""Finding the loss of a training step: in what the step returned, or in what a running script
+passes to ``Tensor.backward``.
 
 Steps return the loss in many shapes: the scalar tensor itself, ``(loss, logits)``, a dict with a
 ``"loss"`` key, or a model output with a ``.loss`` attribute (Hugging Face's ``ModelOutput`` is
 both a dict and has the attribute). :func:`find_loss` reads all of them the same way, so that the
 NaN/inf kill line of ``levers ab``, its parity gate and the audit's NaN warning see one loss.
+
+A script (``levers audit -- python train.py``, ``levers tune -- ...``) runs its own step and
+returns nothing to levers: :class:`LossTap` keeps the scalars it passes to ``Tensor.backward``
+instead, and :func:`loss_of` reads them as the step's loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,3 +70,64 @@ def find_loss(value: Any) -> FoundLoss:
         f"step() returned a {type(value).__name__} with no scalar loss in it (return the loss "
         "tensor, a tuple starting with it, a dict with a 'loss' key or an object with .loss)",
     )
+
+
+class LossTap:
+    """Keeps each tensor passed to ``Tensor.backward`` while ``recording``; ``take()`` returns
+    those of the step that just ended. ``Tensor.backward`` is put back on exit.
+
+    ``copy``: keep a copy of each scalar (a CUDA graph's output, the loss, is overwritten by its
+    next replay). Without it the tensor itself is kept and nothing runs on it inside the step: a
+    captured step records every op, and the tap must add none.
+    """
+
+    def __init__(self, *, copy: bool = True) -> None:
+        self.copy = copy
+        self.recording = False
+        self._seen: list[torch.Tensor] = []
+        self._inside = 0  # calls of the wrapper under way
+        self._original: Callable[..., Any] | None = None
+
+    def __enter__(self) -> LossTap:
+        original = self._original = torch.Tensor.backward
+        tap = self
+
+        @functools.wraps(original)
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            # a torch function mode (the capture's) calls Tensor.backward, this wrapper, again
+            # from inside the first call: the loss is kept once
+            if tap.recording and not tap._inside:
+                if not tap.copy:
+                    tap._seen.append(tensor)
+                elif tensor.numel() == 1:
+                    tap._seen.append(tensor.detach().clone())
+            tap._inside += 1
+            try:
+                return original(tensor, *args, **kwargs)
+            finally:
+                tap._inside -= 1
+
+        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.Tensor.backward = self._original  # type: ignore[method-assign]
+
+    def take(self) -> list[torch.Tensor]:
+        seen, self._seen = self._seen, []
+        return seen
+
+
+def loss_of(seen: list[torch.Tensor]) -> float | None:
+    """The loss of one step from what :class:`LossTap` kept: the sum of its scalars (gradient
+    accumulation calls backward once per micro-batch), or None where it kept none."""
+    scalars = [t for t in seen if t.numel() == 1]
+    if not scalars:
+        return None
+    # sync point: read after the step (and outside a captured or timed step)
+    return float(sum(float(t.detach().float()) for t in scalars))
+
+
+def nonfinite(loss: float | None) -> bool:
+    """Whether a loss was seen and is NaN or infinite."""
+    return loss is not None and not math.isfinite(loss)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
+from levers.errors import LeversError
 from levers.cli import audit_findings as findings_cli
 from levers.cli.options import (
     WORKLOAD_FORMS,
@@ -31,6 +33,8 @@ from levers.cli.script import (
     SCRIPT_TIMED,
     SCRIPT_WARMUP,
     add_script_arguments,
+    reject_factory_arguments,
+    warn_nonfinite_loss,
 )
 
 DEFAULT_WORKLOAD = "demo"
@@ -97,7 +101,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--dist-timeout",
         type=float,
-        default=DEFAULT_DIST_TIMEOUT_S,
+        default=None,  # None: not given (a script after -- refuses it)
         metavar="S",
         help="under torchrun: seconds rank 0 waits for the other ranks' records, and they for "
         f"its outcome, before naming the rank that did not answer (default: {DEFAULT_DIST_TIMEOUT_S:g})",
@@ -108,18 +112,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def _warn_nonfinite_loss(capture) -> None:
-    import math
-
-    from levers.output.console import make_console
-
-    loss = capture.settings.get("loss")
-    if loss is not None and not math.isfinite(loss):
-        make_console(stderr=True).print(
-            f"warning: the step's loss is {loss} in the captured step: the step trains on "
-            "nothing useful, and its figures are those of a broken run; fix the loss first",
-            markup=False,
-            soft_wrap=True,
+def _reject_distributed_options(args: argparse.Namespace) -> None:
+    """A script after -- is audited by each rank on its own (under torchrun too): refuse what
+    only the ranks of a factory's audit use, do not ignore it."""
+    if args.dist_timeout is not None:
+        raise LeversError(
+            "--dist-timeout is how long the ranks of a factory's audit under torchrun wait for "
+            "each other while rank 0 merges their captures; a script after -- is audited by each "
+            "rank on its own, and no rank waits for another's capture. Drop --dist-timeout, or "
+            "audit a factory under torchrun (torchrun --nproc_per_node=N -m levers audit "
+            "path/to/file.py:factory --dist-timeout S)"
         )
 
 
@@ -127,19 +129,14 @@ def run(args: argparse.Namespace) -> int:
     # imported here so that `levers --help` stays fast and works without a working torch
     from levers.api import Step
     from levers.loader import parse_set
-    from levers.capture.json_io import check_writable, write_capture
-    from levers.audit.render_json import audit_to_dict, write_findings
-    from levers.audit.render_summary import render_summary
-    from levers.output.console import make_console, say_wrote
+    from levers.capture.json_io import check_writable
     from levers.distributed.world import world_from_env
 
     script = getattr(args, "script_command", None) is not None
     if script:
-        from levers.cli.script import reject_workload
-
-        reject_workload(args, "audit")
+        reject_factory_arguments(args, "audit")
+        _reject_distributed_options(args)
         args.no_memory_model = True  # the memory model builds a workload from a factory
-        args.set_items = []
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
         args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
@@ -149,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         # under torchrun: every rank captures, rank 0 merges (levers.cli.audit_distributed)
         from levers.cli import audit_distributed as distributed_audit
 
+        if args.dist_timeout is None:
+            args.dist_timeout = DEFAULT_DIST_TIMEOUT_S
         return distributed_audit.run(args, world)
     params = parse_set(args.set_items)
     if args.json_path is not None:
@@ -160,27 +159,34 @@ def run(args: argparse.Namespace) -> int:
     if script:
         from levers.cli.script import capture_script
 
-        ran = capture_script(
+        return capture_script(
             args,
             warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
             timed=SCRIPT_TIMED if args.steps is None else args.steps,
+            report=lambda ran: _report(args, ran.capture, ran.workload, step=None),
         )
-        if isinstance(ran, int):
-            return ran
-        result, workload = ran.capture, ran.workload
-        step = None
-    else:
-        with progress_status() as progress:
-            progress.say(f"loading workload {args.workload}")
-            step = Step(args.workload, params)
-            workload = step.workload()
-            progress.say(f"capturing {workload.name}")
-            result = step.capture(
-                warmup=args.warmup,
-                timed=args.steps,
-                progress=progress.on_ops,
-            )
-    _warn_nonfinite_loss(result)
+    with progress_status() as progress:
+        progress.say(f"loading workload {args.workload}")
+        step = Step(args.workload, params)
+        workload = step.workload()
+        progress.say(f"capturing {workload.name}")
+        result = step.capture(
+            warmup=args.warmup,
+            timed=args.steps,
+            progress=progress.on_ops,
+        )
+    return _report(args, result, workload, step=step)
+
+
+def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) -> int:
+    """Print the audit of the captured step and write the files asked for; the findings' exit
+    code (``--fail-on``)."""
+    from levers.audit.render_json import audit_to_dict, write_findings
+    from levers.audit.render_summary import render_summary
+    from levers.capture.json_io import write_capture
+    from levers.output.console import make_console, say_wrote
+
+    warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
     findings = findings_cli.run_findings(args, result, workload, console, step=step)
@@ -206,6 +212,4 @@ def run(args: argparse.Namespace) -> int:
             memory=findings.memory,
         )
         say_wrote(args.html_path, "the HTML report")
-    if script and ran.exit_code != 0:
-        return ran.exit_code
     return findings.exit_code

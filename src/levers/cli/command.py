@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import os
 import sys
 
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
@@ -106,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader went away (levers audit | head); nothing left to say to it
-        _silence_stdout()
+        from levers.output.console import silence_stdout
+
+        silence_stdout()
         return 0
     except OSError as exc:
         if exc.errno not in _FULL:
@@ -115,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             print_internal_error(exc, debug=debug)
             return EXIT_INTERNAL_ERROR
         # a full disk (levers audit > /dev/full): the machine's state, not a defect in levers
-        _silence_stdout()
+        from levers.output.console import silence_stdout
+
+        silence_stdout()
         where = f" {exc.filename}" if exc.filename else " (standard output)"
         print(f"levers: cannot write{where}: {exc.strerror}; free some space or write elsewhere",
               file=sys.stderr)
@@ -176,16 +179,6 @@ def _debug_requested(argv: list[str]) -> bool:
     from levers.output.errors import debug_from_env
 
     return debug_from_env() or "--debug" in argv
-
-
-def _silence_stdout() -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    finally:
-        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from levers.errors import LeversError
@@ -114,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()
     if getattr(args, "script_command", None) is not None:
-        from levers.cli.script import reject_workload, run_memory
+        from levers.cli.script import reject_factory_arguments, run_memory
 
-        reject_workload(args, "memory")
+        reject_factory_arguments(args, "memory")
         _reject_prediction_options(args)
         return run_memory(args, console)
     if args.workload is None:
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
+    args.predict_steps = DEFAULT_NUM_STEPS if args.predict_steps is None else args.predict_steps
     if args.predict_steps < 1:
         raise LeversError(f"--predict-steps must be at least 1, got {args.predict_steps}")
     if args.json_path is not None:
@@ -158,14 +159,26 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             raise prediction_failed(args.workload, exc, debug=_debug(args)) from exc
     if args.fit:
+        tried: list[Any] = []  # the fit's points so far (FitPoint), kept if it is interrupted
         try:
-            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params, ids))
+            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params, ids, tried))
         except KeyboardInterrupt:
-            # the prediction is finished: show it rather than lose it with the search
+            # the prediction is finished: show it and write it rather than lose it with the search
             render_plan(plan, console)
+            kept = ""
+            if args.json_path is not None:
+                data = plan.to_dict()
+                data["fit"] = {
+                    "param": args.fit,
+                    "interrupted": True,
+                    "curve": [asdict(point) for point in tried],  # in the order tried
+                }
+                _write_plan(args.json_path, data)
+                say_wrote(args.json_path)
+                kept = f" ({args.json_path} holds it and the {len(tried)} value(s) tried)"
             make_console(stderr=True).print(
                 f"the --fit search was interrupted; the prediction above is complete, without "
-                f"the largest {args.fit} that fits",
+                f"the largest {args.fit} that fits{kept}",
                 markup=False,
                 soft_wrap=True,
             )
@@ -181,17 +194,19 @@ def run(args: argparse.Namespace) -> int:
 
         render_per_rank(plan.extra["per_rank"], plan, console)
     if args.json_path is not None:
-        try:
-            atomic_write_text(
-                args.json_path, json.dumps(plan.to_dict(), indent=1, default=str), make_parents=True
-            )
-        except OSError as exc:
-            raise LeversError(
-                f"cannot write {args.json_path}: {exc.strerror or exc}; choose another path "
-                "(the plan is printed above)"
-            ) from None
+        _write_plan(args.json_path, plan.to_dict())
         say_wrote(args.json_path)
     return 0
+
+
+def _write_plan(path: str, data: dict[str, Any]) -> None:
+    try:
+        atomic_write_text(path, json.dumps(data, indent=1, default=str), make_parents=True)
+    except OSError as exc:
+        raise LeversError(
+            f"cannot write {path}: {exc.strerror or exc}; choose another path (the plan is "
+            "printed above)"
+        ) from None
 
 
 def _check_distributed(args: argparse.Namespace) -> None:
@@ -233,25 +248,46 @@ def _debug(args: argparse.Namespace) -> bool:
 
 
 def _reject_prediction_options(args: argparse.Namespace) -> None:
-    """--fit and --gpu ask for a prediction, which a script cannot give: refuse, do not ignore."""
-    asked = [flag for flag, value in (("--fit", args.fit), ("--gpu", args.gpu)) if value]
-    if asked:
+    """Options that ask for a prediction, or change the workload, which a script cannot give:
+    refuse them, do not ignore them (a script's peak is measured as it runs)."""
+    predicted = [
+        flag for flag, given in (
+            ("--fit", args.fit), ("--gpu", args.gpu), ("--margin", args.margin is not None),
+            ("--predict-steps (--steps)", args.predict_steps is not None),
+            ("--world-size", args.world_size is not None), ("--strategy", args.strategy),
+        ) if given
+    ]
+    if predicted:
+        named = " and ".join(predicted)
         raise LeversError(
-            f"{' and '.join(asked)} need a prediction on fake tensors, which builds the workload "
-            "from a factory; a script after -- is measured as it runs, on this machine. Wrap the "
-            "model, optimizer and step in a factory and run levers memory path/to/file.py:factory "
-            "--gpu GPU --fit batch_size (see README 'Workloads'), or drop "
-            f"{' and '.join(asked)}"
+            f"{named} {'needs' if len(predicted) == 1 else 'need'} a prediction on fake "
+            "tensors, which builds the workload from a factory; a script after -- is measured "
+            "as it runs, on this machine. Wrap the model, optimizer and step in a factory and "
+            "run levers memory path/to/file.py:factory --gpu GPU --fit batch_size (see README "
+            f"'Workloads'), or drop {named}"
+        )
+    if args.levers:
+        stack = ",".join(lever_ids(args.levers))
+        raise LeversError(
+            f"--lever {stack}: levers memory applies a lever to a factory's workload before its "
+            "prediction; a script builds its own model. Apply it in the script (with "
+            f'levers.apply(model, "{stack}", optimizer=optimizer): around the loop) and run '
+            "levers memory -- python ... again to measure the step with it, or predict it from "
+            f"a factory (levers memory path/to/file.py:factory --lever {stack})"
         )
 
 
-def _fit(console, step, args, margin: float, params: dict[str, Any], ids: list[str]):
+def _fit(
+    console, step, args, margin: float, params: dict[str, Any], ids: list[str], tried: list[Any]
+):
+    """The fit's search; each point predicted is appended to ``tried`` as it comes."""
     start = params.get(args.fit)
     if start is not None:
         _check_fit_start(args.fit, start)
     with console.status(f"searching {args.fit}…") as status:
 
         def progress(point) -> None:
+            tried.append(point)
             status.update(
                 f"searching {args.fit}: {args.fit}={point.value} "
                 f"{'fits' if point.fits else 'does not fit'}…"

@@ -152,13 +152,14 @@ def output_path(text: str) -> Path:
 
 def add_predict_steps_argument(parser: Any, *, default: int) -> None:
     """``levers memory --predict-steps N``: training steps the memory model runs after the
-    build (predicted, not timed, so not ``--steps``, which is kept as its older spelling)."""
+    build (predicted, not timed, so not ``--steps``, which is kept as its older spelling).
+    Its value is None when not given (so that a verb can tell); ``default`` is the verb's."""
     parser.add_argument(
         "--predict-steps",
         "--steps",
         dest="predict_steps",
         type=count,
-        default=default,
+        default=None,
         metavar="N",
         help=f"training steps predicted after the build; the peaks cover them all (default: "
         f"{default}); --steps is its older spelling",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
+from levers.script_defaults import TUNE_SCRIPT_STEPS
 from levers.cli.options import (
     add_lever_argument,
     add_output_arguments,
@@ -53,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "each A/B is one run of it, the levers applied inside it after its first 2 optimizer "
             "steps and undone and applied again in windows of steps, candidate first: C B B C; "
             "it must run at least 2 + --parity-steps + (--rounds + 1) x --warmup + 2 x --steps "
-            "steps, 54 with the defaults)"
+            f"optimizer steps, {TUNE_SCRIPT_STEPS} with the defaults)"
         ),
     )
     add_workload_argument(parser)
@@ -141,21 +142,14 @@ def run(args: argparse.Namespace) -> int:
 def _run_script(args: argparse.Namespace) -> int:
     """``levers tune [options] -- python train.py``: every check before the first run."""
     from levers.capture.json_io import check_writable
+    from levers.cli.script import reject_factory_arguments
     from levers.integrations.script import parse_command
     from levers.output.progress import progress_status
     from levers.tune.budget import parse_duration_s
     from levers.tune.measure import TrialDesign
     from levers.tune.script import DEFAULT_ROUNDS, ScriptDesign, tune_script
 
-    if args.workload is not None:
-        raise LeversError(
-            f"levers tune got both a workload ({args.workload}) and a script after --; give one"
-        )
-    if args.set_items:
-        raise LeversError(
-            "--set sets a factory's parameters; a script takes its own arguments after -- "
-            "(levers tune -- python train.py --batch-size 8)"
-        )
+    reject_factory_arguments(args, "tune")
     command = parse_command(args.script_command)
     words = ["python", "-m", command.target] if command.is_module else ["python", command.target]
     try:

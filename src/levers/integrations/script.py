@@ -16,15 +16,18 @@ runpy's frames) and its exit code is kept: 1 for an exception, the code of a ``S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import runpy
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from levers.capture.records import Capture
 from levers.errors import LeversError
@@ -117,15 +120,28 @@ def run_script(
     tokens_per_step: int | None = None,
     progress: Callable[[int, str], None] | None = None,
     on_step: Callable[[int, Any], None] | None = None,
+    on_captured: Callable[[Capture, Workload], None] | None = None,
 ) -> ScriptRun:
     """Run the script, capture one whole step after ``warmup`` (+ ``timed``) optimizer steps.
 
     ``on_step(num_steps, optimizer)`` is called at every step boundary (see
-    :class:`levers.integrations.steps.StepWatcher`). A KeyboardInterrupt propagates (the CLI
-    turns it into exit 130).
+    :class:`levers.integrations.steps.StepWatcher`). ``on_captured(capture, workload)`` is
+    called as soon as the step is captured, inside the script's ``optimizer.step()``, before the
+    script goes on (``keep_running``) or is stopped; what it raises stops the script and is
+    raised again here, after the script's environment is put back. A KeyboardInterrupt
+    propagates (the CLI turns it into exit 130).
     """
+    failed: list[BaseException] = []  # what on_captured raised
 
-    def captured(_capture: Capture) -> None:
+    def captured(capture: Capture) -> None:
+        if on_captured is not None:
+            assert watcher.workload is not None  # set before any capture
+            try:
+                with _outside_the_step():
+                    on_captured(capture, watcher.workload)
+            except BaseException as exc:  # noqa: BLE001 - levers' own: not the script's to see
+                failed.append(exc)
+                raise StopTraining from None
         if not keep_running:
             raise StopTraining
 
@@ -159,7 +175,12 @@ def run_script(
             exit_code = 1
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         finally:
-            sys.stdout.flush()
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                pass  # the reader has gone (| head): levers' own output meets it next
+    if failed:
+        raise failed[0]
     return ScriptRun(
         capture=watcher.capture,
         workload=watcher.workload,
@@ -169,6 +190,20 @@ def run_script(
         saw=watcher.saw(),
         error=error,
     )
+
+
+@contextlib.contextmanager
+def _outside_the_step() -> Iterator[None]:
+    """Gradients on and autocast off, as at a script's top level: ``on_captured`` runs inside
+    the script's ``optimizer.step()``, which a script may call under ``torch.no_grad()`` or
+    inside its autocast region, and what it runs (the audit's microbenchmarks of a fix) must not
+    run under them."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.enable_grad())
+        for device_type in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(device_type):
+                stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield
 
 
 def _name_of(command: ScriptCommand) -> str:

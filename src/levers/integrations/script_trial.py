@@ -32,14 +32,19 @@ applied); only their times are read.
 
 **Parity steps.** The losses of the candidate's first ``P`` steps (script steps ``W+1 ..
 W+P``), what each step passed to ``Tensor.backward`` (scalars only; summed where gradient
-accumulation calls backward more than once a step), are kept on the device and read as floats
-at the end; levers tune compares them with those of the same steps of the runs without levers.
+accumulation calls backward more than once a step; a copy, read as a float at the step's end
+after its time was taken), are what levers tune compares with those of the same steps of the
+runs without levers.
 While they run, inductor draws random numbers with eager's ops
 (:func:`levers.ab.random_alike.drawn_alike`): a compiled dropout then takes the masks the eager
 step takes. What was compiled so is dropped after them where the model's forward draws random
 numbers (``--draws-random``, as the run without levers saw it with
 :mod:`levers.integrations.random_draws`; not said: assumed so), and the candidate's warm-up
 compiles it again with the user's setting: the timed steps run the program the user would run.
+
+**NaN/inf.** Every step's loss from ``W+1`` on is read so, whichever side's window it is in: a
+loss that is NaN or infinite stops the run there (ab's kill line), with ``nonfinite`` (its step,
+loss, side and stack) in the JSON; no step of such a run is judged.
 
 **Recompile limit.** A window with levers on whose steps made dynamo hit its recompile limit
 ends the run with an error (a region past the limit runs uncompiled, and its steps would time
@@ -57,20 +62,22 @@ expected saving of each lever the findings name
 (:func:`levers.tune.candidates.audit_expectations`).
 
 The JSON always says how the run ended: ``complete`` (every window ran), else ``error`` (the
-script's exception, a lever that could not be applied or undone, the recompile limit),
+script's exception, a lever that could not be applied or undone, the recompile limit, a
+NaN/inf loss),
 ``failed_side`` (the side whose window was on) and ``num_steps`` (how far it got).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from levers.capture.loss import LossTap, loss_of, nonfinite
 
 SCHEMA_VERSION = 2
 CANDIDATE = "candidate"
@@ -84,37 +91,6 @@ WRAPS_STEP = (
     "step=train_step) and call handle.step(), or tune a factory"
 )
 DRAWS_RANDOM = {"yes": True, "no": False}
-
-
-class LossTap:
-    """Keeps each scalar passed to ``Tensor.backward`` while ``recording``; ``take()`` returns
-    those of the step that just ended. ``Tensor.backward`` is put back on exit."""
-
-    def __init__(self) -> None:
-        self.recording = False
-        self._seen: list[torch.Tensor] = []
-        self._original: Callable[..., Any] | None = None
-
-    def __enter__(self) -> LossTap:
-        original = self._original = torch.Tensor.backward
-        tap = self
-
-        @functools.wraps(original)
-        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if tap.recording and tensor.numel() == 1:
-                # a copy: a CUDA graph's output (the loss) is overwritten by its next replay
-                tap._seen.append(tensor.detach().clone())
-            return original(tensor, *args, **kwargs)
-
-        torch.Tensor.backward = backward  # type: ignore[method-assign]
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        torch.Tensor.backward = self._original  # type: ignore[method-assign]
-
-    def take(self) -> list[torch.Tensor]:
-        seen, self._seen = self._seen, []
-        return seen
 
 
 def _script_step() -> None:
@@ -214,7 +190,7 @@ class WindowRecorder:
         self.draws_random = draws_random
         self.data: dict[str, Any] = {"complete": False}
         self.windows: list[dict[str, Any]] = []  # what each window that began did
-        self.parity_losses: list[list[torch.Tensor]] = []
+        self.parity_losses: list[float | None] = []
         self._model: torch.nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._handle: Any = None  # the levers on now
@@ -261,10 +237,14 @@ class WindowRecorder:
         window = self.window
         self._done_in_window += 1
         done = self._done_in_window
-        if done <= window.parity:
-            self.parity_losses.append(seen)
-        elif done > window.parity + window.untimed:
+        if done > window.parity + window.untimed:
             self.windows[-1]["step_s"].append(now - self._t_last)
+        loss = loss_of(seen)  # sync point: after the step's time was read
+        if done <= window.parity:
+            self.parity_losses.append(loss)
+        if nonfinite(loss):
+            self._stop_nonfinite(num_steps, loss)
+            raise StopTraining
         if num_steps == self.warmup + 1:
             self._end_precision_probe()
         if window.parity and done == window.parity:
@@ -284,6 +264,18 @@ class WindowRecorder:
         if self._mark_graph_steps:
             torch.compiler.cudagraph_mark_step_begin()
         self._t_last = self._now()
+
+    def _stop_nonfinite(self, num_steps: int, loss: float | None) -> None:
+        """A step's loss is NaN or infinite: no step of this run can be judged (ab's kill line)."""
+        window = self.window
+        levers = ",".join(window.stack) or "no levers"
+        self.data["nonfinite"] = {
+            "step": num_steps, "loss": repr(loss), "side": window.side, "stack": list(window.stack),
+        }
+        self._fail(
+            f"the loss passed to backward() is {loss} at optimizer step {num_steps} of the "
+            f"script, in the {window.side}'s window ({levers} on); the run was stopped there"
+        )
 
     def where(self) -> dict[str, Any]:
         """The window on now (the side whose levers were on when a run ended early)."""
@@ -439,7 +431,7 @@ class WindowRecorder:
         return True
 
     def _start_parity(self) -> None:
-        self.tap.recording = True
+        self.tap.recording = True  # every step's loss from here on, each checked for NaN/inf
         if self.probe and self._model is not None:
             from levers.integrations.random_draws import ForwardDraws
 
@@ -451,7 +443,6 @@ class WindowRecorder:
             self._compiled = self._drawn_alike.__enter__()
 
     def _end_parity(self) -> None:
-        self.tap.recording = False
         self._phase("parity")
         if self._forward_draws is not None:
             self._forward_draws.__exit__(None, None, None)
@@ -475,19 +466,9 @@ class WindowRecorder:
             torch.cuda.reset_peak_memory_stats(self._device)
 
     def _finish(self) -> None:
+        self.tap.recording = False  # the probe's audited step after this one is not the A/B's
         self._phase("windows")
-        self.data.update(
-            complete=True,
-            phase_s=self.phase_s,
-            # sync point: the losses are read after the timed steps
-            parity_losses=[_loss_of(step) for step in self.parity_losses],
-        )
-
-
-def _loss_of(seen: list[torch.Tensor]) -> float | None:
-    if not seen:
-        return None
-    return float(sum(float(t.float()) for t in seen))
+        self.data.update(complete=True, phase_s=self.phase_s, parity_losses=self.parity_losses)
 
 
 def _one_line(exc: BaseException) -> str:

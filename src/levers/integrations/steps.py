@@ -40,6 +40,7 @@ from torch.optim.optimizer import (
 )
 
 from levers.capture import compile_stats
+from levers.capture.loss import LossTap, loss_of
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture, capture_mode
 from levers.levers.applicability import with_applicability
@@ -216,6 +217,9 @@ class StepWatcher:
         # the modules whose forward ran in the second step (find_model's outermost model)
         self.called: set[int] = set()
         self._watching_calls: contextlib.ExitStack | None = None
+        # the scalars the captured step passes to Tensor.backward: its loss (the script returns
+        # none to levers), for the capture's settings["loss"] and the audit's NaN warning
+        self._loss_tap: LossTap | None = None
 
     @property
     def steps_needed(self) -> int:
@@ -236,6 +240,7 @@ class StepWatcher:
             handle.remove()
         self._handles = []
         self._stop_watching_calls()
+        self._take_loss()
         if self._active is not None:  # the run ended inside the step being captured
             self._active.abort()
             self._active = None
@@ -351,6 +356,9 @@ class StepWatcher:
             recorded = active.stop(
                 step_s=tuple(self._step_s), reason="the one-pass mode was asked for"
             )
+            recorded = dataclasses.replace(
+                recorded, settings={**recorded.settings, "loss": self._take_loss()}
+            )
             if self.mode == "one-pass":
                 self._captured(recorded)
             else:
@@ -394,6 +402,14 @@ class StepWatcher:
             f"{primary}.step() to its next, with {', '.join(others)} inside it"
         )
 
+    def _take_loss(self) -> float | None:
+        """The captured step's loss, read once the step is over; the tap comes off."""
+        tap, self._loss_tap = self._loss_tap, None
+        if tap is None:
+            return None
+        tap.__exit__(None, None, None)
+        return loss_of(tap.take())
+
     def _sync(self) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # sync point: a timing boundary between steps
@@ -415,4 +431,6 @@ class StepWatcher:
             self.workload, progress=self.progress, optimizer_hooks=False,
             compiled_before=self.compiled_before,
         )
+        self._loss_tap = LossTap(copy=False).__enter__()
+        self._loss_tap.recording = True
         self._active.start()

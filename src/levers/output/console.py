@@ -38,3 +38,15 @@ def say_wrote(path: str | PathLike[str], what: str | None = None) -> None:
     """Print ``wrote WHAT to PATH`` (or ``wrote PATH``) on stderr."""
     text = f"wrote {what} to {path}" if what else f"wrote {path}"
     make_console(stderr=True).print(text, markup=False, soft_wrap=True)
+
+
+def silence_stdout() -> None:
+    """Point standard output at the null device: the reader has gone (``levers ... | head``),
+    and the interpreter's last flush of what is still buffered must not fail on it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)

@@ -14,7 +14,8 @@ This module starts those runs and compares what they saw:
   step computes in and whether the model's forward draws random numbers, and (unless
   ``--no-audit``) audits one step for the levers' expected savings; a second run without levers,
   to the end of the parity steps only, checks that the script's steps repeat. A script that
-  fails or ends before an A/B's last step is refused here, before the search.
+  fails or ends before an A/B's last step, or whose loss is NaN or infinite at a step of it, is
+  refused here, before the search.
 - **Each A/B** pairs the j-th timed step of the candidate's window ``r`` with the j-th of the
   baseline's window ``r`` (each pair of windows in the other order from the one before, so that
   a drift of the step time over the run falls on both sides alike); ab's paired bootstrap
@@ -22,7 +23,8 @@ This module starts those runs and compares what they saw:
   tokens/s ratio (read as steps/s: both sides run the script's own batches, the same tokens per
   step, since no lever that changes the batch is tried) and tune's
   :func:`levers.tune.trial.judge` decides. An A/B so pays one start of the script (its imports,
-  model, data, compile) instead of one per side and round.
+  model, data, compile) instead of one per side and round. A NaN or infinite loss at any step of
+  either side stops the run there and kills the A/B (ab's kill line): nothing is judged on it.
 - **Parity**: the losses of the candidate's parity steps (script steps ``W+1 .. W+P``, the first
   after its levers are applied) are compared with the probe's losses of the same steps within
   the tolerance of the candidate's whole stack (the user's question is whether this stack keeps
@@ -57,6 +59,7 @@ from statistics import median
 from typing import Any, Protocol
 
 from levers.ab.parity import Tolerance, rel_diff, tolerance_for
+from levers.ab.runner import MIN_STEPS_FOR_CI
 from levers.ab.stats import paired_ratio_ci
 from levers.ab.verdict import (
     DAMAGED,
@@ -111,6 +114,15 @@ class ScriptDesign:
             self.script_warmup + self.trial.parity_steps
             + (self.rounds + 1) * self.trial.warmup + 2 * self.rounds * self.timed_per_window
         )
+
+    def steps_that_fit(self, num_steps: int) -> int | None:
+        """The largest ``--steps`` whose runs end by the script's optimizer step ``num_steps``,
+        the rest of the design as it is; None where that leaves fewer than ab's
+        ``MIN_STEPS_FOR_CI`` timed steps per side (a CI95 too wide to trust)."""
+        trial = self.trial
+        untimed = self.script_warmup + trial.parity_steps + (self.rounds + 1) * trial.warmup
+        steps = (num_steps - untimed) // (2 * self.rounds) * self.rounds
+        return steps if steps >= MIN_STEPS_FOR_CI else None
 
     @property
     def repeat_steps(self) -> int:
@@ -293,6 +305,14 @@ def checked_baseline(run: TrialRun, display: str, design: ScriptDesign, needed: 
     data = run.data
     seen = data.get("num_steps", 0)
     log = f"\nits last lines:\n{run.log_tail}" if run.log_tail else ""
+    bad = data.get("nonfinite")
+    if bad:
+        raise LeversError(
+            f"{display}: the loss passed to backward() is {bad['loss']} at optimizer step "
+            f"{bad['step']} of the script, with no lever applied; levers tune judges a lever "
+            "on the script's losses and step times, which mean nothing on a run that trains on "
+            "NaN or inf: fix the script's loss (its data, learning rate, precision) first"
+        )
     if run.timed_out:
         raise LeversError(
             f"{display} did not reach its optimizer step {needed} within the budget; raise "
@@ -300,10 +320,16 @@ def checked_baseline(run: TrialRun, display: str, design: ScriptDesign, needed: 
             f"{design.steps_per_run}: {design.layout()}){log}"
         )
     if data.get("exit_code") == 0 and data.get("script_error") is None and seen < needed:
+        fits = design.steps_that_fit(seen) if needed == design.steps_per_run else None
+        lower = (
+            f", or fit the runs to its {seen} steps with --steps {fits}" if fits is not None
+            else f" (--steps alone cannot fit the runs to its {seen} steps: that would time "
+            f"fewer than {MIN_STEPS_FOR_CI} steps per side, too few for a CI95 to trust)"
+        )
         raise LeversError(
-            f"{display} ended after {seen} optimizer step(s); levers tune runs it to step "
-            f"{needed} ({design.layout()}): let the script run more steps (its own steps "
-            "argument) or lower --steps, --warmup and --rounds"
+            f"{display} ended after {seen} optimizer step(s); levers tune runs it to its "
+            f"optimizer step {needed} each time ({design.layout()}): let the script run at "
+            f"least {needed} optimizer steps (its own steps argument){lower}"
         )
     raise StepError(
         f"{display} failed before levers tune could time its steps (after {seen} optimizer "
@@ -501,6 +527,8 @@ def script_measure(
         wall_s = clock() - started
         if run.timed_out:
             return _out_of_time(base, stack, wall_s)
+        if run.data.get("nonfinite"):
+            return _nonfinite(base, stack, run, wall_s)
         if not run.complete:
             if run.failed_side == BASELINE:  # after the candidate's levers were undone
                 what = (f"the baseline side ({','.join(base) or 'no levers'}, after the "
@@ -517,6 +545,22 @@ def script_measure(
         return trial_from_run(base, stack, run, parity, design, wall_s)
 
     return measure
+
+
+def _nonfinite(base: Stack, stack: Stack, run: TrialRun, wall_s: float) -> Trial:
+    """The A/B's run stopped on a NaN/inf loss (ab's kill line): killed, nothing judged."""
+    bad = run.data["nonfinite"]
+    if bad.get("side") == BASELINE:
+        whose = (f"the baseline side's ({','.join(base) or 'no levers'}, after the candidate's "
+                 "levers were undone)")
+    else:
+        whose = f"the stack's ({','.join(stack)})"
+    return Trial(
+        base=base, stack=stack, decision=KILLED,
+        killed=(f"{whose} loss is {bad['loss']} at optimizer step {bad['step']} of the script "
+                "(the loss the probe saw there without levers was finite); the run was stopped"),
+        killed_kind="nonfinite_loss", wall_s=wall_s,
+    )
 
 
 def _out_of_time(base: Stack, stack: Stack, wall_s: float) -> Trial:

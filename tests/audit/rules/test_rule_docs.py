@@ -42,6 +42,18 @@ def test_fix_names_the_registered_levers_and_safety(code):
     assert safety.startswith(r.fix_safety.replace("-", " ")), f"{code}: Fix safety says {safety[:30]!r}"
 
 
+def test_the_docs_name_the_tune_command_the_audit_of_a_script_prints():
+    from levers.audit.recommend import tune_takes_scripts
+
+    text = " ".join(rules_markdown().split())
+    # the audit of a script prints `levers tune -- python ...` as a next step (levers.audit.
+    # recommend.without_spec_steps); the docs said that verb would take a script one day
+    assert tune_takes_scripts()
+    assert "once that verb takes a script" not in text
+    script = text.split("A script audited after `--`", 1)[1].split("The report ends with", 1)[0]
+    assert "the `levers tune -- python train.py` command" in script
+
+
 def test_rule_prints_its_documentation(capsys):
     assert main(["rule", "attn001"]) == 0
     out = capsys.readouterr().out
