@@ -39,21 +39,3 @@ def test_a_workload_beside_a_script_is_refused_before_it_runs(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "both a workload (demo) and a script after --" in err
     assert not ran.exists()
-
-
-@pytest.mark.parametrize("verb", ["audit", "memory"])
-@pytest.mark.parametrize("flags, what_to_do", [
-    # a script's options given to a factory's workload were dropped, the verb ending 0
-    pytest.param(["--keep-running"], "give the script after --", id="keep-running"),
-    pytest.param(["--tokens-per-step", "512"], "set that in the factory", id="tokens-per-step"),
-])
-def test_a_scripts_option_given_to_a_factory_is_refused_before_it_runs(
-    tmp_path, verb, flags, what_to_do, capsys
-):
-    factory = tmp_path / "factory.py"
-    ran = tmp_path / "ran"
-    factory.write_text(f"def make():\n    open({str(ran)!r}, 'w').write('ran')\n")
-    assert main([verb, f"{factory}:make", *flags]) == 2
-    err = " ".join(capsys.readouterr().err.split())
-    assert flags[0] in err and what_to_do in err
-    assert not ran.exists()  # refused before the factory was built

@@ -34,7 +34,6 @@ from levers.cli.script import (
     SCRIPT_WARMUP,
     add_script_arguments,
     reject_factory_arguments,
-    reject_script_arguments,
     warn_nonfinite_loss,
 )
 
@@ -139,8 +138,6 @@ def run(args: argparse.Namespace) -> int:
         _reject_distributed_options(args)
         args.no_memory_model = True  # the memory model builds a workload from a factory
     args.workload = args.workload or DEFAULT_WORKLOAD
-    if not script:
-        reject_script_arguments(args, "audit")
     if not script:  # a script's defaults differ, and its runner reads them itself
         args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
         args.steps = DEFAULT_TIMED if args.steps is None else args.steps

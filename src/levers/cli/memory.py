@@ -119,14 +119,11 @@ def run(args: argparse.Namespace) -> int:
         reject_factory_arguments(args, "memory")
         _reject_prediction_options(args)
         return run_memory(args, console)
-    from levers.cli.script import reject_script_arguments
-
     if args.workload is None:
         raise LeversError(
             "levers memory needs a WORKLOAD (demo, llama, path/to/file.py:factory) or a script "
             "after -- (levers memory -- python train.py)"
         )
-    reject_script_arguments(args, "memory")
     try:
         gpu = resolve_gpu(args.gpu or DEFAULT_GPU)
         margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)

@@ -137,24 +137,6 @@ def reject_factory_arguments(args: argparse.Namespace, verb: str) -> None:
         )
 
 
-def reject_script_arguments(args: argparse.Namespace, verb: str) -> None:
-    """Refuse, before any work, the options of the ``-- python train.py`` form given to a
-    factory's workload (none is dropped): a factory's step ends where its function returns, and
-    its tokens per step are the workload's own."""
-    if getattr(args, "keep_running", False):
-        raise LeversError(
-            f"--keep-running lets a script run on after its captured step; levers {verb} "
-            f"{args.workload} runs a factory's steps only: drop it, or give the script after -- "
-            f"(levers {verb} --keep-running -- python train.py)"
-        )
-    if getattr(args, "tokens_per_step", None) is not None:
-        raise LeversError(
-            f"--tokens-per-step tells levers a script's tokens per step; a factory's workload "
-            f"counts its own (its Workload's tokens_per_step): drop it, or set that in the "
-            "factory"
-        )
-
-
 def warn_nonfinite_loss(capture: Any) -> None:
     """Warn on stderr where the captured step's loss (``settings["loss"]``: what a factory's step
     returned, or what a script passed to ``backward()``) is NaN or infinite. The audit (of a
