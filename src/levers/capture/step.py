@@ -48,7 +48,7 @@ from levers.capture.recorder import (
     OpRecorder,
     make_recorder,
 )
-from levers.errors import LeversError, StepError, user_traceback
+from levers.errors import EmptyStep, LeversError, StepError, user_traceback
 from levers.workload import Workload
 from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
 
@@ -209,6 +209,7 @@ def capture_step(
     Raises:
         ValueError: warmup or timed is negative, or mode is not a capture mode.
         StepError: the workload's step raised (with the user's traceback).
+        EmptyStep: the step ran no torch op or call.
     """
     if warmup < 0 or timed < 0:
         raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
@@ -232,6 +233,13 @@ def capture_step(
     content = capture.stop(
         step_s=step_s, returned=returned, reason="the one-pass mode was asked for"
     )
+    # an empty step would audit to no finding, as if nothing were wrong with it
+    if not content.ops and not content.calls:
+        raise EmptyStep(
+            f"the step of workload {workload.name!r} ran no torch op or call, so there is nothing "
+            "to capture; make its step() run one whole training step (forward, loss.backward(), "
+            "optimizer.step())"
+        )
     if mode == "one-pass":
         return content
     timed_pass = TimedPass(workload.device)
