@@ -201,7 +201,9 @@ def claimed_elsewhere(capture: Capture) -> dict[str, frozenset[int]]:
     }
 
 
-def _left_out_text(capture: Capture, classes: tuple[str, ...], claimed: dict[str, frozenset[int]]) -> str:
+def _left_out_text(
+    capture: Capture, classes: tuple[str, ...], claimed: dict[str, frozenset[int]]
+) -> str:
     """What the count leaves out, so that it reads against the op-class table and the other
     findings."""
     ops = capture.ops
