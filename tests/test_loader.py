@@ -109,7 +109,9 @@ def test_file_without_default_factory_lists_candidates():
     assert "no function named 'workload'" in message
     assert ":FACTORY" in message
     # public functions defined in the file; private helpers and imports (Workload) are not listed
-    assert "bad_model, needs_dependency, raises, returns_dict, step_raises, strict" in message
+    assert "bad_model, empty_step, needs_dependency, raises, returns_dict, step_raises, strict" in (
+        message
+    )
     assert "_tiny_model" not in message
     assert "Workload" not in message.split("Functions defined there:")[1]
 
