@@ -33,7 +33,7 @@ def test_parse_set_literals_and_strings():
             "quoted='x y'",
             "shape=[2, 3]",
             "expr=a=b",
-            "empty=",
+            "empty=''",
         ]
     )
     assert params == {
@@ -51,6 +51,12 @@ def test_parse_set_literals_and_strings():
         "empty": "",
     }
     assert type(params["batch_size"]) is int
+
+
+def test_parse_set_refuses_an_item_without_a_value():
+    # `--set hidden=` is a slip more often than an empty string, which reads as hidden=''
+    with pytest.raises(LeversError, match="--set hidden= gives no value"):
+        parse_set(["hidden="])
 
 
 def test_parse_set_later_item_wins():

@@ -12,17 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from levers.errors import LeversError
+# a --lever name the catalogue does not hold, or options it refuses (a lever that exists but has
+# nothing to change on the workload raises NotApplicable in apply_levers instead)
+from levers.levers.lever import LeverNotFound
 from levers.workload import Workload
 from levers.vocab import CHANGES_NUMERICS, EXACT
-
-
-class LeverNotFound(LeversError):
-    """A --lever name that the catalogue does not hold, or options it refuses.
-
-    A lever that exists but has nothing to change on the workload raises
-    :class:`levers.levers.lever.NotApplicable` instead (:func:`apply_levers`).
-    """
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from levers.cli.options import (
     add_workload_argument,
     output_path,
     positive_count,
+    positive_seconds,
 )
 from levers.output.progress import progress_status
 from levers.cli.script import (
@@ -96,7 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--dist-timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_DIST_TIMEOUT_S,
         metavar="S",
         help="under torchrun: seconds rank 0 waits for the other ranks' records, and they for "
@@ -140,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
         reject_workload(args, "audit")
         args.no_memory_model = True  # the memory model builds a workload from a factory
         args.set_items = []
+    else:
+        from levers.cli.script import reject_script_options
+
+        reject_script_options(args, "audit")
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
         args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from levers.cli.options import positive_count
 from levers.errors import LeversError
 from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 
@@ -34,7 +35,7 @@ def add_script_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--tokens-per-step",
-        type=int,
+        type=positive_count,
         default=None,
         metavar="N",
         help="tokens (or samples) one step of the script consumes, for tokens/s",
@@ -66,6 +67,8 @@ def capture_script(args: argparse.Namespace, *, warmup: int, timed: int) -> Scri
     if args.tokens_per_step is not None and args.tokens_per_step <= 0:
         raise LeversError(f"--tokens-per-step must be positive, got {args.tokens_per_step}")
     command = parse_command(args.script_command)
+    for note in command.notes:
+        print(f"levers: note: {note}", file=sys.stderr)
     with progress_status() as progress:
         run = run_script(
             command,
@@ -89,6 +92,35 @@ def capture_script(args: argparse.Namespace, *, warmup: int, timed: int) -> Scri
             file=sys.stderr,
         )
     return ScriptCapture(run.capture, run.workload, run.exit_code)
+
+
+# what a workload does instead of each option of the script form
+_SCRIPT_ONLY = {
+    "--keep-running": "levers runs a workload's steps itself, and no more of them",
+    "--tokens-per-step": "a workload's factory sets it: levers.Workload(tokens_per_step=...)",
+}
+
+
+def reject_script_options(
+    args: argparse.Namespace, verb: str, extra: dict[str, tuple[str, str]] | None = None
+) -> None:
+    """Refuse the options of the ``-- python train.py`` form when a workload is given instead:
+    they would be accepted and do nothing. ``extra``: the verb's own such options, flag ->
+    (dest, what a workload does instead); given when not None."""
+    given = {
+        "--keep-running": args.keep_running,
+        "--tokens-per-step": args.tokens_per_step is not None,
+        **{flag: getattr(args, dest, None) is not None for flag, (dest, _) in (extra or {}).items()},
+    }
+    why = {**_SCRIPT_ONLY, **{flag: text for flag, (_, text) in (extra or {}).items()}}
+    asked = [flag for flag, is_given in given.items() if is_given]
+    if asked:
+        names = " and ".join(asked)
+        raise LeversError(
+            f"{names} {'is' if len(asked) == 1 else 'are'} for a script after -- (levers {verb} "
+            f"-- python train.py), not a workload ({'; '.join(f'{f}: {why[f]}' for f in asked)}); "
+            f"drop {names}"
+        )
 
 
 def reject_workload(args: argparse.Namespace, verb: str) -> None:
