@@ -44,6 +44,20 @@ def find_levers(names: Sequence[str]) -> list[ChosenLever]:
         raise LeverNotFound(str(exc)) from None
 
 
+def predicting_own_workload(levers: Sequence[ChosenLever], spec: str) -> list[ChosenLever]:
+    """``levers`` with ``workload=spec`` given to each lever that predicts a workload's memory
+    (it takes a ``workload`` option: ac-budget) and was told neither which (``workload=``) nor
+    what to plan from (``inputs=``): an A/B's lever predicts the side it is applied to, built
+    from ``spec`` with that side's own parameters."""
+    out = []
+    for chosen in levers:
+        takes = "workload" in getattr(chosen.lever, "options", ())
+        if takes and not {"workload", "inputs"} & set(chosen.options):
+            chosen = ChosenLever(chosen.lever, {**chosen.options, "workload": spec})
+        out.append(chosen)
+    return out
+
+
 def choose_params(
     spec: Any,
     params: dict[str, Any],

@@ -149,7 +149,11 @@ def _apply(
                 handle.undo()
                 raise NotApplicable(f"lever {lever.id} does not apply: {reason}")
             before = handle.target.step
-            undo_patch = lever.patch(handle.target)
+            try:
+                undo_patch = lever.patch(handle.target)
+            except BaseException:
+                handle.undo()  # those applied before it: all or none
+                raise
         finally:
             handle.target.options = shared
 
