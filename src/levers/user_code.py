@@ -63,3 +63,10 @@ def is_script_file(filename: str) -> bool:
         return False
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
     return not path.startswith(_SITE_DIRS)
+
+
+def is_builtin_workload_file(filename: str) -> bool:
+    """Whether ``filename`` is a built-in workload's (``levers/workloads``): user code for
+    source lines, but levers' own when its step fails."""
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return path.startswith(_WORKLOADS_DIR)
