@@ -74,9 +74,20 @@ def _context() -> dict[str, Any]:
     return {
         "commit": commit,
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_name(),
         "num_cpus": os.cpu_count(),
     }
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main() -> int:
