@@ -97,13 +97,13 @@ def _name_of(obj: Any, frames: list[FrameType]) -> str | None:
 
 def _attribute_holding(value: Any, obj: Any) -> str | None:
     """The attribute (or registered submodule) of ``value`` that is ``obj``, or None."""
-    if isinstance(value, (type, types.ModuleType)) or (
-        callable(value) and not isinstance(value, torch.nn.Module)
-    ):
-        return None  # classes, functions, imported modules: their attributes are not the script's
     try:
+        if isinstance(value, (type, types.ModuleType)) or (
+            callable(value) and not isinstance(value, torch.nn.Module)
+        ):
+            return None  # classes, functions, imported modules: not the script's objects
         attributes = dict(vars(value))
-    except TypeError:  # no __dict__
+    except Exception:  # noqa: BLE001 - no __dict__, or a proxy whose referent is gone
         return None
     attributes.update(attributes.get("_modules") or {})
     return next(

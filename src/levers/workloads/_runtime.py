@@ -13,6 +13,8 @@ import torch
 import torch._guards
 import torch.nn.functional as F
 
+from levers.units import format_bytes
+
 # the held-out set of a language-model workload: this many sequences, drawn from their own
 # generator (seeded from the workload's seed plus this offset), never from the training stream
 NUM_HELD_OUT = 32
@@ -125,8 +127,7 @@ class StepFloor:
     left out), so a step over it cannot run, while one under it may still not."""
 
     parameters: int  # the weight matrices counted: embedding, attention and MLP projections
-    tokens: int  # the step's batch: token ids (int64), or the images' pixels
-    batch_bytes: int
+    batch_bytes: int  # the step's batch: its token ids (int64), or its images' pixels
     kept_per_block: int  # activations each block keeps for backward, at the least: its input
     num_blocks: int
     logits: int  # elements of the output logits, for a language model (0 otherwise)
@@ -161,8 +162,6 @@ def check_step_fits(
     need = floor.bytes(param_size, activation_size)
     if capacity is None or need <= capacity:
         return
-    from levers.units import format_bytes
-
     raise ValueError(
         f"one training step at {label} holds at least {format_bytes(need)} (its weights, "
         "gradients and AdamW state, the batch, each block's saved input and the logits), more "

@@ -219,7 +219,6 @@ def step_floor(cfg: LlamaConfig) -> _runtime.StepFloor:
     return _runtime.StepFloor(
         parameters=cfg.vocab_size * cfg.width
         + cfg.layers * (2 * cfg.width * cfg.width + 3 * cfg.width * cfg.ffn),
-        tokens=tokens,
         batch_bytes=cfg.batch_size * (cfg.seq_len + 1) * 8,
         kept_per_block=tokens * cfg.width,
         num_blocks=cfg.layers,

@@ -128,7 +128,6 @@ def step_floor(entry: ZooModel, shape: dict[str, Any]) -> _runtime.StepFloor:
         logits = batch * scored * vocab
     return _runtime.StepFloor(
         parameters=vocab * width + layers * 2 * width * shape.get("ffn", 0),
-        tokens=tokens,
         batch_bytes=batch_bytes,
         kept_per_block=tokens * width,
         num_blocks=layers,
