@@ -207,7 +207,7 @@ def _left_out_text(
     """What the count leaves out, so that it reads against the op-class table and the other
     findings."""
     ops = capture.ops
-    mine = frozenset().union(*claimed.values())
+    claimed_ops = frozenset().union(*claimed.values())
     parts = [
         f"{sum(1 for i in indices if not ops[i].is_view)} kernels of {_PATTERN_NAMES[code]} are "
         f"{code}'s"
@@ -215,7 +215,7 @@ def _left_out_text(
     ]
     num_norms = sum(
         1 for op, cls in zip(ops, classes)
-        if cls == NORMS and not op.is_view and op.index not in mine
+        if cls == NORMS and not op.is_view and op.index not in claimed_ops
     )
     if num_norms:
         parts.append(f"{num_norms} kernels of fused norms already run as one kernel per call")
