@@ -130,6 +130,15 @@ def test_step_raises_exits_3_with_user_traceback(capsys):
     assert 'raise FloatingPointError("loss is nan at step 0")' in err
 
 
+def test_a_step_that_runs_no_op_is_refused_not_audited_to_nothing(capsys):
+    """Defect N20 (factory form): an empty step audited to no finding, rc 0."""
+    code, out, err = run(capsys, "audit", f"{BAD}:empty_step", "--no-memory-model", *QUICK)
+    assert code == 2
+    assert "Findings" not in out
+    assert "ran no torch op or call, so there is nothing to capture" in err
+    assert "make its step() run one whole training step" in err
+
+
 def test_missing_dependency(capsys):
     code, _, err = run(capsys, "audit", f"{FIXTURES / 'missing_dependency.py'}:factory")
     assert code == 2

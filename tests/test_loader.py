@@ -33,7 +33,7 @@ def test_parse_set_literals_and_strings():
             "quoted='x y'",
             "shape=[2, 3]",
             "expr=a=b",
-            "empty=",
+            "empty=''",
         ]
     )
     assert params == {
@@ -51,6 +51,12 @@ def test_parse_set_literals_and_strings():
         "empty": "",
     }
     assert type(params["batch_size"]) is int
+
+
+def test_parse_set_refuses_an_item_without_a_value():
+    # `--set hidden=` is a slip more often than an empty string, which reads as hidden=''
+    with pytest.raises(LeversError, match="--set hidden= gives no value"):
+        parse_set(["hidden="])
 
 
 def test_parse_set_later_item_wins():
@@ -109,7 +115,9 @@ def test_file_without_default_factory_lists_candidates():
     assert "no function named 'workload'" in message
     assert ":FACTORY" in message
     # public functions defined in the file; private helpers and imports (Workload) are not listed
-    assert "bad_model, needs_dependency, raises, returns_dict, step_raises, strict" in message
+    assert "bad_model, empty_step, needs_dependency, raises, returns_dict, step_raises, strict" in (
+        message
+    )
     assert "_tiny_model" not in message
     assert "Workload" not in message.split("Functions defined there:")[1]
 

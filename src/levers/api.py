@@ -455,7 +455,7 @@ class Step:
     def tune(
         self,
         *,
-        budget: str | float = "10m",
+        budget: str | float | None = None,
         levers: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] = (),
         steps: int | None = None,
@@ -472,7 +472,8 @@ class Step:
     ) -> TuneResult:
         """``levers tune``: the fastest stack of levers that keeps parity on this step, found by
         paired A/Bs (greedy, best expected saving first) within ``budget`` ("10m", "90s" or
-        seconds). Returns a :class:`levers.tune.result.TuneResult`; its ``stack`` is empty when
+        seconds; None: the default, 10m). Returns a :class:`levers.tune.result.TuneResult`; its
+        ``stack`` is empty when
         nothing pays. ``levers`` restricts the search to these ids, ``exclude`` leaves ids out;
         ``steps`` .. ``seed`` are each A/B's design; ``audit=False`` takes the candidates from
         the catalogue alone; ``record`` is a JSON-lines file each A/B and the result are
@@ -489,11 +490,11 @@ class Step:
         import time
 
         from levers.levers.handle import parse_ids
-        from levers.tune.budget import parse_duration_s
+        from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
         from levers.tune.measure import TrialDesign
         from levers.tune.run import tune_step
 
-        budget_s = parse_duration_s(budget)
+        budget_s = parse_duration_s(DEFAULT_BUDGET if budget is None else budget)
         defaults = TrialDesign()
         design = TrialDesign(
             steps=defaults.steps if steps is None else steps,
@@ -577,16 +578,34 @@ def _per_rank_plan(
 
 
 def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None, list[str]]:
-    """(candidate spec, lever specs): a list is levers; a string is levers when every comma
-    part starts with a lever id, else a workload spec."""
+    """(candidate spec, lever specs): a list is levers; a string is levers when a comma part
+    starts with a lever id, else a workload spec when it has a spec's form.
+
+    Raises:
+        LeverNotFound: a string that is neither (``"no-such-lever"``).
+    """
     if value is None:
         return None, []
     if not isinstance(value, str):
         return None, [str(v) for v in value]
+    import difflib
+
     from levers.levers import load_all
+    from levers.levers.lever import LeverNotFound
+    from levers.loader import looks_like_spec
 
     ids = load_all()
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    if parts and all(p.split(":", 1)[0] in ids for p in parts):
+    named = [p for p in parts if p.split(":", 1)[0] in ids]
+    # one lever id among them makes them lever specs: find_specs names the unknown ones
+    if named:
         return None, parts
-    return value, []
+    if looks_like_spec(value):
+        return value, []
+    close = difflib.get_close_matches(value.split(":", 1)[0].strip(), list(ids), n=1)
+    hint = f" (did you mean the lever {close[0]}?)" if close else ""
+    raise LeverNotFound(
+        f"{value!r} names no lever{hint} and no workload; name the levers to A/B (\"a,b\" or a "
+        "list; levers list shows them) or a candidate workload spec (a built-in name, "
+        "path/to/file.py:factory or package.module:factory)"
+    )

@@ -36,6 +36,10 @@ class StepError(LeversError):
     exit_code = 3
 
 
+class EmptyStep(LeversError, ValueError):
+    """The captured step ran no torch op: there is nothing to audit."""
+
+
 class MissingDependency(LeversError):
     """An optional dependency is not installed."""
 

@@ -49,7 +49,8 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
     Values are Python literals where they parse as one (``4``, ``1e-3``, ``True``, ``None``,
     ``'a'``, ``[1, 2]``) and plain strings otherwise (``1b``, ``cuda``, ``suffix_attn,norm``).
-    A later item overrides an earlier one with the same key.
+    A later item overrides an earlier one with the same key (the command line warns: see
+    :func:`levers.cli.options.add_set_argument`); an item without a value is refused.
     """
     params: dict[str, Any] = {}
     for item in items or ():
@@ -63,6 +64,11 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
             raise LeversError(
                 f"--set key {key!r} is not a valid parameter name; use key=value where key is a "
                 "Python identifier (for example --set batch_size=4)"
+            )
+        if not raw.strip():
+            raise LeversError(
+                f"--set {key}= gives no value; write {key}=VALUE ({key}=\"''\" for an empty "
+                "string)"
             )
         params[key] = _parse_value(raw)
     return params
@@ -112,6 +118,7 @@ def _resolve(spec: str) -> tuple[Callable[..., Any], str, bool, str | None]:
             )
         module = _import_module(module_name, spec)
         return _get_factory(module, attr, spec, explicit=True), spec, True, None
+    _check_colon(spec)
     target, attr = _split_spec(spec)
     # a directory reads the same with or without its trailing slash
     if _looks_like_path(target) or Path(target).expanduser().is_dir():
@@ -127,6 +134,40 @@ def _resolve(spec: str) -> tuple[Callable[..., Any], str, bool, str | None]:
     with _on_sys_path(cwd):
         module = _import_module(target, spec)
     return _get_factory(module, attr, spec, explicit=True), spec, False, cwd
+
+
+def _check_colon(spec: str) -> None:
+    """Refuse a spec with nothing on one side of its colon, saying what goes there."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or "/" in attr or "\\" in attr:
+        return
+    if not target:
+        raise WorkloadNotFound(
+            f"workload {spec!r} names no file or module before the colon; write "
+            f"path/to/file.py:{attr} or package.module:{attr}"
+        )
+    if not attr:
+        path = Path(target).expanduser()
+        listed = ""
+        if path.suffix == ".py" and path.is_file():
+            functions = _module_functions(path)
+            listed = f" (functions defined there: {', '.join(functions) if functions else 'none'})"
+        raise WorkloadNotFound(
+            f"workload {spec!r} names no function after the colon; write {target}:FACTORY, "
+            f"FACTORY the function that returns a levers.Workload{listed}"
+        )
+
+
+def _module_functions(path: Path) -> list[str]:
+    """The public functions a Python file defines at module level (read, not imported)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return []
+    return sorted(
+        node.name for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
+    )
 
 
 def _split_spec(spec: str) -> tuple[str, str | None]:
@@ -147,6 +188,18 @@ def file_spec_relative_to(spec: str, directory: str | os.PathLike[str]) -> str:
         return spec
     joined = str(Path(directory) / path)
     return f"{joined}:{attr}" if attr else joined
+
+
+def looks_like_spec(text: str) -> bool:
+    """Whether ``text`` has a workload spec's form (a built-in name, ``file.py:factory``,
+    ``package.module:factory``, a path): what a caller that also takes other names (lever ids)
+    reads it as, before resolving it."""
+    text = text.strip()
+    target, attr = _split_spec(text)
+    return (
+        text in BUILTINS or attr is not None or _looks_like_path(target)
+        or Path(target).expanduser().is_dir()
+    )
 
 
 def _looks_like_path(target: str) -> bool:
@@ -218,10 +271,7 @@ def _check_file_defines(path: Path, attr: str, spec: str, *, explicit: bool) -> 
     bound, dynamic = _module_level_names(tree.body)
     if attr in bound or dynamic:
         return
-    functions = sorted(
-        node.name for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
-    )
+    functions = _module_functions(path)
     listed = ", ".join(functions) if functions else "none"
     if explicit:
         head = f"{path} has no attribute {attr!r} at module level (workload {spec!r})"

@@ -53,3 +53,20 @@ def is_user_file(filename: str) -> bool:
     )
     _is_user_file[filename] = user
     return user
+
+
+def is_script_file(filename: str) -> bool:
+    """Whether frames in ``filename`` are the user's own code, not an installed library's: the
+    frames whose variable names the user wrote (a Trainer's inner loop is user code, but its
+    names are the library's)."""
+    if not is_user_file(filename):
+        return False
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return not path.startswith(_SITE_DIRS)
+
+
+def is_builtin_workload_file(filename: str) -> bool:
+    """Whether ``filename`` is a built-in workload's (``levers/workloads``): user code for
+    source lines, but levers' own when its step fails."""
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return path.startswith(_WORKLOADS_DIR)

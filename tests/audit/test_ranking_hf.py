@@ -63,7 +63,7 @@ def test_throughput_bound_with_a_batch_fit():
 def test_ranked_by_tokens_per_second_and_mem001_last():
     capture, _, result = audited()
     codes = [f.code for f in result.findings]
-    assert codes == ["MEM003", "ELEM001", "NORM001", "FUSE002", "SYNC001", "FUSE001", "MEM001"]
+    assert codes == ["MEM003", "NORM001", "FUSE002", "ELEM001", "SYNC001", "FUSE001", "MEM001"]
     mem001 = result.findings[-1]
     assert mem001.details["recommended"] is False and mem001.severity == "low"
     assert "Not recommended: the step is throughput-bound" in mem001.message
@@ -78,7 +78,7 @@ def test_stack_and_the_ab_command():
     # NORM001's rms-norm-fused and the FUSE findings' liger-kernels are covered by compile-blocks;
     # raise-batch (MEM003) needs a CUDA device, and this capture ran on a CPU: left out, said why
     assert rec.levers == ("compile-blocks",)
-    assert rec.codes == ("ELEM001",)
+    assert rec.codes == ("FUSE002",)
     assert rec.command == (
         "levers ab hf --set size=tiny seq_len=256 batch_size=4 --lever compile-blocks"
     )

@@ -202,3 +202,31 @@ def test_moe001_on_transformers_experts_stacks_grouped_mm_and_on_hand_written_on
     rec = _rule_stack("MOE001", "regress_hf_mixtral_eager")
     assert rec.levers == ("experts-grouped-mm",) and rec.codes == ("MOE001",)
     assert _rule_stack("MOE001", "fire_experts_loop").levers == ()
+
+
+def _with_names(**names):
+    import dataclasses
+
+    found = {"model": None, "optimizer": None, "model_class": "TinyLM", "optimizer_class": "AdamW",
+             "framework": None, "trainer": None, **names}
+    return dataclasses.replace(SCRIPT_CAPTURE, settings={"script_names": found})
+
+
+def test_a_script_apply_line_uses_the_script_names():
+    findings = [_finding("NORM001", ("rms-norm-fused",), 8)]
+    capture = _with_names(model="net", optimizer="opt")
+    rec = recommend(findings, capture, step_ms=100.0, weight=0.0, implemented=frozenset())
+    assert rec.next_steps[0] == (
+        'apply them in your script: with levers.apply(net, "rms-norm-fused", optimizer=opt): '
+        "(the loop runs inside; undone on exit)"
+    )
+
+
+def test_a_trainer_script_is_told_to_apply_through_the_trainer():
+    findings = [_finding("NORM001", ("rms-norm-fused",), 8)]
+    capture = _with_names(model="trainer.model", framework="transformers", trainer="trainer")
+    rec = recommend(findings, capture, step_ms=100.0, weight=0.0, implemented=frozenset())
+    assert rec.next_steps[0].startswith(
+        'apply them to your Trainer: Trainer(..., callbacks=[LeversCallback(levers="rms-norm-fused")])'
+    )
+    assert "levers.apply(" not in rec.next_steps[0]

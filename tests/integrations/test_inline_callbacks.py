@@ -32,6 +32,25 @@ def _train_step(model, optimizer, x, y):
     return loss
 
 
+def test_an_empty_capture_step_block_is_an_error_not_an_empty_audit():
+    """Defect N20: with capture_step(...): pass audited to no finding, with no word."""
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="no training step ran inside capture_step") as info:
+        with levers.capture_step(model, optimizer):
+            pass
+    assert "put one step of your loop inside it" in str(info.value)
+
+
+def test_a_forward_only_block_warns_that_the_audit_sees_no_step():
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match="ran no backward"):
+        with levers.capture_step(model, optimizer) as step:
+            model(torch.randn(4, 32)).sum()
+    assert step.capture is not None and step.capture.ops
+
+
 def test_capture_step_captures_the_block_and_changes_no_result(tmp_path):
     torch.manual_seed(0)
     model, twin = TinyMLP(), TinyMLP()

@@ -36,12 +36,8 @@ def test_audit_of_a_plain_loop_finds_its_habits_at_its_own_lines(tmp_path, capsy
         "ATTN002": {("train_loop.py", line_of(LOOP, 'scores = torch.einsum("bqhd'))},
         "MEM001": {("train_loop.py", line_of(LOOP, "x = block(x)"))},
         "SYNC001": {("train_loop.py", line_of(LOOP, "loss {loss.item()"))},
-        # the hand-rolled norm and the residual adds: eager elementwise work
-        "ELEM001": {
-            ("train_loop.py", line_of(LOOP, "variance = x.float().pow(2)")),
-            ("train_loop.py", line_of(LOOP, "return (x.float() * torch.rsqrt")),
-            ("train_loop.py", line_of(LOOP, "return x + self.mlp(self.norm2(x))")),
-        },
+        # no ELEM001: the hand-rolled norm's kernels are NORM001's alone, and the residual adds
+        # and GELU left are under its 15% of the step
     }
     data = json.loads(capture.read_text())
     phases = [op["phase"] for op in data["ops"]]

@@ -38,6 +38,12 @@ def test_audit_of_a_trainer_script(tmp_path):
     assert data["modules"][""] == "LlamaForCausalLM"
     assert {"forward", "backward", "optimizer"} <= {op["phase"] for op in data["ops"]}
     assert "training finished" not in result.stdout  # stopped after the captured step
+    # the Trainer builds the optimizer: the stack is applied through it, not levers.apply(model)
+    assert data["settings"]["script_names"]["framework"] == "transformers"
+    assert "apply them to your Trainer: Trainer(..., callbacks=[LeversCallback(levers=" in (
+        result.stdout
+    )
+    assert "levers.apply(model" not in result.stdout
 
 
 def line_of_module(module: str, text: str) -> int:

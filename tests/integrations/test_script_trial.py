@@ -46,6 +46,8 @@ def test_the_probe_finds_the_model_says_what_applies_and_records_its_parity_step
     data = _run(tmp_path, "--probe", "--rounds", "0")
     assert data["complete"] is True
     assert (data["model"], data["optimizer"], data["device"]) == ("TinyLM", "AdamW", "cpu")
+    # the script's own names for them, for tune's apply line
+    assert (data["names"]["model"], data["names"]["optimizer"]) == ("model", "optimizer")
     assert data["param_dtype"] == "float32" and data["autocast"] is None
     assert [(w["side"], w["stack"], w["applied"]) for w in data["windows"]] == [
         ("candidate", [], [])

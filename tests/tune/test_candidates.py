@@ -77,6 +77,20 @@ def test_only_and_exclude_restrict_the_search_and_unknown_ids_are_refused():
         candidates(REGISTRY, _applies, only=["zzz"])
 
 
+def test_a_lever_that_needs_options_says_where_to_give_them():
+    """ac-budget needs a budget a speed search does not choose: tune says to A/B it with one
+    (defect N22: its reason read as an option tune would take), and refuses it with options."""
+    needs = _lever("needs", applies="it needs a budget: needs:budget=20GiB")
+    _, skipped = candidates({"needs": needs}, _applies, ab_prefix="levers ab demo")
+    assert skipped[0].reason == (
+        "does not apply without options: it needs a budget: needs:budget=20GiB; levers tune "
+        "tries each lever as it is: A/B it with them, levers ab demo --lever needs:..."
+    )
+    with pytest.raises(ValueError, match=r"levers tune tries each lever as it is, without "
+                       r"options \('needs:budget=1GiB' has some\)"):
+        candidates({"needs": needs}, _applies, only=["needs:budget=1GiB"])
+
+
 def test_an_applies_check_that_raises_leaves_the_lever_out_with_why():
     def boom(lever):
         raise RuntimeError("probe failed")

@@ -44,13 +44,13 @@ def test_each_lever_is_measured_alone_and_the_stack_as_a_stack(step):
     estimated = step.audit(memory_model=False).result.recommendation.levers
     assert fake.calls[: len(estimated)] == [((), (lever,)) for lever in estimated]
     claims = audited.claims
-    assert claims.stack == ("compile-blocks", "inplace-scatter")
-    assert fake.calls[-1] == ((), ("compile-blocks", "inplace-scatter"))
+    assert claims.stack == ("inplace-scatter", "compile-blocks")
+    assert fake.calls[-1] == ((), ("inplace-scatter", "compile-blocks"))
     assert claims.proven
     rec = audited.result.recommendation
-    assert rec.levers == ("compile-blocks", "inplace-scatter")
+    assert rec.levers == ("inplace-scatter", "compile-blocks")
     assert rec.provenance == "proven"
-    assert rec.command.endswith("--lever compile-blocks,inplace-scatter")
+    assert rec.command.endswith("--lever inplace-scatter,compile-blocks")
     assert provenance_line(rec).startswith("proven on this step: tokens/s 1.430x")
     assert "levers tune demo --set size=tiny" in provenance_line(rec)
 
@@ -82,7 +82,7 @@ def test_a_lever_measured_not_to_pay_is_not_recommended_and_says_what_was_measur
 def test_a_stack_that_does_not_pay_together_falls_back_to_its_best_lever(step):
     fake = FakeAb(
         SPEEDS, damaged=frozenset({"loss-valid-rows"}),
-        together={("compile-blocks", "inplace-scatter"): 0.97},
+        together={("inplace-scatter", "compile-blocks"): 0.97},
     )
     audited = _measured(step, fake)
     assert audited.claims.stack == ("compile-blocks",)

@@ -360,6 +360,33 @@ def _probe(**more) -> dict:
             **more}
 
 
+def _tuned_with_names(**names):
+    found = {"model": None, "optimizer": None, "model_class": "Net", "optimizer_class": "AdamW",
+             "framework": None, "trainer": None, **names}
+    script = FakeScript(probe_data=_probe(names=found))
+    fake = FakeAb({"inplace-scatter": 1.3, "ac-full": 0.8})
+    return tune_script(["python", "train.py", "--steps", "40"], budget_s=600, design=DESIGN,
+                       run_script=script, measure=fake, clock=fake.clock)
+
+
+def test_the_apply_line_of_a_script_uses_the_names_its_probe_found():
+    """Defect N15: the line said model and opt whatever the script called them."""
+    result = _tuned_with_names(model="net", optimizer="sgd")
+    assert result.apply_line == 'handle = levers.apply(net, "inplace-scatter", optimizer=sgd)'
+    assert result.apply_note == "once net and sgd are built, before the training loop"
+    shown = io.StringIO()
+    print_tune(result, Console(file=shown, width=400))
+    assert "  (once net and sgd are built, before the training loop)\n" in shown.getvalue()
+
+
+def test_a_trainer_script_is_tuned_into_the_trainer_callback():
+    result = _tuned_with_names(model="trainer.model", framework="transformers", trainer="trainer")
+    assert result.apply_line == (
+        'trainer = Trainer(..., callbacks=[LeversCallback(levers="inplace-scatter")])'
+    )
+    assert result.apply_note.startswith("from levers.integrations.transformers import LeversCallback")
+
+
 def test_tune_script_keeps_what_pays_and_says_why_the_rest_was_left_out(tmp_path):
     record = tmp_path / "tune.jsonl"
     script = FakeScript(probe_data=_probe())

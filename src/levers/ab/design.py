@@ -12,6 +12,7 @@ from typing import Any
 
 from levers.ab.lever_lookup import (
     apply_levers, choose_params, declared_exactness, declared_parity_floor, find_levers,
+    predicting_own_workload,
 )
 from levers.ab.prereg import DESIGN_DEFAULTS, Prereg, PreregError
 from levers.ab.runner import AbConfig, Side
@@ -96,7 +97,8 @@ def _with_seed(spec: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
     """The two sides to build, and the exactness to hold the candidate to."""
-    levers = find_levers(design["levers"])
+    # a lever that predicts memory (ac-budget) predicts the candidate unless told otherwise
+    levers = predicting_own_workload(find_levers(design["levers"]), design["candidate"])
     params_a = _with_seed(design["baseline"], design["params"], design["seed"])
     params_b = _with_seed(
         design["candidate"], {**design["params"], **design["params_b"]}, design["seed"]

@@ -12,17 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from levers.errors import LeversError
+# a --lever name the catalogue does not hold, or options it refuses (a lever that exists but has
+# nothing to change on the workload raises NotApplicable in apply_levers instead)
+from levers.levers.lever import LeverNotFound
 from levers.workload import Workload
 from levers.vocab import CHANGES_NUMERICS, EXACT
-
-
-class LeverNotFound(LeversError):
-    """A --lever name that the catalogue does not hold, or options it refuses.
-
-    A lever that exists but has nothing to change on the workload raises
-    :class:`levers.levers.lever.NotApplicable` instead (:func:`apply_levers`).
-    """
 
 
 @dataclass(frozen=True)
@@ -48,6 +42,20 @@ def find_levers(names: Sequence[str]) -> list[ChosenLever]:
         return [ChosenLever(lever, options) for lever, options in find_specs(split)]
     except ValueError as exc:
         raise LeverNotFound(str(exc)) from None
+
+
+def predicting_own_workload(levers: Sequence[ChosenLever], spec: str) -> list[ChosenLever]:
+    """``levers`` with ``workload=spec`` given to each lever that predicts a workload's memory
+    (it takes a ``workload`` option: ac-budget) and was told neither which (``workload=``) nor
+    what to plan from (``inputs=``): an A/B's lever predicts the side it is applied to, built
+    from ``spec`` with that side's own parameters."""
+    out = []
+    for chosen in levers:
+        takes = "workload" in getattr(chosen.lever, "options", ())
+        if takes and not {"workload", "inputs"} & set(chosen.options):
+            chosen = ChosenLever(chosen.lever, {**chosen.options, "workload": spec})
+        out.append(chosen)
+    return out
 
 
 def choose_params(

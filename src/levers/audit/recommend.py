@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from levers.capture.records import Capture
 from levers.audit.finding import Finding
 from levers.audit.rank import payoff
-from levers.audit.script_step import script_command, tune_script_command
+from levers.audit.script_step import (
+    apply_call,
+    runs_hf_trainer,
+    script_command,
+    script_names,
+    trainer_callback,
+    tune_script_command,
+)
 from levers.script_defaults import TUNE_TAKES_SCRIPTS
 
 # pairs that fail together, with why
@@ -252,13 +259,24 @@ def tune_takes_scripts() -> bool:
 def without_spec_steps(levers: Sequence[str], capture: Capture) -> tuple[str, ...]:
     """What proves or applies the stack when no workload spec replays the step: ``levers ab``
     builds each side from a factory, and a script (or the loop that captured in-line) has none.
-    Naming the script to ``levers ab`` would import it, run its training, then refuse it."""
+    Naming the script to ``levers ab`` would import it, run its training, then refuse it. The
+    apply line names the model and optimizer as the script does (or, where a Hugging Face
+    Trainer runs the loop, adds the callback to it)."""
     stack = ",".join(levers)
     script = script_command(capture)
-    where = "your script" if script else "your training code"
+    names = script_names(capture)
+    if runs_hf_trainer(names):
+        code, what = trainer_callback(stack)
+        apply = f"apply them to your Trainer: {code} ({what})"
+    else:
+        call, missing = apply_call(names, stack)
+        where = "your script" if script else "your training code"
+        apply = (
+            f"apply them in {where}: with {call}: (the loop runs inside; undone on exit)"
+            + (f"; {missing}" if missing else "")
+        )
     steps = [
-        f'apply them in {where}: with levers.apply(model, "{stack}", optimizer=optimizer): '
-        "(the loop runs inside; undone on exit)",
+        apply,
         "prove them with levers ab: it builds each side from a factory, so write one that "
         "returns levers.Workload(model=..., step=...) (README.md, section Workloads), then "
         f"levers ab path/to/file.py:factory --lever {stack}",

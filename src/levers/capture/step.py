@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import traceback
 from typing import Any, Callable, Iterator
 
 import torch
@@ -48,7 +49,8 @@ from levers.capture.recorder import (
     OpRecorder,
     make_recorder,
 )
-from levers.errors import LeversError, StepError, user_traceback
+from levers.errors import EmptyStep, LeversError, StepError, user_traceback
+from levers.user_code import is_builtin_workload_file, is_user_file
 from levers.workload import Workload
 from levers.vocab import COUNTED, MEASURED, TRACKED, UNAVAILABLE
 
@@ -62,11 +64,30 @@ def _run_step(workload: Workload) -> Any:
     except CaptureInternalError:
         raise
     except Exception as exc:
+        if _raised_in_builtin(exc):
+            # levers' own step: its traceback is no lead for the user, and "fix the step" no help
+            raise StepError(
+                f"the step of the built-in workload {workload.name!r} raised "
+                f"{type(exc).__name__}: {exc}; at its parameters "
+                f"({_params_text(workload.params)}) it does not run here: if it ran out of memory, "
+                "lower batch_size or seq_len (levers memory predicts the step's peak without "
+                "allocating it), else report it as a bug in levers"
+            ) from exc
         raise StepError(
             f"the step of workload {workload.name!r} raised {type(exc).__name__}: {exc}; "
             "fix the step (the traceback below shows where) and run again",
             user_traceback=user_traceback(exc),
         ) from exc
+
+
+def _raised_in_builtin(exc: BaseException) -> bool:
+    """Whether the innermost user frame of ``exc`` is in a built-in workload."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
+    return bool(frames) and is_builtin_workload_file(frames[-1].filename)
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "its defaults"
 
 
 def capture_mode(mode: str | None = None) -> str:
@@ -209,6 +230,7 @@ def capture_step(
     Raises:
         ValueError: warmup or timed is negative, or mode is not a capture mode.
         StepError: the workload's step raised (with the user's traceback).
+        EmptyStep: the step ran no torch op or call.
     """
     if warmup < 0 or timed < 0:
         raise ValueError(f"warmup and timed must be >= 0, got warmup={warmup}, timed={timed}")
@@ -232,6 +254,13 @@ def capture_step(
     content = capture.stop(
         step_s=step_s, returned=returned, reason="the one-pass mode was asked for"
     )
+    # an empty step would audit to no finding, as if nothing were wrong with it
+    if not content.ops and not content.calls:
+        raise EmptyStep(
+            f"the step of workload {workload.name!r} ran no torch op or call, so there is nothing "
+            "to capture; make its step() run one whole training step (forward, loss.backward(), "
+            "optimizer.step())"
+        )
     if mode == "one-pass":
         return content
     timed_pass = TimedPass(workload.device)

@@ -27,6 +27,7 @@ from levers.cli.options import (
     add_warmup_argument,
     add_workload_argument,
     count,
+    positive_seconds,
 )
 from levers.vocab import CHANGES_NUMERICS
 
@@ -137,7 +138,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--dist-timeout",
-        type=float,
+        type=positive_seconds,
         default=300.0,
         metavar="S",
         help="under torchrun: seconds rank 0 waits for the other ranks' step times, and they for "

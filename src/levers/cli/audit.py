@@ -26,6 +26,7 @@ from levers.cli.options import (
     add_workload_argument,
     output_path,
     positive_count,
+    positive_seconds,
 )
 from levers.output.progress import progress_status
 from levers.cli.script import (
@@ -100,8 +101,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--dist-timeout",
-        type=float,
-        default=None,  # None: not given (a script after -- refuses it)
+        type=positive_seconds,
+        default=None,  # None: not given (a script after -- refuses it; a factory's takes the default)
         metavar="S",
         help="under torchrun: seconds rank 0 waits for the other ranks' records, and they for "
         f"its outcome, before naming the rank that did not answer (default: {DEFAULT_DIST_TIMEOUT_S:g})",
@@ -137,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         reject_factory_arguments(args, "audit")
         _reject_distributed_options(args)
         args.no_memory_model = True  # the memory model builds a workload from a factory
+    else:
+        from levers.cli.script import reject_script_options
+
+        reject_script_options(args, "audit")
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
         args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup

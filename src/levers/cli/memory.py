@@ -119,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
         reject_factory_arguments(args, "memory")
         _reject_prediction_options(args)
         return run_memory(args, console)
+    from levers.cli.script import reject_script_options
+
+    reject_script_options(
+        args, "memory", {"--warmup": ("warmup", "a prediction's steps are all predicted alike")}
+    )
     if args.workload is None:
         raise LeversError(
             "levers memory needs a WORKLOAD (demo, llama, path/to/file.py:factory) or a script "

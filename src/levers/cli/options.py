@@ -19,9 +19,11 @@ This module imports no torch: ``levers --help`` builds every verb's parser.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
+from levers.errors import LeversError
 from levers.hardware import DEFAULT_GPU
 
 WORKLOAD_FORMS = "a built-in name (demo, llama, hf), path/to/file.py:factory or package.module:factory"
@@ -41,6 +43,17 @@ def count(text: str) -> int:
 def positive_count(text: str) -> int:
     """A whole number >= 1 (rows in a table): the ``type=`` of a count that cannot be zero."""
     return _whole_number(text, minimum=1)
+
+
+def positive_seconds(text: str) -> float:
+    """A duration in seconds above 0 (a timeout): the ``type=`` of such an option."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def _whole_number(text: str, *, minimum: int) -> int:
@@ -70,6 +83,27 @@ def add_workload_argument(
     )
 
 
+class _SetItems(argparse.Action):
+    """``--set``'s items, in order, from every ``--set`` given. A key given again with another
+    value is the later one's (as a later command-line option overrides an earlier one), and
+    levers says so on stderr: ``--set hidden=8 hidden=32`` is more often a slip than a wish."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        given = {item.partition("=")[0].strip(): item for item in items}
+        for item in values:
+            key = item.partition("=")[0].strip()
+            earlier = given.get(key)
+            if earlier is not None and earlier != item:
+                print(
+                    f"levers: warning: {option_string} {key} is given twice ({earlier}, then "
+                    f"{item}); the last one is used",
+                    file=sys.stderr,
+                )
+            given[key] = item
+        setattr(namespace, self.dest, items + list(values))
+
+
 def add_set_argument(
     parser: Any, flag: str = "--set", *, dest: str = "set_items", help: str | None = None
 ) -> None:
@@ -78,7 +112,7 @@ def add_set_argument(
         flag,
         dest=dest,
         nargs="+",
-        action="extend",
+        action=_SetItems,
         default=[],
         metavar="KEY=VALUE",
         help=help
@@ -189,6 +223,20 @@ def add_lever_argument(parser: Any, *, help: str, metavar: str = "NAME") -> None
     )
 
 
-def lever_ids(given: list[str]) -> list[str]:
-    """``--lever a,b --lever c`` (and ``--exclude``) as lever ids, in order."""
-    return [part.strip() for value in given for part in value.split(",") if part.strip()]
+def lever_ids(given: list[str], flag: str = "--lever") -> list[str]:
+    """``--lever a,b --lever c`` (and ``--exclude``) as lever ids, in order.
+
+    Raises:
+        LeversError: a value that names no lever (``--lever ""``): it would read as no
+            ``--lever`` at all, which means every lever to tune.
+    """
+    ids = []
+    for value in given:
+        parts = [part.strip() for part in value.split(",") if part.strip()]
+        if not parts:
+            raise LeversError(
+                f"{flag} {value!r} names no lever; name one or more (levers list shows them), "
+                f"or leave {flag} out"
+            )
+        ids += parts
+    return ids

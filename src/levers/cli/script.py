@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from levers.cli.options import positive_count
 from levers.errors import LeversError
 from levers.output.console import make_console, silence_stdout
 from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
@@ -40,7 +41,7 @@ def add_script_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--tokens-per-step",
-        type=int,
+        type=positive_count,
         default=None,
         metavar="N",
         help="tokens (or samples) one step of the script consumes, for tokens/s",
@@ -80,6 +81,8 @@ def capture_script(
     if args.tokens_per_step is not None and args.tokens_per_step <= 0:
         raise LeversError(f"--tokens-per-step must be positive, got {args.tokens_per_step}")
     command = parse_command(args.script_command)
+    for note in command.notes:
+        print(f"levers: note: {note}", file=sys.stderr)
     reported: list[int] = []  # the report's exit code, once made
     with contextlib.ExitStack() as status:
         progress = status.enter_context(progress_status())
@@ -120,6 +123,35 @@ def capture_script(
                 raise  # the command line ends quietly with 0
             silence_stdout()  # the script failed: its exit code is the one to keep
     return run.exit_code if run.exit_code != 0 else reported[0]
+
+
+# what a workload does instead of each option of the script form
+_SCRIPT_ONLY = {
+    "--keep-running": "levers runs a workload's steps itself, and no more of them",
+    "--tokens-per-step": "a workload's factory sets it: levers.Workload(tokens_per_step=...)",
+}
+
+
+def reject_script_options(
+    args: argparse.Namespace, verb: str, extra: dict[str, tuple[str, str]] | None = None
+) -> None:
+    """Refuse the options of the ``-- python train.py`` form when a workload is given instead:
+    they would be accepted and do nothing. ``extra``: the verb's own such options, flag ->
+    (dest, what a workload does instead); given when not None."""
+    given = {
+        "--keep-running": args.keep_running,
+        "--tokens-per-step": args.tokens_per_step is not None,
+        **{flag: getattr(args, dest, None) is not None for flag, (dest, _) in (extra or {}).items()},
+    }
+    why = {**_SCRIPT_ONLY, **{flag: text for flag, (_, text) in (extra or {}).items()}}
+    asked = [flag for flag, is_given in given.items() if is_given]
+    if asked:
+        names = " and ".join(asked)
+        raise LeversError(
+            f"{names} {'is' if len(asked) == 1 else 'are'} for a script after -- (levers {verb} "
+            f"-- python train.py), not a workload ({'; '.join(f'{f}: {why[f]}' for f in asked)}); "
+            f"drop {names}"
+        )
 
 
 def reject_factory_arguments(args: argparse.Namespace, verb: str) -> None:

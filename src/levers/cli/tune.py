@@ -21,6 +21,7 @@ from typing import Any
 
 from levers.errors import LeversError
 from levers.script_defaults import TUNE_SCRIPT_STEPS
+from levers.tune.budget import DEFAULT_BUDGET
 from levers.cli.options import (
     add_lever_argument,
     add_output_arguments,
@@ -60,7 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_workload_argument(parser)
     add_set_argument(parser, help="a factory parameter")
     parser.add_argument(
-        "--budget", default="10m", metavar="TIME",
+        "--budget", default=DEFAULT_BUDGET, metavar="TIME",
         help="time for the whole search: 10m, 90s, 1h (default 10m)",
     )
     add_lever_argument(
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             result = step.tune(
                 budget=args.budget,
                 levers=lever_ids(args.levers) or None,
-                exclude=lever_ids(args.exclude),
+                exclude=lever_ids(args.exclude, "--exclude"),
                 steps=args.steps,
                 warmup=args.warmup,
                 parity_steps=args.parity_steps,
@@ -151,7 +152,9 @@ def _run_script(args: argparse.Namespace) -> int:
 
     reject_factory_arguments(args, "tune")
     command = parse_command(args.script_command)
-    words = ["python", "-m", command.target] if command.is_module else ["python", command.target]
+    words = command.words
+    for note in command.notes:
+        print(f"levers: note: {note}", file=sys.stderr)
     try:
         budget_s = parse_duration_s(args.budget)
     except ValueError as exc:
@@ -179,7 +182,7 @@ def _run_script(args: argparse.Namespace) -> int:
                 [*words, *command.args],
                 budget_s=budget_s,
                 only=lever_ids(args.levers) or None,
-                exclude=lever_ids(args.exclude),
+                exclude=lever_ids(args.exclude, "--exclude"),
                 design=design,
                 use_audit=args.audit,
                 record_path=args.record,

@@ -16,6 +16,7 @@ are those an uncaptured step gives. The callbacks (:mod:`levers.integrations.tra
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -25,6 +26,7 @@ from levers.audit.report_files import REPORT_FILES, write_reports
 from levers.audit.run import AuditedStep
 from levers.capture.records import Capture
 from levers.capture.step import StepCapture
+from levers.errors import EmptyStep
 from levers.levers.applicability import with_applicability
 from levers.workload import Workload
 
@@ -72,6 +74,9 @@ def capture_step(
 
     Raises:
         TypeError: model is not an ``nn.Module`` or optimizer not an ``Optimizer``.
+        EmptyStep (a ValueError): the block ran no torch op or call (at the end of the block).
+
+    Warns when the block ran no backward: the audit then sees a forward pass, not a step.
     """
     workload = Workload(
         model=model,
@@ -88,9 +93,21 @@ def capture_step(
     except BaseException:
         capture.abort()
         raise
-    step.capture = with_applicability(
-        capture.stop(reason="an inline capture records the one step of its block"), workload
-    )
+    captured = capture.stop(reason="an inline capture records the one step of its block")
+    # an empty block would audit to no finding, as if nothing were wrong with the step
+    if not captured.ops and not captured.calls:
+        raise EmptyStep(
+            "no training step ran inside capture_step: its with block ran no torch op or call; "
+            "put one step of your loop inside it (forward, loss.backward(), optimizer.step())"
+        )
+    if not any(op.phase == "backward" for op in captured.ops):
+        warnings.warn(
+            "the with block of capture_step ran no backward: the audit sees the forward pass "
+            "alone; put loss.backward() and optimizer.step() inside the block to audit a whole "
+            "training step",
+            stacklevel=3,
+        )
+    step.capture = with_applicability(captured, workload)
 
 
 def _inline_step() -> None:

@@ -5,7 +5,9 @@ steps, as ``py-spy record -- python train.py`` or ``nsys profile python train.py
     levers audit [levers options] -- python -m pkg.train [its arguments]
 
 The script runs as ``python`` would run it: ``__name__ == "__main__"``, its own ``sys.argv``, its
-directory (for ``-m``, the current directory) first on ``sys.path``. Its output is its own. Step
+directory (for ``-m``, the current directory) first on ``sys.path``, the warning filters of its
+``-W`` options (``-u`` and ``-B`` change nothing here; ``-O`` cannot apply in this process, which
+is said, and other interpreter options are refused). Its output is its own. Step
 boundaries come from ``optimizer.step()`` (:mod:`levers.integrations.steps`); after the warm-up
 steps the next whole step is captured, and then the script is stopped (a private exception out
 of the optimizer hook) unless ``keep_running`` is set.
@@ -22,6 +24,7 @@ import re
 import runpy
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,20 +43,44 @@ DEFAULT_TIMED = SCRIPT_TIMED
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 # interpreter options that change nothing levers needs to imitate
 _IGNORED_PYTHON_FLAGS = {"-u", "-B"}
+# -O and -OO strip assert statements when python compiles; the script's modules are compiled in
+# levers' process, which was started without them
+_OPTIMIZE_FLAGS = {"-O", "-OO"}
+OPTIMIZE_NOTE = (
+    "python {flag} cannot apply to a script run in levers' own process: its assert statements "
+    "run (and __debug__ is True); the rest of the step is as it would be"
+)
 
 
 @dataclass(frozen=True)
 class ScriptCommand:
-    """What follows ``--``: a script path or a module name, and the script's own arguments."""
+    """What follows ``--``: a script path or a module name, and the script's own arguments.
+
+    ``flags`` are the interpreter options given before it that levers applies or notes (``-W``
+    warning filters are applied while the script runs; ``-O`` is noted: see ``notes``).
+    """
 
     target: str
     is_module: bool
     args: tuple[str, ...]
+    flags: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what levers could not apply of the command, one line each
+
+    @property
+    def words(self) -> list[str]:
+        """The command without the script's own arguments: ``python [flags] train.py``."""
+        head = ["-m", self.target] if self.is_module else [self.target]
+        return ["python", *self.flags, *head]
+
+    @property
+    def warning_options(self) -> tuple[str, ...]:
+        """The ``-W`` options, in order, each as Python's ``-W`` reads it."""
+        flags = list(self.flags)
+        return tuple(flags[i + 1] for i, flag in enumerate(flags) if flag == "-W")
 
     @property
     def display(self) -> str:
-        head = ["python", "-m", self.target] if self.is_module else ["python", self.target]
-        return " ".join([*head, *self.args])
+        return " ".join([*self.words, *self.args])
 
 
 @dataclass(frozen=True)
@@ -88,14 +115,29 @@ def parse_command(words: list[str]) -> ScriptCommand:
     if not words:
         raise LeversError(f"nothing after --; {usage}")
     rest = list(words)
+    flags: list[str] = []
+    notes: list[str] = []
     if _PYTHON.match(os.path.basename(rest[0])) or rest[0] == sys.executable:
         rest.pop(0)
-        while rest and rest[0] in _IGNORED_PYTHON_FLAGS:
-            rest.pop(0)
+        while rest and (
+            rest[0] in _IGNORED_PYTHON_FLAGS or rest[0] in _OPTIMIZE_FLAGS
+            or rest[0].startswith("-W")
+        ):
+            flag = rest.pop(0)
+            if flag in _OPTIMIZE_FLAGS:
+                flags.append(flag)
+                notes.append(OPTIMIZE_NOTE.format(flag=flag))
+            elif flag.startswith("-W"):
+                option = flag[2:] if flag != "-W" else (rest.pop(0) if rest else "")
+                _check_warning_option(option, usage)
+                flags += ["-W", option]
         if rest and rest[0] == "-m":
             if len(rest) < 2:
                 raise LeversError(f"python -m needs a module name; {usage}")
-            return ScriptCommand(target=rest[1], is_module=True, args=tuple(rest[2:]))
+            return ScriptCommand(
+                target=rest[1], is_module=True, args=tuple(rest[2:]), flags=tuple(flags),
+                notes=tuple(notes),
+            )
         if rest and rest[0].startswith("-"):
             raise LeversError(
                 f"levers runs the script in its own process and cannot apply the python option "
@@ -108,7 +150,29 @@ def parse_command(words: list[str]) -> ScriptCommand:
     path = Path(rest[0])
     if not path.is_file():
         raise LeversError(f"no such script: {rest[0]}; check the path (relative to {os.getcwd()})")
-    return ScriptCommand(target=str(path), is_module=False, args=tuple(rest[1:]))
+    return ScriptCommand(
+        target=str(path), is_module=False, args=tuple(rest[1:]), flags=tuple(flags),
+        notes=tuple(notes),
+    )
+
+
+def _check_warning_option(option: str, usage: str) -> None:
+    """Refuse a ``-W`` option that Python would refuse, before the script runs."""
+    if not option:
+        raise LeversError(
+            f"python -W needs an argument (-W ignore, -W error::DeprecationWarning); {usage}"
+        )
+    with warnings.catch_warnings():
+        try:
+            _set_warning_option(option)
+        except warnings._OptionError as exc:  # the interpreter's own -W error
+            raise LeversError(f"python -W {option}: {exc}; {usage}") from None
+
+
+def _set_warning_option(option: str) -> None:
+    # Python's own reader of -W (action:message:category:module:lineno), private but in every
+    # CPython since 2.1: the filter is then exactly what `python -W option` installs
+    warnings._setoption(option)  # type: ignore[attr-defined]
 
 
 def run_script(
@@ -211,7 +275,8 @@ def _name_of(command: ScriptCommand) -> str:
 
 
 class _script_environment:
-    """``sys.argv`` and ``sys.path[0]`` as ``python`` sets them, restored afterwards."""
+    """``sys.argv``, ``sys.path[0]`` and the ``-W`` warning filters as ``python`` sets them,
+    restored afterwards."""
 
     def __init__(self, command: ScriptCommand) -> None:
         self.command = command
@@ -219,6 +284,11 @@ class _script_environment:
     def __enter__(self) -> None:
         self._argv = sys.argv
         self._path = list(sys.path)
+        # -W options: the script's warning filters, put back as they were afterwards
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        for option in self.command.warning_options:
+            _set_warning_option(option)
         if self.command.is_module:
             sys.argv = ["-m", *self.command.args]  # runpy puts the module's file in argv[0]
             sys.path.insert(0, os.getcwd())
@@ -229,6 +299,7 @@ class _script_environment:
     def __exit__(self, *exc: Any) -> None:
         sys.argv = self._argv
         sys.path[:] = self._path
+        self._warnings.__exit__(*exc)
 
 
 def _exit_code_of(exc: SystemExit) -> int:

@@ -306,6 +306,7 @@ class WindowRecorder:
     # --- the model, once ----------------------------------------------------------------------
 
     def _begin(self, optimizer: torch.optim.Optimizer) -> None:
+        from levers.integrations.script_names import find_names
         from levers.integrations.steps import find_model
 
         model = self._model = find_model(optimizer)
@@ -315,6 +316,8 @@ class WindowRecorder:
         self.data.update(
             model=type(model).__name__,
             optimizer=type(optimizer).__name__,
+            # inside the script's optimizer.step(): its frames are on the stack
+            names=find_names(model, optimizer).to_dict(),
             device=str(self._device),
             param_dtype=str(params[0].dtype).removeprefix("torch.") if params else None,
         )

@@ -45,7 +45,9 @@ from levers.capture.records import Capture
 from levers.capture.step import StepCapture, capture_mode
 from levers.levers.applicability import with_applicability
 from levers.capture.timed import TimedPass, join_passes
+from levers.audit.script_step import SCRIPT_NAMES
 from levers.errors import LeversError
+from levers.integrations.script_names import ScriptNames, find_names
 from levers.workload import Workload
 
 
@@ -201,6 +203,8 @@ class StepWatcher:
         self.num_steps = 0  # primary optimizer steps seen
         self.capture: Capture | None = None
         self.workload: Workload | None = None
+        # the script's names for the model and optimizer, found when the capture starts
+        self.names: ScriptNames | None = None
         self.primary: torch.optim.Optimizer | None = None
         self.optimizers: list[torch.optim.Optimizer] = []  # every one seen, in order of first step
         # what torch.compile did from here on is the script's (not an earlier run's in this process)
@@ -248,9 +252,9 @@ class StepWatcher:
             self._timed.abort()
             self._timed = None
             assert self._recorded is not None
-            self.capture = self._with_params(_with_reason(
+            self.capture = self._with_names(self._with_params(_with_reason(
                 self._recorded, "the run ended after the recorded step: no step was left to time"
-            ))
+            )))
 
     def __enter__(self) -> StepWatcher:
         self.install()
@@ -373,7 +377,9 @@ class StepWatcher:
 
     def _captured(self, capture: Capture) -> None:
         assert self.workload is not None
-        self.capture = with_applicability(self._with_params(capture), self.workload)
+        self.capture = with_applicability(
+            self._with_names(self._with_params(capture)), self.workload
+        )
         if self.on_captured is not None:
             self.on_captured(self.capture)
 
@@ -383,6 +389,12 @@ class StepWatcher:
             return capture
         params = {**capture.workload_params, "captured": said}
         return dataclasses.replace(capture, workload_params=params)
+
+    def _with_names(self, capture: Capture) -> Capture:
+        if self.names is None:
+            return capture
+        settings = {**capture.settings, SCRIPT_NAMES: self.names.to_dict()}
+        return dataclasses.replace(capture, settings=settings)
 
     def captured_text(self) -> str | None:
         """What the captured step spans when more than one optimizer steps, else None."""
@@ -419,6 +431,8 @@ class StepWatcher:
         model = self.model if self.model is not None else find_model(
             optimizer, *self.optimizers, called=self.called
         )
+        # inside the script's optimizer.step(): its frames are on the stack
+        self.names = find_names(model, optimizer)
         self.workload = Workload(
             model=model,
             step=functools.partial(_no_step),  # no __code__: no step source to read

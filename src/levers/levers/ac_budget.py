@@ -56,8 +56,9 @@ peak of the stack that runs.
 Options: ``budget`` (required), ``sac_op_overhead_us``, and where the inputs come from:
 ``inputs`` (a :class:`BudgetInputs`, from Python), or ``workload`` (the workload spec to
 predict, e.g. ``hf``; its factory parameters are the workload's own) with ``gpu`` (default
-``h200``). From the command line:
-``levers ab hf --set size=1b --lever ac-budget:budget=22GiB:workload=hf``.
+``h200``). ``levers ab`` names its own candidate as ``workload`` when neither is given
+(:func:`levers.ab.lever_lookup.predicting_own_workload`), so from the command line:
+``levers ab hf --set size=1b --lever ac-budget:budget=22GiB``.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ from levers.levers.ac_budget_compiled import (
 )
 from levers.levers.ac_budget_inputs import BudgetInputs, OpCost, predict_inputs
 from levers.levers.checkpointing import blocks_or_reason, wrap_blocks
-from levers.levers.lever import Lever, Target, Undo
+from levers.levers.lever import Lever, NotApplicable, Target, Undo
 from levers.levers.sac import contexts, keyed_policy
 from levers.units import parse_bytes
 from levers.vocab import EXACT
@@ -247,7 +248,7 @@ def choose(
     fitting = [p for p in plans if p.predicted_peak_bytes <= limit]
     if not fitting:
         smallest = plans[0]
-        raise ValueError(
+        raise NotApplicable(
             f"ac-budget: no plan fits {limit / 2**30:.2f} GiB; the smallest predicted peak is "
             f"{smallest.predicted_peak_bytes / 2**30:.2f} GiB ({_describe(smallest, inputs)}). "
             "Raise the budget or lower the batch size"
@@ -323,7 +324,7 @@ def choose_verified(
         # another plan's error need not be this one's: never aim below the smallest plan
         target = min(limit - (peak - plan.predicted_peak_bytes), plan.predicted_peak_bytes - 1)
         plan = choose(inputs, max(target, smallest), sac_op_overhead_us)
-    raise ValueError(
+    raise NotApplicable(
         f"ac-budget: no plan found whose checked peak fits {limit / 2**30:.2f} GiB (the last "
         f"tried, {_describe(plan, inputs)}, peaks at {peak / 2**30:.2f} GiB by a full "
         "prediction). Raise the budget or lower the batch size"
@@ -427,7 +428,8 @@ def applies(target: Target) -> str | None:
     if "inputs" not in target.options and "workload" not in target.options:
         return (
             "it needs the workload's memory prediction: name the workload to predict, e.g. "
-            "ac-budget:budget=20GiB:workload=hf (its parameters are the workload's own)"
+            "ac-budget:budget=20GiB:workload=hf (its parameters are the workload's own; levers ab "
+            "names its own candidate)"
         )
     return None
 
@@ -469,7 +471,7 @@ def patch_compiled(target: Target) -> CompiledBudgetHandle:
     compile-blocks compiled: a partitioner budget per block, chosen by levers memory's
     prediction of the compiled step."""
     if "workload" not in target.options:
-        raise ValueError(
+        raise NotApplicable(
             "ac-budget on compiled blocks plans by a prediction of the compiled step: name the "
             "workload to predict, e.g. ac-budget:budget=18GiB:workload=hf (inputs= describes "
             "the eager step)"

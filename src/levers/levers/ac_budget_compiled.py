@@ -72,7 +72,7 @@ from torch._functorch import config as functorch_config
 from levers.blocks import Block, repeated_blocks
 from levers.levers import compile_blocks
 from levers.levers._compile_setup import is_compiled
-from levers.levers.lever import Undo
+from levers.levers.lever import NotApplicable, Undo
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def choose_compiled(
     # the chain's far end: predicted for a fractional budget, and by the search anyway
     limit = limit_of(lowest_peak, peak_of((NONE,) * num_blocks))
     if lowest_peak > limit:
-        raise ValueError(
+        raise NotApplicable(
             f"ac-budget: no plan fits {limit / 2**30:.2f} GiB on the compiled blocks; the smallest "
             f"predicted peak, every block fully checkpointed, is {lowest_peak / 2**30:.2f} GiB. "
             "Raise the budget or lower the batch size"

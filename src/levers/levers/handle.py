@@ -24,16 +24,20 @@ a DataLoader's (``levers.apply(model, "packing", data=loader)``: its ``collate_f
 
 from __future__ import annotations
 
+import difflib
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
 
 from levers.batches import collator_attribute, wrap_collator
+from levers.errors import LeversError
 from levers.levers import load_all
 from levers.levers.lever import (
     Lever,
+    LeverNotFound,
     NotApplicable,
     Target,
     Undo,
@@ -48,7 +52,7 @@ def parse_ids(ids: str | Iterable[str]) -> list[str]:
         ids = ids.split(",")
     names = [name.strip() for name in ids if name and name.strip()]
     if not names:
-        raise ValueError("name at least one lever (levers list shows them)")
+        raise LeverNotFound("name at least one lever (levers list shows them)")
     return names
 
 
@@ -60,16 +64,29 @@ def find_specs(ids: str | Iterable[str]) -> list[tuple[Lever, dict[str, str]]]:
     """Each lever named in ``ids`` with the options its spec gives (``ac-budget:budget=22GiB``);
     an option the lever does not accept is refused here, before anything is applied."""
     registry = load_all()
-    specs = [parse_lever_spec(name) for name in parse_ids(ids)]
-    unknown = [name for name, _ in specs if name not in registry]
-    if unknown:
-        raise ValueError(
-            f"unknown lever(s) {', '.join(unknown)}; available: {', '.join(sorted(registry))} "
-            "(levers list shows them)"
-        )
-    for name, options in specs:
-        check_options(registry[name], options)
+    try:
+        specs = [parse_lever_spec(name) for name in parse_ids(ids)]
+        unknown = [name for name, _ in specs if name not in registry]
+        if unknown:
+            raise LeverNotFound(
+                f"unknown lever(s) {', '.join(unknown)}{_close_to(unknown, registry)}; available: "
+                f"{', '.join(sorted(registry))} (levers list shows them)"
+            )
+        for name, options in specs:
+            check_options(registry[name], options)
+    except LeversError:
+        raise
+    except ValueError as exc:  # a malformed spec, or options the lever refuses
+        raise LeverNotFound(str(exc)) from None
     return [(registry[name], options) for name, options in specs]
+
+
+def _close_to(unknown: list[str], registry: Mapping[str, Any]) -> str:
+    """"; did you mean ..." for an unknown id that is one typo away from a lever's."""
+    close = [
+        match for name in unknown for match in difflib.get_close_matches(name, list(registry), n=1)
+    ]
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 @dataclass
@@ -132,7 +149,11 @@ def _apply(
                 handle.undo()
                 raise NotApplicable(f"lever {lever.id} does not apply: {reason}")
             before = handle.target.step
-            undo_patch = lever.patch(handle.target)
+            try:
+                undo_patch = lever.patch(handle.target)
+            except BaseException:
+                handle.undo()  # those applied before it: all or none
+                raise
         finally:
             handle.target.options = shared
 

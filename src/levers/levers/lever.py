@@ -75,6 +75,11 @@ class Target:
     before: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
+class LeverNotFound(LeversError, ValueError):
+    """A lever name the catalogue does not hold, or options its lever refuses: a user error
+    with exit 2 (a ``ValueError`` too, as every refusal of a lever's input is)."""
+
+
 class NotApplicable(LeversError, ValueError):
     """A lever that exists, asked to apply where it has nothing to change; the message says why.
 

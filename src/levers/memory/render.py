@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -223,12 +223,14 @@ def _whatifs(plan: MemoryPlan) -> Table:
     return table
 
 
-def _fit(fit: FitResult) -> Table:
-    best = fit.statement()
-    table = _table(
-        f"--fit {fit.param}: largest that fits = {best} (reserved ≤ {format_bytes(fit.budget_bytes)}, "
-        f"margin {fit.margin:.0%})"
+def _fit(fit: FitResult) -> Group:
+    # the answer is a line of its own: as the table's title it would wrap to the table's width
+    answer = Text(
+        f"--fit {fit.param}: largest that fits = {fit.statement()} (reserved ≤ "
+        f"{format_bytes(fit.budget_bytes)}, margin {fit.margin:.0%})",
+        style="table.title",
     )
+    table = Table(show_edge=False, pad_edge=False, box=None)
     table.add_column(fit.param, justify="right")
     table.add_column("allocated", justify="right")
     table.add_column("reserved", justify="right")
@@ -240,7 +242,7 @@ def _fit(fit: FitResult) -> Table:
             format_bytes(point.peak_reserved_bytes),
             "yes" if point.fits else "no",
         )
-    return table
+    return Group(answer, table)
 
 
 # per-rank categories in the order a reader adds them up

@@ -77,7 +77,13 @@ def atomic_open(
 def unwritable(target: Path, exc: OSError) -> LeversError:
     """The user's error for a path that cannot be written: which path, why, what to do."""
     cause = exc.strerror or str(exc)
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, FileNotFoundError) and target.parent.is_dir():
+        # the directory is there and still takes no file: /proc, /sys and the like
+        hint = (
+            f"the directory {str(target.parent)!r} exists but takes no new files (a special "
+            "file system such as /proc or /sys); choose a path in an ordinary directory"
+        )
+    elif isinstance(exc, FileNotFoundError):
         hint = f"create the directory {str(target.parent)!r} first or choose another path"
     elif isinstance(exc, (IsADirectoryError, NotADirectoryError)):
         hint = "give a file name in an existing directory"

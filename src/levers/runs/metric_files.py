@@ -191,8 +191,13 @@ def read_metric(path: str | Path, metric: str, *, id_column: str = "id") -> Metr
             f"{path}: unknown format {path.suffix!r}; write per-example metrics as "
             f"{', '.join(SUFFIXES)}"
         )
-    if not path.is_file():
+    if not path.exists():
         raise MetricFileError(f"no metric file at {path}")
+    if not path.is_file():
+        raise MetricFileError(
+            f"{path} is {_kind_of(path)}, not a file; levers reads each side's per-example "
+            "metrics from a file on disk: write them to one and name it"
+        )
     raw_ids, raw_values = reader(path, metric, id_column)
     if not raw_ids:
         raise MetricFileError(f"{path} holds no examples")
@@ -201,3 +206,16 @@ def read_metric(path: str | Path, metric: str, *, id_column: str = "id") -> Metr
     _check_unique(ids, where, id_column)
     values = [_number(v, where, metric, e) for v, e in zip(raw_values, ids, strict=True)]
     return MetricColumn(where, metric, tuple(ids), tuple(values))
+
+
+def _kind_of(path: Path) -> str:
+    """What a path that exists but is not a regular file is, in words."""
+    if path.is_dir():
+        return "a directory"
+    if path.is_fifo():
+        return "a named pipe (FIFO)"
+    if path.is_socket():
+        return "a socket"
+    if path.is_char_device() or path.is_block_device():
+        return "a device"
+    return "a special file"

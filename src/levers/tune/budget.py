@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+# the budget of a search when none is given (levers tune --budget, Step.tune(budget=))
+DEFAULT_BUDGET = "10m"
+
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 

@@ -195,6 +195,13 @@ def catalogue_slower(rows: Iterable[Any]) -> dict[str, str]:
 def check_ids(registry: Mapping[str, Any], ids: Iterable[str]) -> None:
     """Refuse an id the catalogue does not hold (ValueError, with the ids it holds)."""
     for name in ids:
+        lever_id, has_options, _ = name.partition(":")
+        if has_options and lever_id in registry:
+            raise ValueError(
+                f"levers tune tries each lever as it is, without options ({name!r} has some); "
+                f"leave them out (--lever {lever_id}), or A/B the lever with them: levers ab "
+                f"WORKLOAD --lever {name}"
+            )
         if name not in registry:
             raise ValueError(
                 f"unknown lever {name!r}; available: {', '.join(sorted(registry))} "
@@ -331,6 +338,10 @@ def _left_out(
         reason = applies_of(lever)
     except Exception as exc:  # noqa: BLE001 - a lever whose check fails on this model is left out
         return f"its applies check raised {type(exc).__name__}: {exc}"
+    if reason is not None and f"{lever.id}:" in reason:
+        # it asks for options (ac-budget's budget), which a search does not choose
+        said = f"does not apply without options: {reason}; levers tune tries each lever as it is"
+        return f"{said}: A/B it with them, {ab_prefix} --lever {lever.id}:..." if factory else said
     if reason is not None:
         return f"does not apply: {reason}"
     if getattr(lever, "observes_only", False):

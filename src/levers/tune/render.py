@@ -84,9 +84,8 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
         say()
         say("apply it in your script:")
         say(f"  {result.apply_line}")
-        if result.script is not None:
-            say("  (once the model and the optimizer are built, before the training loop; "
-                "model and opt are your script's own names for them)")
+        if result.apply_note is not None:
+            say(f"  ({result.apply_note})")
         if result.wraps_step:
             say("  (a lever wraps the step: call handle.step() in place of train_step())")
         say("reproduce the proof:")

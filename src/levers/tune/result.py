@@ -13,9 +13,14 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from levers.audit.script_step import apply_call, runs_hf_trainer, trainer_callback
 from levers.tune.measure import TrialDesign
 from levers.tune.search import Outcome, SearchResult
 from levers.tune.trial import Stack, Trial
+
+
+# the apply line's names where the script's are not known (a workload's factory)
+_PLACEHOLDERS = {"model": "model", "optimizer": "opt"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,9 @@ class TuneResult:
     script: tuple[str, ...] | None = None  # the command after --, when a script was tuned
     rounds: int | None = None  # a script's A/Bs: pairs of windows (C B) in one run of it
     not_tried: str | None = None  # why the search could not run at all
+    # a script's names for its model and optimizer, as its probe run found them
+    # (levers.integrations.script_names); None for a workload or where the probe said none
+    names: dict[str, Any] | None = None
 
     @property
     def stack(self) -> Stack:
@@ -72,11 +80,40 @@ class TuneResult:
 
     @property
     def apply_line(self) -> str | None:
-        """``handle = levers.apply(model, "a,b", optimizer=opt)``; None for an empty stack."""
+        """``handle = levers.apply(model, "a,b", optimizer=opt)``, with the script's own names
+        for a script (a Trainer script's: the callback that applies it); None for an empty
+        stack."""
         if not self.stack:
             return None
-        step = ", step=train_step" if self.wraps_step else ""
-        return f'handle = levers.apply(model, "{",".join(self.stack)}", optimizer=opt{step})'
+        stack = ",".join(self.stack)
+        if runs_hf_trainer(self.names):
+            return f"trainer = {trainer_callback(stack)[0]}"
+        names = self.names if self.script is not None and self.names else _PLACEHOLDERS
+        call, _ = apply_call(names, stack, step="train_step" if self.wraps_step else None)
+        return f"handle = {call}"
+
+    @property
+    def apply_note(self) -> str | None:
+        """Where the apply line goes in a script, and any name levers could not find; None for
+        a workload or an empty stack."""
+        if not self.stack or self.script is None:
+            return None
+        stack = ",".join(self.stack)
+        if runs_hf_trainer(self.names):
+            return trainer_callback(stack)[1]
+        if not self.names:
+            return (
+                "once the model and the optimizer are built, before the training loop; model and "
+                "opt stand for your script's own names for them"
+            )
+        _, missing = apply_call(self.names, stack)
+        names = self.names
+        built = (
+            f"once {names['model']} and {names['optimizer']} are built"
+            if names.get("model") and names.get("optimizer")
+            else "once the model and the optimizer are built"
+        )
+        return f"{built}, before the training loop" + (f"; {missing}" if missing else "")
 
     @property
     def ab_command(self) -> str | None:
@@ -120,6 +157,8 @@ class TuneResult:
             "confirmed_by": search.confirmed_by,
             "selected": list(search.selected),
             "apply_line": self.apply_line,
+            "apply_note": self.apply_note,
+            "names": self.names,
             "ab_command": self.ab_command,
             "reproduce_command": self.reproduce_command,
             "script": list(self.script) if self.script is not None else None,

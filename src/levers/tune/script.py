@@ -691,6 +691,7 @@ def tune_script(
         script=tuple(command),
         rounds=design.rounds,
         not_tried=not_tried,
+        names=probe.data.get("names"),
     )
     if record_path is not None:
         record_result(record_path, result)

@@ -1,13 +1,19 @@
-"""Pieces every built-in training step shares: seeding, autocast, the optimizer and the held-out
-loss that ``levers ab`` reads as its quality read."""
+"""Pieces every built-in training step shares: seeding, autocast, the optimizer, the held-out
+loss that ``levers ab`` reads as its quality read, and the check that a step can fit the device
+it is about to run on (:func:`check_step_fits`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
+import torch._guards
 import torch.nn.functional as F
+
+from levers.units import format_bytes
 
 # the held-out set of a language-model workload: this many sequences, drawn from their own
 # generator (seeded from the workload's seed plus this offset), never from the training stream
@@ -105,3 +111,75 @@ def held_out_losses(
         return torch.cat(losses)
 
     return eval_losses
+
+
+# --- does the step fit the machine it is about to run on? ---------------------------------------
+
+# copies of every parameter a step holds in the parameter dtype: the weight, its gradient and
+# AdamW's two moments
+COPIES_PER_PARAMETER = 4
+
+
+@dataclass(frozen=True)
+class StepFloor:
+    """What one training step of a built-in holds at the least, counted from its shapes alone:
+    a lower bound (the attention's scores, the MLP's intermediates and the allocator's slack are
+    left out), so a step over it cannot run, while one under it may still not."""
+
+    parameters: int  # the weight matrices counted: embedding, attention and MLP projections
+    batch_bytes: int  # the step's batch: its token ids (int64), or its images' pixels
+    kept_per_block: int  # activations each block keeps for backward, at the least: its input
+    num_blocks: int
+    logits: int  # elements of the output logits, for a language model (0 otherwise)
+
+    def bytes(self, param_size: int, activation_size: int) -> int:
+        return (
+            COPIES_PER_PARAMETER * self.parameters * param_size
+            + self.batch_bytes
+            + self.num_blocks * self.kept_per_block * activation_size
+            + self.logits * activation_size
+        )
+
+
+def check_step_fits(
+    label: str, floor: StepFloor, device: torch.device, param_dtype: torch.dtype, smaller: str
+) -> None:
+    """Refuse, before building, a step whose least memory exceeds the device it would run on
+    (``label``: the parameters that set its size, as the message shows them):
+    the build or the first step would fail on an allocation, after minutes. Under levers
+    memory's fake tensors nothing is allocated and its prediction says whether the step fits, so
+    nothing is refused there. ``smaller`` says which parameters to lower.
+
+    Raises:
+        ValueError: the step's floor is over the device's memory.
+    """
+    if torch._guards.detect_fake_mode() is not None:  # levers memory: shapes, no allocation
+        return
+    capacity, where = device_memory(device)
+    # under bf16 autocast on a GPU the activations are bf16; on a CPU the step runs in its dtype
+    param_size = param_dtype.itemsize
+    activation_size = 2 if device.type == "cuda" else param_size
+    need = floor.bytes(param_size, activation_size)
+    if capacity is None or need <= capacity:
+        return
+    raise ValueError(
+        f"one training step at {label} holds at least {format_bytes(need)} (its weights, "
+        "gradients and AdamW state, the batch, each block's saved input and the logits), more "
+        f"than the {format_bytes(capacity)} of {where}: it would fail on an allocation after "
+        f"running for a while; lower {smaller} (levers memory predicts the step's peak on a GPU "
+        "without allocating it)"
+    )
+
+
+def device_memory(device: torch.device) -> tuple[int | None, str]:
+    """The memory of ``device`` in bytes (the host's physical memory for a CPU), and its name;
+    None where it cannot be read."""
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return None, "the GPU"
+        props = torch.cuda.get_device_properties(device)
+        return int(props.total_memory), props.name
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host"
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
+        return None, "this host"

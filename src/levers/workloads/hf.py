@@ -56,7 +56,7 @@ from levers.errors import MissingDependency
 from levers.optional import import_transformers
 from levers.workload import Workload
 from levers.workloads import _params, _runtime
-from levers.workloads.llama import SIZES, LlamaConfig
+from levers.workloads.llama import SIZES, LlamaConfig, step_floor
 
 ARCHS = {
     "llama": "LlamaConfig",
@@ -101,6 +101,10 @@ def build(
         )
     if seq_len is not None:
         shapes = dataclasses.replace(shapes, seq_len=_params.positive_int("seq_len", seq_len))
+    _runtime.check_step_fits(
+        f"arch={arch}, size={size}, batch_size={shapes.batch_size:,}, seq_len={shapes.seq_len:,}",
+        step_floor(shapes), resolved_device, param_dtype, "batch_size or seq_len (or the size)",
+    )
     transformers = _import_transformers()
 
     config = model_config(transformers, arch, shapes)

@@ -171,6 +171,10 @@ def build(
         cfg = dataclasses.replace(cfg, batch_size=_params.positive_int("batch_size", batch_size))
     if seq_len is not None:
         cfg = dataclasses.replace(cfg, seq_len=_params.positive_int("seq_len", seq_len))
+    _runtime.check_step_fits(
+        f"size={size}, batch_size={cfg.batch_size:,}, seq_len={cfg.seq_len:,}",
+        step_floor(cfg), resolved_device, param_dtype, "batch_size or seq_len (or the size)",
+    )
 
     with (
         _runtime.seeded(resolved_seed, resolved_device),
@@ -204,6 +208,21 @@ def build(
             "seq_len": cfg.seq_len,
         },
         device=resolved_device,
+    )
+
+
+def step_floor(cfg: LlamaConfig) -> _runtime.StepFloor:
+    """The least one step of a model of these shapes holds (the ``hf`` workload's too): the
+    embedding (counted once, as if the head were tied), the attention's query and output and
+    the MLP's three projections of every layer; the token ids; each layer's input; the logits."""
+    tokens = cfg.batch_size * cfg.seq_len
+    return _runtime.StepFloor(
+        parameters=cfg.vocab_size * cfg.width
+        + cfg.layers * (2 * cfg.width * cfg.width + 3 * cfg.width * cfg.ffn),
+        batch_bytes=cfg.batch_size * (cfg.seq_len + 1) * 8,
+        kept_per_block=tokens * cfg.width,
+        num_blocks=cfg.layers,
+        logits=tokens * cfg.vocab_size,
     )
 
 

@@ -1,12 +1,19 @@
 """ELEM001 memory-bound-elementwise: an eager step whose time goes to small memory-bound kernels.
 
 ## What it does
-Sums the time of the step's elementwise and norm kernels (activations, residual adds, casts,
-RoPE, hand-written norms: every op the bottleneck classifies as `elementwise` or `norms`, see
-the audit's bottleneck section), with their launches, and fires when they take at least 15% of
-the step. It prices what regional compilation would leave: each run of consecutive elementwise
-ops of one repeated block in one phase becomes one kernel that moves the bytes of the largest op
-of the run; runs outside the repeated blocks stay as they are.
+Sums the time of the step's elementwise kernels (activations, residual adds, casts, masks: every
+op the bottleneck classifies as `elementwise`, see the audit's bottleneck section), with their
+launches, and fires when they take at least 15% of the step. Kernels that a more specific rule
+reports are that rule's alone: hand-written norms (NORM001), SwiGLU (FUSE001) and rotate-half
+RoPE (FUSE002), with their backward, are left out, and so are norms that already run as one
+fused kernel (`F.layer_norm`, `F.rms_norm`). It prices what regional compilation would leave:
+each run of consecutive elementwise ops of one repeated block in one phase becomes one kernel
+that moves the bytes of the largest op of the run; runs outside the repeated blocks stay as
+they are.
+
+The message splits the time as the bottleneck's op-class table does. On a CPU capture it gives
+the kernels' roofline time (part of the table's `elementwise` row) and their launch overhead
+(part of its `launch-and-idle` row) separately; on a GPU capture it gives their device time.
 
 ## Why is this bad?
 In eager mode every elementwise op is its own kernel that reads and writes whole activations
@@ -41,10 +48,12 @@ losses agree to rounding, not bitwise.
 
 ## Known problems
 It does not fire on a model without repeated blocks (no run of elementwise ops inside one),
-where the fix would not apply. The fixed time is a coarse model of what a compiler fuses (a run of elementwise ops in one
-block and phase, moving its largest op's bytes); compiled code also removes launch gaps that no
-kernel time shows. A capture of an already compiled region records its ops eagerly, so the rule
-cannot tell that a step is compiled; do not audit a compiled model with it.
+where the fix would not apply. The kernels of NORM001's, FUSE001's and FUSE002's patterns are
+left out even when those rules are not selected: select them to see those kernels. The fixed
+time is a coarse model of what a compiler fuses (a run of elementwise ops in one block and
+phase, moving its largest op's bytes); compiled code also removes launch gaps that no kernel
+time shows. A capture of an already compiled region records its ops eagerly, so the rule cannot
+tell that a step is compiled; do not audit a compiled model with it.
 
 ## References
 - https://pytorch.org/tutorials/recipes/regional_compilation.html
@@ -62,12 +71,14 @@ from levers.audit.bottleneck import ELEMENTWISE, NORMS, classify_ops
 from levers.audit.config import RuleConfig
 from levers.audit.cost import roofline
 from levers.audit.finding import Finding, Part, Work
-from levers.audit.patterns import fmt_bytes, receipt
+from levers.audit.pattern_view import pattern_view
+from levers.audit.patterns import fmt_bytes, receipt, with_backward
 from levers.audit.rules.registry import registered, rule
+from levers.units import format_us
 from levers.vocab import CHANGES_NUMERICS
 
 CODE, NAME = "ELEM001", "memory-bound-elementwise"
-# elementwise and norm kernels must take at least this share of the step
+# elementwise kernels must take at least this share of the step
 MIN_STEP_SHARE = 0.15
 NUM_RECEIPTS = 3
 LEVERS = ("compile-blocks", "liger-kernels", "compile-model")
@@ -77,23 +88,27 @@ LEVERS = ("compile-blocks", "liger-kernels", "compile-model")
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     classes = classify_ops(capture)
     ops = capture.ops
+    claimed_by = claimed_elsewhere(capture)
+    claimed = frozenset().union(*claimed_by.values())
     elementwise = [
         op for op, cls in zip(ops, classes)
-        if cls in (ELEMENTWISE, NORMS) and not op.is_view and op.phase != "optimizer"
+        if cls == ELEMENTWISE and not op.is_view and op.phase != "optimizer"
+        and op.index not in claimed
     ]
-    # nothing elementwise launches a kernel
+    # nothing elementwise launches a kernel that no more specific rule reports
     if not elementwise:
         return
     tf32 = bool(capture.settings.get("cuda_matmul_allow_tf32"))
     now_us = roofline.ops_us(elementwise, config.gpu, assumed_dtype=config.assumed_dtype, tf32=tf32)
     step_us = roofline.ops_us(ops, config.gpu, assumed_dtype=config.assumed_dtype, tf32=tf32)
-    if config.on_gpu and any(op.device_us is not None for op in ops):
+    measured = config.on_gpu and any(op.device_us is not None for op in ops)
+    if measured:
         now_us = sum(op.device_us or 0.0 for op in elementwise)
         step_us = capture.timing.median_s * 1e6
     # small share of the step: fusion would not change much
     if step_us <= 0 or now_us < MIN_STEP_SHARE * step_us:
         return
-    runs = _runs(capture, classes)
+    runs = _runs(capture, classes, claimed)
     # no repeated block holds a run: a regional compile (and Liger's per-block kernels) has
     # nothing to fuse, so the fix would not apply to this model and would save nothing
     if not runs:
@@ -128,9 +143,22 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     num_kernels = len(elementwise)
     moved = sum(op.read_bytes + op.write_bytes for op in elementwise)
     share = now_us / step_us
+    # the bottleneck's accounting: on a CPU capture a kernel's roofline time is its class's and
+    # its launch overhead is launch-and-idle's; on a GPU capture device time is the kernel's
+    launch_us = 0.0 if measured else num_kernels * roofline.KERNEL_OVERHEAD_US
+    kernel_us = now_us - launch_us
+    if measured:
+        time_text = f"{format_us(kernel_us)} of device time, {share:.0%} of the step"
+    else:
+        time_text = (
+            f"{format_us(kernel_us)} of kernel time (part of the op-class table's elementwise "
+            f"row) and {format_us(launch_us)} of launches at {roofline.KERNEL_OVERHEAD_US:g} µs "
+            f"each (part of its launch-and-idle row), together {share:.0%} of the estimated step"
+        )
+    left_out = _left_out_text(capture, classes, claimed_by)
     message = (
-        f"{num_kernels} elementwise and norm kernels per step (forward and backward) move "
-        f"{fmt_bytes(moved)} and take {share:.0%} of the step; {len(runs)} runs of them sit inside "
+        f"{num_kernels} elementwise kernels per step (forward and backward) move "
+        f"{fmt_bytes(moved)}: {time_text}{left_out}. {len(runs)} runs of them sit inside "
         f"repeated blocks, where a regional compile fuses each run into one kernel."
     )
     yield registered(CODE).finding(
@@ -150,22 +178,72 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
             "num_kernels": num_kernels,
             "bytes": moved,
             "step_share": share,
+            "kernel_us": kernel_us,
+            "launch_us": launch_us,
             "num_fused_runs": len(runs),
         },
     )
 
 
-def _runs(capture: Capture, classes: tuple[str, ...]) -> list[tuple[int, ...]]:
-    """Consecutive elementwise ops of one repeated block and phase (views do not break a run)."""
+def claimed_elsewhere(capture: Capture) -> dict[str, frozenset[int]]:
+    """Ops whose kernels a more specific rule reports, with their backward, by that rule's code:
+    hand-written norms (NORM001), gated activations (FUSE001) and rotate-half RoPE (FUSE002)."""
+    view = pattern_view(capture)
+    patterns = {
+        "NORM001": view.unfused_norms,
+        "FUSE001": view.gated_activations,
+        "FUSE002": view.unfused_rope,
+    }
+    return {
+        code: frozenset(with_backward((i for c in chains for i in c.ops), view.backward))
+        for code, chains in patterns.items()
+        if chains
+    }
+
+
+def _left_out_text(
+    capture: Capture, classes: tuple[str, ...], claimed: dict[str, frozenset[int]]
+) -> str:
+    """What the count leaves out, so that it reads against the op-class table and the other
+    findings."""
+    ops = capture.ops
+    claimed_ops = frozenset().union(*claimed.values())
+    parts = [
+        f"{sum(1 for i in indices if not ops[i].is_view)} kernels of {_PATTERN_NAMES[code]} are "
+        f"{code}'s"
+        for code, indices in claimed.items()
+    ]
+    num_norms = sum(
+        1 for op, cls in zip(ops, classes)
+        if cls == NORMS and not op.is_view and op.index not in claimed_ops
+    )
+    if num_norms:
+        parts.append(f"{num_norms} kernels of fused norms already run as one kernel per call")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+_PATTERN_NAMES = {
+    "NORM001": "hand-written norms",
+    "FUSE001": "gated activations",
+    "FUSE002": "rotate-half RoPE",
+}
+
+
+def _runs(
+    capture: Capture, classes: tuple[str, ...], claimed: frozenset[int]
+) -> list[tuple[int, ...]]:
+    """Consecutive elementwise ops of one repeated block and phase. Views, norms and the ops
+    another rule reports are not part of a run and do not break it: a compiler fuses across
+    them, and their own kernels are priced by their rule."""
     runs: list[tuple[int, ...]] = []
     current: list[int] = []
     key = None
     for op, cls in zip(capture.ops, classes):
-        if op.is_view:
+        if op.is_view or op.index in claimed or cls == NORMS:
             continue
         block = block_of(op.module)
         op_key = (block, op.phase)
-        if cls in (ELEMENTWISE, NORMS) and block is not None and op.phase != "optimizer":
+        if cls == ELEMENTWISE and block is not None and op.phase != "optimizer":
             if op_key != key and current:
                 runs.append(tuple(current))
                 current = []

@@ -43,7 +43,7 @@ for block in self.blocks:
 
 ## Fix
 Lever `ac-budget` with the budget that fits: the memory model's usable memory on the target GPU
-less its 5% margin (`--lever ac-budget:budget=<that>GiB:workload=SPEC`), the fastest
+less its 5% margin (`--lever ac-budget:budget=<that>GiB`), the fastest
 checkpointing plan whose predicted peak fits there (docs/activation-checkpointing.md); then
 re-tune the batch size into the freed memory (`raise-batch`). Without a memory-model
 prediction, `ac-full` (every block, non-reentrant); `ac-selective` recomputes only the cheap ops.

@@ -122,6 +122,11 @@ def build_entry(
     if layers is not None:
         shape["layers"] = _params.positive_int("layers", layers)
     shape["param_dtype"] = param_dtype  # the images are drawn in it
+    _runtime.check_step_fits(
+        ", ".join(f"{key}={value}" for key, value in identity.items())
+        + f", size={size}, batch_size={shape['batch_size']:,}, layers={shape['layers']:,}",
+        step_floor(entry, shape), resolved_device, param_dtype, "batch_size or layers",
+    )
     missing = entry.available()
     if missing is not None:
         raise MissingDependency(missing)
@@ -151,6 +156,31 @@ def build_entry(
             "layers": shape["layers"],
         },
         device=resolved_device,
+    )
+
+
+def step_floor(entry: ZooModel, shape: dict[str, Any]) -> _runtime.StepFloor:
+    """The least one step of a zoo model holds, from the fields its shape has: its MLPs'
+    weights and embedding, the batch (token ids, or images in the parameter dtype), each
+    block's input and a language model's logits."""
+    width, layers, batch = shape.get("width", 0), shape["layers"], shape["batch_size"]
+    vocab = shape.get("vocab_size", 0)
+    tokens = entry.tokens_per_step(shape)
+    if "image_size" in shape:
+        batch_bytes = batch * 3 * shape["image_size"] ** 2 * shape["param_dtype"].itemsize
+        logits = 0
+    else:
+        lengths = shape.get("seq_len", 0) + shape.get("target_len", 0)
+        batch_bytes = batch * lengths * 8
+        # the encoder-decoder's logits are over its targets; the others' over every token
+        scored = shape["target_len"] if entry.family == "encoder-decoder" else shape["seq_len"]
+        logits = batch * scored * vocab
+    return _runtime.StepFloor(
+        parameters=vocab * width + layers * 2 * width * shape.get("ffn", 0),
+        batch_bytes=batch_bytes,
+        kept_per_block=tokens * width,
+        num_blocks=layers,
+        logits=logits,
     )
 
 
