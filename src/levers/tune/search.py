@@ -25,9 +25,10 @@ lever alone, which its confirmation proved, and a note says why. So the answer i
 than the baseline: a proven stack, or none ("nothing pays here", each lever's reason).
 
 **The budget.** Before each selection A/B the search checks that the time left holds it (as long
-as the median A/B so far), the confirmation after it and, once the stack holds a lever, the
-proof of the stack: each is one more A/B. Each A/B is given the time left as its kill line. When time
-runs out the search stops selecting and proves what it kept. When the caller says how many timed
+as the median selection so far), the confirmation after it and, once the stack holds a lever,
+the proof of the stack (each as long as the median confirmation so far; before any, a selection
+less its compiles: the stack's programs are cached by then). Each A/B is given the time left as
+its kill line. When time runs out the search stops selecting and proves what it kept. When the caller says how many timed
 steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
 left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
 so far (at most :data:`CONFIRM_MAX_FACTOR` times as many): a narrower CI from time that would
@@ -135,6 +136,27 @@ class _Search:
         next whole-model compile and 8.8 s for a per-block one)."""
         return statistics.median(self.selection_s) if self.selection_s else 0.0
 
+    @property
+    def again_s(self) -> float:
+        """What an A/B of a stack already measured is expected to take (a confirmation, the
+        proof): the median of the confirmations so far; before any, the selections' less what
+        their compiles cost. A compiled stack's programs are in inductor's cache by then (on the
+        H200: a llama's compile-model selection 79 s, its confirmation 7.4 s), so the compile
+        phases (parity and warm-up) are counted only as long as the timed steps."""
+        again = [d for t, d in zip(self.trials, self.durations_s) if t.role == CONFIRMATION]
+        if again:
+            return statistics.median(again)
+        if not self.selection_s:
+            return 0.0
+        warm = []
+        for trial, duration_s in zip(self.trials, self.durations_s):
+            if trial.role != SELECTION:
+                continue
+            phases = trial.phase_s
+            compiling_s = phases.get("parity", 0.0) + phases.get("warmup", 0.0)
+            warm.append(duration_s - max(0.0, compiling_s - phases.get("timed", 0.0)))
+        return statistics.median(warm) if warm else self.typical_s
+
     def run(self, base: Stack, candidate: Stack, what: str, *, role: str = SELECTION,
             steps: int | None = None) -> Trial:
         """One A/B, recorded; once it is, raises KeyboardInterrupt if ab's runner ended it on
@@ -241,7 +263,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 )
                 continue
             # this A/B, its confirmation, and the proof once the stack would hold two levers
-            needed_s = state.typical_s * (3 if stack else 2)
+            needed_s = state.typical_s + state.again_s * (2 if stack else 1)
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
                 state.stopped = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
