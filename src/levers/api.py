@@ -12,16 +12,44 @@ handed to every analysis (as Holistic Trace Analysis holds one parsed trace for 
 
 Every verb calls this object (``levers audit``, ``memory``, ``ab``, ``tune``); the in-loop
 capture (:func:`levers.capture_step`), the script runner and the Trainer and Lightning callbacks
-hand their captures to it (:meth:`Step.from_capture`). Its methods import the analyses when
-called, so that ``import levers`` and ``levers --help`` stay light.
+hand their captures to it (:meth:`Step.from_capture`). ``import levers`` loads this module on the
+first read of ``levers.Step``, and ``levers --help`` never does: both stay light.
 """
 
 from __future__ import annotations
 
+import difflib
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from levers.hardware import DEFAULT_GPU
+import levers.capture
+import levers.memory
+from levers.ab import design as design_mod
+from levers.ab import runner as ab_runner
+from levers.audit.config import capture_on_gpu
+from levers.audit.run import audit_step
+from levers.distributed.ab import run_ab_distributed
+from levers.distributed.world import world_from_env
+from levers.hardware import DEFAULT_GPU, resolve_gpu
+from levers.levers import load_all
+from levers.levers.applicability import with_applicability
+from levers.levers.handle import apply_to_workload, find_specs, parse_ids
+from levers.levers.lever import LeverNotFound
+from levers.loader import call_factory, load_workload, looks_like_spec, resolve_factory
+from levers.memory.distributed import predict_per_rank
+from levers.memory.fit import fit_param
+from levers.memory.measure import measure_peaks
+from levers.memory.predict import DEFAULT_MARGIN, check_margin
+from levers.memory.prediction import source_of
+from levers.memory.steps import DEFAULT_NUM_STEPS
+from levers.memory.whatif import all_whatifs
+from levers.tune import measure as tune_measure
+from levers.tune import run as tune_run
+from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
+from levers.tune.claims import measured_audit
+from levers.tune.measure import TrialDesign, remembered
 from levers.workload import Workload
 
 if TYPE_CHECKING:
@@ -38,8 +66,6 @@ DEFAULT_TIMED = 3
 def _validated(workload_or_spec: Any) -> Any:
     """The spec, factory or Workload, refused early with what to pass instead."""
     if isinstance(workload_or_spec, str):
-        from levers.loader import resolve_factory
-
         resolve_factory(workload_or_spec)  # an unknown spec raises WorkloadNotFound here
         return workload_or_spec.strip()
     if isinstance(workload_or_spec, Workload) or callable(workload_or_spec):
@@ -114,12 +140,8 @@ class Step:
             raise TypeError("this Step holds a capture made elsewhere, without its workload")
         if self._workload is None:
             if isinstance(self.source, str):
-                from levers.loader import load_workload
-
                 self._workload = load_workload(self.source, self.params)
             else:
-                from levers.loader import call_factory
-
                 self._workload = call_factory(self.source, self.params)
         return self._workload
 
@@ -135,11 +157,8 @@ class Step:
         first capture is the one :meth:`audit` reads."""
         key = (warmup, timed)
         if key not in self._captures:
-            # read from the package at call time, so a test's stand-in is the one called
-            import levers.capture
-            from levers.levers.applicability import with_applicability
-
             workload = self.workload()
+            # read from the package at call time, so a test's stand-in is the one called
             captured = levers.capture.capture_step(
                 workload, warmup=warmup, timed=timed, progress=progress
             )
@@ -197,9 +216,6 @@ class Step:
                 tensors: give the Step its spec or factory).
             ValueError: an unknown GPU, a margin outside [0, 1).
         """
-        # read from the package at call time, so a test's stand-in is the one called
-        import levers.memory
-
         source = self._memory_source_or_refuse("memory")
         key = (str(gpu), margin, num_steps, whatifs, world_size, strategy, tuple(lever_ids))
         if key not in self._plans:
@@ -213,6 +229,7 @@ class Step:
                 options["transform"] = _lever_transform(lever_ids)
             params = self._memory_params()
             if world_size is None:
+                # read from the package at call time, so a test's stand-in is the one called
                 plan = levers.memory.predict_memory(
                     source, gpu=gpu, params=params, whatifs=whatifs, **options
                 )
@@ -243,12 +260,6 @@ class Step:
         Raises:
             TypeError: the Step holds a built Workload.
         """
-        from levers.hardware import resolve_gpu
-        from levers.memory.fit import fit_param
-        from levers.memory.predict import DEFAULT_MARGIN, check_margin
-        from levers.memory.prediction import source_of
-        from levers.memory.steps import DEFAULT_NUM_STEPS
-
         built = source_of(
             self._memory_source_or_refuse("fit"),
             self._memory_params(),
@@ -273,10 +284,6 @@ class Step:
         Raises:
             LeversError: no GPU here.
         """
-        from levers.memory.measure import measure_peaks
-        from levers.memory.prediction import source_of
-        from levers.memory.steps import DEFAULT_NUM_STEPS
-
         built = source_of(
             self._memory_source_or_refuse("measure_memory"),
             self._memory_params(),
@@ -313,8 +320,6 @@ class Step:
             ValueError: a selector that matches no rule, an unknown target or torch version.
             TypeError: ``measure=True`` on a Step of a built Workload.
         """
-        from levers.audit.run import audit_step
-
         capture = self._current_capture()
         source = self._memory_source() if memory_model else None
         audited = audit_step(
@@ -337,7 +342,6 @@ class Step:
         measure_ab = self._claims_measure(measure, capture, target)
         if measure_ab is None:
             return audited
-        from levers.tune.claims import measured_audit
 
         say = progress.say if progress is not None else (lambda _message: None)
         return measured_audit(
@@ -353,8 +357,6 @@ class Step:
         if callable(measure):
             return measure
         if measure is None:
-            from levers.audit.config import capture_on_gpu
-
             measure = capture_on_gpu(capture) and target is None and self.spec is not None
         if not measure:
             return None
@@ -367,11 +369,10 @@ class Step:
 
     def _ab_measure(self, design: Any = None) -> Any:
         """ab's A/B on this step's spec, remembering each trial for this Step."""
-        from levers.tune.measure import TrialDesign, ab_measure, remembered
-
         design = design or TrialDesign()
         memory = self._trials.setdefault(design, {})
-        return remembered(ab_measure(self.spec, self.params, design), memory)
+        # read from the module at call time, so a test's stand-in is the one called
+        return remembered(tune_measure.ab_measure(self.spec, self.params, design), memory)
 
     def _predict_for_audit(self, gpu: str, whatifs: bool) -> MemoryPlan:
         return self.memory(gpu=gpu, whatifs=whatifs)
@@ -408,9 +409,6 @@ class Step:
             TypeError: the Step is not of a spec (each side is built again from it).
             LeversError: an unknown lever, or a design that cannot run.
         """
-        from levers.ab import design as design_mod
-        from levers.ab.runner import run_ab
-
         if self.spec is None:
             raise TypeError(
                 "Step.ab builds each side from the workload spec: make the Step from a spec "
@@ -442,14 +440,12 @@ class Step:
         )
         baseline, candidate_side, chosen = design_mod.sides(design)
         config = design_mod.config(design, kill, chosen)
-        from levers.distributed.world import world_from_env
 
         world = world_from_env()
         if world.is_distributed:
-            from levers.distributed.ab import run_ab_distributed
-
             return run_ab_distributed(baseline, candidate_side, config, world, dist_timeout_s)
-        return run_ab(baseline, candidate_side, config)
+        # read from the module at call time, so a test's stand-in is the one called
+        return ab_runner.run_ab(baseline, candidate_side, config)
 
 
     def tune(
@@ -487,13 +483,6 @@ class Step:
             TypeError: the Step is not of a spec (each side is built again from it).
             ValueError: an unreadable budget, an unknown lever id, a design that cannot run.
         """
-        import time
-
-        from levers.levers.handle import parse_ids
-        from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
-        from levers.tune.measure import TrialDesign
-        from levers.tune.run import tune_step
-
         budget_s = parse_duration_s(DEFAULT_BUDGET if budget is None else budget)
         defaults = TrialDesign()
         design = TrialDesign(
@@ -503,7 +492,8 @@ class Step:
             resamples=defaults.resamples if resamples is None else resamples,
             seed=seed,
         )
-        return tune_step(
+        # read from the module at call time, so a test's stand-in is the one called
+        return tune_run.tune_step(
             self,
             budget_s=budget_s,
             only=None if levers is None else parse_ids(levers),
@@ -522,8 +512,6 @@ class Step:
 def _lever_transform(ids: Sequence[str]) -> Callable[[Workload], None]:
     """Apply the levers ``ids`` to a workload built for a memory prediction (those that do not
     apply are skipped, as raise-batch's prediction skips them)."""
-    from levers.levers.handle import apply_to_workload, find_specs
-
     find_specs(list(ids))  # an unknown id or option is refused now, not in the prediction
 
     skipped: dict[str, str] = {}
@@ -542,7 +530,6 @@ def _with_skipped(plan: MemoryPlan, transform: Any) -> MemoryPlan:
     skipped = dict(getattr(transform, "skipped", None) or {})
     if not skipped:
         return plan
-    from dataclasses import replace
 
     return replace(plan, extra={**plan.extra, "levers_skipped": skipped})
 
@@ -557,15 +544,6 @@ def _per_rank_plan(
     strategy: str,
 ) -> MemoryPlan:
     """The plan of one rank of ``world_size``, with each rank's peak in ``extra["per_rank"]``."""
-    from dataclasses import replace
-
-    from levers.hardware import resolve_gpu
-    from levers.memory.distributed import predict_per_rank
-    from levers.memory.predict import DEFAULT_MARGIN, check_margin
-    from levers.memory.prediction import source_of
-    from levers.memory.steps import DEFAULT_NUM_STEPS
-    from levers.memory.whatif import all_whatifs
-
     built, spec = source_of(source, params), resolve_gpu(gpu)
     num_steps = options.get("num_steps", DEFAULT_NUM_STEPS)
     prediction, plan, rank = predict_per_rank(
@@ -588,11 +566,6 @@ def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None
         return None, []
     if not isinstance(value, str):
         return None, [str(v) for v in value]
-    import difflib
-
-    from levers.levers import load_all
-    from levers.levers.lever import LeverNotFound
-    from levers.loader import looks_like_spec
 
     ids = load_all()
     parts = [p.strip() for p in value.split(",") if p.strip()]

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from levers.capture.records import Capture
 from levers.audit.already_right import already_right
 from levers.audit.bottleneck import Bottleneck, step_bottleneck
@@ -40,7 +42,6 @@ class AuditResult:
 def _cudnn_version(on_gpu: bool) -> int | None:
     if not on_gpu:
         return None
-    import torch
 
     try:
         return int(torch.backends.cudnn.version() or 0) or None

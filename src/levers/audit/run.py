@@ -13,9 +13,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import levers.memory
+from levers.audit.config import DEFAULT_TARGET, capture_on_gpu, predicted_memory_from_plan
+from levers.audit.engine import audit
+from levers.audit.peak_metric_source import function_scope
+from levers.audit.report import build_report
+from levers.audit.report_files import write_reports
+from levers.audit.rules.registry import select_rules
 from levers.capture.records import Capture
+from levers.hardware import gpu_from_device_name, resolve_gpu
+from levers.memory.fake_failures import failure_detail, first_line, user_fix
+from levers.memory.fit import fit_param
+from levers.memory.plan import FitPoint
+from levers.memory.prediction import source_of
+from levers.output.console import make_console
+from levers.output.errors import debug_from_env
 
 # the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's and MEM004's
 # freed memory)
@@ -48,17 +63,11 @@ class AuditedStep:
     def write(self, directory: Any) -> dict:
         """Write audit.md, audit.html, capture.json (with the findings) and trace.json into
         ``directory`` (created if needed), each atomically; returns name -> path."""
-        from pathlib import Path
-
-        from levers.audit.report_files import write_reports
-
         return write_reports(self, Path(directory))
 
 
 def step_scopes(workload: Any) -> dict:
     """The step function's globals and closure, for rules that read its source (MEM002)."""
-    from levers.audit.peak_metric_source import function_scope
-
     step = getattr(workload, "step", None)
     if step is None or not hasattr(step, "__code__"):
         return {}
@@ -68,9 +77,6 @@ def step_scopes(workload: Any) -> dict:
 
 def memory_gpu(target: str | None, capture: Any) -> str:
     """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``target``'s."""
-    from levers.audit.config import DEFAULT_TARGET, capture_on_gpu
-    from levers.hardware import gpu_from_device_name, resolve_gpu
-
     if capture_on_gpu(capture):
         spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
         if spec is not None:
@@ -79,8 +85,6 @@ def memory_gpu(target: str | None, capture: Any) -> str:
 
 
 def _warn(text: str) -> None:
-    from levers.output.console import make_console
-
     make_console(stderr=True).print(f"warning: {text}", markup=False, soft_wrap=True)
 
 
@@ -102,10 +106,6 @@ def _say_failed_whatifs(plan: Any) -> None:
 def _say_prediction_failed(exc: BaseException) -> None:
     """One line (and what the workload can change, when the fix is its own); torch's log lines
     and the traceback only under ``--debug``."""
-    from levers.memory.fake_failures import failure_detail, first_line, user_fix
-    from levers.output.console import make_console
-    from levers.output.errors import debug_from_env
-
     fix = user_fix(exc)
     if debug_from_env():
         make_console(stderr=True).print(
@@ -137,8 +137,6 @@ def predicted_memory(
     that fits with the margin). None when the prediction fails; a failure is one line on
     stderr and never fails the audit.
     """
-    from levers.audit.config import predicted_memory_from_plan
-
     rules = list(rules)
     # the prediction is of the GPU run: a device the audit ran on here (device=cpu) is dropped,
     # so the factory gets the GPU the model stands in for
@@ -147,8 +145,7 @@ def predicted_memory(
     try:
         gpu = memory_gpu(target, capture)
         if predict is None:
-            import levers.memory
-
+            # read from the package at call time, so a test's stand-in is the one called
             plan = levers.memory.predict_memory(
                 workload, gpu=gpu, params=params, whatifs=whatifs
             )
@@ -179,10 +176,6 @@ def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch
     the search tries the cap (``MAX_FIT_FACTOR`` times the batch now) first, so a step with room
     to spare costs one prediction; a fit that stops at the cap is "at least" the cap.
     """
-    from levers.memory.fit import fit_param
-    from levers.memory.plan import FitPoint
-    from levers.memory.prediction import source_of
-
     budget = int(plan.gpu.usable_bytes * (1.0 - plan.margin))
     known = FitPoint(
         batch, plan.peak_allocated_bytes, plan.peak_reserved_bytes,
@@ -235,10 +228,6 @@ def audit_step(
     Raises:
         ValueError: a selector that matches no rule, an unknown target or torch version.
     """
-    from levers.audit import audit
-    from levers.audit.report import build_report
-    from levers.audit.rules.registry import select_rules
-
     rules = [r.code for r in select_rules(list(select), list(ignore))]
     memory = None
     if memory_model and source is not None:

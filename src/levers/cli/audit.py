@@ -7,6 +7,9 @@
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
 go, by phase, module and source line; ``--json`` keeps the whole capture and the findings. The
 findings (see ``docs/rules.md`` and :mod:`levers.cli.audit_findings`) follow the summary.
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ from levers.cli.script import (
     SCRIPT_TIMED,
     SCRIPT_WARMUP,
     add_script_arguments,
+    capture_script,
     reject_factory_arguments,
+    reject_script_options,
     warn_nonfinite_loss,
 )
+from levers.output.console import make_console, say_wrote
 
 DEFAULT_WORKLOAD = "demo"
 DEFAULT_WARMUP = 1
@@ -139,8 +145,6 @@ def run(args: argparse.Namespace) -> int:
         _reject_distributed_options(args)
         args.no_memory_model = True  # the memory model builds a workload from a factory
     else:
-        from levers.cli.script import reject_script_options
-
         reject_script_options(args, "audit")
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
@@ -162,8 +166,6 @@ def run(args: argparse.Namespace) -> int:
             check_writable(path)
     findings_cli.check_arguments(args)
     if script:
-        from levers.cli.script import capture_script
-
         return capture_script(
             args,
             warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
@@ -189,7 +191,6 @@ def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) 
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
     from levers.capture.json_io import write_capture
-    from levers.output.console import make_console, say_wrote
 
     warn_nonfinite_loss(result)
     console = make_console()

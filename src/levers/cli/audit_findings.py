@@ -9,6 +9,9 @@ is reported, so the audit can gate CI.
 
 The audit itself (the memory model's prediction, the rules, the ranked report) is
 :meth:`levers.Step.audit`; this module parses its options and renders. ``--no-memory-model`` skips the prediction.
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from typing import Any
 
 from levers.cli.options import add_gpu_argument, add_output_arguments
 from levers.errors import LeversError
+from levers.hardware import resolve_gpu
+from levers.output.atomic import atomic_open
+from levers.output.progress import progress_status
 
 FAIL_ON = ("never", "low", "medium", "high")
 EXIT_FINDINGS = 1
@@ -97,7 +103,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     from levers.audit.config import parse_torch_version
     from levers.audit.rules.registry import select_rules
     from levers.capture.json_io import check_writable
-    from levers.hardware import resolve_gpu
 
     try:
         select_rules(codes(args.select), codes(args.ignore))
@@ -129,8 +134,6 @@ def run_findings(
     from levers.audit.render_markdown import findings_markdown
     from levers.api import Step
     from levers.audit.render_terminal import render_findings
-    from levers.output.atomic import atomic_open
-    from levers.output.progress import progress_status
 
     options = dict(
         target=args.target,

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from levers.audit.recommend import CONFLICTS, COVERS, lever_ids
+
 # levers of which a stack holds at most one: they do the same job in different ways. The
 # speed forms are alternatives for the same saving (the audit measures each where it measures
 # one); the memory forms trade speed for memory, so the fastest is not the one to pick
@@ -106,8 +108,6 @@ def speed_alternatives(lever: str) -> tuple[str, ...]:
 
 def conflicts() -> dict[frozenset[str], str]:
     """Pairs of levers that fail together (the audit's table), with why."""
-    from levers.audit.recommend import CONFLICTS
-
     return dict(CONFLICTS)
 
 
@@ -131,8 +131,6 @@ def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
 def covered_by(lever: str, stack: Iterable[str]) -> str | None:
     """The lever of ``stack`` that already does what ``lever`` does (a regional compile fuses
     the norms a fused-norm lever targets), or None: the audit's table."""
-    from levers.audit.recommend import COVERS
-
     ident = lever_id(lever)
     return next((other for other in stack if ident in COVERS.get(lever_id(other), ())), None)
 
@@ -141,8 +139,6 @@ def audit_expectations(
     findings: Sequence[Any], step_ms: float
 ) -> dict[str, tuple[float, str]]:
     """lever -> (expected share, source) from the findings that name it (the largest saving)."""
-    from levers.audit.recommend import lever_ids
-
     out: dict[str, tuple[float, str]] = {}
     for finding in findings:
         cost = getattr(finding, "cost", None)
