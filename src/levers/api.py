@@ -29,6 +29,7 @@ import levers.memory
 from levers.ab import design as design_mod
 from levers.ab import runner as ab_runner
 from levers.audit.config import capture_on_gpu
+from levers.audit.options import AuditOptions
 from levers.audit.run import audit_step
 from levers.distributed.ab import run_ab_distributed
 from levers.distributed.world import world_from_env
@@ -304,42 +305,52 @@ class Step:
         set_items: Sequence[str] = (),
         progress: Any = None,
         measure: bool | Callable[..., Any] | None = None,
+        options: AuditOptions | None = None,
     ) -> AuditedStep:
         """The audit of the captured step (captured now with the defaults if :meth:`capture`
         was not called): an :class:`levers.audit.run.AuditedStep` with the priced findings,
         the ranked report and the memory model's prediction (None with
         ``memory_model=False`` or for a Step of a built Workload).
 
+        The keywords are :class:`levers.audit.options.AuditOptions`' (``target`` is its
+        ``gpu``); ``options`` passes the record whole instead (``levers audit`` does), and then
+        no other option may be given.
+
         ``measure``: A/B each lever of the recommended stack on this step, then the stack, and
         put the measured savings in place of the estimates (:mod:`levers.tune.claims`; the
         result's ``claims`` holds them). None (the default) measures when the capture ran on a
-        GPU, no ``target`` is given and the Step is of a spec; a callable is the A/B to use
+        GPU, no GPU is named and the Step is of a spec; a callable is the A/B to use
         (:data:`levers.tune.trial.Measure`, a test's fake).
 
         Raises:
             ValueError: a selector that matches no rule, an unknown target or torch version.
-            TypeError: ``measure=True`` on a Step of a built Workload.
+            TypeError: ``measure=True`` on a Step of a built Workload; ``options`` with another
+                option.
         """
+        given = dict(
+            gpu=target, torch_version=torch_version, assume_dtype=assume_dtype, select=select,
+            ignore=ignore, benchmark=benchmark, memory_model=memory_model, set_items=set_items,
+        )
+        if options is None:
+            options = AuditOptions.checked(**given)
+        elif given != dict(gpu=None, torch_version=None, assume_dtype=None, select=(),
+                           ignore=(), benchmark=True, memory_model=True, set_items=()):
+            raise TypeError("Step.audit takes its options as keywords or as options=, not both")
+        options = options.with_workload(
+            self.spec if isinstance(self.spec, str) else None, options.set_items
+        )
         capture = self._current_capture()
-        source = self._memory_source() if memory_model else None
+        source = self._memory_source() if options.memory_model else None
         audited = audit_step(
             capture,
+            options,
             workload=self._workload if self.source is None else self.workload(),
             source=source,
             params=self.params,
             predict=self._predict_for_audit,
-            workload_spec=self.spec if isinstance(self.spec, str) else None,
-            target=target or DEFAULT_GPU,
-            torch_version=torch_version,
-            assume_dtype=assume_dtype,
-            select=select,
-            ignore=ignore,
-            benchmark=benchmark,
-            memory_model=memory_model,
-            set_items=set_items,
             progress=progress,
         )
-        measure_ab = self._claims_measure(measure, capture, target)
+        measure_ab = self._claims_measure(measure, capture, options.gpu)
         if measure_ab is None:
             return audited
 
@@ -348,16 +359,16 @@ class Step:
             audited,
             measure_ab,
             workload_spec=self.spec,
-            set_items=list(set_items) or [f"{k}={v}" for k, v in self.params.items()],
+            set_items=list(options.set_items) or [f"{k}={v}" for k, v in self.params.items()],
             say=say,
         )
 
-    def _claims_measure(self, measure: Any, capture: Any, target: str | None) -> Any:
+    def _claims_measure(self, measure: Any, capture: Any, gpu: Any) -> Any:
         """The A/B that measures the audit's claims, or None to keep the estimates."""
         if callable(measure):
             return measure
         if measure is None:
-            measure = capture_on_gpu(capture) and target is None and self.spec is not None
+            measure = capture_on_gpu(capture) and gpu is None and self.spec is not None
         if not measure:
             return None
         if self.spec is None:

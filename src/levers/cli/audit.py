@@ -164,13 +164,13 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.findings_json_path, args.trace_path, args.html_path):
         if path is not None:
             check_writable(path)
-    findings_cli.check_arguments(args)
+    options = findings_cli.check_arguments(args)
     if script:
         return capture_script(
             args,
             warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
             timed=SCRIPT_TIMED if args.steps is None else args.steps,
-            report=lambda ran: _report(args, ran.capture, ran.workload, step=None),
+            report=lambda ran: _report(args, ran.capture, ran.workload, step=None, options=options),
         )
     with progress_status() as progress:
         progress.say(f"loading workload {args.workload}")
@@ -182,12 +182,14 @@ def run(args: argparse.Namespace) -> int:
             timed=args.steps,
             progress=progress.on_ops,
         )
-    return _report(args, result, workload, step=step)
+    return _report(args, result, workload, step=step, options=options)
 
 
-def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) -> int:
-    """Print the audit of the captured step and write the files asked for; the findings' exit
-    code (``--fail-on``)."""
+def _report(
+    args: argparse.Namespace, result: Any, workload: Any, *, step: Any, options: Any
+) -> int:
+    """Print the audit of the captured step (``options``: the audit's, checked before the
+    capture) and write the files asked for; the findings' exit code (``--fail-on``)."""
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
     from levers.capture.json_io import write_capture
@@ -195,7 +197,9 @@ def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) 
     warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
-    findings = findings_cli.run_findings(args, result, workload, console, step=step)
+    findings = findings_cli.run_findings(
+        args, result, workload, console, step=step, options=options
+    )
     if args.json_path is not None:
         audit = audit_to_dict(findings.report, config=findings.result.config)
         write_capture(result, args.json_path, extra={"audit": audit})
