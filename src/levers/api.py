@@ -37,7 +37,7 @@ from levers.hardware import DEFAULT_GPU, resolve_gpu
 from levers.levers import load_all
 from levers.levers.applicability import with_applicability
 from levers.levers.handle import apply_to_workload, find_specs, parse_ids
-from levers.levers.lever import LeverNotFound
+from levers.levers.lever import LeverNotFound, lever_id_of
 from levers.loader import call_factory, load_workload, looks_like_spec, resolve_factory
 from levers.memory.distributed import predict_per_rank
 from levers.memory.fit import fit_param
@@ -580,13 +580,13 @@ def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None
 
     ids = load_all()
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    named = [p for p in parts if p.split(":", 1)[0] in ids]
+    named = [p for p in parts if lever_id_of(p) in ids]
     # one lever id among them makes them lever specs: find_specs names the unknown ones
     if named:
         return None, parts
     if looks_like_spec(value):
         return value, []
-    close = difflib.get_close_matches(value.split(":", 1)[0].strip(), list(ids), n=1)
+    close = difflib.get_close_matches(lever_id_of(value), list(ids), n=1)
     hint = f" (did you mean the lever {close[0]}?)" if close else ""
     raise LeverNotFound(
         f"{value!r} names no lever{hint} and no workload; name the levers to A/B (\"a,b\" or a "

@@ -89,7 +89,7 @@ from levers.integrations.steps import StopTraining, find_model
 from levers.levers import load_all
 from levers.levers._compile_setup import recompile_limit
 from levers.levers.handle import apply
-from levers.levers.lever import Target
+from levers.levers.lever import Target, lever_id_of
 from levers.output.atomic import atomic_write_text
 from levers.tune.candidates import audit_expectations
 from levers.tune.run import lever_forms
@@ -172,7 +172,7 @@ def window_plan(
 
 
 def _lever_ids(stack: Sequence[str]) -> set[str]:
-    return {spec.split(":", 1)[0] for spec in stack}
+    return {lever_id_of(spec) for spec in stack}
 
 
 def _dynamo_counts() -> tuple[int, int]:

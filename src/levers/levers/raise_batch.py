@@ -42,7 +42,7 @@ import torch
 from levers.hardware import gpu_from_device_name, resolve_gpu
 from levers.levers import register
 from levers.levers.handle import apply_to_workload
-from levers.levers.lever import Lever, Target
+from levers.levers.lever import Lever, Target, lever_id_of
 from levers.loader import resolve_factory
 from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.vocab import CHANGES_NUMERICS
@@ -230,7 +230,7 @@ def fit_batch(
     else:
         beside = ""
     peak = next(p.peak_reserved_bytes for p in fit.curve if p.value == fit.best)
-    predicted = [i for i in lever_ids if i.split(":")[0] not in skipped]
+    predicted = [i for i in lever_ids if lever_id_of(i) not in skipped]
     with_levers = f" with {', '.join(predicted)}" if predicted else ""
     said = (
         f"raise-batch: {param} {start} -> {fit.best} (predicted reserved peak{with_levers} "

@@ -58,6 +58,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any, Protocol
 
+from levers.levers.lever import lever_id_of
 import levers
 from levers.ab.parity import Tolerance, rel_diff, tolerance_for
 from levers.ab.record import check_record
@@ -356,7 +357,7 @@ def stack_tolerance(
     """The tolerance the losses of ``levers`` are held to: ab's fixed tolerance for their
     declared safety and the step's precision (raised to a lever's declared parity floor), or
     their declared tolerance where looser."""
-    chosen = [registry[lever.split(":", 1)[0]] for lever in levers]
+    chosen = [registry[lever_id_of(lever)] for lever in levers]
     exact = all(lever.safety == EXACT for lever in chosen)
     floors = [(lever.parity_floor, lever.id) for lever in chosen if lever.parity_floor]
     floor, floor_of = max(floors) if floors else (None, "")
