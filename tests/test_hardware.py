@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from levers.audit.options import AuditOptions
 from levers.audit.config import make_config
 from levers.hardware import GPUS, gpu_from_device_name, gpu_names, resolve_gpu
 
@@ -40,9 +41,10 @@ def test_a_budget_is_for_the_memory_model_only():
 
 
 def test_the_audit_takes_the_memory_models_names():
-    config = make_config(make_capture(), target="h100-80gb")
+    config = make_config(make_capture(), AuditOptions.checked(gpu="h100-80gb"))
     assert config.gpu is GPUS["h100-80gb"] and config.gpu.family == "h100"
-    assert make_config(make_capture(), target="a100").gpu.title == "NVIDIA A100 SXM"
+    config = make_config(make_capture(), AuditOptions.checked(gpu="a100"))
+    assert config.gpu.title == "NVIDIA A100 SXM"
 
 
 def test_device_names():

@@ -1,7 +1,8 @@
 """The import graph of src/levers, counting every import (function-local ones too; only
 ``if TYPE_CHECKING:`` blocks are left out): no module cycle, no package cycle, no private name
 imported from another package, argparse only under cli/, and a base errors module that imports
-nothing heavy."""
+nothing heavy; imports at the module top, but for the listed reasons; the version in a leaf
+module."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import levers
 
@@ -197,3 +200,132 @@ def test_the_help_imports_no_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "[]\n"
+
+
+# --- function-local imports ----------------------------------------------------------------------
+# STYLE.md: a function-local import is for start-up cost only, never to hide a cycle. A module
+# imports at its top, except for:
+# optional packages, imported where they are used (levers.optional): levers runs without them
+OPTIONAL_PACKAGES = {
+    "accelerate", "cut_cross_entropy", "lightning", "liger_kernel", "pytorch_lightning", "timm",
+    "torchao", "transformers",
+    "tomli", "tomllib",  # TOML: tomllib from Python 3.11, tomli (if installed) before
+}
+# parts of torch that take seconds to import, which only a compiled (or FSDP) step needs
+HEAVY_TORCH = ("torch._dynamo", "torch._inductor", "functorch", "torch.distributed.fsdp")
+# every audit imports every lever module (levers.levers.load_all): a lever imports the memory
+# model when it predicts (levers/levers/__init__.py)
+MEMORY_MODEL = ("levers.memory.fit", "levers.memory.predict", "levers.memory.prediction")
+# module -> {imported module: why it is imported inside a function}
+LOCAL_IMPORTS_ALLOWED = {
+    "levers.workload": {"torch": "`levers --help` reads the Workload record without torch"},
+    "levers.audit.rules.dtype002_fp32_grouped_mm": {
+        "levers.capture.ops": "it imports torch, and `levers rule` loads every rule without it",
+    },
+    "levers.tune.run": {
+        "levers.levers.compile_model": "a lever module registers itself on import, and the "
+        "catalogue's order is the order its modules are first imported in",
+    },
+    "levers.workloads._params": {
+        "torch._guards": "a private module, asked for under try: a torch that moved it loses a "
+        "convenience only",
+    },
+}
+
+
+def _function_local_imports(tree: ast.Module):
+    """Every import statement inside a function (methods and nested functions too)."""
+    pending: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while pending:
+        node, in_function = pending.pop()
+        if in_function and isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        pending.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+def test_function_local_imports_are_found():
+    tree = ast.parse(
+        "import a\n"
+        "def f():\n    import b\n    def g():\n        from c import d\n"
+        "class C:\n    import e\n    def h(self):\n        try:\n            import f\n"
+        "        except ImportError:\n            pass\n"
+    )
+    found = sorted(
+        a.name if isinstance(n, ast.Import) else n.module
+        for n in _function_local_imports(tree) for a in n.names
+    )
+    assert found == ["b", "c", "f"]
+
+
+def _local_import_allowed(module: str, imported: str) -> bool:
+    if module == "levers.cli" or module.startswith("levers.cli."):
+        return True  # `levers --help` loads every verb module, without torch (levers/cli)
+    if imported.split(".")[0] in OPTIONAL_PACKAGES:
+        return True
+    if any(imported == heavy or imported.startswith(heavy + ".") for heavy in HEAVY_TORCH):
+        return True
+    if module.startswith("levers.levers.") and imported in MEMORY_MODEL:
+        return True
+    return imported in LOCAL_IMPORTS_ALLOWED.get(module, {})
+
+
+def test_imports_are_at_the_module_top():
+    offenders = []
+    for module, path in MODULES.items():
+        for node in _function_local_imports(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [_absolute(module, node)]
+            )
+            offenders += [
+                f"{module}:{node.lineno} imports {name} inside a function"
+                for name in names if not _local_import_allowed(module, name)
+            ]
+    assert offenders == [], (
+        "move these imports to the top of their modules. An import stays inside a function only "
+        "for start-up cost (levers/cli: `levers --help` without torch; HEAVY_TORCH; MEMORY_MODEL "
+        "in a lever), for an optional package (OPTIONAL_PACKAGES), or with its reason in "
+        "LOCAL_IMPORTS_ALLOWED (tests/test_imports.py); a cycle is broken by moving code, not "
+        "hidden by a local import:\n"
+        + "\n".join(offenders)
+    )
+
+
+def test_every_allowed_local_import_is_still_there():
+    # an entry whose import moved to the top (or whose module went) is stale: remove it
+    present = set()
+    for module, path in MODULES.items():
+        for node in _function_local_imports(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [_absolute(module, node)]
+            )
+            present.update((module, name) for name in names)
+    stale = [
+        (module, imported)
+        for module, imports in LOCAL_IMPORTS_ALLOWED.items() for imported in imports
+        if (module, imported) not in present
+    ]
+    assert stale == []
+
+
+# --- the version -----------------------------------------------------------------------------------
+
+
+def test_the_version_is_defined_once_in_a_leaf_module():
+    import levers._version
+
+    tomllib = pytest.importorskip("tomllib")
+    tree = ast.parse(MODULES["levers._version"].read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert levers.__version__ == levers._version.__version__
+    path = ROOT.parents[1] / "pyproject.toml"
+    if not path.is_file():
+        pytest.skip("levers is imported from an installation, not from the repository")
+    pyproject = tomllib.loads(path.read_text())
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "levers._version.__version__"
+    }

@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from levers._version import __version__
+
 if TYPE_CHECKING:
     from levers.workload import Workload
     from levers.api import Step
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     from levers.runs.resume import misplaced_step_tensors, rehome_step_tensors
     from levers.levers.handle import apply
     from levers.memory import MemoryPlan, predict_memory
-
-__version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first read
 _LAZY = {

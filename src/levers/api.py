@@ -12,16 +12,45 @@ handed to every analysis (as Holistic Trace Analysis holds one parsed trace for 
 
 Every verb calls this object (``levers audit``, ``memory``, ``ab``, ``tune``); the in-loop
 capture (:func:`levers.capture_step`), the script runner and the Trainer and Lightning callbacks
-hand their captures to it (:meth:`Step.from_capture`). Its methods import the analyses when
-called, so that ``import levers`` and ``levers --help`` stay light.
+hand their captures to it (:meth:`Step.from_capture`). ``import levers`` loads this module on the
+first read of ``levers.Step``, and ``levers --help`` never does: both stay light.
 """
 
 from __future__ import annotations
 
+import difflib
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from levers.hardware import DEFAULT_GPU
+import levers.capture
+import levers.memory
+from levers.ab import design as design_mod
+from levers.ab import runner as ab_runner
+from levers.audit.config import capture_on_gpu
+from levers.audit.options import AuditOptions
+from levers.audit.run import audit_step
+from levers.distributed.ab import run_ab_distributed
+from levers.distributed.world import world_from_env
+from levers.hardware import DEFAULT_GPU, resolve_gpu
+from levers.levers import load_all
+from levers.levers.applicability import with_applicability
+from levers.levers.handle import apply_to_workload, find_specs, parse_ids
+from levers.levers.lever import LeverNotFound, lever_id_of
+from levers.loader import call_factory, load_workload, looks_like_spec, resolve_factory
+from levers.memory.distributed import predict_per_rank
+from levers.memory.fit import fit_param
+from levers.memory.measure import measure_peaks
+from levers.memory.predict import DEFAULT_MARGIN, check_margin
+from levers.memory.prediction import source_of
+from levers.memory.steps import DEFAULT_NUM_STEPS
+from levers.memory.whatif import all_whatifs
+from levers.tune import measure as tune_measure
+from levers.tune import run as tune_run
+from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
+from levers.tune.claims import measured_audit
+from levers.tune.measure import TrialDesign, remembered
 from levers.workload import Workload
 
 if TYPE_CHECKING:
@@ -38,8 +67,6 @@ DEFAULT_TIMED = 3
 def _validated(workload_or_spec: Any) -> Any:
     """The spec, factory or Workload, refused early with what to pass instead."""
     if isinstance(workload_or_spec, str):
-        from levers.loader import resolve_factory
-
         resolve_factory(workload_or_spec)  # an unknown spec raises WorkloadNotFound here
         return workload_or_spec.strip()
     if isinstance(workload_or_spec, Workload) or callable(workload_or_spec):
@@ -114,12 +141,8 @@ class Step:
             raise TypeError("this Step holds a capture made elsewhere, without its workload")
         if self._workload is None:
             if isinstance(self.source, str):
-                from levers.loader import load_workload
-
                 self._workload = load_workload(self.source, self.params)
             else:
-                from levers.loader import call_factory
-
                 self._workload = call_factory(self.source, self.params)
         return self._workload
 
@@ -135,11 +158,8 @@ class Step:
         first capture is the one :meth:`audit` reads."""
         key = (warmup, timed)
         if key not in self._captures:
-            # read from the package at call time, so a test's stand-in is the one called
-            import levers.capture
-            from levers.levers.applicability import with_applicability
-
             workload = self.workload()
+            # read from the package at call time, so a test's stand-in is the one called
             captured = levers.capture.capture_step(
                 workload, warmup=warmup, timed=timed, progress=progress
             )
@@ -197,9 +217,6 @@ class Step:
                 tensors: give the Step its spec or factory).
             ValueError: an unknown GPU, a margin outside [0, 1).
         """
-        # read from the package at call time, so a test's stand-in is the one called
-        import levers.memory
-
         source = self._memory_source_or_refuse("memory")
         key = (str(gpu), margin, num_steps, whatifs, world_size, strategy, tuple(lever_ids))
         if key not in self._plans:
@@ -213,6 +230,7 @@ class Step:
                 options["transform"] = _lever_transform(lever_ids)
             params = self._memory_params()
             if world_size is None:
+                # read from the package at call time, so a test's stand-in is the one called
                 plan = levers.memory.predict_memory(
                     source, gpu=gpu, params=params, whatifs=whatifs, **options
                 )
@@ -243,12 +261,6 @@ class Step:
         Raises:
             TypeError: the Step holds a built Workload.
         """
-        from levers.hardware import resolve_gpu
-        from levers.memory.fit import fit_param
-        from levers.memory.predict import DEFAULT_MARGIN, check_margin
-        from levers.memory.prediction import source_of
-        from levers.memory.steps import DEFAULT_NUM_STEPS
-
         built = source_of(
             self._memory_source_or_refuse("fit"),
             self._memory_params(),
@@ -273,10 +285,6 @@ class Step:
         Raises:
             LeversError: no GPU here.
         """
-        from levers.memory.measure import measure_peaks
-        from levers.memory.prediction import source_of
-        from levers.memory.steps import DEFAULT_NUM_STEPS
-
         built = source_of(
             self._memory_source_or_refuse("measure_memory"),
             self._memory_params(),
@@ -297,65 +305,70 @@ class Step:
         set_items: Sequence[str] = (),
         progress: Any = None,
         measure: bool | Callable[..., Any] | None = None,
+        options: AuditOptions | None = None,
     ) -> AuditedStep:
         """The audit of the captured step (captured now with the defaults if :meth:`capture`
         was not called): an :class:`levers.audit.run.AuditedStep` with the priced findings,
         the ranked report and the memory model's prediction (None with
         ``memory_model=False`` or for a Step of a built Workload).
 
+        The keywords are :class:`levers.audit.options.AuditOptions`' (``target`` is its
+        ``gpu``); ``options`` passes the record whole instead (``levers audit`` does), and then
+        no other option may be given.
+
         ``measure``: A/B each lever of the recommended stack on this step, then the stack, and
         put the measured savings in place of the estimates (:mod:`levers.tune.claims`; the
         result's ``claims`` holds them). None (the default) measures when the capture ran on a
-        GPU, no ``target`` is given and the Step is of a spec; a callable is the A/B to use
+        GPU, no GPU is named and the Step is of a spec; a callable is the A/B to use
         (:data:`levers.tune.trial.Measure`, a test's fake).
 
         Raises:
             ValueError: a selector that matches no rule, an unknown target or torch version.
-            TypeError: ``measure=True`` on a Step of a built Workload.
+            TypeError: ``measure=True`` on a Step of a built Workload; ``options`` with another
+                option.
         """
-        from levers.audit.run import audit_step
-
+        given = dict(
+            gpu=target, torch_version=torch_version, assume_dtype=assume_dtype, select=select,
+            ignore=ignore, benchmark=benchmark, memory_model=memory_model, set_items=set_items,
+        )
+        if options is None:
+            options = AuditOptions.checked(**given)
+        elif given != dict(gpu=None, torch_version=None, assume_dtype=None, select=(),
+                           ignore=(), benchmark=True, memory_model=True, set_items=()):
+            raise TypeError("Step.audit takes its options as keywords or as options=, not both")
+        options = options.with_workload(
+            self.spec if isinstance(self.spec, str) else None, options.set_items
+        )
         capture = self._current_capture()
-        source = self._memory_source() if memory_model else None
+        source = self._memory_source() if options.memory_model else None
         audited = audit_step(
             capture,
+            options,
             workload=self._workload if self.source is None else self.workload(),
             source=source,
             params=self.params,
             predict=self._predict_for_audit,
-            workload_spec=self.spec if isinstance(self.spec, str) else None,
-            target=target or DEFAULT_GPU,
-            torch_version=torch_version,
-            assume_dtype=assume_dtype,
-            select=select,
-            ignore=ignore,
-            benchmark=benchmark,
-            memory_model=memory_model,
-            set_items=set_items,
             progress=progress,
         )
-        measure_ab = self._claims_measure(measure, capture, target)
+        measure_ab = self._claims_measure(measure, capture, options.gpu)
         if measure_ab is None:
             return audited
-        from levers.tune.claims import measured_audit
 
         say = progress.say if progress is not None else (lambda _message: None)
         return measured_audit(
             audited,
             measure_ab,
             workload_spec=self.spec,
-            set_items=list(set_items) or [f"{k}={v}" for k, v in self.params.items()],
+            set_items=list(options.set_items) or [f"{k}={v}" for k, v in self.params.items()],
             say=say,
         )
 
-    def _claims_measure(self, measure: Any, capture: Any, target: str | None) -> Any:
+    def _claims_measure(self, measure: Any, capture: Any, gpu: Any) -> Any:
         """The A/B that measures the audit's claims, or None to keep the estimates."""
         if callable(measure):
             return measure
         if measure is None:
-            from levers.audit.config import capture_on_gpu
-
-            measure = capture_on_gpu(capture) and target is None and self.spec is not None
+            measure = capture_on_gpu(capture) and gpu is None and self.spec is not None
         if not measure:
             return None
         if self.spec is None:
@@ -367,11 +380,10 @@ class Step:
 
     def _ab_measure(self, design: Any = None) -> Any:
         """ab's A/B on this step's spec, remembering each trial for this Step."""
-        from levers.tune.measure import TrialDesign, ab_measure, remembered
-
         design = design or TrialDesign()
         memory = self._trials.setdefault(design, {})
-        return remembered(ab_measure(self.spec, self.params, design), memory)
+        # read from the module at call time, so a test's stand-in is the one called
+        return remembered(tune_measure.ab_measure(self.spec, self.params, design), memory)
 
     def _predict_for_audit(self, gpu: str, whatifs: bool) -> MemoryPlan:
         return self.memory(gpu=gpu, whatifs=whatifs)
@@ -408,9 +420,6 @@ class Step:
             TypeError: the Step is not of a spec (each side is built again from it).
             LeversError: an unknown lever, or a design that cannot run.
         """
-        from levers.ab import design as design_mod
-        from levers.ab.runner import run_ab
-
         if self.spec is None:
             raise TypeError(
                 "Step.ab builds each side from the workload spec: make the Step from a spec "
@@ -442,14 +451,12 @@ class Step:
         )
         baseline, candidate_side, chosen = design_mod.sides(design)
         config = design_mod.config(design, kill, chosen)
-        from levers.distributed.world import world_from_env
 
         world = world_from_env()
         if world.is_distributed:
-            from levers.distributed.ab import run_ab_distributed
-
             return run_ab_distributed(baseline, candidate_side, config, world, dist_timeout_s)
-        return run_ab(baseline, candidate_side, config)
+        # read from the module at call time, so a test's stand-in is the one called
+        return ab_runner.run_ab(baseline, candidate_side, config)
 
 
     def tune(
@@ -487,13 +494,6 @@ class Step:
             TypeError: the Step is not of a spec (each side is built again from it).
             ValueError: an unreadable budget, an unknown lever id, a design that cannot run.
         """
-        import time
-
-        from levers.levers.handle import parse_ids
-        from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
-        from levers.tune.measure import TrialDesign
-        from levers.tune.run import tune_step
-
         budget_s = parse_duration_s(DEFAULT_BUDGET if budget is None else budget)
         defaults = TrialDesign()
         design = TrialDesign(
@@ -503,7 +503,8 @@ class Step:
             resamples=defaults.resamples if resamples is None else resamples,
             seed=seed,
         )
-        return tune_step(
+        # read from the module at call time, so a test's stand-in is the one called
+        return tune_run.tune_step(
             self,
             budget_s=budget_s,
             only=None if levers is None else parse_ids(levers),
@@ -522,8 +523,6 @@ class Step:
 def _lever_transform(ids: Sequence[str]) -> Callable[[Workload], None]:
     """Apply the levers ``ids`` to a workload built for a memory prediction (those that do not
     apply are skipped, as raise-batch's prediction skips them)."""
-    from levers.levers.handle import apply_to_workload, find_specs
-
     find_specs(list(ids))  # an unknown id or option is refused now, not in the prediction
 
     skipped: dict[str, str] = {}
@@ -542,7 +541,6 @@ def _with_skipped(plan: MemoryPlan, transform: Any) -> MemoryPlan:
     skipped = dict(getattr(transform, "skipped", None) or {})
     if not skipped:
         return plan
-    from dataclasses import replace
 
     return replace(plan, extra={**plan.extra, "levers_skipped": skipped})
 
@@ -557,15 +555,6 @@ def _per_rank_plan(
     strategy: str,
 ) -> MemoryPlan:
     """The plan of one rank of ``world_size``, with each rank's peak in ``extra["per_rank"]``."""
-    from dataclasses import replace
-
-    from levers.hardware import resolve_gpu
-    from levers.memory.distributed import predict_per_rank
-    from levers.memory.predict import DEFAULT_MARGIN, check_margin
-    from levers.memory.prediction import source_of
-    from levers.memory.steps import DEFAULT_NUM_STEPS
-    from levers.memory.whatif import all_whatifs
-
     built, spec = source_of(source, params), resolve_gpu(gpu)
     num_steps = options.get("num_steps", DEFAULT_NUM_STEPS)
     prediction, plan, rank = predict_per_rank(
@@ -588,21 +577,16 @@ def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None
         return None, []
     if not isinstance(value, str):
         return None, [str(v) for v in value]
-    import difflib
-
-    from levers.levers import load_all
-    from levers.levers.lever import LeverNotFound
-    from levers.loader import looks_like_spec
 
     ids = load_all()
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    named = [p for p in parts if p.split(":", 1)[0] in ids]
+    named = [p for p in parts if lever_id_of(p) in ids]
     # one lever id among them makes them lever specs: find_specs names the unknown ones
     if named:
         return None, parts
     if looks_like_spec(value):
         return value, []
-    close = difflib.get_close_matches(value.split(":", 1)[0].strip(), list(ids), n=1)
+    close = difflib.get_close_matches(lever_id_of(value), list(ids), n=1)
     hint = f" (did you mean the lever {close[0]}?)" if close else ""
     raise LeverNotFound(
         f"{value!r} names no lever{hint} and no workload; name the levers to A/B (\"a,b\" or a "

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 IGNORE_INDEX = -100
 PAD_ID = 0
@@ -240,8 +241,6 @@ _MAX_LAYOUTS = 256
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return isinstance(tensor, FakeTensor) or tensor.device.type == "meta"
 
 

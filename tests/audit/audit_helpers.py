@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from levers.audit.options import AuditOptions
 from levers.capture import capture_step
 from levers.capture.records import Capture
 from levers.audit.config import make_config
@@ -34,6 +35,15 @@ from levers.audit.render_terminal import _finding_text
 HERE = Path(__file__).parent / "rules"  # one folder per rule code: cases.py, golden.txt
 # rules are checked against torch 2.11's SDPA dispatch on an H100 unless a case says otherwise
 BASE_CONFIG = {"target": "h100", "torch_version": "2.11"}
+
+
+def rule_config(capture: Capture, scopes=None, **given):
+    """make_config for a test: ``given`` holds AuditOptions' values (``target`` for its ``gpu``,
+    as the cases' CONFIG dicts name it) and ``memory``, the memory model's prediction."""
+    memory = given.pop("memory", None)
+    if "target" in given:
+        given["gpu"] = given.pop("target")
+    return make_config(capture, AuditOptions.checked(**given), scopes=scopes, memory=memory)
 
 
 def cases_module(code: str):
@@ -78,7 +88,7 @@ def run_rule(code: str, name: str) -> list[Finding]:
     """The findings of rule ``code`` on case ``name``, priced (estimated for the target GPU)."""
     capture, scopes = captured(code, name)
     kwargs = {**BASE_CONFIG, **getattr(cases_module(code), "CONFIG", {}).get(name, {})}
-    config = make_config(capture, scopes=scopes, **kwargs)
+    config = rule_config(capture, scopes, **kwargs)
     findings = list(all_rules()[code].check(capture, config))
     # costs in goldens are always the roofline estimate: a relabelled CPU capture has no device time
     return price(findings, capture, dataclasses.replace(config, on_gpu=False))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from levers.audit.options import AuditOptions
 import levers.audit.already_right as collector
 from levers.audit.already_right import ORDER, already_right, rule_checks
 from levers.audit.config import make_config
@@ -37,7 +38,7 @@ def test_the_collector_reads_no_rules_internals():
 
 def test_items_of_active_rules_that_did_not_fire_in_the_reports_order(build_capture):
     capture = build_capture(settings=SETTINGS)
-    config = make_config(capture, target="h100")
+    config = make_config(capture, AuditOptions.checked(gpu="h100"))
     # the hand capture: three SDPA calls, no fused norm, real syncs, a loss with ignored rows
     assert already_right(capture, config, fired=(), active=ALL) == [
         AlreadyRight(
@@ -59,7 +60,7 @@ def test_items_of_active_rules_that_did_not_fire_in_the_reports_order(build_capt
 
 def test_a_fired_or_unselected_rule_lists_nothing_and_the_allocator_item_stays(build_capture):
     capture = build_capture(settings=SETTINGS)
-    config = make_config(capture, target="h100")
+    config = make_config(capture, AuditOptions.checked(gpu="h100"))
     fired = already_right(capture, config, fired=("ATTN002",), active=ALL)
     assert [item.code for item in fired] == ["MEM001", "COPY001", None]
     selected = already_right(capture, config, fired=(), active=("COPY001",))

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from levers.audit.options import AuditOptions
 from levers.audit.bottleneck import (
     ATTENTION, CLASSES, ELEMENTWISE, EXPERTS, LAUNCH, LOSS, MATMULS, MEMORY_BOUND, NORMS,
     OPTIMIZER, ROUTING, THROUGHPUT_BOUND, UNKNOWN, classify_ops, explain_gap, step_bottleneck,
@@ -63,7 +64,7 @@ def test_hf_llama_ops_are_assigned_to_their_classes():
 @pytest.mark.parametrize("which", ["hf", "demo"])
 def test_classes_sum_to_the_estimated_step(which):
     capture = hf_tiny() if which == "hf" else demo()
-    config = make_config(capture, target="h200")
+    config = make_config(capture, AuditOptions.checked(gpu="h200"))
     b = step_bottleneck(capture, config)
     assert [c.name for c in b.classes] == list(CLASSES)
     assert sum(c.num_ops for c in b.classes if c.name != LAUNCH) == len(capture.ops)
@@ -115,14 +116,15 @@ def _memory(reserved_gib, usable_gib=139):
 )
 def test_bound_follows_the_predicted_headroom(reserved, bound):
     capture = hf_tiny()
-    b = step_bottleneck(capture, make_config(capture, target="h200", memory=_memory(reserved)))
+    config = make_config(capture, AuditOptions.checked(gpu="h200"), memory=_memory(reserved))
+    b = step_bottleneck(capture, config)
     assert b.bound == bound
     assert b.free_bytes == (139 - reserved) * GIB
 
 
 def test_bound_unknown_without_a_prediction_and_gap_sentence():
     capture = hf_tiny()
-    b = step_bottleneck(capture, make_config(capture, target="h200"))
+    b = step_bottleneck(capture, make_config(capture, AuditOptions.checked(gpu="h200")))
     assert b.bound == UNKNOWN and b.free_bytes is None
     assert b.ceiling_mfu > b.mfu
     assert "launch-and-idle" in explain_gap(b)
@@ -130,7 +132,7 @@ def test_bound_unknown_without_a_prediction_and_gap_sentence():
 
 def test_tokens_per_s_model():
     capture = hf_tiny()
-    b = step_bottleneck(capture, make_config(capture, target="h200"))
+    b = step_bottleneck(capture, make_config(capture, AuditOptions.checked(gpu="h200")))
     assert tokens_per_s_ratio(b, 2, 2) == pytest.approx(1.0)
     fixed, step = b.fixed_ms, b.step_ms
     expected = (8 / (fixed + (step - fixed) * 4)) / (2 / step)

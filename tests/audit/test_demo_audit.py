@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from levers.audit.options import AuditOptions
 import levers.workloads
 from levers.capture import capture_step
 from levers.audit import audit
@@ -49,7 +50,8 @@ def run_audit(spec: str, **params):
     workload = load_workload(spec, params)
     capture = capture_step(workload, warmup=1, timed=0)
     key, scope = function_scope(workload.step)
-    return audit(capture, target="h100", torch_version="2.11", scopes={key: scope})
+    options = AuditOptions.checked(gpu="h100", torch_version="2.11")
+    return audit(capture, options, scopes={key: scope})
 
 
 @pytest.fixture(scope="module")

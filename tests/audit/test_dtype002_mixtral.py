@@ -11,6 +11,7 @@ import functools
 import pytest
 import torch
 
+from levers.audit.options import AuditOptions
 from levers.audit.config import make_config
 from levers.audit.rules.registry import all_rules
 from levers.capture import capture_step
@@ -40,7 +41,8 @@ def _capture(autocast: bool):
 
 def _findings(code: str, autocast: bool = True, assume_dtype: str | None = None):
     capture = _capture(autocast)
-    config = make_config(capture, target="h100", torch_version="2.11", assume_dtype=assume_dtype)
+    options = AuditOptions.checked(gpu="h100", torch_version="2.11", assume_dtype=assume_dtype)
+    config = make_config(capture, options)
     return list(all_rules()[code].check(capture, config))
 
 

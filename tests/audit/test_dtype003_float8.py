@@ -6,8 +6,9 @@ tune's candidates."""
 import dataclasses
 
 import pytest
-from audit_helpers import BASE_CONFIG, captured, run_rule
+from audit_helpers import BASE_CONFIG, captured, rule_config, run_rule
 
+from levers.audit.options import AuditOptions
 from levers.audit.config import make_config
 from levers.audit.cost.price import price
 from levers.audit.recommend import recommend
@@ -30,7 +31,7 @@ CODE = "DTYPE003"
 
 def _config(name: str, **kwargs):
     capture, scopes = captured(CODE, name)
-    return capture, make_config(capture, scopes=scopes, **{**BASE_CONFIG, **kwargs})
+    return capture, rule_config(capture, scopes, **{**BASE_CONFIG, **kwargs})
 
 
 def _eligible_ops(capture: Capture, config) -> list:
@@ -192,7 +193,7 @@ def test_the_filter_agrees_with_the_float8_lever_s_plan():
     )
     capture = capture_step(Workload(model=model, step=step, optimizer=optimizer), warmup=0, timed=0)
     # a float32 CPU step: computed in bf16 on the GPU (the audit's default assumption)
-    config = make_config(capture, target="h200")
+    config = make_config(capture, AuditOptions.checked(gpu="h200"))
     seen = {lin.path: lin.why == "" for lin in linear_matmuls(capture, config)}
     assert seen == {c.path: c.converts for c in plan}
     assert any(seen.values()) and not all(seen.values())

@@ -7,6 +7,7 @@ import dataclasses
 
 from audit_helpers import captured, mark_line, run_rule
 
+from levers.audit.options import AuditOptions
 from levers.audit.bottleneck import ELEMENTWISE, step_bottleneck
 from levers.audit.config import make_config
 from levers.audit.cost.roofline import KERNEL_OVERHEAD_US
@@ -18,7 +19,7 @@ FUSED = "fire_elementwise_after_a_fused_norm"
 
 def _config(name):
     capture, _ = captured("ELEM001", name)
-    return capture, make_config(capture, target="h100", torch_version="2.11")
+    return capture, make_config(capture, AuditOptions.checked(gpu="h100", torch_version="2.11"))
 
 
 def test_no_kernel_is_priced_by_both_norm001_and_elem001():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from levers.audit.options import AuditOptions
 from levers.capture.records import Capture
 from levers.audit import audit
 
@@ -28,7 +29,7 @@ def result():
         pytest.skip(f"{CAPTURE} is not in this checkout")
     with gzip.open(CAPTURE) as f:
         capture = Capture.from_dict(json.load(f))
-    return capture, audit(capture, benchmark=False)
+    return capture, audit(capture, AuditOptions.checked(benchmark=False))
 
 
 def by_code(result):

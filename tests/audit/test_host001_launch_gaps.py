@@ -4,8 +4,9 @@ stack and by tune's candidates."""
 
 import dataclasses
 
-from audit_helpers import BASE_CONFIG, captured, run_rule
+from audit_helpers import BASE_CONFIG, captured, rule_config, run_rule
 
+from levers.audit.options import AuditOptions
 from levers.audit.bottleneck import LAUNCH, step_bottleneck
 from levers.audit.config import make_config
 from levers.audit.recommend import recommend
@@ -21,7 +22,7 @@ def _stack(findings, capture):
 
 def test_a_cpu_capture_with_a_large_estimated_gap_share_does_not_fire():
     capture, scopes = captured("HOST001", "ok_cpu_capture")
-    config = make_config(capture, scopes=scopes, **BASE_CONFIG)
+    config = rule_config(capture, scopes, **BASE_CONFIG)
     gaps = step_bottleneck(capture, config).of(LAUNCH)
     # the roofline's per-kernel overhead is most of this tiny step: over the threshold, unseen
     assert gaps.share >= MIN_SHARE

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from audit_helpers import BASE_CONFIG, captured
+from audit_helpers import BASE_CONFIG, captured, rule_config
 
+from levers.audit.options import AuditOptions
 import levers.memory
 from levers.cli import main
 from levers.audit.config import (
@@ -110,7 +111,7 @@ def test_a_failed_or_missing_whatif_reads_as_not_applicable():
 
 def mem001(memory: PredictedMemory | None):
     capture, scopes = captured("MEM001", "fire_activations_dominate")
-    config = make_config(capture, scopes=scopes, memory=memory, **BASE_CONFIG)
+    config = rule_config(capture, scopes, memory=memory, **BASE_CONFIG)
     return list(all_rules()["MEM001"].check(capture, config))
 
 

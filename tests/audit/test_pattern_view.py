@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from levers.audit.options import AuditOptions
 from levers.audit import pattern_view as view_module
 from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import backward_index
@@ -55,10 +56,10 @@ def finder_calls(run) -> Counter:
 
 
 def audit(workload, capture):
-    return audit_step(
-        capture, workload=workload, target="h100", torch_version="2.11", benchmark=False,
-        memory_model=False,
+    options = AuditOptions.checked(
+        gpu="h100", torch_version="2.11", benchmark=False, memory_model=False
     )
+    return audit_step(capture, options, workload=workload)
 
 
 def test_each_finder_runs_once_in_an_audit_of_the_demo(demo):

@@ -21,6 +21,7 @@ import functools
 
 import pytest
 
+from levers.audit.options import AuditOptions
 from levers.audit import audit
 from levers.audit.run import predicted_memory
 from levers.audit.rank import payoff
@@ -39,12 +40,12 @@ def audited():
     capture = capture_step(workload, warmup=1, timed=0)
     memory = predicted_memory(
         args.workload, parse_set(args.set_items), capture, ["MEM001", "MEM003"],
-        target=args.target,
+        gpu=args.target,
     )
-    result = audit(
-        capture, target="h200", memory=memory, workload_spec=args.workload,
-        set_items=args.set_items,
+    options = AuditOptions.checked(
+        gpu="h200", workload_spec=args.workload, set_items=args.set_items
     )
+    result = audit(capture, options, memory=memory)
     return capture, memory, result
 
 

@@ -61,13 +61,14 @@ import sys
 sys.path.insert(0, {str(tests)!r})
 from hand_capture import make_capture
 from levers.audit import audit
+from levers.audit.options import AuditOptions
 from levers.audit.report import build_report
 from levers.audit.render_html import render_html
 from levers.audit.render_json import audit_to_dict
 from levers.audit.render_markdown import findings_markdown
 
 capture = make_capture()
-result = audit(capture, target="h100", benchmark=False)
+result = audit(capture, AuditOptions.checked(gpu="h100", benchmark=False))
 report = build_report(capture, result)
 markdown = findings_markdown(report)
 data = audit_to_dict(report, config=result.config)

@@ -11,7 +11,8 @@ import importlib
 
 import pytest
 
-from audit_helpers import BASE_CONFIG, printed
+from audit_helpers import BASE_CONFIG, printed, rule_config
+from levers.audit.options import AuditOptions
 from levers.audit.config import make_config
 from levers.audit.cost.price import price
 from levers.audit.peak_metric_source import function_scope
@@ -23,7 +24,7 @@ def _findings(name: str, params: dict, mode: str) -> str:
     workload = importlib.import_module(f"levers.workloads.{name}").build(**params)
     capture = capture_step(workload, warmup=1, timed=2, mode=mode)
     key, scope = function_scope(workload.step)
-    config = make_config(capture, scopes={key: scope}, **BASE_CONFIG)
+    config = rule_config(capture, {key: scope}, **BASE_CONFIG)
     findings = [f for rule in all_rules().values() for f in rule.check(capture, config)]
     return printed(price(findings, capture, dataclasses.replace(config, on_gpu=False)))
 

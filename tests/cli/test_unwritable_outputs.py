@@ -64,6 +64,7 @@ def test_compare_output_that_cannot_be_written_exits_2(tmp_path, blocked, flag, 
 
 
 def test_compare_prints_its_read_before_a_write_fails(tmp_path, monkeypatch, capsys):
+    import levers.cli.compare as compare_cli
     import levers.output.atomic as atomic
 
     a, b = _metric_files(tmp_path)
@@ -71,7 +72,7 @@ def test_compare_prints_its_read_before_a_write_fails(tmp_path, monkeypatch, cap
     def fail(path, *args, **kwargs):
         raise atomic.unwritable(path, OSError(28, "No space left on device"))
 
-    monkeypatch.setattr(atomic, "atomic_write_text", fail)
+    monkeypatch.setattr(compare_cli, "atomic_write_text", fail)
     assert main(["compare", a, b, "--metric", "loss", "--json", str(tmp_path / "c.json")]) == 2
     out, err = capsys.readouterr()
     assert "verdict" in out and "No space left" in err

@@ -203,14 +203,14 @@ def _asking_for_float8(step, monkeypatch):
     which the tiny demo has not), as the recommendation every re-recommendation returns."""
     import dataclasses
 
-    import levers.audit.recommend as recommend_mod
+    import levers.tune.claims as claims_mod
 
     audited = step.audit(memory_model=False)
     rec = dataclasses.replace(
         audited.result.recommendation, levers=("float8",), codes=("DTYPE003",),
         command="levers ab demo --set size=tiny --lever float8",
     )
-    monkeypatch.setattr(recommend_mod, "recommend", lambda *args, **kwargs: rec)
+    monkeypatch.setattr(claims_mod, "recommend", lambda *args, **kwargs: rec)
     return dataclasses.replace(
         audited, result=dataclasses.replace(audited.result, recommendation=rec)
     )

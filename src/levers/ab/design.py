@@ -16,6 +16,7 @@ from levers.ab.lever_lookup import (
 )
 from levers.ab.prereg import DESIGN_DEFAULTS, Prereg, PreregError
 from levers.ab.runner import AbConfig, Side
+from levers.loader import file_spec_relative_to, load_workload
 from levers.workload import Workload
 from levers.workloads import BUILTINS
 from levers.vocab import CHANGES_NUMERICS
@@ -72,8 +73,6 @@ def resolve(
 def relative_to(design: dict[str, Any], directory: Any) -> dict[str, Any]:
     """The design with relative workload file paths read from ``directory`` (the
     pre-registration's own), so that a study runs the same from any working directory."""
-    from levers.loader import file_spec_relative_to
-
     out = dict(design)
     for key in ("baseline", "candidate"):
         if isinstance(out.get(key), str):
@@ -82,8 +81,6 @@ def relative_to(design: dict[str, Any], directory: Any) -> dict[str, Any]:
 
 
 def _load(spec: str, params: dict[str, Any], levers: list[Any]) -> Workload:
-    from levers.loader import load_workload
-
     return apply_levers(load_workload(spec, params), levers)
 
 

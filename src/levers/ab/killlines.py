@@ -10,6 +10,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from levers.errors import user_traceback
+
 GIB = 1024**3
 
 KINDS = ("nonfinite_loss", "memory_gate", "time_budget", "step_error", "interrupted")
@@ -97,8 +99,6 @@ def check_memory(
 
 
 def step_error(exc: BaseException, phase: str, side: str, step: int) -> KillSignal:
-    from levers.errors import user_traceback
-
     return KillSignal(
         Kill(
             kind="step_error",

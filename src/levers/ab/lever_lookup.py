@@ -12,9 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from levers.levers import load_all
+from levers.levers.handle import apply_chosen, find_specs
 # a --lever name the catalogue does not hold, or options it refuses (a lever that exists but has
 # nothing to change on the workload raises NotApplicable in apply_levers instead)
-from levers.levers.lever import LeverNotFound
+from levers.levers.lever import LeverNotFound, NotApplicable, target_of
 from levers.workload import Workload
 from levers.vocab import CHANGES_NUMERICS, EXACT
 
@@ -33,8 +35,6 @@ class ChosenLever:
 
 def find_levers(names: Sequence[str]) -> list[ChosenLever]:
     """The levers ``names`` ask for (ids, comma lists, ``id:key=value`` specs), in order."""
-    from levers.levers.handle import find_specs
-
     if not names:
         return []
     split = [part.strip() for name in names for part in str(name).split(",") if part.strip()]
@@ -83,9 +83,6 @@ def choose_params(
 
 
 def apply_levers(workload: Workload, levers: Sequence[ChosenLever]) -> Workload:
-    from levers.levers.handle import apply_chosen
-    from levers.levers.lever import NotApplicable
-
     model_levers = [(c.lever, c.options) for c in levers if c.choose_params is None]
     if not model_levers:
         return workload
@@ -100,9 +97,6 @@ def apply_levers(workload: Workload, levers: Sequence[ChosenLever]) -> Workload:
 
 def applicable_levers(workload: Workload) -> list[str]:
     """Ids of the catalogue's model levers that would apply to ``workload`` as it is built."""
-    from levers.levers import load_all
-    from levers.levers.lever import target_of
-
     ids = []
     for lever in load_all().values():
         if lever.choose_params is not None or lever.options:

@@ -35,6 +35,7 @@ class Compiled:
 
 
 def _unique_graphs() -> int:
+    # dynamo takes seconds to import: only a step that compiled has it loaded already
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
@@ -68,7 +69,7 @@ def recompile_for_timing(compiled: Compiled, draws_random: bool | None) -> bool:
     it does is not known). Returns whether it reset dynamo."""
     if not compiled.any or draws_random is False:
         return False
-    import torch._dynamo
+    import torch._dynamo  # loaded already: something was compiled
 
     torch._dynamo.reset()
     return True

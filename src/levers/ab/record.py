@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from levers.errors import LeversError
+from levers.output.atomic import unwritable
 
 SCHEMA_VERSION = 1
 
@@ -89,7 +90,6 @@ def append_event(path: str | os.PathLike, event: dict[str, Any]) -> None:
     path = Path(path)
     read_record(path)  # refuse to extend a damaged record
     line = to_json({"schema": SCHEMA_VERSION, **event}) + "\n"
-    from levers.output.atomic import unwritable
 
     try:
         with open(path, "a", encoding="utf-8") as handle:

@@ -44,6 +44,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
@@ -231,11 +235,6 @@ def _optimizer_steps_as_they_are(mode: Float64Mode) -> Iterator[None]:
 
     def resume(*_: Any) -> None:
         mode.suspended = max(mode.suspended - 1, 0)
-
-    from torch.optim.optimizer import (
-        register_optimizer_step_post_hook,
-        register_optimizer_step_pre_hook,
-    )
 
     handles = (register_optimizer_step_pre_hook(pause), register_optimizer_step_post_hook(resume))
     try:

@@ -50,7 +50,7 @@ from levers.audit.cost import roofline
 from levers.audit.cost.step import model_flops
 from levers.audit.pattern_view import pattern_view
 from levers.audit.patterns import base_name, call_op_indices, with_backward
-from levers.units import format_ms, format_share
+from levers.units import format_bytes, format_ms, format_share
 from levers.vocab import ESTIMATED, MEASURED
 
 MATMULS, ATTENTION, NORMS, ELEMENTWISE = "matmuls", "attention", "norms", "elementwise"
@@ -194,8 +194,6 @@ def _peak_flops(op_dtype: str, config: RuleConfig, tf32: bool) -> float:
 
 
 def _bound(memory: PredictedMemory | None) -> tuple[str, str, int | None]:
-    from levers.units import format_bytes
-
     if memory is None:
         return UNKNOWN, "no memory-model prediction of the step (levers memory did not run)", None
     free = memory.usable_bytes - memory.peak_reserved_bytes

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from levers.capture.records import Capture
 from levers.hardware import DEFAULT_GPU, GpuSpec, gpu_from_device_name, resolve_gpu
+
+if TYPE_CHECKING:
+    from levers.audit.options import AuditOptions
 
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
@@ -198,6 +201,17 @@ def parse_torch_version(text: str) -> tuple[int, int]:
         ) from None
 
 
+def dtype_of(name: str) -> str:
+    """The torch dtype name of ``--assume-dtype``'s value (``bf16`` -> ``bfloat16``).
+
+    Raises:
+        ValueError: a name it does not know.
+    """
+    if name not in DTYPE_ALIASES:
+        raise ValueError(f"--assume-dtype {name!r} is not known; use one of: bf16, fp16, fp32")
+    return DTYPE_ALIASES[name]
+
+
 def capture_on_gpu(capture: Capture) -> bool:
     return str(capture.env.get("device", "cpu")).startswith("cuda")
 
@@ -217,37 +231,30 @@ def ran_in_low_precision(capture: Capture) -> bool:
 
 def make_config(
     capture: Capture,
+    options: AuditOptions | None = None,
     *,
-    target: str | None = None,
-    torch_version: str | None = None,
-    assume_dtype: str | None = None,
     cudnn_version: int | None = None,
     scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     memory: PredictedMemory | None = None,
 ) -> RuleConfig:
-    """The config for auditing ``capture``.
+    """The config for auditing ``capture`` with ``options`` (None: the defaults).
 
     Raises:
-        ValueError: an unknown target or dtype, or a malformed torch version.
+        ValueError: a malformed torch version in the capture.
     """
-    target_gpu = resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--gpu")
+    named = options.gpu if options is not None else None
     on_gpu = capture_on_gpu(capture)
     gpu = None
     if on_gpu:
         gpu = gpu_from_device_name(str(capture.env.get("device_name", "")))
     if gpu is None:
-        gpu = target_gpu
-    version = parse_torch_version(
-        torch_version or str(capture.env.get("torch", "2.11"))
-    )
+        gpu = named if named is not None else resolve_gpu(DEFAULT_TARGET)
+    torch_version = options.torch_version if options is not None else None
+    version = parse_torch_version(torch_version or str(capture.env.get("torch", "2.11")))
     assumed = None
     if not on_gpu and not ran_in_low_precision(capture):
-        name = assume_dtype or DEFAULT_ASSUMED_DTYPE
-        if name not in DTYPE_ALIASES:
-            raise ValueError(
-                f"--assume-dtype {name!r} is not known; use one of: bf16, fp16, fp32"
-            )
-        assumed = DTYPE_ALIASES[name]
+        assume_dtype = options.assume_dtype if options is not None else None
+        assumed = dtype_of(assume_dtype or DEFAULT_ASSUMED_DTYPE)
         if assumed == "float32":
             assumed = None  # the GPU run computes in fp32 as the CPU run did
     return RuleConfig(

@@ -1,21 +1,24 @@
 """Run the rules on a Capture: findings priced and ranked, and what is already right.
 
-    result = audit(capture, target="h100", select=["ATTN"], ignore=["MEM002"])
+    result = audit(capture, AuditOptions.checked(gpu="h100", select=["ATTN"], ignore=["MEM002"]))
 
 On a GPU capture costs are measured (microbenchmarks of fixes run on the current device unless
-``benchmark=False``); on a CPU capture they are estimated for ``target``.
+``benchmark=False``); on a CPU capture they are estimated for the options' GPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from levers.capture.records import Capture
 from levers.audit.already_right import already_right
 from levers.audit.bottleneck import Bottleneck, step_bottleneck
-from levers.audit.config import PredictedMemory, RuleConfig, make_config
+from levers.audit.config import PredictedMemory, RuleConfig, capture_on_gpu, make_config
+from levers.audit.options import AuditOptions
 from levers.audit.cost.price import price
 from levers.audit.cost.step import estimated_step_us
 from levers.audit.finding import AlreadyRight, Finding
@@ -40,7 +43,6 @@ class AuditResult:
 def _cudnn_version(on_gpu: bool) -> int | None:
     if not on_gpu:
         return None
-    import torch
 
     try:
         return int(torch.backends.cudnn.version() or 0) or None
@@ -50,44 +52,32 @@ def _cudnn_version(on_gpu: bool) -> int | None:
 
 def audit(
     capture: Capture,
+    options: AuditOptions = AuditOptions(),
     *,
-    target: str | None = None,
-    torch_version: str | None = None,
-    assume_dtype: str | None = None,
-    select: Sequence[str] | None = None,
-    ignore: Sequence[str] | None = None,
-    benchmark: bool = True,
     scopes: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     memory: PredictedMemory | None = None,
-    workload_spec: str | None = None,
-    set_items: Sequence[str] = (),
 ) -> AuditResult:
-    """Findings of the selected rules on ``capture``, priced and ranked.
+    """Findings of the rules ``options`` selects on ``capture``, priced and ranked.
 
-    ``memory`` is the memory model's prediction of the step (see
+    ``scopes`` are the step function's source scopes (MEM002 reads them); ``memory`` is the
+    memory model's prediction of the step (see
     :func:`levers.audit.config.predicted_memory_from_plan`); MEM001 takes its headroom from
     it, and from the capture's live-bytes timeline when it is None; the bottleneck takes the
-    bound from it. ``workload_spec`` and ``set_items`` are the workload and ``--set`` items as the
-    user gave them, for the ``levers ab`` command that proves the recommended stack.
+    bound from it.
 
     Raises:
-        ValueError: an unknown target, dtype, torch version or rule selector.
+        ValueError: a malformed torch version in the capture.
     """
-    rules = select_rules(select, ignore)
-    probe = make_config(
-        capture, target=target, torch_version=torch_version, assume_dtype=assume_dtype
-    )
+    rules = select_rules(options.select, options.ignore)
     config = make_config(
         capture,
-        target=target,
-        torch_version=torch_version,
-        assume_dtype=assume_dtype,
-        cudnn_version=_cudnn_version(probe.on_gpu),
+        options,
+        cudnn_version=_cudnn_version(capture_on_gpu(capture)),
         scopes=scopes,
         memory=memory,
     )
     findings = list(run_rules(capture, config, rules))
-    priced = price(findings, capture, config, benchmark=benchmark)
+    priced = price(findings, capture, config, benchmark=options.benchmark)
     if config.on_gpu:
         step_ms, how = capture.timing.median_s * 1e3, MEASURED
     else:
@@ -106,8 +96,8 @@ def audit(
         capture,
         step_ms=step_ms,
         weight=memory_weight(bottleneck.bound),
-        workload_spec=workload_spec,
-        set_items=set_items,
+        workload_spec=options.workload_spec,
+        set_items=options.set_items,
         on_gpu=config.on_gpu,
         gpu=config.gpu.name,
     )

@@ -33,6 +33,8 @@ from levers.audit.script_step import (
     trainer_callback,
     tune_script_command,
 )
+from levers.levers import load_all
+from levers.levers.applicability import recorded
 from levers.script_defaults import TUNE_TAKES_SCRIPTS
 
 # pairs that fail together, with why
@@ -71,10 +73,6 @@ class Recommendation:
 
 def implemented_levers() -> frozenset[str]:
     """Ids of the levers in this levers' catalogue."""
-    try:
-        from levers.levers import load_all
-    except ImportError:  # a build without the lever catalogue
-        return frozenset()
     return frozenset(load_all())
 
 
@@ -85,11 +83,6 @@ def inapplicable_levers(capture: Capture, on_gpu: bool) -> dict[str, str]:
     applies it before the build), and on a CPU capture a lever whose answer depends on the
     device (float8 needs a GPU of compute capability 8.9: the CPU's answer says nothing of the
     GPU run the audit estimates for)."""
-    try:
-        from levers.levers import load_all
-        from levers.levers.applicability import recorded
-    except ImportError:  # a build without the lever catalogue
-        return {}
     answers = recorded(capture)
     if not answers:
         return {}
@@ -111,19 +104,11 @@ def _inapplicable_note(lever: str, code: str, reason: str) -> str:
 
 def cuda_only_levers() -> frozenset[str]:
     """Ids of the levers that refuse to run without a CUDA device, from their declarations."""
-    try:
-        from levers.levers import load_all
-    except ImportError:  # a build without the lever catalogue
-        return frozenset()
     return frozenset(lever.id for lever in load_all().values() if not lever.runs_on_cpu)
 
 
 def batch_levers() -> frozenset[str]:
     """Ids of the levers that change the step's batches rather than the model (packing)."""
-    try:
-        from levers.levers import load_all
-    except ImportError:  # a build without the lever catalogue
-        return frozenset()
     return frozenset(lever.id for lever in load_all().values() if lever.acts_on_batches)
 
 

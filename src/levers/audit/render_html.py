@@ -19,8 +19,11 @@ import json
 import os
 from typing import Any
 
+from levers.audit.report_format import cost_line, lever_text, relative_path
+from levers.audit.rules.attn001_sdpa_math_fallback import backend_choice
 from levers.audit.summary import module_label
 from levers.capture.records import Capture, OpRecord
+from levers.output.atomic import atomic_write_text
 from levers.units import format_share
 
 _MAX_TIMELINE_POINTS = 1500
@@ -157,8 +160,6 @@ def _summary_rows(capture: Capture, report: Any) -> list[tuple[str, str]]:
 
 
 def _findings_html(report: Any) -> str:
-    from levers.audit.report_format import cost_line, lever_text, relative_path
-
     if not report.findings:
         return "<p class='ok'>No findings.</p>"
     parts = []
@@ -208,8 +209,6 @@ def _sdpa_html(capture: Capture, config: Any) -> str:
         return "<p>No scaled_dot_product_attention calls in the step.</p>"
     choice_of = None
     if config is not None:
-        from levers.audit.rules.attn001_sdpa_math_fallback import backend_choice
-
         choice_of = lambda call: backend_choice(call, capture, config)  # noqa: E731
     rows = []
     for call in calls:
@@ -363,6 +362,4 @@ def write_html(
     memory: Any = None,
 ) -> None:
     """Write the page to ``path`` atomically."""
-    from levers.output.atomic import atomic_write_text
-
     atomic_write_text(path, render_html(capture, report, config=config, memory=memory))

@@ -22,6 +22,7 @@ import os
 from typing import Any
 
 from levers.capture.records import Capture, OpRecord, TensorMeta
+from levers.output.atomic import atomic_open
 
 HOST_PID, DEVICE_PID = 1, 2
 PHASE_TID, MODULE_TID, OP_TID, KERNEL_TID = 1, 2, 3, 1
@@ -153,8 +154,6 @@ def _kernel_events(capture: Capture, starts: list[float]) -> list[dict[str, Any]
 
 def write_trace(capture: Capture, path: str | os.PathLike[str]) -> None:
     """Write the trace of ``capture`` to ``path`` atomically."""
-    from levers.output.atomic import atomic_open
-
     with atomic_open(path) as f:
         json.dump(trace_events(capture), f, separators=(",", ":"), allow_nan=False)
         f.write("\n")

@@ -5,19 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from levers.audit.render_html import write_html
+from levers.audit.render_json import audit_to_dict
+from levers.audit.render_markdown import findings_markdown
+from levers.audit.render_trace import write_trace
+from levers.capture.json_io import write_capture
+from levers.output.atomic import atomic_write_text
+
 REPORT_FILES = ("audit.md", "audit.html", "capture.json", "trace.json")
 
 
 def write_reports(audited: Any, directory: Path) -> dict[str, Path]:
     """Write an :class:`levers.audit.run.AuditedStep`'s files into ``directory`` (created if
     needed), each atomically; returns name -> path."""
-    from levers.audit.render_html import write_html
-    from levers.audit.render_json import audit_to_dict
-    from levers.audit.render_markdown import findings_markdown
-    from levers.audit.render_trace import write_trace
-    from levers.capture.json_io import write_capture
-    from levers.output.atomic import atomic_write_text
-
     directory.mkdir(parents=True, exist_ok=True)
     paths = {name: directory / name for name in REPORT_FILES}
     config = audited.result.config

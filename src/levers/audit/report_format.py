@@ -17,6 +17,7 @@ from levers.audit.recommend import (
     lever_ids,
     provenance_line,
 )
+from levers.levers.lever import lever_id_of
 from levers.units import format_bytes, format_ms, format_share
 
 PathStyle = Callable[[str], str]
@@ -82,12 +83,12 @@ def lever_text(finding: Finding, inapplicable: Mapping[str, str] | None = None) 
     if not ids:
         return "no lever (a code change)"
     inapplicable = inapplicable or {}
-    if all(lever.split(":", 1)[0] in inapplicable for lever in ids):
+    if all(lever_id_of(lever) in inapplicable for lever in ids):
         names = " or ".join(ids)
         return f"a code change: {names} {'does' if len(ids) == 1 else 'do'} not apply to this model"
     have = implemented_levers()
     named = [
-        f"{lever} (does not apply to this model)" if lever.split(":", 1)[0] in inapplicable
+        f"{lever} (does not apply to this model)" if lever_id_of(lever) in inapplicable
         else lever if lever in have else f"{lever} (not implemented yet)"
         for lever in ids
     ]

@@ -13,9 +13,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import levers.memory
+from levers.audit.config import DEFAULT_TARGET, capture_on_gpu, predicted_memory_from_plan
+from levers.audit.engine import audit
+from levers.audit.options import AuditOptions
+from levers.audit.peak_metric_source import function_scope
+from levers.audit.report import build_report
+from levers.audit.report_files import write_reports
+from levers.audit.rules.registry import select_rules
 from levers.capture.records import Capture
+from levers.hardware import GpuSpec, gpu_from_device_name, resolve_gpu
+from levers.memory.fake_failures import failure_detail, first_line, user_fix
+from levers.memory.fit import fit_param
+from levers.memory.plan import FitPoint
+from levers.memory.prediction import source_of
+from levers.output.console import make_console
+from levers.output.errors import debug_from_env
 
 # the rules that read the memory model's what-ifs (MEM001's headroom, ATTN002's and MEM004's
 # freed memory)
@@ -48,17 +64,11 @@ class AuditedStep:
     def write(self, directory: Any) -> dict:
         """Write audit.md, audit.html, capture.json (with the findings) and trace.json into
         ``directory`` (created if needed), each atomically; returns name -> path."""
-        from pathlib import Path
-
-        from levers.audit.report_files import write_reports
-
         return write_reports(self, Path(directory))
 
 
 def step_scopes(workload: Any) -> dict:
     """The step function's globals and closure, for rules that read its source (MEM002)."""
-    from levers.audit.peak_metric_source import function_scope
-
     step = getattr(workload, "step", None)
     if step is None or not hasattr(step, "__code__"):
         return {}
@@ -66,21 +76,17 @@ def step_scopes(workload: Any) -> dict:
     return {key: scope}
 
 
-def memory_gpu(target: str | None, capture: Any) -> str:
-    """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``target``'s."""
-    from levers.audit.config import DEFAULT_TARGET, capture_on_gpu
-    from levers.hardware import gpu_from_device_name, resolve_gpu
-
+def memory_gpu(gpu: str | GpuSpec | None, capture: Any) -> str:
+    """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``gpu``
+    (None: the default target)."""
     if capture_on_gpu(capture):
         spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
         if spec is not None:
             return spec.name
-    return resolve_gpu(target or DEFAULT_TARGET, allow_budget=False, option="--gpu").name
+    return resolve_gpu(gpu or DEFAULT_TARGET, allow_budget=False, option="--gpu").name
 
 
 def _warn(text: str) -> None:
-    from levers.output.console import make_console
-
     make_console(stderr=True).print(f"warning: {text}", markup=False, soft_wrap=True)
 
 
@@ -102,10 +108,6 @@ def _say_failed_whatifs(plan: Any) -> None:
 def _say_prediction_failed(exc: BaseException) -> None:
     """One line (and what the workload can change, when the fix is its own); torch's log lines
     and the traceback only under ``--debug``."""
-    from levers.memory.fake_failures import failure_detail, first_line, user_fix
-    from levers.output.console import make_console
-    from levers.output.errors import debug_from_env
-
     fix = user_fix(exc)
     if debug_from_env():
         make_console(stderr=True).print(
@@ -124,7 +126,7 @@ def predicted_memory(
     capture: Any,
     rules: Iterable[str],
     *,
-    target: str | None = None,
+    gpu: str | GpuSpec | None = None,
     predict: Callable[[str, bool], Any] | None = None,
 ) -> Any:
     """The memory model's prediction of the step (a ``PredictedMemory``), or None.
@@ -137,18 +139,15 @@ def predicted_memory(
     that fits with the margin). None when the prediction fails; a failure is one line on
     stderr and never fails the audit.
     """
-    from levers.audit.config import predicted_memory_from_plan
-
     rules = list(rules)
     # the prediction is of the GPU run: a device the audit ran on here (device=cpu) is dropped,
     # so the factory gets the GPU the model stands in for
     params = {k: v for k, v in params.items() if k != "device"}
     whatifs = any(code in rules for code in MEMORY_RULES)
     try:
-        gpu = memory_gpu(target, capture)
+        gpu = memory_gpu(gpu, capture)
         if predict is None:
-            import levers.memory
-
+            # read from the package at call time, so a test's stand-in is the one called
             plan = levers.memory.predict_memory(
                 workload, gpu=gpu, params=params, whatifs=whatifs
             )
@@ -179,10 +178,6 @@ def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch
     the search tries the cap (``MAX_FIT_FACTOR`` times the batch now) first, so a step with room
     to spare costs one prediction; a fit that stops at the cap is "at least" the cap.
     """
-    from levers.memory.fit import fit_param
-    from levers.memory.plan import FitPoint
-    from levers.memory.prediction import source_of
-
     budget = int(plan.gpu.usable_bytes * (1.0 - plan.margin))
     known = FitPoint(
         batch, plan.peak_allocated_bytes, plan.peak_reserved_bytes,
@@ -208,58 +203,34 @@ def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch
 
 def audit_step(
     capture: Capture,
+    options: AuditOptions = AuditOptions(),
     *,
     workload: Any = None,
     source: Any = None,
     params: dict[str, Any] | None = None,
     predict: Callable[[str, bool], Any] | None = None,
-    workload_spec: str | None = None,
-    target: str | None = None,
-    torch_version: str | None = None,
-    assume_dtype: str | None = None,
-    select: Sequence[str] = (),
-    ignore: Sequence[str] = (),
-    benchmark: bool = True,
-    memory_model: bool = True,
-    set_items: Sequence[str] = (),
     progress: Any = None,
 ) -> AuditedStep:
-    """Audit ``capture``: predict its memory, run the rules, rank the findings.
+    """Audit ``capture`` with ``options``: predict its memory, run the rules, rank the findings.
 
     ``workload`` is the built Workload that ran (its step's source scope is read by MEM002);
     ``source`` the spec or factory it came from, with ``params``, which the memory model builds
     again under fake tensors (no memory model without one, or with ``memory_model=False``);
     ``predict`` as for :func:`predicted_memory`.
-    ``set_items`` are the ``--set`` items as given, for the commands the report prints.
 
     Raises:
-        ValueError: a selector that matches no rule, an unknown target or torch version.
+        ValueError: a malformed torch version in the capture.
     """
-    from levers.audit import audit
-    from levers.audit.report import build_report
-    from levers.audit.rules.registry import select_rules
-
-    rules = [r.code for r in select_rules(list(select), list(ignore))]
+    rules = [r.code for r in select_rules(options.select, options.ignore)]
     memory = None
-    if memory_model and source is not None:
+    if options.memory_model and source is not None:
         if progress is not None:
             progress.say("predicting the step's GPU memory (levers memory)")
         memory = predicted_memory(
-            source, dict(params or {}), capture, rules, target=target, predict=predict
+            source, dict(params or {}), capture, rules, gpu=options.gpu, predict=predict
         )
-    result = audit(
-        capture,
-        target=target,
-        torch_version=torch_version,
-        assume_dtype=assume_dtype,
-        select=list(select),
-        ignore=list(ignore),
-        benchmark=benchmark,
-        scopes=step_scopes(workload),
-        memory=memory,
-        # the spec the user gave, also when the memory model (and so ``source``) is off: the
-        # printed `levers ab` command must name a workload, not the capture's label
-        workload_spec=workload_spec or (source if isinstance(source, str) else None),
-        set_items=list(set_items),
-    )
+    # the spec the user gave, also when the memory model (and so ``source``) is off: the
+    # printed `levers ab` command must name a workload, not the capture's label
+    options = options.with_workload(source if isinstance(source, str) else None, ())
+    result = audit(capture, options, scopes=step_scopes(workload), memory=memory)
     return AuditedStep(capture, result, build_report(capture, result), memory)

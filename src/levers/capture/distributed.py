@@ -12,6 +12,8 @@ import os
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 MIB = 2**20
 
@@ -24,8 +26,6 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _ddp_of(model: torch.nn.Module) -> Any:
-    from torch.nn.parallel import DistributedDataParallel
-
     return next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
 
 
@@ -83,8 +83,6 @@ def _ddp_info(ddp: Any) -> dict[str, Any]:
 
 def distributed_info(model: torch.nn.Module) -> dict[str, Any]:
     """World size, rank, backend and the model's data-parallel wrapping, as plain values."""
-    import torch.distributed as dist
-
     world_size = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     backend = None

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from levers.batches import batches_of
 from levers.capture.distributed import distributed_info
 
 
@@ -84,7 +85,5 @@ def settings(workload: Any, recorder: Any) -> dict[str, Any]:
 def _batches_layout(workload: Any) -> str | None:
     """The layout of the batches the step draws through ``step.batches`` ("padded", or the data
     lever that changed it), or None when the step exposes none (the data levers need them)."""
-    from levers.batches import batches_of
-
     found = batches_of(getattr(workload, "step", None))
     return None if found is None else found.layout

@@ -8,15 +8,22 @@
 Exit codes: 0 the comparison ran (whatever its verdicts); 2 bad input or a refused
 pre-registration; 3 a side's step raised; 4 a kill line stopped the run (what was measured is
 still written).
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from levers.cli import EXIT_INTERRUPTED
 from levers.errors import LeversError, StepError
 from levers.text_files import read_utf8
 from levers.cli.options import (
@@ -29,6 +36,8 @@ from levers.cli.options import (
     count,
     positive_seconds,
 )
+from levers.output.atomic import atomic_write_text
+from levers.output.console import say_wrote
 from levers.vocab import CHANGES_NUMERICS
 
 EXIT_KILLED = 4
@@ -175,8 +184,6 @@ def _given(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
 def _init_prereg(path: Path, given: dict[str, Any]) -> int:
     from levers.ab.prereg import template
     from levers.capture.json_io import check_writable
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
 
     check_writable(path, make_parents=True)
     try:
@@ -271,8 +278,6 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
     from levers.ab.markdown import to_markdown
     from levers.ab.record import append_event, to_json
     from levers.ab.render import print_result
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
 
     device = result.baseline.device if result.baseline else "cpu"
     env = environment(device, cwd=Path.cwd())
@@ -317,10 +322,6 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
     if result.killed is None:
         return 0
     if interrupted:
-        import sys
-
-        from levers.cli import EXIT_INTERRUPTED
-
         where = _kept_in(written, to_json(document) + "\n")
         print(f"levers: interrupted: the partial result is kept in {where}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -347,9 +348,6 @@ def _short(exc: BaseException) -> str:
 
 def _save_fallback(text: str) -> Path:
     """Somewhere the result can still go: the current directory, else the temp directory."""
-    import tempfile
-    from datetime import datetime, timezone
-
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     for directory in (Path.cwd(), Path(tempfile.gettempdir())):
         path = directory / f"levers-ab-result-{stamp}-{os.getpid()}.json"

@@ -7,6 +7,9 @@
 WORKLOAD defaults to the built-in ``demo``. The step summary shows where FLOPs, bytes and time
 go, by phase, module and source line; ``--json`` keeps the whole capture and the findings. The
 findings (see ``docs/rules.md`` and :mod:`levers.cli.audit_findings`) follow the summary.
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ from levers.cli.script import (
     SCRIPT_TIMED,
     SCRIPT_WARMUP,
     add_script_arguments,
+    capture_script,
     reject_factory_arguments,
+    reject_script_options,
     warn_nonfinite_loss,
 )
+from levers.output.console import make_console, say_wrote
 
 DEFAULT_WORKLOAD = "demo"
 DEFAULT_WARMUP = 1
@@ -139,8 +145,6 @@ def run(args: argparse.Namespace) -> int:
         _reject_distributed_options(args)
         args.no_memory_model = True  # the memory model builds a workload from a factory
     else:
-        from levers.cli.script import reject_script_options
-
         reject_script_options(args, "audit")
     args.workload = args.workload or DEFAULT_WORKLOAD
     if not script:  # a script's defaults differ, and its runner reads them itself
@@ -160,15 +164,13 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.findings_json_path, args.trace_path, args.html_path):
         if path is not None:
             check_writable(path)
-    findings_cli.check_arguments(args)
+    options = findings_cli.check_arguments(args)
     if script:
-        from levers.cli.script import capture_script
-
         return capture_script(
             args,
             warmup=SCRIPT_WARMUP if args.warmup is None else args.warmup,
             timed=SCRIPT_TIMED if args.steps is None else args.steps,
-            report=lambda ran: _report(args, ran.capture, ran.workload, step=None),
+            report=lambda ran: _report(args, ran.capture, ran.workload, step=None, options=options),
         )
     with progress_status() as progress:
         progress.say(f"loading workload {args.workload}")
@@ -180,21 +182,24 @@ def run(args: argparse.Namespace) -> int:
             timed=args.steps,
             progress=progress.on_ops,
         )
-    return _report(args, result, workload, step=step)
+    return _report(args, result, workload, step=step, options=options)
 
 
-def _report(args: argparse.Namespace, result: Any, workload: Any, *, step: Any) -> int:
-    """Print the audit of the captured step and write the files asked for; the findings' exit
-    code (``--fail-on``)."""
+def _report(
+    args: argparse.Namespace, result: Any, workload: Any, *, step: Any, options: Any
+) -> int:
+    """Print the audit of the captured step (``options``: the audit's, checked before the
+    capture) and write the files asked for; the findings' exit code (``--fail-on``)."""
     from levers.audit.render_json import audit_to_dict, write_findings
     from levers.audit.render_summary import render_summary
     from levers.capture.json_io import write_capture
-    from levers.output.console import make_console, say_wrote
 
     warn_nonfinite_loss(result)
     console = make_console()
     render_summary(result, console, top_n=args.top)
-    findings = findings_cli.run_findings(args, result, workload, console, step=step)
+    findings = findings_cli.run_findings(
+        args, result, workload, console, step=step, options=options
+    )
     if args.json_path is not None:
         audit = audit_to_dict(findings.report, config=findings.result.config)
         write_capture(result, args.json_path, extra={"audit": audit})

@@ -17,23 +17,30 @@ initialises a process group that already exists.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
+from levers import capture
+from levers.audit.render_json import audit_to_dict, write_findings
+from levers.audit.render_summary import render_summary
+from levers.capture.json_io import check_writable, write_capture
+from levers.cli import audit_findings as cli_findings
 from levers.distributed.exchange import Gathered, RankTimeout, connect
 from levers.distributed.failures import RanksFailed, rank_error
 from levers.distributed.merge import DistributedReport, merge
+from levers.distributed.render import markdown, render
 from levers.distributed.summary import failed, summarize
 from levers.distributed.world import World
 from levers.errors import LeversError, StepError
+from levers.loader import load_workload, parse_set
+from levers.output.atomic import atomic_write_text
+from levers.output.console import make_console, say_wrote
+from levers.output.progress import progress_status
 
 TAG = "audit"
 
 
 def _capture(args: argparse.Namespace, world: World):
-    from levers import capture
-    from levers.loader import load_workload, parse_set
-    from levers.output.progress import progress_status
-
     with progress_status(enabled=None if world.is_leader else False) as progress:
         progress.say(f"loading workload {args.workload} (rank {world.rank})")
         workload = load_workload(args.workload, parse_set(args.set_items))
@@ -45,8 +52,6 @@ def _capture(args: argparse.Namespace, world: World):
 
 
 def run(args: argparse.Namespace, world: World) -> int:
-    from levers.cli import audit_findings as cli_findings
-
     if world.is_leader:
         _check_outputs(args)
     cli_findings.check_arguments(args)
@@ -94,8 +99,6 @@ def _follow(exchange, world: World, error: BaseException | None) -> int:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    from levers.capture.json_io import check_writable
-
     for path in (args.json_path, args.findings_json_path):
         if path is not None:
             check_writable(path)
@@ -109,14 +112,6 @@ def _lead(
     gathered: Gathered,
 ) -> int:
     """Rank 0: its own audit, then the merged report; writes the requested files."""
-    from levers.cli import audit_findings as cli_findings
-    from levers.audit.render_json import audit_to_dict, write_findings
-    from levers.audit.render_summary import render_summary
-    from levers.capture.json_io import write_capture
-    from levers.distributed.render import markdown, render
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import make_console, say_wrote
-
     console = make_console()
     findings = None
     if result is not None:
@@ -130,8 +125,6 @@ def _lead(
             extra["audit"] = audit_to_dict(findings.report, config=findings.result.config)
             write_capture(result, args.json_path, extra=extra)
         else:
-            import json
-
             atomic_write_text(args.json_path, json.dumps(extra, indent=1) + "\n")
         say_wrote(args.json_path, "the capture of rank 0 and the merged report")
     if args.findings_json_path is not None and findings is not None:

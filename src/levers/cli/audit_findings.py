@@ -9,6 +9,9 @@ is reported, so the audit can gate CI.
 
 The audit itself (the memory model's prediction, the rules, the ranked report) is
 :meth:`levers.Step.audit`; this module parses its options and renders. ``--no-memory-model`` skips the prediction.
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 
 from levers.cli.options import add_gpu_argument, add_output_arguments
 from levers.errors import LeversError
+from levers.output.atomic import atomic_open
+from levers.output.progress import progress_status
 
 FAIL_ON = ("never", "low", "medium", "high")
 EXIT_FINDINGS = 1
@@ -92,23 +97,38 @@ def codes(values: Iterable[str]) -> list[str]:
     return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Fail before the capture on a bad selector, version or output path."""
-    from levers.audit.config import parse_torch_version
-    from levers.audit.rules.registry import select_rules
-    from levers.capture.json_io import check_writable
-    from levers.hardware import resolve_gpu
+def audit_options(args: argparse.Namespace) -> Any:
+    """The audit's options (:class:`levers.audit.options.AuditOptions`) from the command line,
+    each checked.
+
+    Raises:
+        LeversError: a bad selector, GPU, torch version or dtype, with what to pass instead.
+    """
+    from levers.audit.options import AuditOptions
 
     try:
-        select_rules(codes(args.select), codes(args.ignore))
-        if args.target is not None:
-            resolve_gpu(args.target, allow_budget=False, option="--gpu")
-        if args.target_torch is not None:
-            parse_torch_version(args.target_torch)
+        return AuditOptions.checked(
+            gpu=args.target,
+            torch_version=args.target_torch,
+            assume_dtype=args.assume_dtype,
+            select=codes(args.select),
+            ignore=codes(args.ignore),
+            benchmark=not args.no_benchmark,
+            memory_model=not args.no_memory_model,
+            set_items=args.set_items or (),
+        )
     except ValueError as exc:
         raise LeversError(str(exc)) from None
+
+
+def check_arguments(args: argparse.Namespace) -> Any:
+    """Fail before the capture on a bad option or output path; the audit's options, checked."""
+    from levers.capture.json_io import check_writable
+
+    options = audit_options(args)
     if args.md_path is not None:
         check_writable(args.md_path)
+    return options
 
 
 @dataclass(frozen=True)
@@ -120,35 +140,26 @@ class FindingsRun:
 
 
 def run_findings(
-    args: argparse.Namespace, capture: Any, workload: Any, console: Any, step: Any = None
+    args: argparse.Namespace, capture: Any, workload: Any, console: Any, step: Any = None,
+    options: Any = None,
 ) -> FindingsRun:
     """Audit the capture through ``step`` (a :class:`levers.Step`; for a capture made elsewhere,
-    :meth:`levers.Step.from_capture`), print the report, write ``--md``; the exit code follows
+    :meth:`levers.Step.from_capture`) with ``options`` (what :func:`check_arguments` returned;
+    None: read from ``args``), print the report, write ``--md``; the exit code follows
     ``--fail-on``."""
     from levers.audit.finding import severity_rank
     from levers.audit.render_markdown import findings_markdown
     from levers.api import Step
     from levers.audit.render_terminal import render_findings
-    from levers.output.atomic import atomic_open
-    from levers.output.progress import progress_status
 
-    options = dict(
-        target=args.target,
-        torch_version=args.target_torch,
-        assume_dtype=args.assume_dtype,
-        select=codes(args.select),
-        ignore=codes(args.ignore),
-        benchmark=not args.no_benchmark,
-        memory_model=not args.no_memory_model,
-        set_items=list(args.set_items or ()),
-    )
+    options = audit_options(args) if options is None else options
     if step is None:  # a capture made elsewhere (a script after --)
         step = Step.from_capture(capture, workload)
     # None: measure where the capture ran on a GPU (Step.audit decides)
     measure = False if getattr(args, "no_measure", False) else None
     try:
         with progress_status() as progress:
-            audited = step.audit(progress=progress, measure=measure, **options)
+            audited = step.audit(progress=progress, measure=measure, options=options)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
     console.print()

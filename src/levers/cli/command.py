@@ -14,6 +14,9 @@ Errors are rendered by :mod:`levers.output.errors` for every verb.
 
 A user never sees a traceback from inside levers unless they ask for it with ``--debug`` (before
 or after the verb) or ``LEVERS_DEBUG=1``.
+
+The workload loader is imported when a verb runs: ``levers --help`` loads this module and
+does without it (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ import argparse
 import errno
 import importlib
 import sys
+
+from levers.errors import LeversError, StepError
+from levers.output.console import silence_stdout
+from levers.output.errors import debug_from_env, print_error, print_internal_error
 
 # verb modules, each with add_parser(subparsers); a verb whose module is absent is not offered
 VERB_MODULES = (
@@ -76,8 +83,6 @@ def _add_debug_flag(subparser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from levers.errors import LeversError
-
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = _debug_requested(argv)
     try:
@@ -96,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
         return _run_verb(args)
     except LeversError as exc:
-        from levers.output.errors import print_error
-
         print_error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -105,27 +108,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader went away (levers audit | head); nothing left to say to it
-        from levers.output.console import silence_stdout
-
         silence_stdout()
         return 0
     except OSError as exc:
         if exc.errno not in _FULL:
-            from levers.output.errors import print_internal_error
-
             print_internal_error(exc, debug=debug)
             return EXIT_INTERNAL_ERROR
         # a full disk (levers audit > /dev/full): the machine's state, not a defect in levers
-        from levers.output.console import silence_stdout
-
         silence_stdout()
         where = f" {exc.filename}" if exc.filename else " (standard output)"
         print(f"levers: cannot write{where}: {exc.strerror}; free some space or write elsewhere",
               file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - a defect in levers: short note, traceback on request
-        from levers.output.errors import print_internal_error
-
         print_internal_error(exc, debug=debug)
         return EXIT_INTERNAL_ERROR
     except BaseException as exc:  # noqa: BLE001 - not an Exception: only user code raises these
@@ -159,9 +154,6 @@ def _workload_spec(args: argparse.Namespace) -> str | None:
 
 def _workload_left(message: str) -> int:
     """The workload left levers by a side door (sys.exit, a BaseException): one line, exit 3."""
-    from levers.errors import StepError
-    from levers.output.errors import print_error
-
     error = StepError(message)
     print_error(error)
     return error.exit_code
@@ -176,8 +168,6 @@ def _split_script_command(argv: list[str]) -> tuple[list[str], list[str] | None]
 
 
 def _debug_requested(argv: list[str]) -> bool:
-    from levers.output.errors import debug_from_env
-
     return debug_from_env() or "--debug" in argv
 
 

@@ -6,6 +6,9 @@
 
 Exit codes: 0 the read ran (whatever its verdict); 1 an integrity row did not match exactly;
 2 bad input (a file without an id column, duplicate ids, a non-numeric metric, no overlap).
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 from levers.cli.options import add_output_arguments
 from levers.errors import LeversError
+from levers.output.atomic import atomic_write_text
+from levers.output.console import say_wrote
 
 EXIT_INTEGRITY_FAILED = 1
 
@@ -182,8 +187,6 @@ def run(args: argparse.Namespace) -> int:
     from levers.runs.compare import compare, comparison_document, summary_lines, to_markdown
     from levers.runs.metric_files import read_metric
     from levers.ab.record import append_event, to_json
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
 
     if args.resamples < 100:
         raise LeversError(f"use at least 100 resamples for a CI, got --resamples {args.resamples}")

@@ -6,6 +6,9 @@ The measured effect comes from the committed catalogue (:mod:`levers.levers.cata
 tokens/s ratio and peak-memory change against the baseline with CI95, the workload and shape,
 GPU, torch version, commit and date. A lever without a row says "not measured"; a lever measured
 to do nothing, to slow the step or to fail is shown as such.
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 from levers.cli.options import STDOUT, add_output_arguments
 from levers.errors import LeversError
+from levers.output.atomic import atomic_write_text
+from levers.output.console import make_console, say_wrote
 
 GIB = float(1 << 30)
 
@@ -85,9 +90,6 @@ def _write_json(doc: dict[str, Any], path: Path) -> None:
     if path == STDOUT:
         sys.stdout.write(text)
         return
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
-
     try:
         atomic_write_text(path, text, make_parents=True)
     except OSError as exc:
@@ -123,7 +125,6 @@ def run(args: argparse.Namespace) -> int:
                   if lever_id not in registry for row in rows]
         _write_json({"levers": doc, "stacks": stacks}, args.json_path)
         return 0
-    from levers.output.console import make_console
 
     console = make_console()
     out = _Lines(console)

@@ -3,6 +3,9 @@ batch that fits? Predicted without a GPU.
 
     levers memory WORKLOAD [--set KEY=VALUE ...] --gpu GPU [--fit PARAM] [--margin F]
                   [--measure] [--json FILE] [--predict-steps N] [--no-whatifs] [--lever NAME]
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,18 @@ from levers.cli.options import (
     add_workload_argument,
     lever_ids,
 )
+from levers.cli.script import (
+    SCRIPT_HELP,
+    add_script_arguments,
+    reject_factory_arguments,
+    reject_script_options,
+    run_memory,
+)
 from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
-from levers.hardware import DEFAULT_GPU
+from levers.hardware import DEFAULT_GPU, resolve_gpu
+from levers.output.console import make_console, say_wrote
+from levers.output.errors import debug_from_env
 from levers.script_defaults import SCRIPT_WARMUP
 
 
@@ -80,7 +92,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "when the --gpu runs float8 matmuls; a lever the prediction cannot apply is named, "
         "with why)",
     )
-    from levers.cli.script import SCRIPT_HELP, add_script_arguments
 
     add_warmup_argument(parser, default=f"{SCRIPT_WARMUP}; a script after -- only")
     add_script_arguments(parser)
@@ -107,19 +118,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     from levers.api import Step
     from levers.loader import parse_set
-    from levers.output.console import make_console, say_wrote
-    from levers.hardware import resolve_gpu
     from levers.memory.predict import DEFAULT_MARGIN, check_margin
     from levers.memory.render import render_plan
 
     console = make_console()
     if getattr(args, "script_command", None) is not None:
-        from levers.cli.script import reject_factory_arguments, run_memory
-
         reject_factory_arguments(args, "memory")
         _reject_prediction_options(args)
         return run_memory(args, console)
-    from levers.cli.script import reject_script_options
 
     reject_script_options(
         args, "memory", {"--warmup": ("warmup", "a prediction's steps are all predicted alike")}
@@ -247,8 +253,6 @@ def prediction_failed(label: str, exc: BaseException, *, debug: bool) -> LeversE
 
 
 def _debug(args: argparse.Namespace) -> bool:
-    from levers.output.errors import debug_from_env
-
     return bool(getattr(args, "debug", False)) or debug_from_env()
 
 

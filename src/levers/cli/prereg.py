@@ -6,12 +6,18 @@
     levers prereg note FILE TEXT     append a verification note to its record
 
 Exit codes: 0 done; 2 a malformed file, an edit of frozen text, or a file that is not frozen.
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from levers.output.atomic import atomic_write_text
+from levers.output.console import say_wrote
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -44,8 +50,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _init(args: argparse.Namespace) -> int:
     from levers.runs.prereg import template
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
 
     atomic_write_text(args.path, template(), exclusive=True, make_parents=True)
     say_wrote(args.path)

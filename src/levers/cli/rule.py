@@ -3,6 +3,9 @@
     levers rule ATTN001           # one rule: its metadata and documentation
     levers rule --all             # docs/rules.md on stdout
     levers rule --all --output docs/rules.md
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import argparse
 import sys
 
 from levers.errors import LeversError
+from levers.output.atomic import atomic_write_text
+from levers.output.console import say_wrote
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -41,9 +46,6 @@ def run(args: argparse.Namespace) -> int:
     if args.all:
         text = rules_markdown()
         if args.output:
-            from levers.output.atomic import atomic_write_text
-            from levers.output.console import say_wrote
-
             atomic_write_text(args.output, text)
             say_wrote(args.output)
         else:

@@ -3,6 +3,9 @@
 ``levers.cli`` splits the command line at the first ``--``; what follows is the script's command
 (``args.script_command``). A verb that takes it calls :func:`add_script_arguments`,
 :func:`reject_factory_arguments` and :func:`capture_script`.
+
+What runs a script is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from typing import Any
 
 from levers.cli.options import positive_count
 from levers.errors import LeversError
-from levers.output.console import make_console, silence_stdout
+from levers.output.atomic import atomic_write_text
+from levers.output.console import make_console, say_wrote, silence_stdout
+from levers.output.progress import progress_status
 from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
+from levers.units import format_bytes
 
 SCRIPT_HELP = (
     "After --, the command that runs your training script unchanged: -- python train.py [args] "
@@ -72,7 +78,6 @@ def capture_script(
     asked for.
     """
     from levers.integrations.script import parse_command, run_script
-    from levers.output.progress import progress_status
 
     if warmup < 1:
         raise LeversError(
@@ -203,9 +208,6 @@ def run_memory(args: argparse.Namespace, console: Any) -> int:
         data = script_memory_report(ran.capture, warmup)
         _print_memory(data, console)
         if args.json_path is not None:
-            from levers.output.atomic import atomic_write_text
-            from levers.output.console import say_wrote
-
             atomic_write_text(args.json_path, json.dumps(data, indent=1) + "\n", make_parents=True)
             say_wrote(args.json_path)
         return 0
@@ -256,8 +258,6 @@ def script_memory_report(capture: Any, warmup: int) -> dict[str, Any]:
 
 
 def _print_memory(data: dict[str, Any], console: Any) -> None:
-    from levers.units import format_bytes
-
     on_gpu = data["source"] == "cuda-allocator"
     how = (
         f"measured by the CUDA caching allocator on {data['device_name']}"

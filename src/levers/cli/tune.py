@@ -10,6 +10,9 @@ renders; nothing else (the logic is in :mod:`levers.tune`). Exit codes: 0 the se
 stack, "nothing pays here" or "nothing tried"); 2 bad input; 3 the workload's step (or the
 script) raised; 130 Ctrl-C (during the search: what it found so far is printed, marked
 interrupted, and recorded).
+
+What runs the verb is imported inside its functions: ``levers --help`` loads this module and
+must not import torch (:mod:`levers.cli`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import levers
+from levers.cli import EXIT_INTERRUPTED
 from levers.errors import LeversError
 from levers.script_defaults import TUNE_SCRIPT_STEPS
-from levers.tune.budget import DEFAULT_BUDGET
+from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
 from levers.cli.options import (
     add_lever_argument,
     add_output_arguments,
@@ -33,6 +38,10 @@ from levers.cli.options import (
     lever_ids,
     output_path,
 )
+from levers.cli.script import reject_factory_arguments
+from levers.output.atomic import atomic_write_text
+from levers.output.console import say_wrote
+from levers.output.progress import progress_status
 
 DEFAULT_RECORD = "levers-tune.record.jsonl"
 
@@ -97,11 +106,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    import levers
     from levers.capture.json_io import check_writable
     from levers.loader import parse_set
-    from levers.output.progress import progress_status
-    from levers.tune.budget import parse_duration_s
 
     if getattr(args, "script_command", None) is not None:
         return _run_script(args)
@@ -143,10 +149,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_script(args: argparse.Namespace) -> int:
     """``levers tune [options] -- python train.py``: every check before the first run."""
     from levers.capture.json_io import check_writable
-    from levers.cli.script import reject_factory_arguments
     from levers.integrations.script import parse_command
-    from levers.output.progress import progress_status
-    from levers.tune.budget import parse_duration_s
     from levers.tune.measure import TrialDesign
     from levers.tune.script import DEFAULT_ROUNDS, ScriptDesign, tune_script
 
@@ -196,8 +199,6 @@ def _run_script(args: argparse.Namespace) -> int:
 def _show(result: Any, args: argparse.Namespace) -> int:
     """Print the answer; say where the record (and the JSON) went."""
     from levers.ab.record import to_json
-    from levers.output.atomic import atomic_write_text
-    from levers.output.console import say_wrote
     from levers.tune.render import print_tune
 
     print_tune(result)
@@ -206,8 +207,6 @@ def _show(result: Any, args: argparse.Namespace) -> int:
         atomic_write_text(args.json_path, to_json(result.to_dict()) + "\n", make_parents=True)
         say_wrote(args.json_path)
     if result.interrupted:
-        from levers.cli import EXIT_INTERRUPTED
-
         print(f"levers: interrupted: the A/Bs run so far and the result are kept in "
               f"{args.record}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -16,6 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from levers.ab.reads import compute_reads
+from levers.ab.runner import run_ab
+from levers.ab.verdict import decision
 from levers.distributed.failures import RanksFailed, rank_error
 from levers.distributed.exchange import connect
 from levers.distributed.merge import merge
@@ -48,9 +51,6 @@ def slowest_rank_steps(records: list[dict[str, Any]], side: str) -> tuple[float,
 
 def merged_result(result: Any, records: list[dict[str, Any]], world_size: int) -> Any:
     """Rank 0's result with the launch's step times, and the reads and decision recomputed."""
-    from levers.ab.reads import compute_reads
-    from levers.ab.verdict import decision
-
     if result.samples is None:
         return result
     samples = {
@@ -87,8 +87,6 @@ def merged_result(result: Any, records: list[dict[str, Any]], world_size: int) -
 
 def run_ab_distributed(baseline: Any, candidate: Any, config: Any, world: World, timeout_s: float):
     """Rank 0: the merged result (raises RanksFailed when a rank failed); others: None."""
-    from levers.ab.runner import run_ab
-
     result = error = None
     try:
         result = run_ab(baseline, candidate, config)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import torch.distributed as dist
+
 from levers.distributed.world import World
 from levers.errors import LeversError
 
@@ -108,8 +110,6 @@ def connect(world: World, timeout_s: float = DEFAULT_TIMEOUT_S) -> Exchange:
     Raises:
         LeversError: MASTER_ADDR or MASTER_PORT is unset (not launched by torchrun).
     """
-    import torch.distributed as dist
-
     host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not host or not port:
         raise LeversError(

@@ -77,7 +77,22 @@ from typing import Any
 
 import torch
 
+from levers.ab.precision import autocast_dtype
+from levers.ab.random_alike import drawn_alike, recompile_for_timing
+from levers.capture import compile_stats
 from levers.capture.loss import LossTap, loss_of, nonfinite
+from levers.integrations.inline import audit_capture
+from levers.integrations.random_draws import ForwardDraws
+from levers.integrations.script import parse_command, run_script
+from levers.integrations.script_names import find_names
+from levers.integrations.steps import StopTraining, find_model
+from levers.levers import load_all
+from levers.levers._compile_setup import recompile_limit
+from levers.levers.handle import apply
+from levers.levers.lever import Target, lever_id_of
+from levers.output.atomic import atomic_write_text
+from levers.tune.candidates import audit_expectations
+from levers.tune.run import lever_forms
 
 SCHEMA_VERSION = 2
 CANDIDATE = "candidate"
@@ -99,8 +114,6 @@ def _script_step() -> None:
 
 def applies_in_script(lever: Any, model: torch.nn.Module, optimizer: Any) -> str | None:
     """Why ``lever`` cannot be applied to this model inside the script, or None."""
-    from levers.levers.lever import Target
-
     try:
         reason = lever.applies(Target(model=model, optimizer=optimizer))
         if reason is not None and lever.applies(
@@ -113,8 +126,6 @@ def applies_in_script(lever: Any, model: torch.nn.Module, optimizer: Any) -> str
 
 
 def _slower_in_script(lever: Any, model: torch.nn.Module, optimizer: Any) -> str | None:
-    from levers.levers.lever import Target
-
     try:
         return lever.slower_here(Target(model=model, optimizer=optimizer))
     except Exception:  # noqa: BLE001 - a check that fails says nothing: the A/B will tell
@@ -161,13 +172,11 @@ def window_plan(
 
 
 def _lever_ids(stack: Sequence[str]) -> set[str]:
-    return {spec.split(":", 1)[0] for spec in stack}
+    return {lever_id_of(spec) for spec in stack}
 
 
 def _dynamo_counts() -> tuple[int, int]:
     """(frames dynamo compiled, times it hit its recompile limit) in this process so far."""
-    from levers.capture import compile_stats
-
     seen = compile_stats.snapshot()
     return seen.frames_ok, seen.limit_messages
 
@@ -219,8 +228,6 @@ class WindowRecorder:
         return self.plan[self._index]
 
     def on_step(self, num_steps: int, optimizer: torch.optim.Optimizer) -> None:
-        from levers.integrations.steps import StopTraining
-
         if num_steps < self.warmup or num_steps > self.last_step:
             return
         if num_steps == self.warmup:
@@ -306,9 +313,6 @@ class WindowRecorder:
     # --- the model, once ----------------------------------------------------------------------
 
     def _begin(self, optimizer: torch.optim.Optimizer) -> None:
-        from levers.integrations.script_names import find_names
-        from levers.integrations.steps import find_model
-
         model = self._model = find_model(optimizer)
         self._optimizer = optimizer
         params = [p for p in model.parameters() if p.is_floating_point()]
@@ -328,9 +332,6 @@ class WindowRecorder:
             self._start_precision_probe(model)
 
     def _probe_levers(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        from levers.levers import load_all
-        from levers.tune.run import lever_forms
-
         registry = sorted(load_all().items())
         self.data["applies"] = {
             lever_id: applies_in_script(lever, model, optimizer) for lever_id, lever in registry
@@ -344,8 +345,6 @@ class WindowRecorder:
         self.data["forms"] = {k: list(v) for k, v in lever_forms(model, on_gpu).items()}
 
     def _start_precision_probe(self, model: torch.nn.Module) -> None:
-        from levers.ab.precision import autocast_dtype
-
         device_type = self._device.type if self._device is not None else "cpu"
 
         def hook(module: torch.nn.Module, args: object) -> None:
@@ -373,8 +372,6 @@ class WindowRecorder:
     def _enter(self, index: int) -> bool:
         """Begin window ``index``: its side's levers on (the previous side's undone first);
         False when that could not be done (the error is in ``data``)."""
-        from levers.levers.handle import apply
-
         self._index = index
         self._done_in_window = 0
         window = self.window
@@ -422,8 +419,6 @@ class WindowRecorder:
         record["compiled_frames"] = frames  # 0 where a stack applied again reuses its programs
         record["recompile_limit_hits"] = hits
         if hits and self.window.stack:
-            from levers.levers._compile_setup import recompile_limit
-
             return self._fail(
                 f"dynamo hit its recompile limit ({recompile_limit()}) {hits} time(s) while "
                 f"{','.join(self.window.stack)} was on (the {self.window.side}'s window "
@@ -436,12 +431,8 @@ class WindowRecorder:
     def _start_parity(self) -> None:
         self.tap.recording = True  # every step's loss from here on, each checked for NaN/inf
         if self.probe and self._model is not None:
-            from levers.integrations.random_draws import ForwardDraws
-
             self._forward_draws = ForwardDraws(self._model).__enter__()
         if self.window.stack:
-            from levers.ab.random_alike import drawn_alike
-
             self._drawn_alike = drawn_alike()
             self._compiled = self._drawn_alike.__enter__()
 
@@ -453,7 +444,6 @@ class WindowRecorder:
             self._forward_draws = None
         if self._drawn_alike is None:
             return
-        from levers.ab.random_alike import recompile_for_timing
 
         self._drawn_alike.__exit__(None, None, None)
         self._drawn_alike = None
@@ -508,8 +498,6 @@ class TrialArgs:
 
 def run_trial(args: TrialArgs, words: list[str]) -> dict[str, Any]:
     """Run the script once as ``args`` asks; the JSON document it writes."""
-    from levers.integrations.script import parse_command, run_script
-
     command = parse_command(words)
     audit = args.probe and args.audit
     plan = args.plan()
@@ -546,9 +534,6 @@ def run_trial(args: TrialArgs, words: list[str]) -> dict[str, Any]:
 
 
 def _audit_expectations(capture: Any) -> dict[str, Any]:
-    from levers.integrations.inline import audit_capture
-    from levers.tune.candidates import audit_expectations
-
     try:
         audited = audit_capture(capture)
     except Exception as exc:  # noqa: BLE001 - the catalogue still orders the candidates
@@ -562,8 +547,6 @@ def _audit_expectations(capture: Any) -> dict[str, Any]:
 
 def run_and_write(args: TrialArgs, words: list[str]) -> int:
     """Run the A/B and write its JSON to ``args.out`` (atomically); an error is said there."""
-    from levers.output.atomic import atomic_write_text
-
     try:
         data = run_trial(args, words)
     except Exception as exc:  # noqa: BLE001 - said in the JSON: the parent reads nothing else

@@ -19,6 +19,7 @@ from typing import Any
 
 from levers.errors import MissingDependency
 from levers.integrations.callbacks import DEFAULT_STEP, StepAuditor
+from levers.levers.handle import apply
 
 try:
     from transformers import TrainerCallback
@@ -48,8 +49,6 @@ class LeversCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self._levers and model is not None:
-            from levers.levers.handle import apply
-
             self.applied = apply(
                 model, self._levers, optimizer=kwargs.get("optimizer"),
                 data=kwargs.get("train_dataloader"),

@@ -2,6 +2,10 @@
 
 ``REGISTRY`` maps a lever id to its :class:`levers.levers.lever.Lever`. A lever module calls
 :func:`register` at import; the modules are listed in ``_MODULES`` and imported on first use.
+
+Every audit imports the whole catalogue (:func:`load_all`), so a lever module imports the memory
+model (:mod:`levers.memory.predict`, ``prediction``, ``fit``: a few tenths of a second, and the
+terminal code its error messages use) inside the functions that predict, not at its top.
 """
 
 from __future__ import annotations

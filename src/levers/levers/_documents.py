@@ -23,9 +23,11 @@ second one's logits differ.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from levers.batches import Batches, batches_of
 from levers.levers._find import training_cache_off
@@ -181,15 +183,11 @@ def relayout(target: Target, lever_id: str, layout: Any) -> Callable[[], None]:
 
 
 def _eager() -> Any:
-    import contextlib
-
     set_stance = getattr(torch.compiler, "set_stance", None)
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def _is_fake(tensor: Any) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return isinstance(tensor, FakeTensor)
 
 

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from levers.memory.standin import predicted_capability
+
 DEFAULT_CHUNK_ROWS = 4096
 KERNELS = ("auto", "liger", "cce", "chunked")
 
@@ -128,8 +130,6 @@ def linear_cross_entropy(
 
 def _predicting() -> bool:
     """Whether a memory prediction for a GPU runs now (its tensors are fakes)."""
-    from levers.memory.standin import predicted_capability
-
     return predicted_capability() is not None
 
 

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from levers.hardware import resolve_gpu
 from levers.levers import register
 from levers.levers.ac_budget_compiled import (
     CompiledBudgetHandle,
@@ -382,7 +383,7 @@ def plan_peak_predictor(
 ) -> Callable[[BudgetPlan], int]:
     """``predict_peak(plan)``: the peak of workload ``spec`` with ``plan`` applied, predicted
     by levers memory on fake tensors (no GPU needed)."""
-    from levers.hardware import resolve_gpu
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.predict import run_prediction, source_of
 
     def predict_peak(plan: BudgetPlan) -> int:
@@ -456,8 +457,6 @@ def gpu_params(params: dict[str, Any]) -> dict[str, Any]:
 def check_options(options: dict[str, Any]) -> None:
     """Refuse a bad option before any prediction (a budget that is not a size or a fraction,
     an unknown GPU, a negative overhead), each with its own message."""
-    from levers.hardware import resolve_gpu
-
     if "budget" in options:
         # a fraction is checked for its range only here: the inputs that scale it come later
         budget_bytes(options["budget"], SimpleNamespace(fixed_bytes=0, activation_bytes=1))

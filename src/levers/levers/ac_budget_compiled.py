@@ -70,8 +70,10 @@ import torch
 from torch._functorch import config as functorch_config
 
 from levers.blocks import Block, repeated_blocks
+from levers.hardware import resolve_gpu
 from levers.levers import compile_blocks
 from levers.levers._compile_setup import is_compiled
+from levers.levers.handle import replay
 from levers.levers.lever import NotApplicable, Undo
 
 logger = logging.getLogger(__name__)
@@ -256,7 +258,7 @@ def compile_with_levels(workload: Any, levels: Levels, stack: Stack = ()) -> Non
     applied before ac-budget, each with its options; compile-blocks among them, or added first),
     then ``levels``. Levers whose kernels cannot run on fake tensors are left out
     (``levers.memory.prediction.NOT_PREDICTED``)."""
-    from levers.levers.handle import replay
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.prediction import NOT_PREDICTED
 
     stack = [(lever_id, options) for lever_id, options in stack if lever_id not in NOT_PREDICTED]
@@ -273,7 +275,7 @@ def levels_peak_predictor(
     ``params``, the levers of ``stack`` applied (the run's levers before ac-budget: a fused
     loss or float8 changes the peak the plan is held to), its blocks compiled (compile-blocks)
     at ``levels``, predicted by levers memory on fake tensors (no GPU needed)."""
-    from levers.hardware import resolve_gpu
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.prediction import run_prediction, source_of
 
     def predict_peak(levels: Levels) -> int:

@@ -13,7 +13,7 @@ An op is keyed by its name and occurrence in the block (see :mod:`levers.levers.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from levers.blocks import Block, repeated_blocks
@@ -140,8 +140,6 @@ def from_prediction(
 
 def with_capture_times(inputs: BudgetInputs, capture: Any, block: str) -> BudgetInputs:
     """``inputs`` with each op's time taken from ``capture`` (block ``block``'s forward)."""
-    from dataclasses import replace
-
     times = _capture_times(capture, block)
     ops = tuple(replace(op, time_us=times.get(op.key, 0.0)) for op in inputs.ops)
     return replace(inputs, ops=ops, time_source=MEASURED)
@@ -169,6 +167,7 @@ def predict_inputs(
 ) -> BudgetInputs:
     """Predict the step of workload ``spec`` with ``params`` (on fake tensors, no GPU needed)
     and read the budget inputs from it."""
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.predict import run_prediction, source_of
 
     found: list[Block] = []

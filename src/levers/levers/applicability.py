@@ -17,6 +17,8 @@ import warnings
 from typing import Any
 
 from levers.capture.records import Capture
+from levers.levers import load_all
+from levers.levers.lever import target_of
 from levers.workload import Workload
 
 SETTING = "levers"
@@ -24,9 +26,6 @@ SETTING = "levers"
 
 def applicability(workload: Workload) -> dict[str, str | None]:
     """Every lever's answer on ``workload``: None where it applies, else why not."""
-    from levers.levers import load_all
-    from levers.levers.lever import target_of
-
     answers: dict[str, str | None] = {}
     with warnings.catch_warnings():  # a check that imports an optional package may warn
         warnings.simplefilter("ignore")

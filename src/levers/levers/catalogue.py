@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from levers.output.atomic import atomic_write_text
+
 ENV = "LEVERS_CATALOGUE"
 _REPO_RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
 # the same rows shipped inside the package, for an installation without the repository's bench/
@@ -113,8 +115,6 @@ def packaged_document(rows: list[Measurement]) -> dict[str, Any]:
 def write_packaged() -> Path:
     """Write the repository's rows into the package (``python -m levers.levers.catalogue``
     after a benchmark adds results)."""
-    from levers.output.atomic import atomic_write_text
-
     rows = [row for path in repository_paths() for row in read_catalogue(path)]
     atomic_write_text(PACKAGED, json.dumps(packaged_document(rows), indent=1) + "\n")
     return PACKAGED

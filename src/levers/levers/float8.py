@@ -64,6 +64,7 @@ from levers.hardware import FLOAT8_MIN_CAPABILITY
 from levers.levers import register
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
+from levers.memory.standin import predicted_capability
 from levers.vocab import CHANGES_NUMERICS
 
 RECIPES = ("tensorwise", "rowwise")
@@ -122,7 +123,6 @@ def gpu_reason(model: nn.Module) -> str | None:
     devices = {p.device for p in model.parameters()}
     if not devices:
         return "the model has no parameters"
-    from levers.memory.standin import predicted_capability
 
     # in a memory prediction for a GPU, that GPU's capability decides, not this machine's
     predicted = predicted_capability()

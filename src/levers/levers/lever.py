@@ -158,6 +158,12 @@ def target_of(workload: Workload, options: dict[str, Any] | None = None) -> Targ
     )
 
 
+def lever_id_of(spec: str) -> str:
+    """The lever id of a lever spec: ``"compile-model:mode=default"`` -> ``"compile-model"``
+    (the syntax is :func:`parse_lever_spec`'s, which also reads and checks the options)."""
+    return spec.split(":", 1)[0].strip()
+
+
 def parse_lever_spec(text: str) -> tuple[str, dict[str, str]]:
     """``"ac-budget:budget=20GiB:workload=hf"`` -> ``("ac-budget", {"budget": "20GiB",
     "workload": "hf"})``. Options are separated by ``:``, so that ``,`` still separates levers in
@@ -172,7 +178,7 @@ def parse_lever_spec(text: str) -> tuple[str, dict[str, str]]:
                 "ac-budget:budget=20GiB:workload=hf"
             )
         options[key.strip()] = value.strip()
-    return lever_id.strip(), options
+    return lever_id_of(lever_id), options
 
 
 def check_options(lever: Lever, options: dict[str, Any]) -> None:

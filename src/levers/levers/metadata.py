@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from levers import vocab
+from levers.levers import _MODULES
 
 # the fields of levers.levers.lever.Lever that the listing shows
 _FIELDS = ("id", "title", "safety", "tolerance", "fixes", "needs_gpu", "known_problems")
@@ -36,8 +37,6 @@ class LeverInfo:
 
 def lever_infos() -> list[LeverInfo]:
     """Every lever of the catalogue, in the catalogue's order."""
-    from levers.levers import _MODULES
-
     return [_info(f"levers.levers.{name}") for name in _MODULES]
 
 

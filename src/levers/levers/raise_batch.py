@@ -34,10 +34,17 @@ tolerance applies; run ``levers ab`` with ``--parity-steps 0``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable
 
+import torch
+
+from levers.hardware import gpu_from_device_name, resolve_gpu
 from levers.levers import register
-from levers.levers.lever import Lever, Target
+from levers.levers.handle import apply_to_workload
+from levers.levers.lever import Lever, Target, lever_id_of
+from levers.loader import resolve_factory
+from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.vocab import CHANGES_NUMERICS
 
 DEFAULT_MARGIN = 0.05
@@ -45,11 +52,8 @@ PARAM = "batch_size"
 
 
 def _gpu(options: dict[str, Any]):
-    from levers.hardware import gpu_from_device_name, resolve_gpu
-
     if options.get("gpu"):
         return resolve_gpu(options["gpu"])
-    import torch
 
     if not torch.cuda.is_available():
         raise ValueError(
@@ -81,10 +85,6 @@ BATCH_PARAMS = (
 def batch_param(spec: Any, options: dict[str, Any]) -> str:
     """The factory's batch parameter: ``param=NAME`` when given, else the first of
     :data:`BATCH_PARAMS` in its signature."""
-    import inspect
-
-    from levers.loader import resolve_factory
-
     factory = resolve_factory(spec) if isinstance(spec, str) else spec
     try:
         parameters = inspect.signature(factory).parameters
@@ -117,7 +117,6 @@ def _runs_on_host(params: dict[str, Any]) -> bool:
     device = params.get("device")
     if device is not None:
         return not str(device).startswith("cuda")
-    import torch
 
     return not torch.cuda.is_available()
 
@@ -147,6 +146,7 @@ def choose_params(
 def _gpu_source(spec: Any, params: dict[str, Any]) -> Any:
     """The source of a prediction of the GPU run: a device given for this machine (device=cpu)
     is dropped, so the factory gets the GPU the memory model stands in for."""
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.predict import source_of
 
     return source_of(spec, {k: v for k, v in params.items() if k != "device"})
@@ -157,8 +157,8 @@ def _held_beside(beside: Any, gpu: Any) -> int:
     when none is named."""
     if not beside:
         return 0
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.predict import run_prediction
-    from levers.memory.steps import DEFAULT_NUM_STEPS
 
     spec, params = beside
     try:
@@ -182,10 +182,10 @@ def fit_batch(
     param: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
+    # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
     from levers.memory.predict import check_margin, run_prediction
     from levers.memory.prediction import NOT_PREDICTED
-    from levers.memory.steps import DEFAULT_NUM_STEPS
 
     gpu = gpu if gpu is not None else _gpu(options)
     param = param or batch_param(spec, options)
@@ -204,8 +204,6 @@ def fit_batch(
     skipped: dict[str, str] = {}  # the levers that did not apply to the predicted step, and why
 
     def transform(workload) -> None:
-        from levers.levers.handle import apply_to_workload
-
         # the fused loss's kernel is the run's own (kernel=auto unless its spec names one): the
         # prediction runs on the machine that will run the step, so auto finds the same kernel
         skipped.update(apply_to_workload(workload, lever_ids, quiet=True).skipped)
@@ -232,7 +230,7 @@ def fit_batch(
     else:
         beside = ""
     peak = next(p.peak_reserved_bytes for p in fit.curve if p.value == fit.best)
-    predicted = [i for i in lever_ids if i.split(":")[0] not in skipped]
+    predicted = [i for i in lever_ids if lever_id_of(i) not in skipped]
     with_levers = f" with {', '.join(predicted)}" if predicted else ""
     said = (
         f"raise-batch: {param} {start} -> {fit.best} (predicted reserved peak{with_levers} "

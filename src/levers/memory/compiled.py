@@ -41,6 +41,9 @@ While a prediction runs, :func:`predicting` makes every ``torch.compile`` use :f
 the backend refuses to compile outside a prediction. A module compiled another way than
 ``Module.compile()`` (``torch.compile(model)``'s wrapper) is compiled by it too, but with the
 stand-in on the stack, where dynamo breaks the graph at the mode's device questions.
+
+dynamo, inductor and functorch's compile are imported inside the functions that run while a
+module compiles: they take seconds to import, and most predictions compile nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._functorch import config as functorch_config
+from torch.nn.modules import module as module_api
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._device import DeviceContext
 
 # the SDPA handler of the prediction that runs, (func, args, kwargs) -> output, and the graphs
 # compiled for it; one prediction at a time
@@ -124,7 +131,6 @@ def forget_dispatch_caches() -> None:
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
     """A ``torch.compile`` backend: inductor's decompositions and partition, graphs run by ops."""
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import partition_fn, select_decomp_table
     from functorch.compile import make_boxed_func
 
@@ -370,8 +376,6 @@ def _without_mode(mode: torch.overrides.TorchFunctionMode) -> Iterator[None]:
     tensor that the graph makes from no GPU input (``torch.arange`` in a block) is then booked
     on the host."""
     from torch._dynamo.utils import set_torch_function_mode_stack
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._device import DeviceContext
 
     stack = _get_current_function_mode_stack()
 
@@ -396,8 +400,6 @@ SITE_HOOK = "_levers_site_hook"
 
 @contextlib.contextmanager
 def _without_site_hooks() -> Iterator[None]:
-    from torch.nn.modules import module as module_api
-
     tables = (module_api._global_forward_pre_hooks, module_api._global_forward_hooks)
     saved = [dict(table) for table in tables]
     for table, entries in zip(tables, saved):

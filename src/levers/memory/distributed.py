@@ -32,6 +32,7 @@ from typing import Any
 from levers.blocks import repeated_blocks
 from levers.hardware import GpuSpec
 from levers.memory.plan import MemoryPlan
+from levers.memory.predict import plan_from
 from levers.memory.prediction import Prediction, Source, run_prediction
 
 STRATEGIES = ("ddp", "zero1", "fsdp2")
@@ -165,8 +166,6 @@ def predict_per_rank(
     num_steps: int,
 ) -> tuple[Prediction, MemoryPlan, RankMemory]:
     """The single-rank prediction and plan, and the per-rank prediction on ``world_size`` ranks."""
-    from levers.memory.predict import plan_from
-
     seen: list[ModelBytes] = []
     prediction = run_prediction(
         source, gpu, num_steps=num_steps, transform=lambda w: seen.append(model_bytes(w.model))

@@ -23,6 +23,8 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from torch._subclasses.fake_tensor import UnsupportedOperatorException
+
 from levers.output.errors import debug_from_env
 
 TORCH_LOGGER = "torch"
@@ -109,8 +111,6 @@ DATALOADER_WORKER = "in DataLoader worker process"
 
 def _op_without_fake_kernel(exc: BaseException) -> str | None:
     """The custom op that has no fake (meta) kernel, if that is why ``exc`` was raised."""
-    from torch._subclasses.fake_tensor import UnsupportedOperatorException
-
     text = str(exc)
     for pattern in (_NO_FAKE_IMPL, _NO_META):
         match = pattern.search(text)

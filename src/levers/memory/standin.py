@@ -27,7 +27,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.autograd
+import torch.autograd.graph
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
 from torch.utils.weak import WeakIdKeyDictionary
 
 GPU = "cuda"
@@ -233,8 +237,6 @@ _GETTERS = _GetterTable(
 
 
 def _is_constructor(func) -> bool:
-    from torch.utils._device import _device_constructors
-
     return func in _device_constructors()
 
 
@@ -303,8 +305,6 @@ def fake_tensor_devices(book: DeviceBook) -> Iterator[None]:
     """Make ``FakeTensor.device`` (a Python property, which no torch function mode sees) report
     ``cuda:0`` for GPU-booked tensors to the workload's code and ``cpu:0`` to torch's public
     modules; undone on exit."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     original = FakeTensor.__dict__.get("device")
     if not isinstance(original, property):  # a torch whose fake tensors report devices otherwise
         yield
@@ -357,9 +357,6 @@ def backward_in_mode(mode: TorchFunctionMode) -> Iterator[None]:
     different number of tensors was saved"). Torch checks for torch functions before it calls
     ``_engine_run_backward``, so the mode is put back there, for the engine run only.
     """
-    import torch.autograd
-    import torch.autograd.graph
-
     original = getattr(torch.autograd.graph, "_engine_run_backward", None)
     if original is None:  # a torch without this seam: backward runs without the stand-in
         yield

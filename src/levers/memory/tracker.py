@@ -21,6 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.modules import module as module_api
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
@@ -425,8 +430,6 @@ def install_module_hooks(context: SiteContext, names: dict[int, str]) -> Callabl
         if context.module_stack:
             context.module_stack.pop()
 
-    from torch.nn.modules import module as module_api
-
     # compiled modules run without these: dynamo would trace them and guard on the stack
     setattr(pre_hook, SITE_HOOK, True)
     setattr(post_hook, SITE_HOOK, True)
@@ -451,10 +454,6 @@ def install_optimizer_hooks(
     owners = {}
     if model is not None:
         owners = {id(p): name.rpartition(".")[0] for name, p in model.named_parameters()}
-    from torch.optim.optimizer import (
-        register_optimizer_step_post_hook,
-        register_optimizer_step_pre_hook,
-    )
 
     def pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         context.in_optimizer = True

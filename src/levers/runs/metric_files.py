@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from levers.errors import LeversError
 from levers.text_files import read_utf8
 
@@ -100,8 +102,6 @@ def _check_unique(ids: list[str], where: str, id_column: str) -> None:
 
 
 def _read_npz(path: Path, metric: str, id_column: str) -> tuple[list[Any], list[Any]]:
-    import numpy as np
-
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as exc:  # numpy raises several kinds for a damaged archive

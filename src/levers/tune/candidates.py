@@ -41,6 +41,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from levers.audit.recommend import CONFLICTS, COVERS, lever_ids
+from levers.levers.lever import lever_id_of
+
 # levers of which a stack holds at most one: they do the same job in different ways. The
 # speed forms are alternatives for the same saving (the audit measures each where it measures
 # one); the memory forms trade speed for memory, so the fastest is not the one to pick
@@ -91,11 +94,6 @@ class Skipped:
     reason: str
 
 
-def lever_id(spec: str) -> str:
-    """The lever id of a candidate (``compile-model:mode=default`` -> ``compile-model``)."""
-    return spec.split(":", 1)[0]
-
-
 def speed_alternatives(lever: str) -> tuple[str, ...]:
     """The other forms of ``lever`` that do the same job for speed (compile-model for
     compile-blocks), sorted; empty for a lever with none."""
@@ -106,17 +104,15 @@ def speed_alternatives(lever: str) -> tuple[str, ...]:
 
 def conflicts() -> dict[frozenset[str], str]:
     """Pairs of levers that fail together (the audit's table), with why."""
-    from levers.audit.recommend import CONFLICTS
-
     return dict(CONFLICTS)
 
 
 def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
     """The first of ``others`` that ``lever`` cannot be stacked with, or None."""
     pairs = conflicts()
-    ident = lever_id(lever)
+    ident = lever_id_of(lever)
     for other in others:
-        other_id = lever_id(other)
+        other_id = lever_id_of(other)
         if other == lever:
             continue
         if other_id == ident:  # two forms of one lever (its options differ)
@@ -131,18 +127,14 @@ def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
 def covered_by(lever: str, stack: Iterable[str]) -> str | None:
     """The lever of ``stack`` that already does what ``lever`` does (a regional compile fuses
     the norms a fused-norm lever targets), or None: the audit's table."""
-    from levers.audit.recommend import COVERS
-
-    ident = lever_id(lever)
-    return next((other for other in stack if ident in COVERS.get(lever_id(other), ())), None)
+    ident = lever_id_of(lever)
+    return next((other for other in stack if ident in COVERS.get(lever_id_of(other), ())), None)
 
 
 def audit_expectations(
     findings: Sequence[Any], step_ms: float
 ) -> dict[str, tuple[float, str]]:
     """lever -> (expected share, source) from the findings that name it (the largest saving)."""
-    from levers.audit.recommend import lever_ids
-
     out: dict[str, tuple[float, str]] = {}
     for finding in findings:
         cost = getattr(finding, "cost", None)
@@ -195,8 +187,8 @@ def catalogue_slower(rows: Iterable[Any]) -> dict[str, str]:
 def check_ids(registry: Mapping[str, Any], ids: Iterable[str]) -> None:
     """Refuse an id the catalogue does not hold (ValueError, with the ids it holds)."""
     for name in ids:
-        lever_id, has_options, _ = name.partition(":")
-        if has_options and lever_id in registry:
+        lever_id = lever_id_of(name)
+        if ":" in name and lever_id in registry:
             raise ValueError(
                 f"levers tune tries each lever as it is, without options ({name!r} has some); "
                 f"leave them out (--lever {lever_id}), or A/B the lever with them: levers ab "
@@ -311,7 +303,7 @@ def after_their_base(ordered: Sequence[Candidate], registry: Mapping[str, Any]) 
     tries it on top of them rather than alone."""
     out = list(ordered)
     for candidate in ordered:
-        base = getattr(registry.get(lever_id(candidate.lever)), "measured_on", ())
+        base = getattr(registry.get(lever_id_of(candidate.lever)), "measured_on", ())
         ids = [c.lever for c in out]
         last = max((ids.index(b) for b in base if b in ids), default=-1)
         if last > ids.index(candidate.lever):

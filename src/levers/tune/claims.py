@@ -22,7 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from levers.audit.finding import Cost
+from levers.audit.rank import memory_weight, rank
+from levers.audit.recommend import STACK_PROVEN, lever_ids, recommend
+from levers.audit.report import build_report
+from levers.levers import load_all
+from levers.tune.candidates import speed_alternatives
 from levers.tune.trial import Measure, Stack, Trial, judge, speed_of
+from levers.vocab import MEASURED
 
 MEASURED_KEY = "measured"
 
@@ -67,8 +74,6 @@ def _ignore(_: object) -> None:
 
 
 def _claimed_ms(findings: Sequence[Any], lever: str) -> tuple[float, tuple[str, ...]]:
-    from levers.audit.recommend import lever_ids
-
     asking = [f for f in findings if lever in lever_ids(f)]
     total = sum(f.cost.saved_ms for f in asking if f.cost is not None)
     return total, tuple(dict.fromkeys(f.code for f in asking))
@@ -81,8 +86,6 @@ def measure_levers(
     levers that does the same job for speed (compile-model beside compile-blocks), so the
     finding recommends the form that paid most on this step rather than the one its rule
     names first."""
-    from levers.tune.candidates import speed_alternatives
-
     claims = []
     for lever in stack:
         trial = _measure_on_its_base(lever, measure, say, "")
@@ -129,8 +132,6 @@ def _measured_what(claim: Claim) -> str:
 def measured_on(lever: str) -> Stack:
     """The levers ``lever`` is measured on top of (its ``measured_on``), in the catalogue's
     order; () for a lever that is measured alone or is not in the catalogue."""
-    from levers.levers import load_all
-
     found = load_all().get(lever)
     return tuple(found.measured_on) if found is not None else ()
 
@@ -153,9 +154,6 @@ def chosen_forms(claims: Sequence[Claim]) -> dict[str, Claim]:
 
 
 def _measured_cost(finding: Any, claim: Claim, share: float) -> Any:
-    from levers.audit.finding import Cost
-    from levers.vocab import MEASURED
-
     saved = (claim.measured_ms or 0.0) * share
     now = claim.trial.step_ms[0] if claim.trial.step_ms else None
     old = finding.cost
@@ -175,8 +173,6 @@ def _measured_cost(finding: Any, claim: Claim, share: float) -> Any:
 
 def apply_claims(findings: Sequence[Any], claims: Sequence[Claim]) -> list[Any]:
     """The findings with the measurements attached (costs, recommendation, message)."""
-    from levers.audit.recommend import lever_ids
-
     chosen = chosen_forms(claims)
     out = []
     for finding in findings:
@@ -222,10 +218,6 @@ def measured_audit(
 ) -> Any:
     """``audited`` (a :class:`levers.audit.run.AuditedStep`) with its claims measured: the
     findings priced by A/B, ranked again, and the stack recommended again and proven."""
-    from levers.audit.rank import memory_weight, rank
-    from levers.audit.recommend import STACK_PROVEN, recommend
-    from levers.audit.report import build_report
-
     result = audited.result
     capture = audited.capture
     estimated = result.recommendation

@@ -14,7 +14,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
+
+from levers.ab import design as design_mod
+from levers.ab.killlines import KillLines
+from levers.ab.parity import reference_for
+from levers.ab.runner import AbConfig, run_ab
+from levers.errors import LeversError
 from levers.tune.trial import Measure, Stack, Trial, failed, from_ab
+from levers.vocab import CHANGES_NUMERICS
 
 # per trial: short enough that a budget of minutes holds several, long enough for a CI95
 DEFAULT_STEPS = 20
@@ -34,8 +42,6 @@ class TrialDesign:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from levers.ab.runner import AbConfig
-
         AbConfig(  # the same checks ab applies, before the search starts
             num_steps=self.steps,
             num_warmup=self.warmup,
@@ -46,8 +52,6 @@ class TrialDesign:
 
 
 def _design(spec: str, params: dict[str, Any], stack: Stack, design: TrialDesign) -> dict:
-    from levers.ab import design as design_mod
-
     given = {
         "baseline": spec,
         "params": dict(params),
@@ -70,10 +74,6 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
     math): it is made once, by the first trial, and every later trial of the search reuses it
     rather than building and running it again.
     """
-    from levers.ab import design as design_mod
-    from levers.ab.runner import run_ab
-    from levers.errors import LeversError
-
     shared: dict[str, Any] = {}  # "reference": the workload's float64 run, once made
 
     def measure(
@@ -115,12 +115,6 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
 
 def _reference(side: Any, design: TrialDesign, time_budget_s: float | None) -> tuple[Any, Any]:
     """The workload's float64 run of the parity steps (or why there is none), and a kill."""
-    import torch
-
-    from levers.ab.killlines import KillLines
-    from levers.ab.parity import reference_for
-    from levers.vocab import CHANGES_NUMERICS
-
     def build() -> Any:
         torch.manual_seed(design.seed)  # as ab's runner builds a side
         return side.build()

@@ -13,6 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from levers.ab.record import append_event, check_record
+from levers.environment import environment
+from levers.levers import load_all
+from levers.levers.catalogue import read_catalogue
+from levers.levers.handle import apply
+from levers.levers.lever import target_of
 from levers.tune.candidates import GPU_ONLY_PREFIX, candidates, check_ids
 from levers.tune.measure import TrialDesign, ab_measure
 from levers.tune.result import TuneResult, ab_prefix
@@ -41,8 +49,6 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
 
 
 def catalogue_rows() -> list[Any]:
-    from levers.levers.catalogue import read_catalogue
-
     try:
         return read_catalogue()
     except (OSError, ValueError, KeyError):
@@ -66,6 +72,8 @@ def lever_forms(model: Any, on_gpu: bool) -> dict[str, tuple[str, ...]]:
     both, and which pays more depends on the step."""
     if not on_gpu:
         return {}
+    # imported here: a lever module registers itself on import, and the catalogue's order is
+    # the order its modules are first imported in (levers.levers.load_all)
     from levers.levers.compile_model import static_step_reasons
 
     return {} if static_step_reasons(model) else {"compile-model": ("compile-model:mode=default",)}
@@ -76,7 +84,6 @@ def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
     handle's step); applied to the built workload and undone."""
     if not stack:
         return False
-    from levers.levers.handle import apply
 
     before = workload.step
     try:
@@ -105,19 +112,12 @@ def tune_step(
     set_items: Sequence[str] = (),
 ) -> TuneResult:
     """Search the fastest proven stack for ``step`` (a :class:`levers.Step` of a spec)."""
-    import torch
-
-    from levers.levers import load_all
-    from levers.levers.lever import target_of
-
     if step.spec is None:
         raise TypeError(
             "Step.tune builds each side of its A/Bs from the workload spec: make the Step from "
             "a spec such as 'demo' or 'path/file.py:factory'"
         )
     if record_path is not None:
-        from levers.ab.record import check_record
-
         check_record(record_path)  # before any long work
     registry = load_all()
     check_ids(registry, [*(only or ()), *exclude])  # before the workload is built
@@ -180,8 +180,6 @@ def record_trials(
 
     def recorded(trial: Trial) -> None:
         if record_path is not None:
-            from levers.ab.record import append_event
-
             append_event(record_path, {"event": RECORD_EVENT_TRIAL, **head, **trial.to_dict()})
 
     return recorded
@@ -189,9 +187,6 @@ def record_trials(
 
 def record_result(record_path: str | os.PathLike, result: TuneResult) -> None:
     """The answer appended to the record, with the environment it was found in."""
-    from levers.ab.record import append_event
-    from levers.environment import environment
-
     append_event(
         Path(record_path),
         {"event": RECORD_EVENT_RESULT, **result.to_dict(),

@@ -58,7 +58,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any, Protocol
 
+from levers.levers.lever import lever_id_of
+import levers
 from levers.ab.parity import Tolerance, rel_diff, tolerance_for
+from levers.ab.record import check_record
 from levers.ab.runner import MIN_STEPS_FOR_CI
 from levers.ab.stats import paired_ratio_ci
 from levers.ab.verdict import (
@@ -70,9 +73,11 @@ from levers.ab.verdict import (
     ratio_verdict,
 )
 from levers.errors import LeversError, StepError
+from levers.levers import load_all
 from levers.tune.candidates import Skipped, candidates, check_ids
 from levers.tune.measure import TrialDesign
 from levers.tune.result import TuneResult
+from levers.tune.run import catalogue_rows, gpu_only_note, record_result, record_trials
 from levers.tune.search import Outcome, SearchResult, search
 from levers.tune.trial import Measure, Stack, Trial, failed
 from levers.vocab import CHANGES_NUMERICS, EXACT
@@ -202,8 +207,6 @@ class RunScript(Protocol):
 
 def _levers_path() -> str:
     """The directory this levers package is imported from, for the child's ``sys.path``."""
-    import levers
-
     return str(Path(levers.__file__).resolve().parents[1])
 
 
@@ -354,7 +357,7 @@ def stack_tolerance(
     """The tolerance the losses of ``levers`` are held to: ab's fixed tolerance for their
     declared safety and the step's precision (raised to a lever's declared parity floor), or
     their declared tolerance where looser."""
-    chosen = [registry[lever.split(":", 1)[0]] for lever in levers]
+    chosen = [registry[lever_id_of(lever)] for lever in levers]
     exact = all(lever.safety == EXACT for lever in chosen)
     floors = [(lever.parity_floor, lever.id) for lever in chosen if lever.parity_floor]
     floor, floor_of = max(floors) if floors else (None, "")
@@ -606,15 +609,10 @@ def tune_script(
         ValueError: an unknown lever id, a design that cannot run.
         LeversError: the script ends before its steps are timed; StepError: it fails there.
     """
-    from levers.levers import load_all
-    from levers.tune.run import catalogue_rows, gpu_only_note, record_result, record_trials
-
     display = shlex.join(command)
     registry = load_all()
     check_ids(registry, [*(only or ()), *exclude])
     if record_path is not None:
-        from levers.ab.record import check_record
-
         check_record(record_path)  # before any long work
     start = clock()
 

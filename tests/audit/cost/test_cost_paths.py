@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from audit_helpers import captured, relabel_as_gpu
 
+from levers.audit.options import AuditOptions
 from levers.audit.config import make_config
 from levers.audit.cost import microbench as mb
 from levers.hardware import GPUS
@@ -108,7 +109,7 @@ def _bf16_on_cuda(args):
 
 def test_measured_now_and_unavailable_backend_falls_back_to_the_estimate(cpu_bench):
     capture, scopes = _as_gpu_capture("ATTN001", "fire_pinned_mask_gqa")
-    config = make_config(capture, torch_version="2.11", scopes=scopes)
+    config = make_config(capture, AuditOptions.checked(torch_version="2.11"), scopes=scopes)
     assert config.on_gpu and config.gpu.family == "h100"
     findings = list(all_rules()["ATTN001"].check(capture, config))
     # a relabelled CPU capture ran the CPU kernel: the rule trusts backend_ran only when it is CUDA's

@@ -16,12 +16,17 @@ Used by :mod:`levers.audit.cost.price` on GPU captures and by ``bench/audit_micr
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+from levers.capture.gpu import summed_kernel_us
 
 _DTYPES = {
     "float32": torch.float32,
@@ -57,9 +62,6 @@ def time_cuda(
         return _time_host(fn, warmup=warmup, samples=samples, iters=iters)
     if not torch.cuda.is_available():
         return unavailable("no CUDA device")
-    from torch.profiler import ProfilerActivity, profile
-
-    from levers.capture.gpu import summed_kernel_us
 
     try:
         for _ in range(warmup):
@@ -83,8 +85,6 @@ def time_cuda(
 def _time_host(
     fn: Callable[[], Any], *, warmup: int, samples: int, iters: int
 ) -> Timing:
-    import time
-
     try:
         for _ in range(warmup):
             fn()
@@ -110,8 +110,6 @@ def _tensor(shape, dtype: str, *, grad: bool) -> torch.Tensor:
 
 
 def _backend(name: str | None):
-    from torch.nn.attention import SDPBackend
-
     if name is None:
         return None
     backend = getattr(SDPBackend, name, None)
@@ -161,8 +159,6 @@ def input_leaves(out: torch.Tensor) -> list[torch.Tensor]:
 def bench_sdpa(spec: dict[str, Any], backend: str | None, **timing: int) -> Timing:
     """F.scaled_dot_product_attention at the recorded shapes, restricted to ``backend``."""
     try:
-        from torch.nn.attention import sdpa_kernel
-
         grad = bool(spec.get("requires_grad", True))
         q = _tensor(spec["query"]["shape"], spec["query"]["dtype"], grad=grad)
         k = _tensor(spec["key"]["shape"], spec["key"]["dtype"], grad=grad)

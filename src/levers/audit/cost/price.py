@@ -19,6 +19,7 @@ from typing import Any
 
 from levers.capture.records import Capture
 from levers.audit.config import RuleConfig
+from levers.audit.cost import microbench as mb
 from levers.audit.cost import roofline
 from levers.audit.finding import Cost, Finding, Work
 from levers.vocab import ESTIMATED, MEASURED
@@ -132,8 +133,6 @@ def measured_now_us(work: Work, capture: Capture) -> float:
 
 def _bench_fixed_us(bench: dict[str, Any], calls: int) -> tuple[float | None, str]:
     """Microbenchmarked time of the fix for all calls of a step, and how it was obtained."""
-    from levers.audit.cost import microbench as mb
-
     kind = bench.get("kind")
     if kind == "sdpa":
         t = mb.bench_sdpa(bench, bench.get("backend"))

@@ -70,7 +70,7 @@ blocks' ModuleList attribute.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from levers.capture.records import Capture
 from levers.audit.activations import (
@@ -81,6 +81,7 @@ from levers.audit.activations import (
 from levers.audit.block_calls import block_call_sites
 from levers.audit.bottleneck import MEMORY_BOUND, Bottleneck, step_bottleneck, tokens_per_s_ratio
 from levers.audit.config import PredictedMemory, RuleConfig
+from levers.audit.cost import roofline
 from levers.audit.finding import AlreadyRight, Finding, Receipt, Work
 from levers.audit.patterns import fmt_bytes, receipt
 from levers.audit.rules.registry import registered, rule
@@ -154,8 +155,6 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
 
 def _recompute_ms(finding: Finding, capture: Capture, config: RuleConfig) -> float:
     """The recomputation checkpointing adds per step (device time, or the roofline estimate)."""
-    from levers.audit.cost import roofline
-
     ops = [capture.ops[i] for i in finding.work.fixed_extra_ops]
     if config.on_gpu and any(op.device_us is not None for op in ops):
         return sum(op.device_us or 0.0 for op in ops) / 1e3
@@ -181,8 +180,6 @@ def _with_verdict(
     finding: Finding, capture: Capture, config: RuleConfig, headroom: Headroom
 ) -> Finding:
     """Recommend checkpointing only where memory binds or it is predicted to buy tokens/s."""
-    from dataclasses import replace
-
     b: Bottleneck = step_bottleneck(capture, config)
     memory = config.memory
     # memory binds: checkpointing is the lever it always was

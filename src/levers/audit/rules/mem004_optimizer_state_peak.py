@@ -67,7 +67,7 @@ under FSDP2 the state is each rank's shard, and they are not tested on DTensor p
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from levers.adam_state import (
     BF16_STATE_LEVER,
@@ -225,8 +225,6 @@ def _finding(capture: Capture, cls: str, optimizer: dict, share: StateShare) -> 
 
 def _with_verdict(finding: Finding, capture: Capture, config: RuleConfig) -> Finding:
     """Recommended only where memory binds; said, at low severity, otherwise."""
-    from dataclasses import replace
-
     b = step_bottleneck(capture, config)
     details = {**finding.details, "bound": b.bound}
     # memory binds: the freed memory makes the step fit, or buys a larger batch
