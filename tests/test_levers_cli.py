@@ -29,7 +29,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_audit_fixture_workload_prints_summary(capsys):
+def test_audit_fixture_workload_prints_summary(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # a long temporary path is not wrapped into the line
     code, out, err = run(capsys, "audit", MY_WORKLOAD, "--set", "hidden=16", "batch_size=8", *QUICK)
     assert code == 0, err
     assert err == ""  # no progress line when stderr is not a terminal

@@ -23,7 +23,9 @@ def line_of(script: Path, text: str) -> int:
 
 
 def run_levers(*argv: str, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), LEVERS_DEBUG="")
+    # a wide console: a long temporary path (pytest-xdist's popen-gwN folders) is not wrapped
+    # into the lines a test reads
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), LEVERS_DEBUG="", COLUMNS="400")
     env.pop("LEVERS_DEBUG")
     return subprocess.run(
         [sys.executable, "-m", "levers.cli", *argv],
