@@ -36,7 +36,7 @@ from levers.distributed.world import world_from_env
 from levers.hardware import DEFAULT_GPU, resolve_gpu
 from levers.levers import load_all
 from levers.levers.applicability import with_applicability
-from levers.levers.handle import apply_to_workload, find_specs, parse_ids
+from levers.levers.handle import apply_to_workload, find_specs
 from levers.levers.lever import LeverNotFound, lever_id_of
 from levers.loader import call_factory, load_workload, looks_like_spec, resolve_factory
 from levers.memory.distributed import predict_per_rank
@@ -48,9 +48,9 @@ from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.memory.whatif import all_whatifs
 from levers.tune import measure as tune_measure
 from levers.tune import run as tune_run
-from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
 from levers.tune.claims import measured_audit
 from levers.tune.measure import TrialDesign, remembered
+from levers.tune.options import TuneOptions
 from levers.workload import Workload
 
 if TYPE_CHECKING:
@@ -476,6 +476,7 @@ class Step:
         progress: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
         set_items: Sequence[str] = (),
+        options: TuneOptions | None = None,
     ) -> TuneResult:
         """``levers tune``: the fastest stack of levers that keeps parity on this step, found by
         paired A/Bs (greedy, best expected saving first) within ``budget`` ("10m", "90s" or
@@ -487,37 +488,42 @@ class Step:
         appended to. ``measure`` replaces the A/B (a test's fake, see
         :class:`levers.tune.trial.Measure`: a confirmation asks it for its timed steps with
         ``steps=``), ``clock`` the budget's clock; ``set_items`` are the ``--set`` items as
-        typed, for the printed ``levers ab`` command. Each lever kept was selected by one A/B and
-        confirmed by a fresh one; ``interrupted`` marks a search that Ctrl-C ended.
+        typed, for the printed ``levers ab`` command. The options are
+        :class:`levers.tune.options.TuneOptions`'; ``options`` passes the record whole instead
+        (``levers tune`` does), and then no other option may be given. Each lever kept was
+        selected by one A/B and confirmed by a fresh one; ``interrupted`` marks a search that
+        Ctrl-C ended.
 
         Raises:
             TypeError: the Step is not of a spec (each side is built again from it).
             ValueError: an unreadable budget, an unknown lever id, a design that cannot run.
+            TypeError: ``options`` with another option.
         """
-        budget_s = parse_duration_s(DEFAULT_BUDGET if budget is None else budget)
-        defaults = TrialDesign()
-        design = TrialDesign(
-            steps=defaults.steps if steps is None else steps,
-            warmup=defaults.warmup if warmup is None else warmup,
-            parity_steps=defaults.parity_steps if parity_steps is None else parity_steps,
-            resamples=defaults.resamples if resamples is None else resamples,
-            seed=seed,
+        given = dict(
+            budget=budget, levers=levers, exclude=exclude, steps=steps, warmup=warmup,
+            parity_steps=parity_steps, resamples=resamples, seed=seed, audit=audit,
+            record=record, set_items=set_items,
         )
+        if options is None:
+            options = TuneOptions.checked(**given)
+        elif given != _TUNE_KEYWORDS_UNSET:
+            raise TypeError("Step.tune takes its options as keywords or as options=, not both")
         # read from the module at call time, so a test's stand-in is the one called
         return tune_run.tune_step(
             self,
-            budget_s=budget_s,
-            only=None if levers is None else parse_ids(levers),
-            exclude=parse_ids(exclude) if exclude else (),
-            design=design,
-            use_audit=audit,
-            record_path=record,
+            options,
             measure=measure if measure is not None or self.spec is None
-            else self._ab_measure(design),
+            else self._ab_measure(options.design),
             say=progress or (lambda _message: None),
             clock=clock or time.monotonic,
-            set_items=set_items,
         )
+
+
+# Step.tune's option keywords as left unset: given beside options=, any other value is refused
+_TUNE_KEYWORDS_UNSET = dict(
+    budget=None, levers=None, exclude=(), steps=None, warmup=None, parity_steps=None,
+    resamples=None, seed=0, audit=True, record=None, set_items=(),
+)
 
 
 def _lever_transform(ids: Sequence[str]) -> Callable[[Workload], None]:

@@ -151,7 +151,8 @@ def test_step_tune_without_a_budget_takes_the_default(monkeypatch):
     import levers.tune.run as run_mod
 
     seen = {}
-    monkeypatch.setattr(run_mod, "tune_step", lambda step, **kw: seen.update(kw))
+    monkeypatch.setattr(run_mod, "tune_step",
+                        lambda step, options, **kw: seen.update(budget_s=options.budget_s))
     levers.Step("demo").tune(budget=None, measure=lambda *a, **k: None)
     assert seen["budget_s"] == 600.0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from fakes import FakeAb
@@ -21,6 +21,7 @@ from levers.levers import load_all
 from levers.tune.candidates import NEEDS_FACTORY
 from levers.tune.measure import TrialDesign
 from levers.tune.render import print_tune
+from levers.tune.options import TuneOptions
 from levers.tune.script import (
     NOT_REPEATABLE,
     ScriptDesign,
@@ -35,6 +36,7 @@ from levers.tune.trial import judge
 from levers.vocab import EXACT
 
 DESIGN = ScriptDesign(TrialDesign(steps=6, warmup=1, parity_steps=2, resamples=200), rounds=2)
+OPTIONS = TuneOptions(budget_s=600, design=DESIGN.trial, rounds=DESIGN.rounds)
 LOSSES = (5.0, 4.5)  # the parity steps: script steps 3 and 4
 WRAPS = "it wraps the training step (...)"
 
@@ -259,8 +261,7 @@ def test_tune_script_refuses_a_script_whose_probe_saw_a_nonfinite_loss():
         return TrialRun.from_document(probe)
 
     with pytest.raises(LeversError, match="is inf at optimizer step 3 of the script"):
-        tune_script(["python", "train.py"], budget_s=600, design=DESIGN, run_script=run_script,
-                    measure=FakeAb({}))
+        tune_script(["python", "train.py"], OPTIONS, run_script=run_script, measure=FakeAb({}))
     assert len(script.calls) == 1  # refused after the probe, before any A/B
 
 
@@ -365,8 +366,8 @@ def _tuned_with_names(**names):
              "framework": None, "trainer": None, **names}
     script = FakeScript(probe_data=_probe(names=found))
     fake = FakeAb({"inplace-scatter": 1.3, "ac-full": 0.8})
-    return tune_script(["python", "train.py", "--steps", "40"], budget_s=600, design=DESIGN,
-                       run_script=script, measure=fake, clock=fake.clock)
+    return tune_script(["python", "train.py", "--steps", "40"], OPTIONS, run_script=script,
+                       measure=fake, clock=fake.clock)
 
 
 def test_the_apply_line_of_a_script_uses_the_names_its_probe_found():
@@ -392,8 +393,8 @@ def test_tune_script_keeps_what_pays_and_says_why_the_rest_was_left_out(tmp_path
     script = FakeScript(probe_data=_probe())
     fake = FakeAb({"inplace-scatter": 1.3, "ac-full": 0.8})
     result = tune_script(
-        ["python", "train.py", "--steps", "40"], budget_s=600, design=DESIGN, run_script=script,
-        measure=fake, clock=fake.clock, record_path=record,
+        ["python", "train.py", "--steps", "40"], replace(OPTIONS, record_path=record),
+        run_script=script, measure=fake, clock=fake.clock,
     )
     # the probe (with the applies check, as long as an A/B's run), then the repeat check (the
     # parity steps alone): both without levers
@@ -428,8 +429,8 @@ def test_tune_script_keeps_what_pays_and_says_why_the_rest_was_left_out(tmp_path
 def test_an_unrepeatable_script_is_answered_without_a_b(tmp_path):
     script = FakeScript(probe_data=_probe(), noise=0.5)
     fake = FakeAb({"inplace-scatter": 1.3})
-    result = tune_script(["python", "train.py"], budget_s=600, design=DESIGN, run_script=script,
-                         measure=fake, clock=fake.clock)
+    result = tune_script(["python", "train.py"], OPTIONS, run_script=script, measure=fake,
+                         clock=fake.clock)
     assert fake.calls == [] and result.stack == ()
     assert result.not_tried.startswith("parity cannot be checked on this script")
     assert {o.reason for o in result.outcomes if o.lever == "inplace-scatter"} == {
@@ -444,7 +445,8 @@ def test_an_unrepeatable_script_is_answered_without_a_b(tmp_path):
 def test_unknown_levers_are_refused_before_the_script_runs():
     script = FakeScript()
     with pytest.raises(ValueError, match="unknown lever 'nope'"):
-        tune_script(["python", "train.py"], budget_s=60, only=["nope"], run_script=script)
+        tune_script(["python", "train.py"], TuneOptions.checked(budget=60, levers=["nope"]),
+                    run_script=script)
     assert script.calls == []
 
 
@@ -455,8 +457,8 @@ def test_the_probe_s_findings_reach_the_search_and_the_a_bs():
                    slower={"inplace-scatter": "its kernel is slower on this GPU"},
                    forms={"compile-model": ["compile-model:mode=default"]})
     script = FakeScript(probe_data=probe)
-    result = tune_script(["python", "train.py"], budget_s=600, design=DESIGN, run_script=script,
-                         only=["compile-model"])
+    result = tune_script(["python", "train.py"], replace(OPTIONS, only=("compile-model",)),
+                         run_script=script)
     # compile-model's other form (inductor's default mode beside CUDA graphs) is tried too, and
     # each A/B's run is told that the model's forward draws random numbers
     assert [(c["candidate"], c["draws_random"]) for c in script.calls[2:]] == [
@@ -464,8 +466,8 @@ def test_the_probe_s_findings_reach_the_search_and_the_a_bs():
     ]
     assert any("draws random numbers (dropout)" in note for note in result.notes)
     script = FakeScript(probe_data=probe)
-    result = tune_script(["python", "train.py"], budget_s=600, design=DESIGN, run_script=script,
-                         measure=FakeAb({}), exclude=["compile-model"])
+    result = tune_script(["python", "train.py"], replace(OPTIONS, exclude=("compile-model",)),
+                         run_script=script, measure=FakeAb({}))
     outcomes = {o.lever: o for o in result.outcomes}
     assert outcomes["inplace-scatter"].reason == (
         "measured slower in this regime: its kernel is slower on this GPU"

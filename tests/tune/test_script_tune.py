@@ -5,6 +5,8 @@ speed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import importlib.util
 import json
 from pathlib import Path
@@ -15,6 +17,7 @@ from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
 from levers.cli import main
 from levers.levers import load_all
 from levers.tune.measure import TrialDesign
+from levers.tune.options import TuneOptions
 from levers.tune.script import (
     NOT_REPEATABLE,
     ScriptDesign,
@@ -34,6 +37,9 @@ WINDOWS = str(SCRIPTS / "train_windows.py")  # registers the planted levers in i
 SMALL = ["--steps", "4", "--warmup", "1", "--parity-steps", "2", "--resamples", "200",
          "--no-audit", "--budget", "15m"]
 SMALL_DESIGN = ScriptDesign(TrialDesign(steps=4, warmup=1, parity_steps=2, resamples=200))
+SMALL_OPTIONS = TuneOptions(
+    budget_s=900, design=SMALL_DESIGN.trial, rounds=SMALL_DESIGN.rounds, use_audit=False
+)
 pytestmark = pytest.mark.slow
 
 
@@ -139,8 +145,8 @@ def test_one_process_per_a_b_parity_against_the_runs_without_levers(planted, tmp
         runs.append(run)
         return run
 
-    result = tune_script(command, budget_s=900, only=["test-mark", "test-scale-loss"],
-                         design=SMALL_DESIGN, use_audit=False, run_script=counted)
+    result = tune_script(command, replace(SMALL_OPTIONS, only=("test-mark", "test-scale-loss")),
+                         run_script=counted)
     trials = result.search.trials
     assert trials, result.outcomes
     # the probe and the repeat check, then one process per A/B
@@ -157,8 +163,7 @@ def test_one_process_per_a_b_parity_against_the_runs_without_levers(planted, tmp
 def test_an_unseeded_script_is_not_repeatable(planted, tmp_path):
     command = ["python", WINDOWS, "--steps", "40", "--unseeded"]
     runner = subprocess_runner(command, SMALL_DESIGN, tmp_path)
-    result = tune_script(command, budget_s=900, only=["test-mark"], design=SMALL_DESIGN,
-                         use_audit=False, run_script=runner)
+    result = tune_script(command, replace(SMALL_OPTIONS, only=("test-mark",)), run_script=runner)
     assert result.not_tried.startswith("parity cannot be checked on this script")
     assert len(runner.launched) == 2  # the probe and the repeat check; no A/B
     # and an A/B of it reads "not repeatable", never PARITY

@@ -26,7 +26,7 @@ import levers
 from levers.cli import EXIT_INTERRUPTED
 from levers.errors import LeversError
 from levers.script_defaults import TUNE_SCRIPT_STEPS
-from levers.tune.budget import DEFAULT_BUDGET, parse_duration_s
+from levers.tune.budget import DEFAULT_BUDGET
 from levers.cli.options import (
     add_lever_argument,
     add_output_arguments,
@@ -117,30 +117,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.workload is None:
         raise LeversError("name the WORKLOAD to tune (e.g. levers tune demo --budget 2m)")
-    try:
-        parse_duration_s(args.budget)
-    except ValueError as exc:
-        raise LeversError(f"--budget: {exc}") from None
+    options = _options(args)
     if args.json_path is not None:
         check_writable(args.json_path, make_parents=True)
     params = parse_set(args.set_items) if args.set_items else {}
     step = levers.Step(args.workload, params=params)
     try:
         with progress_status() as progress:
-            result = step.tune(
-                budget=args.budget,
-                levers=lever_ids(args.levers) or None,
-                exclude=lever_ids(args.exclude, "--exclude"),
-                steps=args.steps,
-                warmup=args.warmup,
-                parity_steps=args.parity_steps,
-                resamples=args.resamples,
-                seed=args.seed,
-                audit=args.audit,
-                record=args.record,
-                progress=progress.say,
-                set_items=list(args.set_items or ()),
-            )
+            result = step.tune(options=options, progress=progress.say)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
     return _show(result, args)
@@ -150,50 +134,55 @@ def _run_script(args: argparse.Namespace) -> int:
     """``levers tune [options] -- python train.py``: every check before the first run."""
     from levers.capture.json_io import check_writable
     from levers.integrations.script import parse_command
-    from levers.tune.measure import TrialDesign
-    from levers.tune.script import DEFAULT_ROUNDS, ScriptDesign, tune_script
+    from levers.tune.script import tune_script
 
     reject_factory_arguments(args, "tune")
     command = parse_command(args.script_command)
     words = command.words
     for note in command.notes:
         print(f"levers: note: {note}", file=sys.stderr)
-    try:
-        budget_s = parse_duration_s(args.budget)
-    except ValueError as exc:
-        raise LeversError(f"--budget: {exc}") from None
-    try:
-        defaults = TrialDesign()
-        design = ScriptDesign(
-            trial=TrialDesign(
-                steps=defaults.steps if args.steps is None else args.steps,
-                warmup=defaults.warmup if args.warmup is None else args.warmup,
-                parity_steps=(defaults.parity_steps if args.parity_steps is None
-                              else args.parity_steps),
-                resamples=defaults.resamples if args.resamples is None else args.resamples,
-                seed=args.seed,
-            ),
-            rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds,
-        )
-    except ValueError as exc:
-        raise LeversError(str(exc)) from None
+    options = _options(args)
     if args.json_path is not None:
         check_writable(args.json_path, make_parents=True)
     try:
         with progress_status() as progress:
-            result = tune_script(
-                [*words, *command.args],
-                budget_s=budget_s,
-                only=lever_ids(args.levers) or None,
-                exclude=lever_ids(args.exclude, "--exclude"),
-                design=design,
-                use_audit=args.audit,
-                record_path=args.record,
-                say=progress.say,
-            )
+            result = tune_script([*words, *command.args], options, say=progress.say)
     except ValueError as exc:
         raise LeversError(str(exc)) from None
     return _show(result, args)
+
+
+def _options(args: argparse.Namespace) -> Any:
+    """The search's options (:class:`levers.tune.options.TuneOptions`) from the command line,
+    each checked before the workload is built or the script runs.
+
+    Raises:
+        LeversError: a bad budget, design, lever id or record path, with what to pass instead.
+    """
+    from levers.tune.measure import TrialDesign
+    from levers.tune.options import TuneOptions
+    from levers.tune.script import ScriptDesign
+
+    try:
+        options = TuneOptions.checked(
+            budget=args.budget,
+            levers=lever_ids(args.levers) or None,
+            exclude=lever_ids(args.exclude, "--exclude"),
+            steps=args.steps,
+            warmup=args.warmup,
+            parity_steps=args.parity_steps,
+            resamples=args.resamples,
+            seed=args.seed,
+            rounds=args.rounds,
+            audit=args.audit,
+            record=args.record,
+            set_items=args.set_items or (),
+        )
+        if options.rounds is not None:
+            ScriptDesign(TrialDesign(), rounds=options.rounds)  # --rounds below 1 refused now
+    except ValueError as exc:
+        raise LeversError(str(exc)) from None
+    return options
 
 
 def _show(result: Any, args: argparse.Namespace) -> int:

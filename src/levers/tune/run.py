@@ -15,14 +15,15 @@ from typing import Any
 
 import torch
 
-from levers.ab.record import append_event, check_record
+from levers.ab.record import append_event
 from levers.environment import environment
 from levers.levers import load_all
 from levers.levers.catalogue import read_catalogue
 from levers.levers.handle import apply
 from levers.levers.lever import target_of
-from levers.tune.candidates import GPU_ONLY_PREFIX, candidates, check_ids
-from levers.tune.measure import TrialDesign, ab_measure
+from levers.tune.candidates import GPU_ONLY_PREFIX, candidates
+from levers.tune.measure import ab_measure
+from levers.tune.options import TuneOptions
 from levers.tune.result import TuneResult, ab_prefix
 from levers.tune.search import search
 from levers.tune.trial import Measure, Trial
@@ -99,34 +100,27 @@ def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
 
 def tune_step(
     step: Any,
+    options: TuneOptions = TuneOptions(),
     *,
-    budget_s: float,
-    only: Sequence[str] | None = None,
-    exclude: Sequence[str] = (),
-    design: TrialDesign = TrialDesign(),
-    use_audit: bool = True,
-    record_path: str | os.PathLike | None = None,
     measure: Measure | None = None,
     say: Callable[[str], None] = _ignore,
     clock: Callable[[], float] = time.monotonic,
-    set_items: Sequence[str] = (),
 ) -> TuneResult:
-    """Search the fastest proven stack for ``step`` (a :class:`levers.Step` of a spec)."""
+    """Search the fastest proven stack for ``step`` (a :class:`levers.Step` of a spec) with
+    ``options`` (checked where they were given: :meth:`TuneOptions.checked`)."""
     if step.spec is None:
         raise TypeError(
             "Step.tune builds each side of its A/Bs from the workload spec: make the Step from "
             "a spec such as 'demo' or 'path/file.py:factory'"
         )
-    if record_path is not None:
-        check_record(record_path)  # before any long work
     registry = load_all()
-    check_ids(registry, [*(only or ()), *exclude])  # before the workload is built
+    design, record_path = options.design, options.record_path
     say(f"tune: building {step.spec}")
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
-    findings, step_ms, notes = _findings(step, say) if use_audit else ((), 0.0, [])
+    findings, step_ms, notes = _findings(step, say) if options.use_audit else ((), 0.0, [])
     # the --set items as the printed commands show them: as typed, else the Step's params
-    shown_items = tuple(set_items) or tuple(f"{k}={v}" for k, v in step.params.items())
+    shown_items = options.set_items or tuple(f"{k}={v}" for k, v in step.params.items())
     ordered, skipped = candidates(
         registry,
         lambda lever: lever.applies(target_of(workload)),
@@ -138,8 +132,8 @@ def tune_step(
         step_ms=step_ms,
         catalogue_rows=catalogue_rows(),
         on_gpu=on_gpu,
-        only=only,
-        exclude=exclude,
+        only=options.only,
+        exclude=options.exclude,
         ab_prefix=ab_prefix(step.spec, shown_items),
     )
 
@@ -150,7 +144,7 @@ def tune_step(
     found = search(
         ordered,
         measure or ab_measure(step.spec, step.params, design),
-        budget_s=budget_s,
+        budget_s=options.budget_s,
         skipped=skipped,
         clock=clock,
         say=say,

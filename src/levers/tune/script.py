@@ -61,7 +61,6 @@ from typing import Any, Protocol
 from levers.levers.lever import lever_id_of
 import levers
 from levers.ab.parity import Tolerance, rel_diff, tolerance_for
-from levers.ab.record import check_record
 from levers.ab.runner import MIN_STEPS_FOR_CI
 from levers.ab.stats import paired_ratio_ci
 from levers.ab.verdict import (
@@ -74,8 +73,9 @@ from levers.ab.verdict import (
 )
 from levers.errors import LeversError, StepError
 from levers.levers import load_all
-from levers.tune.candidates import Skipped, candidates, check_ids
+from levers.tune.candidates import Skipped, candidates
 from levers.tune.measure import TrialDesign
+from levers.tune.options import TuneOptions
 from levers.tune.result import TuneResult
 from levers.tune.run import catalogue_rows, gpu_only_note, record_result, record_trials
 from levers.tune.search import Outcome, SearchResult, search
@@ -589,31 +589,29 @@ def _low_precision(probe: TrialRun) -> tuple[bool, str | None]:
 
 def tune_script(
     command: Sequence[str],
+    options: TuneOptions = TuneOptions(),
     *,
-    budget_s: float,
-    only: Sequence[str] | None = None,
-    exclude: Sequence[str] = (),
-    design: ScriptDesign = ScriptDesign(),
-    use_audit: bool = True,
-    record_path: str | os.PathLike | None = None,
     run_script: RunScript | None = None,
     measure: Measure | None = None,
     say: Callable[[str], None] = _ignore,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneResult:
     """Search the fastest proven stack for the script ``command`` (``["python", "train.py",
-    ...]`` as typed after ``--``). ``run_script`` replaces the runs of the script and ``measure``
-    the A/Bs (tests' fakes).
+    ...]`` as typed after ``--``) with ``options`` (checked where they were given:
+    :meth:`levers.tune.options.TuneOptions.checked`). ``run_script`` replaces the runs of the
+    script and ``measure`` the A/Bs (tests' fakes).
 
     Raises:
-        ValueError: an unknown lever id, a design that cannot run.
+        ValueError: a design that cannot run (``--rounds`` below 1).
         LeversError: the script ends before its steps are timed; StepError: it fails there.
     """
     display = shlex.join(command)
     registry = load_all()
-    check_ids(registry, [*(only or ()), *exclude])
-    if record_path is not None:
-        check_record(record_path)  # before any long work
+    design = ScriptDesign(
+        options.design, rounds=DEFAULT_ROUNDS if options.rounds is None else options.rounds
+    )
+    budget_s, only, exclude = options.budget_s, options.only, options.exclude
+    use_audit, record_path = options.use_audit, options.record_path
     start = clock()
 
     def left_s() -> float:
