@@ -23,7 +23,8 @@ OPTIONS = {
     "memory": ("gpu", "margin", "fit", "batch_param", "levers", "dtype", "max_batch"),
     "ab": ("steps", "num_steps", "warmup", "num_warmup", "parity_steps", "num_parity_steps",
            "resamples", "num_resamples", "seed", "mem_gate_gib", "time_budget_s"),
-    "tune": ("budget", "budget_s", "rounds", "exclude", "no_audit"),
+    "tune": ("budget", "budget_s", "levers", "only", "exclude", "design", "audit", "use_audit",
+             "record", "record_path", "rounds"),
 }
 
 
