@@ -5,8 +5,12 @@
 # Sets D, the folder the session's jobs write to (the script's first argument, default /tmp/g).
 set -u
 D=${1:-/tmp/g}
+if [ "${LEVERS_SESSION_READY:-}" = 1 ]; then  # a job started by another that set up already
+    cd /tmp/levers_copy && export PYTHONPATH=/tmp/site
+    return 0
+fi
 mkdir -p "$D" /tmp/levers_copy
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 tar --exclude=./.whl -cf - . | tar -xf - -C /tmp/levers_copy
 cd /tmp/levers_copy
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=/tmp/site LEVERS_SESSION_READY=1
