@@ -20,7 +20,8 @@ if len(sys.argv) > 1 and not sys.argv[-1].startswith("--"):  # another checkout'
 OPTIONS = {
     "audit": ("target", "gpu", "torch_version", "assume_dtype", "select", "ignore", "benchmark",
               "memory_model", "set_items", "workload_spec"),
-    "memory": ("gpu", "margin", "fit", "batch_param", "levers", "dtype", "max_batch"),
+    "memory": ("gpu", "margin", "num_steps", "whatifs", "world_size", "strategy", "lever_ids",
+               "param"),
     "ab": ("steps", "num_steps", "warmup", "num_warmup", "parity_steps", "num_parity_steps",
            "resamples", "num_resamples", "seed", "mem_gate_gib", "time_budget_s"),
     "tune": ("budget", "budget_s", "levers", "only", "exclude", "design", "audit", "use_audit",
