@@ -13,7 +13,7 @@ python -m levers.cli ab "${VIT[@]}" --lever compile-blocks --json "$D/v/vit_chec
     > "$D/v/vit_check/alone.log" 2>&1
 python - "$D/v/vit_check" > "$D/v/vit_check/sequence.log" 2>&1 <<'PY'
 import json, sys
-from dataclasses import asdict
+from torch._dynamo.utils import counters
 from levers.tune.measure import TrialDesign, ab_measure
 out = sys.argv[1]
 measure = ab_measure("zoo", {"model": "vit", "size": "full", "device": "cuda"}, TrialDesign())
@@ -21,7 +21,8 @@ rows = []
 for stack in (("compile-model",), ("compile-blocks",), ("compile-blocks",)):
     trial = measure((), stack, 600.0)
     rows.append({"stack": list(stack), "ratio": trial.tokens_per_s_ratio, "ci95": trial.tokens_per_s_ci95,
-                 "step_ms": trial.step_ms, "phase_s": trial.phase_s, "decision": trial.decision})
+                 "step_ms": trial.step_ms, "phase_s": trial.phase_s, "decision": trial.decision,
+                 "dynamo": {k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles", "frames", "graph_break")}})
     print(rows[-1], flush=True)
 json.dump(rows, open(f"{out}/sequence.json", "w"), indent=1)
 PY
