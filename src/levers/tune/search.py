@@ -32,7 +32,10 @@ its kill line. When time runs out the search stops selecting and proves what it 
 steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
 left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
 so far (at most :data:`CONFIRM_MAX_FACTOR` times as many): a narrower CI from time that would
-otherwise be left over.
+otherwise be left over. A selection whose CI95 holds 1 while its point estimate gains at
+least :data:`UNDECIDED_MIN_GAIN` (a step whose times jitter) is timed once more with as many
+steps, where the time left beside the A/Bs still to run holds them; the longer A/B decides, and
+a fresh one still confirms it.
 
 **Ctrl-C** (a ``KeyboardInterrupt`` from the A/B, or an A/B that ab's runner ended as
 interrupted) ends the search at once: the result keeps the trials run, the interrupted one
@@ -50,7 +53,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from levers.ab.verdict import KILLED
+from levers.ab.verdict import KILLED, PARITY
 from levers.tune.budget import format_duration
 from levers.tune.candidates import Candidate, Skipped, covered_by, exclusive_with, groups
 from levers.tune.trial import (
@@ -71,6 +74,8 @@ CONFIRM_MAX_FACTOR = 5
 # the share of its time that a confirmation's estimated length may fill: the rest is slack for a
 # host whose pace drifts (a confirmation cut short by its kill line confirms nothing)
 CONFIRM_TIME_SHARE = 0.6
+# a selection whose CI95 holds 1 is timed once more, longer, when its point gain is at least this
+UNDECIDED_MIN_GAIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,19 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                     )
                 raise
             pays, why = judge(trial)
+            if not pays and _undecided(trial):
+                # the CI is too wide to tell (a step whose times jitter): once more, longer,
+                # where the time left holds it beside the A/Bs still to run
+                left = sum(len(g) for g in all_groups[number:]) - group.index(candidate) - 1
+                reserve_s = left * state.typical_s + state.again_s * (2 if stack else 1)
+                more = _confirm_steps(state, state.left_s() - reserve_s)
+                if more is not None and more > (state.steps or 0):
+                    trial = state.run(
+                        tuple(stack), (*stack, lever),
+                        f"trying {lever}{on_top} again, {more} timed steps per side (the "
+                        f"first {why.removeprefix('does not pay: ')})", steps=more,
+                    )
+                    pays, why = judge(trial)
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
             else:
@@ -367,6 +385,17 @@ def _proven_first(state: _Search) -> tuple[Stack, int | None]:
         return (), None
     first = state.stack[0]
     return (first,), state.outcomes[first].confirmed_by
+
+
+def _undecided(trial: Trial) -> bool:
+    """An A/B that ran to its end with parity whose tokens/s CI95 holds 1 while its point
+    estimate is a gain worth a longer look (at least :data:`UNDECIDED_MIN_GAIN`)."""
+    if trial.error or trial.killed or trial.parity != PARITY or trial.tokens_differ:
+        return False
+    if trial.tokens_per_s_ratio is None or trial.tokens_per_s_ci95 is None:
+        return False
+    low, high = trial.tokens_per_s_ci95
+    return low <= 1.0 < high and trial.tokens_per_s_ratio >= 1.0 + UNDECIDED_MIN_GAIN
 
 
 def _confirm_steps(state: _Search, time_s: float) -> int | None:
