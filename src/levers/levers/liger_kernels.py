@@ -2,7 +2,8 @@
 
 Calls Liger's ``apply_liger_kernel_to_<model type>(rope=True, swiglu=True, rms_norm=True,
 cross_entropy=False, fused_linear_cross_entropy=False, model=model)`` (the loss is the lever
-``fused-linear-cross-entropy``'s). Liger patches the instance's modules, and also globals of the
+``fused-linear-cross-entropy``'s), each patch given the keywords it takes (Gemma's MLP kernel is
+``geglu``, turned on where the others' ``swiglu`` is). Liger patches the instance's modules, and also globals of the
 transformers modeling module (``apply_rotary_pos_emb``, the norm and MLP classes), which would
 change every other model of that type in the process. This lever keeps the instance patches,
 puts the module globals back at once, and swaps in only the function globals Liger replaced
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import sys
 import types
 from typing import Any, Callable
@@ -34,6 +36,23 @@ MARK = "_levers_liger_kernels"
 PATCHES = {"rope": True, "swiglu": True, "rms_norm": True, "cross_entropy": False,
            "fused_linear_cross_entropy": False}
 _MISSING = object()
+# what other patches call their MLP's kernel, which the swiglu option turns on or off
+MLP_KERNELS = ("geglu", "relu_squared")
+
+
+def options_for(apply_fn: Callable[..., Any], options: dict[str, bool]) -> dict[str, bool]:
+    """``options`` as ``apply_fn`` names them: a patch without a SwiGLU MLP takes its MLP's
+    kernel by another name (Gemma's ``geglu``, Nemotron's ``relu_squared``), given the ``swiglu`` option's value; keywords
+    the patch does not take are left out."""
+    parameters = inspect.signature(apply_fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(options)
+    out = {k: v for k, v in options.items() if k in parameters}
+    if "swiglu" not in parameters and "swiglu" in options:
+        for name in MLP_KERNELS:
+            if name in parameters:
+                out[name] = options["swiglu"]
+    return out
 
 
 def _apply_function(model_type: str) -> Callable[..., Any] | None:
@@ -118,7 +137,7 @@ def patch(target: Target) -> Callable[[], None]:
     class_names = {type(m): type(m).__name__ for m in model.modules()}
 
     options = {**PATCHES, **{k: v for k, v in target.options.items() if k in PATCHES}}
-    apply_fn(model=model, **options)
+    apply_fn(model=model, **options_for(apply_fn, options))
 
     # what Liger replaced in the modeling module (and its classes); put it back at once
     replaced = restore_globals(modeling, globals_before)
