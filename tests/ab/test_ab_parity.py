@@ -55,6 +55,32 @@ def test_the_probe_sees_the_final_gradients_of_a_step(accumulate):
     assert all(p.grad is None for p in workload.model.parameters())
 
 
+def test_the_probe_skips_a_gradient_a_compiled_backward_leaves_undefined():
+    # a parameter that only picks indices (DeepSeek's sparse-attention indexer: top-k) gets no
+    # gradient; eager never calls its hooks, a compiled backward calls them with grad None
+    # (axk2, hy_v4, deepseek_v4 under compile-blocks in the CPU arch sweep raised here)
+    class Picker(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.value, self.score = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.value(x).gather(-1, self.score(x).topk(2, dim=-1).indices)
+
+    torch.manual_seed(0)
+    eager, compiled = Picker(), Picker()
+    compiled.load_state_dict(eager.state_dict())
+    compiled.compile(backend="aot_eager")
+    x = torch.randn(2, 4)
+    norms = []
+    for model in (eager, compiled):
+        with grad_norm_probe(model) as take:
+            model(x).sum().backward()
+            norms.append(float(take()))
+    assert compiled.score.weight.grad is None
+    assert norms[1] == pytest.approx(norms[0], rel=1e-6)
+
+
 def test_the_probe_resets_and_removes_its_hooks(monkeypatch):
     workload = _linear_workload()
     with grad_norm_probe(workload.model) as take:

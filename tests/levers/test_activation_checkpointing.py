@@ -337,6 +337,26 @@ def test_budget_options_are_checked_before_the_prediction() -> None:
         apply(workload, lever, {"budget": "150%", "workload": "llama"})
 
 
+def test_a_prediction_that_fails_on_the_model_is_the_lever_s_refusal(monkeypatch) -> None:
+    # the CPU arch sweep: levers memory's prediction raised on jetmoe (split_with_sizes on fake
+    # tensors), ibert (a NaN assert on values), fnet (no bf16 FFT), ...: ac-budget raised the
+    # RuntimeError itself. Its plan rests on the prediction: it now refuses, saying what failed
+    import levers.levers.ac_budget as ac_budget
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("split_with_sizes expects split_sizes to sum exactly to 128\nmore")
+
+    monkeypatch.setattr(ac_budget, "predict_inputs", fails)
+    workload = load_workload("llama", {"size": "tiny", "batch_size": 2, "device": "cpu"})
+    before = {name: dict(vars(m)) for name, m in workload.model.named_modules()}
+    lever = load_all()["ac-budget"]
+    with pytest.raises(NotApplicable, match=r"^ac-budget: levers memory could not predict this "
+                       r"step \(RuntimeError: split_with_sizes expects split_sizes to sum "
+                       r"exactly to 128\), .* ac-full and ac-selective checkpoint without one"):
+        apply(workload, lever, {"budget": "1GiB", "workload": "llama"})
+    assert {name: dict(vars(m)) for name, m in workload.model.named_modules()} == before
+
+
 def test_budget_predicts_the_gpu_step_whatever_the_side_runs_on() -> None:
     # the side runs on the CPU (device=cpu): the prediction still builds it on the stand-in GPU,
     # not with "the factory kept parameters on the CPU"

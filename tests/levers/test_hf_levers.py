@@ -68,6 +68,27 @@ def test_rms_norm_fused_finds_a_user_norm_by_what_it_computes():
     assert "forward" not in vars(model[0])
 
 
+def test_rms_norm_fused_leaves_a_norm_that_never_applies_its_weight():
+    # Falcon-Mamba's weightless norms keep a dummy weight of ones (a buffer, 128 wide) and
+    # normalise inputs of other widths (4): taken for a norm of that weight, the fused call
+    # raised "expected input with shape [*, 128]" in the first step (CPU arch sweep)
+    class Weightless(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.variance_epsilon = 1e-6
+            self.weight = torch.nn.Buffer(torch.ones(128), persistent=False)
+
+        def forward(self, x):
+            x32 = x.float()
+            return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+                    ).type_as(x)
+
+    model = torch.nn.Sequential(Weightless())
+    assert rms_norm_sites(model) == []
+    with pytest.raises(NotApplicable, match="no unfused RMSNorm"):
+        levers.apply(model, "rms-norm-fused")
+
+
 def test_rms_norm_fused_leaves_a_gated_norm_to_its_own_forward_when_given_the_gate():
     class GatedNorm(torch.nn.Module):  # Zamba2's and Mamba2's form: x * silu(gate), then the norm
         def __init__(self):

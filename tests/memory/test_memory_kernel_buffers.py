@@ -183,6 +183,25 @@ def test_channels_last_float32_and_grouped_convolutions_take_no_modelled_workspa
     assert kernels.workspaces(H200, conv, grouped, None, "main", set()) == []
 
 
+def test_a_convolution_given_one_stride_and_padding_for_both_dims_takes_the_same_workspace():
+    # EfficientNet's convolutions reach aten with padding=[1] and stride=[2]: the prediction
+    # raised IndexError (CPU arch sweep, ac-budget's plan); one value stands for both dims
+    x = torch.empty(8, 64, 56, 56, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(64, 64, 3, 3, dtype=torch.bfloat16, device="meta")
+    conv = torch.ops.aten.convolution.default
+    both = kernels.workspaces(H200, conv, (x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1),
+                              None, "main", set())
+    one = kernels.workspaces(H200, conv, (x, w, None, [2], [1], [1], False, [0], 1),
+                             None, "main", set())
+    assert one == both and both
+    # a dilated convolution's output is smaller: so is the NHWC copy of it
+    dilated = kernels.workspaces(H200, conv, (x, w, None, [1], [1], [2], False, [0], 1),
+                                 None, "main", set())
+    plain = kernels.workspaces(H200, conv, (x, w, None, [1], [1], [1], False, [0], 1),
+                               None, "main", set())
+    assert sum(d.nbytes for d in dilated) < sum(p.nbytes for p in plain)
+
+
 def test_the_reduced_dimensions_come_from_the_schema():
     grad = torch.empty(12608, 3072, dtype=torch.bfloat16, device="meta")
     aten = torch.ops.aten

@@ -97,6 +97,8 @@ def _probe(path: str, module: torch.nn.Module, weight: torch.Tensor, eps: float)
             break
     if offset is None:
         return None
+    if _ignores_weight(module, width, weight):
+        return None
     if out_low.dtype == torch.bfloat16:
         rule = "input"
     elif out_low.dtype == torch.promote_types(torch.bfloat16, weight.dtype):
@@ -104,6 +106,19 @@ def _probe(path: str, module: torch.nn.Module, weight: torch.Tensor, eps: float)
     else:
         return None
     return RmsNormSite(path, module, eps, offset, rule)
+
+
+def _ignores_weight(module: torch.nn.Module, width: int, weight: torch.Tensor) -> bool:
+    """True when ``module`` normalises an input wider than its weight without complaint: its
+    forward never multiplies by the weight (Falcon-Mamba's weightless norms keep a dummy weight
+    of ones, of another width than the inputs they see), so it is no RMSNorm of that weight."""
+    x = torch.ones(1, width + 1, device=weight.device, dtype=weight.dtype)
+    try:
+        with torch.no_grad():
+            out = module(x)
+    except Exception:  # noqa: BLE001 - the weight's width is enforced: a real norm
+        return False
+    return isinstance(out, torch.Tensor) and out.shape == x.shape
 
 
 def rms_norm_sites(model: torch.nn.Module) -> list[RmsNormSite]:

@@ -412,7 +412,26 @@ def _predictor_of(target: Target, inputs: BudgetInputs) -> Callable[[BudgetPlan]
     if "workload" not in target.options:
         return None
     gpu = str(target.options.get("gpu", "h200"))
-    return plan_peak_predictor(target.options["workload"], gpu_params(target.params), inputs, gpu)
+    predict = plan_peak_predictor(target.options["workload"], gpu_params(target.params), inputs,
+                                  gpu)
+    return lambda plan: _predicted(predict, plan)
+
+
+def _predicted(predict: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``predict(*args, **kwargs)``, a prediction that fails on this model (an op the fake
+    tensors of levers memory cannot run, a model that checks its values) turned into the
+    lever's refusal with what failed: the plan rests on the prediction, so there is none."""
+    try:
+        return predict(*args, **kwargs)
+    except ValueError:  # an option's or the lever's own refusal, already in its words
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the prediction is the answer
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise NotApplicable(
+            f"ac-budget: levers memory could not predict this step ({type(exc).__name__}: "
+            f"{first[:300]}), and the plan rests on that prediction; ac-full and ac-selective "
+            "checkpoint without one"
+        ) from exc
 
 
 def applies_to_model(target: Target) -> str | None:
@@ -484,13 +503,14 @@ def patch_compiled(target: Target) -> CompiledBudgetHandle:
         )
         return budget_bytes(budget, span)
 
-    predict_peak = levels_peak_predictor(
+    predict_levels = levels_peak_predictor(
         target.options["workload"],
         gpu_params(target.params),
         str(target.options.get("gpu", "h200")),
         stack=target.before,
     )
-    return plan_compiled(target.model, limit_of, predict_peak)
+    return plan_compiled(target.model, limit_of,
+                         lambda *a, **k: _predicted(predict_levels, *a, **k))
 
 
 def patch(target: Target) -> Undo:
@@ -498,7 +518,7 @@ def patch(target: Target) -> Undo:
     if compiled_blocks(target.model):  # compile-blocks came first (Lever.after sees to it)
         return patch_compiled(target)
     overhead = _overhead_of(target.options)
-    inputs = _inputs_of(target)
+    inputs = _predicted(_inputs_of, target)
     return checkpoint_within(
         target.model, inputs, target.options["budget"], _predictor_of(target, inputs), overhead
     )

@@ -46,6 +46,8 @@ def fused_forward(site: RmsNormSite) -> Callable[..., torch.Tensor]:
             return original(x, *args, **kwargs)
         weight = module.weight
         shape = (weight.shape[0],)
+        if x.shape[-1] != shape[0]:  # not the width the probe saw: the module's own forward
+            return original(x, *args, **kwargs)
         if offset:
             scale = 1.0 + weight.float()
             return F.rms_norm(x.float(), shape, scale, eps).to(x.dtype)

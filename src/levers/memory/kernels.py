@@ -367,6 +367,12 @@ def _nhwc_bytes(t: torch.Tensor, pad_channels: bool) -> int:
     return count * t.element_size()
 
 
+def _per_dim(values: Any) -> tuple[int, int]:
+    """A 2-d convolution's stride, padding or dilation for each of its two spatial dims."""
+    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+
 def _convolution_workspace(name: str, args: tuple) -> list[Workspace]:
     """cuDNN's NHWC copies of a half-precision NCHW 2-d convolution, one workspace per cuDNN
     call: the forward's of input and output; in backward, the input gradient's (data grad) of
@@ -374,12 +380,15 @@ def _convolution_workspace(name: str, args: tuple) -> list[Workspace]:
     (see the module docstring)."""
     if name == "aten::convolution":
         x, weight = args[0], args[1]
-        stride, padding, transposed, groups = args[3], args[4], args[6], args[8]
+        stride, padding, dilation, transposed, groups = args[3], args[4], args[5], args[6], args[8]
         grad_out, mask = None, None
     else:
         grad_out, x, weight = args[0], args[1], args[2]
-        stride, padding, transposed, groups = args[4], args[5], args[7], args[9]
+        stride, padding, dilation = args[4], args[5], args[6]
+        transposed, groups = args[7], args[9]
         mask = args[10] if len(args) > 10 else (True, True, True)
+    # an int[] of one value stands for every spatial dimension (EfficientNet's convolutions)
+    stride, padding, dilation = _per_dim(stride), _per_dim(padding), _per_dim(dilation)
     if not all(isinstance(t, torch.Tensor) for t in (x, weight)) or x.dim() != 4:
         return []
     if x.dtype not in _HALF or transposed or groups != 1:
@@ -393,8 +402,8 @@ def _convolution_workspace(name: str, args: tuple) -> list[Workspace]:
     input_bytes = _nhwc_bytes(x, pad_channels=True)
     if grad_out is None:
         n, _, h, w = x.shape
-        out_h = (h + 2 * padding[0] - kernel[0]) // stride[0] + 1
-        out_w = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
+        out_h = (h + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+        out_w = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
         output_bytes = n * weight.shape[0] * out_h * out_w * x.element_size()
         return [Workspace(input_bytes + output_bytes, False, "cuDNN convolution NHWC workspace")]
     grad_out_bytes = _nhwc_bytes(grad_out, pad_channels=False)
