@@ -192,6 +192,20 @@ def test_fused_linear_cross_entropy_refuses_a_head_whose_logits_are_changed_afte
     levers.apply(workload, "loss-valid-rows").undo()
 
 
+def test_the_fused_loss_refuses_a_head_with_a_forward_of_its_own():
+    # Dory's DoryLMHead is an nn.Linear whose forward scales each token's logit by a learned
+    # weight: the fused loss took it for a plain head and dropped the scale (DAMAGED, grad norm
+    # 0.133 off the float64 run, in the CPU arch sweep)
+    from levers.workloads import arch
+
+    workload = arch.build(model="dory")
+    with pytest.raises(NotApplicable, match=r"its lm_head \(DoryLMHead\) computes more than "
+                       r"hidden @ weight.T \(a forward of its own\): the fused loss computes"):
+        levers.apply(workload, "fused-linear-cross-entropy", kernel="chunked")
+    # the loss lever that calls the head itself applies: its loss gets the scaled logits
+    levers.apply(workload, "loss-valid-rows").undo()
+
+
 def test_sdpa_attention_switches_an_eager_hf_model():
     workload = hf.build(attn="eager")
     before = state_of(workload.model)

@@ -205,6 +205,16 @@ def hf_causal_lm_parts(model: torch.nn.Module) -> tuple[Any, torch.nn.Linear] | 
     return base, head
 
 
+def head_forward_reason(head: torch.nn.Linear) -> str | None:
+    """Why the logits are not ``hidden @ head.weight.T`` (+ bias), or None: a head subclassing
+    nn.Linear with a forward of its own (Dory's DoryLMHead scales each token's logit by a learned
+    weight). What recomputes the logits from the head's weight must refuse it; what calls the head
+    itself need not."""
+    if type(head).forward is torch.nn.Linear.forward:
+        return None
+    return f"its lm_head ({type(head).__name__}) computes more than hidden @ weight.T (a forward of its own)"
+
+
 # -- the built-in demo ---------------------------------------------------------------------
 
 

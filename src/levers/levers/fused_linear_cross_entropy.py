@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from levers.levers import register
-from levers.levers._find import hf_causal_lm_parts
+from levers.levers._find import head_forward_reason, hf_causal_lm_parts
 from levers.levers._lce import DEFAULT_CHUNK_ROWS, available_kernel, linear_cross_entropy
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
@@ -64,6 +64,9 @@ def applies(target: Target) -> str | None:
             f"no recognised LM head + loss ({parts}); in your own code call "
             "levers.levers._lce.linear_cross_entropy(hidden, lm_head.weight, targets)"
         )
+    own = head_forward_reason(parts[1])
+    if own is not None:
+        return f"{own}: the fused loss computes the logits from its weight alone"
     changed = logits_changed_after_head(model)
     if changed is not None:
         return (

@@ -10,9 +10,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+import torch._dynamo.config
+import torch._inductor.config
 
 from levers.hardware import GpuSpec
 from levers.loader import load_workload, resolve_factory
@@ -138,7 +143,7 @@ def run_prediction(
             change(workload)
 
     # torch logs each meta kernel that fails on the fakes; those lines are about this fake run
-    with torch_logs_captured():
+    with torch_logs_captured(), compile_settings_kept():
         trace, workload = trace_workload(
             lambda: source.build(source.params),
             gpu,
@@ -154,6 +159,24 @@ def run_prediction(
         params=dict(workload.params or source.params),
         seconds=time.perf_counter() - start,
     )
+
+
+@contextmanager
+def compile_settings_kept() -> Iterator[None]:
+    """dynamo's and inductor's process-wide settings put back as they were: a prediction's
+    transform applies levers to a workload of fake tensors and drops it without their undo, and
+    what they set for the process (compile-blocks unspecialises integer attributes and raises the
+    recompile limit) must not stay in the process that asked for the prediction."""
+    modules = (torch._dynamo.config, torch._inductor.config)
+    saved = [module.get_config_copy() for module in modules]
+    try:
+        yield
+    finally:
+        for module, before in zip(modules, saved):
+            now = module.get_config_copy()
+            for key, value in before.items():
+                if key in now and now[key] is not value and now[key] != value:
+                    setattr(module, key, value)
 
 
 def assumptions_of(prediction: Prediction) -> tuple[str, ...]:
