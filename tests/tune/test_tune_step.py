@@ -85,11 +85,18 @@ def test_end_to_end_on_the_demo_with_ab(tmp_path):
     assert trials, "inplace-scatter applies to the demo on a CPU and was measured"
     assert all(t.ab is not None or t.error for t in trials)
     assert trials[0].role == "selection" and trials[0].num_steps == 4
-    if len(trials) > 1:  # it paid once: a fresh A/B of it, asked for its own steps
-        assert trials[1].role == "confirmation" and trials[1].num_steps >= 4
-        assert trials[1].ab is not trials[0].ab
+    selections = [t for t in trials if t.role == "selection"]
+    confirmations = [t for t in trials if t.role == "confirmation"]
+    assert len(selections) + len(confirmations) == len(trials)
+    # a first look whose CI held 1 with a gain may be timed once more, with more steps
+    assert len(selections) <= 2 and all(t.num_steps > 4 for t in selections[1:])
+    assert all(a is b for a, b in zip(trials, selections))
+    assert len(confirmations) <= 1
+    if confirmations:  # it paid: a fresh A/B of it, asked for its own steps
+        assert trials[-1] is confirmations[0] and confirmations[0].num_steps >= 4
+        assert all(confirmations[0].ab is not t.ab for t in selections)
     if result.stack:
-        assert result.proof is trials[1] and result.proof.tokens_per_s_ci95[0] > 1.0
+        assert result.proof is confirmations[0] and result.proof.tokens_per_s_ci95[0] > 1.0
     kinds = [e["event"] for e in _events(record)]
     assert kinds == ["tune-trial"] * len(trials) + ["tune-result"]
     assert [e["role"] for e in _events(record)[:-1]] == [t.role for t in trials]
