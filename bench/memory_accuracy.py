@@ -211,20 +211,13 @@ def fit_worker() -> dict:
     import torch
 
     from levers.memory.fit import fit_param
-    from levers.hardware import resolve_gpu
+    from levers.memory.options import MemoryOptions
     from levers.memory.prediction import source_of
 
     torch.set_num_threads(1)
     spec, params, param, budget, margin = FIT_CHECK
-    gpu = resolve_gpu(budget)
-    result = fit_param(
-        source_of(spec, params),
-        gpu,
-        param,
-        margin=margin,
-        start=params.get(param, 4),
-        num_steps=NUM_STEPS,
-    )
+    options = MemoryOptions.checked(gpu=budget, margin=margin, num_steps=NUM_STEPS)
+    result = fit_param(source_of(spec, params), options, param, start=params.get(param, 4))
     return {
         "spec": spec,
         "params": params,

@@ -168,8 +168,10 @@ def test_levers_memory_goes_through_step_memory_and_step_fit(monkeypatch, capsys
     spec = f"{Path(__file__).parent / 'memory' / 'memory_factories.py'}:mlp"
     argv = ["memory", spec, "--gpu", "0.6GiB", "--fit", "--no-whatifs", "--predict-steps", "1"]
     assert main(argv) == 0, capsys.readouterr().err
-    assert [(c["gpu"], c["num_steps"], c["whatifs"]) for c in memory] == [("0.6GiB", 1, False)]
-    assert [c["gpu"] for c in fit] == ["0.6GiB"]
+    # the command builds the options record once and passes it whole to both
+    options = [c["options"] for c in memory]
+    assert [(o.gpu.name, o.num_steps, o.whatifs) for o in options] == [("0.6GiB", 1, False)]
+    assert [c["options"] for c in fit] == options
 
 
 def test_levers_ab_goes_through_step_ab(monkeypatch, capsys):

@@ -33,19 +33,18 @@ from levers.audit.options import AuditOptions
 from levers.audit.run import audit_step
 from levers.distributed.ab import run_ab_distributed
 from levers.distributed.world import world_from_env
-from levers.hardware import DEFAULT_GPU, resolve_gpu
+from levers.hardware import DEFAULT_GPU, GpuSpec
 from levers.levers import load_all
 from levers.levers.applicability import with_applicability
 from levers.levers.handle import apply_to_workload, find_specs
 from levers.levers.lever import LeverNotFound, lever_id_of
 from levers.loader import call_factory, load_workload, looks_like_spec, resolve_factory
-from levers.memory.distributed import predict_per_rank
 from levers.memory.fit import fit_param
 from levers.memory.measure import measure_peaks
-from levers.memory.predict import DEFAULT_MARGIN, check_margin
+from levers.memory.options import MemoryOptions
 from levers.memory.prediction import source_of
 from levers.memory.steps import DEFAULT_NUM_STEPS
-from levers.memory.whatif import all_whatifs
+from levers.options import options_or_keywords
 from levers.tune import measure as tune_measure
 from levers.tune import run as tune_run
 from levers.tune.claims import measured_audit
@@ -194,13 +193,14 @@ class Step:
     def memory(
         self,
         *,
-        gpu: str = DEFAULT_GPU,
+        gpu: str | GpuSpec = DEFAULT_GPU,
         margin: float | None = None,
         num_steps: int | None = None,
         whatifs: bool = False,
         world_size: int | None = None,
         strategy: str | None = None,
         lever_ids: Sequence[str] = (),
+        options: MemoryOptions | None = None,
     ) -> MemoryPlan:
         """levers memory's :class:`levers.memory.MemoryPlan` of the step on ``gpu`` (any name
         of :mod:`levers.hardware`, or a budget such as ``"40GiB"``), kept per arguments.
@@ -210,57 +210,63 @@ class Step:
         data-parallel ranks sharing the model by ``strategy`` (``ddp``, the default, ``zero1``
         or ``fsdp2``), in the plan's ``extra["per_rank"]``. ``lever_ids``: levers applied to
         every predicted build (``compile-blocks`` is predicted compiled, as inductor partitions
-        it; a lever that does not apply is skipped).
+        it; a lever that does not apply is skipped). The keywords but ``lever_ids`` are
+        :class:`levers.memory.options.MemoryOptions`'; ``options`` passes the record whole
+        instead (``levers memory`` does), and then no other of them may be given.
 
         Raises:
             TypeError: the Step holds a built Workload (the model builds it again under fake
-                tensors: give the Step its spec or factory).
-            ValueError: an unknown GPU, a margin outside [0, 1).
+                tensors: give the Step its spec or factory); ``options`` with another option.
+            ValueError: an unknown GPU, a margin outside [0, 1), fewer than one step or rank,
+                an unknown strategy or one without ``world_size``, ``lever_ids`` with
+                ``world_size``, an unknown lever.
         """
+        options = options_or_keywords(
+            "Step.memory", options, MemoryOptions.checked,
+            dict(gpu=gpu, margin=margin, num_steps=num_steps, whatifs=whatifs,
+                 world_size=world_size, strategy=strategy),
+        )
         source = self._memory_source_or_refuse("memory")
-        key = (str(gpu), margin, num_steps, whatifs, world_size, strategy, tuple(lever_ids))
+        if lever_ids and options.world_size is not None:
+            raise ValueError("lever_ids predicts one rank's step; leave out world_size")
+        key = (options, tuple(lever_ids))
         if key not in self._plans:
-            # only what was given is passed on: predict_memory's own defaults hold otherwise
-            options: dict[str, Any] = {}
-            if margin is not None:
-                options["margin"] = margin
-            if num_steps is not None:
-                options["num_steps"] = num_steps
-            if lever_ids:
-                options["transform"] = _lever_transform(lever_ids)
-            params = self._memory_params()
-            if world_size is None:
-                # read from the package at call time, so a test's stand-in is the one called
-                plan = levers.memory.predict_memory(
-                    source, gpu=gpu, params=params, whatifs=whatifs, **options
-                )
-                plan = _with_skipped(plan, options.get("transform"))
-            else:
-                if lever_ids:
-                    raise ValueError("lever_ids predicts one rank's step; leave out world_size")
-                plan = _per_rank_plan(
-                    source, params, gpu, options, whatifs, world_size, strategy or "ddp"
-                )
-            self._plans[key] = plan
+            transform = _lever_transform(lever_ids) if lever_ids else None
+            # read from the package at call time, so a test's stand-in is the one called
+            plan = levers.memory.predict_memory(
+                source, params=self._memory_params(), transform=transform, options=options
+            )
+            self._plans[key] = _with_skipped(plan, transform)
         return self._plans[key]
 
     def fit(
         self,
         param: str = "batch_size",
         *,
-        gpu: str = DEFAULT_GPU,
+        gpu: str | GpuSpec = DEFAULT_GPU,
         margin: float | None = None,
         num_steps: int | None = None,
         start: int | None = None,
         progress: Callable[[FitPoint], None] | None = None,
         lever_ids: Sequence[str] = (),
+        options: MemoryOptions | None = None,
     ) -> FitResult:
         """The largest integer ``param`` (a factory parameter) whose predicted peak fits
         ``gpu`` less the margin, searched from ``start`` (default: the Step's value of it).
+        ``options`` passes ``gpu``, ``margin`` and ``num_steps`` as one
+        :class:`levers.memory.options.MemoryOptions`, as for :meth:`memory`.
 
         Raises:
-            TypeError: the Step holds a built Workload.
+            TypeError: the Step holds a built Workload; ``options`` with another option.
+            ValueError: an unknown GPU, a margin outside [0, 1), fewer than one step;
+                ``options`` with a world size (the fit is of one rank's step).
         """
+        options = options_or_keywords(
+            "Step.fit", options, MemoryOptions.checked,
+            dict(gpu=gpu, margin=margin, num_steps=num_steps),
+        )
+        if options.world_size is not None:
+            raise ValueError("Step.fit fits one rank's step; leave out the world size")
         built = source_of(
             self._memory_source_or_refuse("fit"),
             self._memory_params(),
@@ -268,11 +274,9 @@ class Step:
         )
         return fit_param(
             built,
-            resolve_gpu(gpu),
+            options,
             param,
-            margin=check_margin(DEFAULT_MARGIN if margin is None else margin),
             start=start if start is not None else built.params.get(param, 1),
-            num_steps=DEFAULT_NUM_STEPS if num_steps is None else num_steps,
             progress=progress,
         )
 
@@ -327,18 +331,12 @@ class Step:
             TypeError: ``measure=True`` on a Step of a built Workload; ``options`` with another
                 option.
         """
-        given = dict(
-            gpu=target, torch_version=torch_version, assume_dtype=assume_dtype, select=select,
-            ignore=ignore, benchmark=benchmark, memory_model=memory_model, set_items=set_items,
-        )
-        if options is None:
-            options = AuditOptions.checked(**given)
-        elif given != dict(gpu=None, torch_version=None, assume_dtype=None, select=(),
-                           ignore=(), benchmark=True, memory_model=True, set_items=()):
-            raise TypeError("Step.audit takes its options as keywords or as options=, not both")
-        options = options.with_workload(
-            self.spec if isinstance(self.spec, str) else None, options.set_items
-        )
+        options = options_or_keywords(
+            "Step.audit", options, AuditOptions.checked,
+            dict(gpu=target, torch_version=torch_version, assume_dtype=assume_dtype,
+                 select=select, ignore=ignore, benchmark=benchmark, memory_model=memory_model,
+                 set_items=set_items),
+        ).with_workload(self.spec)
         capture = self._current_capture()
         source = self._memory_source() if options.memory_model else None
         audited = audit_step(
@@ -385,7 +383,7 @@ class Step:
         # read from the module at call time, so a test's stand-in is the one called
         return remembered(tune_measure.ab_measure(self.spec, self.params, design), memory)
 
-    def _predict_for_audit(self, gpu: str, whatifs: bool) -> MemoryPlan:
+    def _predict_for_audit(self, gpu: GpuSpec, whatifs: bool) -> MemoryPlan:
         return self.memory(gpu=gpu, whatifs=whatifs)
 
     def ab(
@@ -499,15 +497,12 @@ class Step:
             ValueError: an unreadable budget, an unknown lever id, a design that cannot run.
             TypeError: ``options`` with another option.
         """
-        given = dict(
-            budget=budget, levers=levers, exclude=exclude, steps=steps, warmup=warmup,
-            parity_steps=parity_steps, resamples=resamples, seed=seed, audit=audit,
-            record=record, set_items=set_items,
+        options = options_or_keywords(
+            "Step.tune", options, TuneOptions.checked,
+            dict(budget=budget, levers=levers, exclude=exclude, steps=steps, warmup=warmup,
+                 parity_steps=parity_steps, resamples=resamples, seed=seed, audit=audit,
+                 record=record, set_items=set_items),
         )
-        if options is None:
-            options = TuneOptions.checked(**given)
-        elif given != _TUNE_KEYWORDS_UNSET:
-            raise TypeError("Step.tune takes its options as keywords or as options=, not both")
         # read from the module at call time, so a test's stand-in is the one called
         return tune_run.tune_step(
             self,
@@ -518,12 +513,6 @@ class Step:
             clock=clock or time.monotonic,
         )
 
-
-# Step.tune's option keywords as left unset: given beside options=, any other value is refused
-_TUNE_KEYWORDS_UNSET = dict(
-    budget=None, levers=None, exclude=(), steps=None, warmup=None, parity_steps=None,
-    resamples=None, seed=0, audit=True, record=None, set_items=(),
-)
 
 
 def _lever_transform(ids: Sequence[str]) -> Callable[[Workload], None]:
@@ -549,27 +538,6 @@ def _with_skipped(plan: MemoryPlan, transform: Any) -> MemoryPlan:
         return plan
 
     return replace(plan, extra={**plan.extra, "levers_skipped": skipped})
-
-
-def _per_rank_plan(
-    source: Any,
-    params: dict[str, Any],
-    gpu: str,
-    options: dict[str, Any],
-    whatifs: bool,
-    world_size: int,
-    strategy: str,
-) -> MemoryPlan:
-    """The plan of one rank of ``world_size``, with each rank's peak in ``extra["per_rank"]``."""
-    built, spec = source_of(source, params), resolve_gpu(gpu)
-    num_steps = options.get("num_steps", DEFAULT_NUM_STEPS)
-    prediction, plan, rank = predict_per_rank(
-        built, spec, check_margin(options.get("margin", DEFAULT_MARGIN)),
-        world_size=world_size, strategy=strategy, num_steps=num_steps,
-    )
-    if whatifs:
-        plan = replace(plan, whatifs=all_whatifs(built, spec, prediction, num_steps=num_steps))
-    return replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
 
 
 def _candidate_and_levers(value: str | Sequence[str] | None) -> tuple[str | None, list[str]]:

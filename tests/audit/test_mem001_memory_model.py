@@ -18,6 +18,7 @@ from levers.audit.config import (
 )
 from levers.audit.rules.registry import all_rules
 from levers.hardware import GPUS
+from levers.memory.options import MemoryOptions
 from levers.memory.plan import CategoryBytes, MemoryPlan, PeakMoment, WhatIf
 from levers.audit.run import memory_gpu
 
@@ -232,7 +233,8 @@ def test_audit_takes_mem001s_headroom_from_the_memory_model(capsys, calls):
     assert code == 0, err
     # the GPU run is predicted: the device the audit ran on here is not passed on
     assert calls == [
-        ("llama", {"gpu": "h200", "params": {"batch_size": 3}, "whatifs": True})
+        ("llama", {"params": {"batch_size": 3}, "transform": None,
+                   "options": MemoryOptions(gpu=GPUS["h200"], whatifs=True)})
     ]
     assert "MEM001 activations-without-checkpointing" in out
     assert "predicted by levers memory for h200" in " ".join(out.split())
@@ -251,10 +253,10 @@ def test_no_memory_model_and_unselected_memory_rules_skip_the_prediction(capsys,
     # the what-ifs; ATTN002 alone asks for them (the memory its fix frees)
     code = main(["audit", "llama", *QUICK, "--ignore", "MEM001,ATTN002,MEM004"])
     capsys.readouterr()
-    assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False]
+    assert code == 0 and [kwargs["options"].whatifs for _, kwargs in calls] == [False]
     code = main(["audit", "llama", *QUICK, "--select", "ATTN002"])
     capsys.readouterr()
-    assert code == 0 and [kwargs["whatifs"] for _, kwargs in calls] == [False, True]
+    assert code == 0 and [kwargs["options"].whatifs for _, kwargs in calls] == [False, True]
 
 
 def test_a_failing_prediction_warns_in_one_line_and_the_audit_goes_on(

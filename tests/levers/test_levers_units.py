@@ -435,9 +435,9 @@ def test_raise_batch_fits_the_step_that_holds_the_optimizers_state(monkeypatch):
     steps = []
     original = fit.fit_param
 
-    def spying(*args, **kwargs):
-        steps.append(kwargs["num_steps"])
-        return original(*args, **kwargs)
+    def spying(source, options, *args, **kwargs):
+        steps.append(options.num_steps)
+        return original(source, options, *args, **kwargs)
 
     monkeypatch.setattr(fit, "fit_param", spying)
     fit_batch("hf", {"arch": "llama", "size": "tiny"}, {"gpu": "2GiB", "max_batch_size": 2})

@@ -11,6 +11,7 @@ import pytest
 from levers.cli import main
 from levers.hardware import resolve_gpu
 from levers.memory.distributed import model_bytes, per_rank, predict_per_rank
+from levers.memory.options import MemoryOptions
 from levers.memory.prediction import source_of
 
 MIB = 1 << 20
@@ -22,9 +23,8 @@ AT_PEAK = {"parameters": 3584, "gradients": 3584, "optimizer": 2 * 3584 + 4 * 51
 
 @pytest.fixture(scope="module")
 def mlp_plan():
-    _, plan, rank = predict_per_rank(
-        source_of(factories.mlp), H100, 0.05, world_size=2, strategy="ddp", num_steps=2
-    )
+    options = MemoryOptions(gpu=H100, margin=0.05, num_steps=2, world_size=2, strategy="ddp")
+    _, plan, rank = predict_per_rank(source_of(factories.mlp), options)
     return plan, rank.model
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from levers.memory.fit import fit_param, search, search_largest
 from levers.hardware import GpuSpec
+from levers.memory.options import MemoryOptions
 from levers.memory.plan import FitPoint, FitResult
 from levers.memory.prediction import run_prediction, source_of
 
@@ -96,7 +97,9 @@ def test_fit_a_workload_to_a_budget():
     source = source_of(factories.stack, {"batch_size": 256, "width": 1024, "depth": 2})
     budget = run_prediction(source.with_params(batch_size=1500), _gpu(1 << 40), num_steps=1)
     gpu = _gpu(budget.replay.peak_reserved_bytes)
-    result = fit_param(source, gpu, "batch_size", margin=0.0, start=256, num_steps=1)
+    result = fit_param(
+        source, MemoryOptions(gpu=gpu, margin=0.0, num_steps=1), "batch_size", start=256
+    )
     assert result.budget_bytes == budget.replay.peak_reserved_bytes
     assert result.best is not None and result.best >= 1500
     by_value = {p.value: p for p in result.curve}

@@ -120,12 +120,8 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
 def config(design: dict[str, Any], kill: dict[str, Any], exactness: str) -> AbConfig:
     floor = declared_parity_floor(find_levers(design["levers"]))
     try:
-        return AbConfig(
-            num_steps=design["steps"],
-            num_warmup=design["warmup"],
-            num_parity_steps=design["parity_steps"],
-            num_resamples=design["resamples"],
-            seed=design["seed"],
+        return AbConfig.from_design(
+            design,
             exactness=exactness,
             parity_floor=None if floor is None else floor[0],
             parity_floor_of="" if floor is None else floor[1],

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from levers.ab.design_keys import DEFAULTS_BY_KEY
 from levers.ab.verdict import DIRECTIONS, READS
 from levers.errors import LeversError, MissingDependency
 from levers.vocab import CHANGES_NUMERICS, EXACT, FIX_SAFETIES, fix_safety
@@ -48,11 +49,7 @@ DESIGN_DEFAULTS: dict[str, Any] = {
     "params": {},  # both sides
     "params_b": {},  # candidate only, on top of params
     "exactness": None,  # None: the levers' declared safety, else "exact"/"changes-numerics"
-    "steps": 50,
-    "warmup": 5,
-    "parity_steps": 3,
-    "resamples": 10_000,
-    "seed": 0,
+    **DEFAULTS_BY_KEY,  # steps, warmup, parity_steps, resamples, seed
 }
 AB_KILL_KEYS = ("nonfinite_loss", "mem_gate_gib", "time_budget_s")
 RUN_KILL_KEYS = (

@@ -8,7 +8,7 @@ returns what it measured together with the kill, so a killed run still produces 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from levers.ab.design_keys import DEFAULTS_BY_FIELD, DEFAULTS_BY_KEY, DESIGN_FIELDS
 from levers.ab.killlines import GIB, Kill, KillLines
 from levers.ab.parity import EXACT_REASON, EXACTNESS, ParityResult, reference_for, run_parity
 from levers.ab.reference import Reference, unavailable
@@ -31,7 +32,7 @@ from levers.workload import Workload
 from levers.vocab import CHANGES_NUMERICS, EXACT, fix_safety
 
 
-DEFAULT_STEPS = 50
+DEFAULT_STEPS = DEFAULTS_BY_KEY["steps"]
 # below this many timed pairs a percentile-bootstrap CI95 rests on a handful of distinct means
 MIN_STEPS_FOR_CI = 10
 
@@ -40,11 +41,12 @@ MIN_STEPS_FOR_CI = 10
 class AbConfig:
     """The design of one comparison; recorded with every result."""
 
-    num_steps: int = DEFAULT_STEPS
-    num_warmup: int = 5
-    num_parity_steps: int = 3
-    num_resamples: int = 10_000
-    seed: int = 0  # the workloads' seed, the per-step parity reseed base and the bootstrap seed
+    # the design's numbers, named as the JSON record keeps them (levers.ab.design_keys)
+    num_steps: int = DEFAULTS_BY_FIELD["num_steps"]
+    num_warmup: int = DEFAULTS_BY_FIELD["num_warmup"]
+    num_parity_steps: int = DEFAULTS_BY_FIELD["num_parity_steps"]
+    num_resamples: int = DEFAULTS_BY_FIELD["num_resamples"]
+    seed: int = DEFAULTS_BY_FIELD["seed"]  # the workloads', the parity reseed base, the bootstrap's
     exactness: str = CHANGES_NUMERICS
     # the least one-step parity tolerance the candidate's levers declare, and the lever
     # (levers.levers.lever.Lever.parity_floor); None: the table's alone
@@ -54,8 +56,20 @@ class AbConfig:
     time_budget_s: float | None = None
     confidence: float = 0.95
 
+    @classmethod
+    def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
+        """The config of ``design``, whose numbers are keyed as the user writes them
+        (``steps``, ``warmup``, ``parity_steps``, ``resamples``, ``seed``; one it lacks takes its
+        default; other keys are not read), with AbConfig's other ``fields``.
+
+        Raises:
+            ValueError: a design ab cannot run (as the constructor).
+        """
+        numbers = {field: design[key] for key, (field, _) in DESIGN_FIELDS.items() if key in design}
+        return cls(**numbers, **fields)
+
     def __post_init__(self) -> None:
-        for name in ("num_steps", "num_warmup", "num_parity_steps", "num_resamples", "seed"):
+        for name in DEFAULTS_BY_FIELD:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")

@@ -10,7 +10,7 @@ work), and the record is passed whole down to the analysis (:func:`levers.audit.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from levers.audit.config import DEFAULT_TARGET, dtype_of, parse_torch_version
 from levers.audit.rules.registry import select_rules
@@ -85,10 +85,6 @@ class AuditOptions:
         """The GPU a CPU capture is priced on: the one named, else :data:`DEFAULT_TARGET`."""
         return self.gpu if self.gpu is not None else resolve_gpu(DEFAULT_TARGET)
 
-    def with_workload(self, workload_spec: str | None, set_items: Iterable[str]) -> AuditOptions:
-        """These options for the workload as the user gave it (where it was not given yet)."""
-        return AuditOptions(
-            self.gpu, self.torch_version, self.assume_dtype, self.select, self.ignore,
-            self.benchmark, self.memory_model, self.workload_spec or workload_spec,
-            self.set_items or tuple(set_items),
-        )
+    def with_workload(self, workload_spec: str | None) -> AuditOptions:
+        """These options for the workload spec the user gave (where none was given yet)."""
+        return replace(self, workload_spec=self.workload_spec or workload_spec)

@@ -28,6 +28,7 @@ from levers.capture.records import Capture
 from levers.hardware import GpuSpec, gpu_from_device_name, resolve_gpu
 from levers.memory.fake_failures import failure_detail, first_line, user_fix
 from levers.memory.fit import fit_param
+from levers.memory.options import MemoryOptions
 from levers.memory.plan import FitPoint
 from levers.memory.prediction import source_of
 from levers.output.console import make_console
@@ -77,13 +78,18 @@ def step_scopes(workload: Any) -> dict:
 
 
 def memory_gpu(gpu: str | GpuSpec | None, capture: Any) -> str:
+    """The name of the memory model's GPU (:func:`memory_gpu_spec`)."""
+    return memory_gpu_spec(gpu, capture).name
+
+
+def memory_gpu_spec(gpu: str | GpuSpec | None, capture: Any) -> GpuSpec:
     """The memory model's GPU: the one that ran, on a GPU capture it knows; else ``gpu``
-    (None: the default target)."""
+    (None: the default target). A ``GpuSpec`` is not looked up again."""
     if capture_on_gpu(capture):
         spec = gpu_from_device_name(str(capture.env.get("device_name", "")))
         if spec is not None:
-            return spec.name
-    return resolve_gpu(gpu or DEFAULT_TARGET, allow_budget=False, option="--gpu").name
+            return spec
+    return resolve_gpu(gpu or DEFAULT_TARGET, allow_budget=False, option="--gpu")
 
 
 def _warn(text: str) -> None:
@@ -127,13 +133,14 @@ def predicted_memory(
     rules: Iterable[str],
     *,
     gpu: str | GpuSpec | None = None,
-    predict: Callable[[str, bool], Any] | None = None,
+    predict: Callable[[GpuSpec, bool], Any] | None = None,
 ) -> Any:
     """The memory model's prediction of the step (a ``PredictedMemory``), or None.
 
-    ``workload`` is a spec or a factory, ``params`` its parameters; ``predict(gpu, whatifs)``
-    gives the MemoryPlan (default: ``levers.memory.predict_memory``; :class:`levers.Step` passes
-    its own, so the plan is the one ``Step.memory`` returns). The bottleneck's bound and
+    ``workload`` is a spec or a factory, ``params`` its parameters; ``predict(gpu, whatifs)``,
+    with the GPU resolved (:func:`memory_gpu_spec`), gives the MemoryPlan (default:
+    ``levers.memory.predict_memory``; :class:`levers.Step` passes its own, so the plan is the
+    one ``Step.memory`` returns). The bottleneck's bound and
     MEM001's headroom read it; when MEM001 or MEM003 is in ``rules`` and the workload has a
     ``batch_size`` parameter, levers memory's fit of that parameter is added (the largest batch
     that fits with the margin). None when the prediction fails; a failure is one line on
@@ -145,7 +152,7 @@ def predicted_memory(
     params = {k: v for k, v in params.items() if k != "device"}
     whatifs = any(code in rules for code in MEMORY_RULES)
     try:
-        gpu = memory_gpu(gpu, capture)
+        gpu = memory_gpu_spec(gpu, capture)
         if predict is None:
             # read from the package at call time, so a test's stand-in is the one called
             plan = levers.memory.predict_memory(
@@ -183,9 +190,11 @@ def with_batch_fit(workload: Any, params: dict, plan: Any, predicted: Any, batch
         batch, plan.peak_allocated_bytes, plan.peak_reserved_bytes,
         plan.peak_reserved_bytes <= budget,
     )
+    # the plan's own options: its GPU, margin and steps
+    options = MemoryOptions(gpu=plan.gpu, margin=plan.margin, num_steps=plan.num_steps)
     fit = fit_param(
-        source_of(workload, params), plan.gpu, BATCH_PARAM, margin=plan.margin, start=batch,
-        num_steps=plan.num_steps, upper=batch * MAX_FIT_FACTOR, known=(known,),
+        source_of(workload, params), options, BATCH_PARAM, start=batch,
+        upper=batch * MAX_FIT_FACTOR, known=(known,),
     )
     return dataclasses.replace(
         predicted,
@@ -208,7 +217,7 @@ def audit_step(
     workload: Any = None,
     source: Any = None,
     params: dict[str, Any] | None = None,
-    predict: Callable[[str, bool], Any] | None = None,
+    predict: Callable[[GpuSpec, bool], Any] | None = None,
     progress: Any = None,
 ) -> AuditedStep:
     """Audit ``capture`` with ``options``: predict its memory, run the rules, rank the findings.
@@ -231,6 +240,6 @@ def audit_step(
         )
     # the spec the user gave, also when the memory model (and so ``source``) is off: the
     # printed `levers ab` command must name a workload, not the capture's label
-    options = options.with_workload(source if isinstance(source, str) else None, ())
+    options = options.with_workload(source if isinstance(source, str) else None)
     result = audit(capture, options, scopes=step_scopes(workload), memory=memory)
     return AuditedStep(capture, result, build_report(capture, result), memory)

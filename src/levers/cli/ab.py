@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from levers.ab.design_keys import DEFAULTS_BY_KEY
 from levers.cli import EXIT_INTERRUPTED
 from levers.errors import LeversError, StepError
 from levers.text_files import read_utf8
@@ -97,21 +98,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--parity-steps",
         type=count,
         metavar="K",
-        help="steps compared by the parity gate (default 3; 0 skips it)",
+        help=f"steps compared by the parity gate (default {DEFAULTS_BY_KEY['parity_steps']}; "
+        "0 skips it)",
     )
-    add_steps_argument(parser, default="50 per side")
-    add_warmup_argument(parser, default="5 per side, after the parity gate")
+    add_steps_argument(parser, default=f"{DEFAULTS_BY_KEY['steps']} per side")
+    add_warmup_argument(
+        parser, default=f"{DEFAULTS_BY_KEY['warmup']} per side, after the parity gate"
+    )
     parser.add_argument(
         "--resamples",
         type=count,
         metavar="R",
-        help="bootstrap resamples per CI (default 10000)",
+        help=f"bootstrap resamples per CI (default {DEFAULTS_BY_KEY['resamples']})",
     )
     parser.add_argument(
         "--seed",
         type=int,
         metavar="S",
-        help="seed of both workloads and of the bootstrap (default 0)",
+        help=f"seed of both workloads and of the bootstrap (default {DEFAULTS_BY_KEY['seed']})",
     )
     parser.add_argument(
         "--mem-gate-gib",

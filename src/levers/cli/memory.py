@@ -36,7 +36,7 @@ from levers.cli.script import (
 )
 from levers.output.atomic import atomic_write_text
 from levers.memory.steps import DEFAULT_NUM_STEPS
-from levers.hardware import DEFAULT_GPU, resolve_gpu
+from levers.hardware import DEFAULT_GPU
 from levers.output.console import make_console, say_wrote
 from levers.output.errors import debug_from_env
 from levers.script_defaults import SCRIPT_WARMUP
@@ -118,7 +118,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     from levers.api import Step
     from levers.loader import parse_set
-    from levers.memory.predict import DEFAULT_MARGIN, check_margin
+    from levers.memory.options import MemoryOptions
     from levers.memory.render import render_plan
 
     console = make_console()
@@ -136,13 +136,16 @@ def run(args: argparse.Namespace) -> int:
             "after -- (levers memory -- python train.py)"
         )
     try:
-        gpu = resolve_gpu(args.gpu or DEFAULT_GPU)
-        margin = check_margin(DEFAULT_MARGIN if args.margin is None else args.margin)
+        options = MemoryOptions.checked(
+            gpu=args.gpu or DEFAULT_GPU,
+            margin=args.margin,
+            num_steps=args.predict_steps,
+            whatifs=args.whatifs,
+            world_size=args.world_size,
+            strategy=args.strategy,
+        )
     except ValueError as exc:
         raise LeversError(str(exc)) from None
-    args.predict_steps = DEFAULT_NUM_STEPS if args.predict_steps is None else args.predict_steps
-    if args.predict_steps < 1:
-        raise LeversError(f"--predict-steps must be at least 1, got {args.predict_steps}")
     if args.json_path is not None:
         from levers.capture.json_io import check_writable
 
@@ -154,17 +157,9 @@ def run(args: argparse.Namespace) -> int:
     if args.fit and args.fit in params:
         _check_fit_start(args.fit, params[args.fit])
     step = Step(args.workload, params)
-    with console.status(f"predicting {args.workload} on {gpu.name} (fake tensors)…"):
+    with console.status(f"predicting {args.workload} on {options.gpu.name} (fake tensors)…"):
         try:
-            plan = step.memory(
-                gpu=args.gpu or DEFAULT_GPU,
-                margin=margin,
-                num_steps=args.predict_steps,
-                whatifs=args.whatifs,
-                world_size=args.world_size,
-                strategy=args.strategy,
-                lever_ids=ids,
-            )
+            plan = step.memory(lever_ids=ids, options=options)
         except LeversError:
             raise
         except Exception as exc:
@@ -172,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fit:
         tried: list[Any] = []  # the fit's points so far (FitPoint), kept if it is interrupted
         try:
-            plan = replace(plan, fit=_fit(console, step, args, margin, plan.params, ids, tried))
+            plan = replace(plan, fit=_fit(console, step, args, options, plan.params, ids, tried))
         except KeyboardInterrupt:
             # the prediction is finished: show it and write it rather than lose it with the search
             render_plan(plan, console)
@@ -197,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         with console.status("measuring the real step on the GPU…"):
             plan = replace(
-                plan, measured=step.measure_memory(num_steps=args.predict_steps, lever_ids=ids)
+                plan, measured=step.measure_memory(num_steps=options.num_steps, lever_ids=ids)
             )
     render_plan(plan, console)
     if "per_rank" in plan.extra:
@@ -221,17 +216,13 @@ def _write_plan(path: str, data: dict[str, Any]) -> None:
 
 
 def _check_distributed(args: argparse.Namespace) -> None:
-    if args.strategy is not None and args.world_size is None:
-        raise LeversError("--strategy needs --world-size N (the number of data-parallel ranks)")
-    if args.world_size is not None:
-        if args.world_size < 1:
-            raise LeversError(f"--world-size must be at least 1, got {args.world_size}")
-        if args.fit or args.measure or args.levers:
-            raise LeversError(
-                "--world-size predicts one rank of N from the single-rank step; run --fit, "
-                "--measure and --lever without it"
-            )
-        args.strategy = args.strategy or "ddp"
+    """The options the per-rank prediction cannot take beside it (the ranks and their strategy
+    themselves are checked by the record)."""
+    if args.world_size is not None and (args.fit or args.measure or args.levers):
+        raise LeversError(
+            "--world-size predicts one rank of N from the single-rank step; run --fit, "
+            "--measure and --lever without it"
+        )
 
 
 def prediction_failed(label: str, exc: BaseException, *, debug: bool) -> LeversError:
@@ -287,7 +278,7 @@ def _reject_prediction_options(args: argparse.Namespace) -> None:
 
 
 def _fit(
-    console, step, args, margin: float, params: dict[str, Any], ids: list[str], tried: list[Any]
+    console, step, args, options, params: dict[str, Any], ids: list[str], tried: list[Any]
 ):
     """The fit's search; each point predicted is appended to ``tried`` as it comes."""
     start = params.get(args.fit)
@@ -303,13 +294,7 @@ def _fit(
             )
 
         return step.fit(
-            args.fit,
-            gpu=args.gpu or DEFAULT_GPU,
-            margin=margin,
-            start=start,
-            num_steps=args.predict_steps,
-            progress=progress,
-            lever_ids=ids,
+            args.fit, start=start, progress=progress, lever_ids=ids, options=options
         )
 
 

@@ -184,7 +184,7 @@ def fit_batch(
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
     # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
-    from levers.memory.predict import check_margin, run_prediction
+    from levers.memory.predict import MemoryOptions, check_margin, run_prediction
     from levers.memory.prediction import NOT_PREDICTED
 
     gpu = gpu if gpu is not None else _gpu(options)
@@ -214,8 +214,8 @@ def fit_batch(
         start = int(run_prediction(source, gpu, num_steps=1).params.get(param) or 1)
     upper = options.get("max_batch_size")
     fit = fit_param(
-        source, gpu, param, margin=margin, start=start, num_steps=DEFAULT_NUM_STEPS,
-        upper=int(upper) if upper else None,
+        source, MemoryOptions(gpu=gpu, margin=margin, num_steps=DEFAULT_NUM_STEPS), param,
+        start=start, upper=int(upper) if upper else None,
         max_evaluations=int(options.get("max_evaluations", MAX_EVALUATIONS)),
         transform=transform if lever_ids else None,
     )

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from levers.blocks import repeated_blocks
-from levers.hardware import GpuSpec
 from levers.memory.plan import MemoryPlan
-from levers.memory.predict import plan_from
-from levers.memory.prediction import Prediction, Source, run_prediction
+from levers.memory.prediction import Prediction, Source, plan_from, run_prediction
+
+if TYPE_CHECKING:
+    from levers.memory.options import MemoryOptions
 
 STRATEGIES = ("ddp", "zero1", "fsdp2")
 DEFAULT_BUCKET_CAP_MB = 25.0
@@ -157,18 +158,16 @@ def per_rank(
 
 
 def predict_per_rank(
-    source: Source,
-    gpu: GpuSpec,
-    margin: float,
-    *,
-    world_size: int,
-    strategy: str,
-    num_steps: int,
+    source: Source, options: MemoryOptions
 ) -> tuple[Prediction, MemoryPlan, RankMemory]:
-    """The single-rank prediction and plan, and the per-rank prediction on ``world_size`` ranks."""
+    """The single-rank prediction and plan, and the per-rank prediction on
+    ``options.world_size`` ranks sharing the model by ``options.strategy``."""
+    assert options.world_size is not None and options.strategy is not None, "one rank of none"
     seen: list[ModelBytes] = []
     prediction = run_prediction(
-        source, gpu, num_steps=num_steps, transform=lambda w: seen.append(model_bytes(w.model))
+        source, options.gpu, num_steps=options.num_steps,
+        transform=lambda w: seen.append(model_bytes(w.model)),
     )
-    plan = plan_from(prediction, gpu, margin)
-    return prediction, plan, per_rank(plan, seen[0], world_size=world_size, strategy=strategy)
+    plan = plan_from(prediction, options.gpu, options.margin)
+    rank = per_rank(plan, seen[0], world_size=options.world_size, strategy=options.strategy)
+    return prediction, plan, rank

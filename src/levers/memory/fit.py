@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from levers.hardware import GpuSpec
+from levers.memory.options import MemoryOptions
 from levers.memory.plan import FitPoint, FitResult
 from levers.memory.prediction import Prediction, Source, run_prediction
 
@@ -189,28 +189,29 @@ def fit_point(prediction: Prediction, value: int, budget: int) -> FitPoint:
 
 def fit_param(
     source: Source,
-    gpu: GpuSpec,
+    options: MemoryOptions,
     param: str,
     *,
-    margin: float,
     start: int,
-    num_steps: int,
     upper: int | None = None,
     progress: Callable[[FitPoint], None] | None = None,
     known: Sequence[FitPoint] = (),
     max_evaluations: int = MAX_EVALUATIONS,
     transform: Callable | None = None,
 ) -> FitResult:
-    """The largest ``param`` whose predicted reserved peak fits ``gpu`` less the margin.
+    """The largest ``param`` whose predicted reserved peak fits ``options.gpu`` less
+    ``options.margin``, each value predicted over ``options.num_steps`` steps (one rank:
+    ``options.world_size`` and the what-ifs are not read).
 
     ``known``: points already predicted with the same steps (the plan at ``start``), reused.
     ``transform``: applied to each built workload before its steps (levers raise-batch runs).
     """
-    budget = int(gpu.usable_bytes * (1.0 - margin))
+    budget = int(options.gpu.usable_bytes * (1.0 - options.margin))
 
     def evaluate(value: int) -> FitPoint:
         prediction = run_prediction(
-            source.with_params(**{param: value}), gpu, num_steps=num_steps, transform=transform
+            source.with_params(**{param: value}), options.gpu, num_steps=options.num_steps,
+            transform=transform,
         )
         point = fit_point(prediction, value, budget)
         if progress is not None:
@@ -225,7 +226,7 @@ def fit_param(
         param=param,
         best=found.best,
         budget_bytes=budget,
-        margin=margin,
+        margin=options.margin,
         curve=found.curve,
         stopped=found.stopped,
         upper=upper,

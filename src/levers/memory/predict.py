@@ -4,62 +4,41 @@ machine (no GPU needed), attributed, and checked against a GPU's capacity.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from levers.hardware import GpuSpec, resolve_gpu
-from levers.memory import attribution
-from levers.memory.fake import DEFAULT_NUM_STEPS
+from levers.hardware import DEFAULT_GPU, GpuSpec
+from levers.memory.distributed import predict_per_rank
+from levers.memory.options import (  # noqa: F401 - DEFAULT_MARGIN and check_margin re-exported
+    DEFAULT_MARGIN,
+    MemoryOptions,
+    check_margin,
+)
 from levers.memory.plan import MemoryPlan
-from levers.memory.prediction import Prediction, Source, assumptions_of, run_prediction, source_of
+from levers.memory.prediction import (  # noqa: F401 - the prediction's names, re-exported
+    Prediction,
+    Source,
+    assumptions_of,
+    plan_from,
+    run_prediction,
+    source_of,
+)
 from levers.memory.whatif import all_whatifs
+from levers.options import options_or_keywords
 from levers.workload import Workload
-
-DEFAULT_MARGIN = 0.05
-
-
-def plan_from(prediction: Prediction, gpu: GpuSpec, margin: float) -> MemoryPlan:
-    trace, replayed = prediction.trace, prediction.replay
-    budget = gpu.usable_bytes * (1.0 - margin)
-    return MemoryPlan(
-        workload=prediction.workload_name,
-        params=prediction.params,
-        gpu=gpu,
-        num_steps=trace.num_steps,
-        peak_allocated_bytes=replayed.peak_allocated_bytes,
-        peak_reserved_bytes=replayed.peak_reserved_bytes,
-        usable_bytes=gpu.usable_bytes,
-        margin=margin,
-        fits=replayed.peak_reserved_bytes <= budget,
-        num_parameters=trace.num_parameters,
-        by_category=attribution.by_category(trace, replayed),
-        activations_by_module=attribution.activations_by_module(trace, replayed),
-        peak=attribution.peak_moment(trace, replayed),
-        live_at_peak=attribution.live_at_peak(trace, replayed),
-        timeline=attribution.timeline(trace, replayed),
-        around_peak=attribution.around_peak(trace, replayed),
-        attention=attribution.attention(trace),
-        assumptions=assumptions_of(prediction),
-        seconds=prediction.seconds,
-    )
-
-
-def check_margin(margin: float) -> float:
-    if not 0.0 <= margin < 1.0:
-        raise ValueError(f"margin must be in [0, 1), got {margin!r}; e.g. 0.05 keeps 5% free")
-    return float(margin)
 
 
 def predict_memory(
     workload_or_factory: Any,
-    gpu: str | GpuSpec = "h100-80gb",
+    gpu: str | GpuSpec = DEFAULT_GPU,
     *,
     params: dict[str, Any] | None = None,
-    margin: float = DEFAULT_MARGIN,
-    num_steps: int = DEFAULT_NUM_STEPS,
+    margin: float | None = None,
+    num_steps: int | None = None,
     whatifs: bool = False,
     transform: Callable[[Workload], None] | None = None,
+    options: MemoryOptions | None = None,
 ) -> MemoryPlan:
     """Predict the peak GPU memory of a training step without a GPU.
 
@@ -69,30 +48,44 @@ def predict_memory(
         gpu: a GPU name (``h100-80gb``, ``h200``, ``a100-80gb``, ``a100-40gb``), a budget such
             as ``"40GiB"``, or a :class:`GpuSpec`.
         params: keyword arguments for the factory (``device`` defaults to ``"cuda"``).
-        margin: the fraction of usable memory to keep free when judging whether it fits.
-        num_steps: training steps to run after the build; peaks are over the whole run.
+        margin: the fraction of usable memory to keep free when judging whether it fits
+            (None: 0.05).
+        num_steps: training steps to run after the build; peaks are over the whole run (None:
+            :data:`levers.memory.steps.DEFAULT_NUM_STEPS`).
         whatifs: also predict the what-ifs (activation checkpointing, bf16 and 8-bit optimizer
             states, loss over valid rows, SDPA), each a full or partial re-prediction.
         transform: changes the built workload before its first step, in this prediction and
             every what-if's (the levers of ``levers memory --lever``; a compiled module is
             predicted compiled: :mod:`levers.memory.compiled`).
+        options: ``gpu`` .. ``whatifs`` as one :class:`levers.memory.options.MemoryOptions`
+            (:meth:`levers.Step.memory` passes it; with a ``world_size``, one rank's plan), in
+            place of those keywords.
 
     Returns:
         A :class:`MemoryPlan` with the predicted ``max_memory_allocated`` and
         ``max_memory_reserved``, their attribution and the moment of the peak.
+
+    Raises:
+        ValueError: an unknown GPU, a margin outside [0, 1), fewer than one step.
+        TypeError: ``options`` with one of the keywords it replaces.
     """
-    spec = resolve_gpu(gpu)
-    margin = check_margin(margin)
-    source = source_of(workload_or_factory, params, transform)
-    return predict_source(source, spec, margin, num_steps=num_steps, whatifs=whatifs)
+    options = options_or_keywords(
+        "predict_memory", options, MemoryOptions.checked,
+        dict(gpu=gpu, margin=margin, num_steps=num_steps, whatifs=whatifs),
+    )
+    return predict_source(source_of(workload_or_factory, params, transform), options)
 
 
-def predict_source(
-    source: Source, gpu: GpuSpec, margin: float, *, num_steps: int, whatifs: bool
-) -> MemoryPlan:
-    """The plan of ``source`` on ``gpu``: one prediction, and the what-ifs when asked."""
-    prediction = run_prediction(source, gpu, num_steps=num_steps)
-    plan = plan_from(prediction, gpu, margin)
-    if whatifs:
-        plan = replace(plan, whatifs=all_whatifs(source, gpu, prediction, num_steps=num_steps))
+def predict_source(source: Source, options: MemoryOptions) -> MemoryPlan:
+    """The plan of ``source``: one prediction, the what-ifs when asked, and with a world size
+    the peak of each rank in ``extra["per_rank"]``."""
+    if options.world_size is None:
+        prediction = run_prediction(source, options.gpu, num_steps=options.num_steps)
+        plan = plan_from(prediction, options.gpu, options.margin)
+    else:
+        prediction, plan, rank = predict_per_rank(source, options)
+        plan = replace(plan, extra={**plan.extra, "per_rank": rank.to_dict()})
+    if options.whatifs:
+        whatifs = all_whatifs(source, options.gpu, prediction, num_steps=options.num_steps)
+        plan = replace(plan, whatifs=whatifs)
     return plan

@@ -1,8 +1,8 @@
 """The raw material of a memory prediction: how to build the workload again (:class:`Source`)
 and one traced and replayed run of it under fake tensors (:class:`Prediction`).
 
-:mod:`levers.memory.predict` turns a prediction into a plan; :mod:`whatif` and :mod:`fit`
-re-predict a source with changes.
+:func:`plan_from` turns a prediction into a plan (:mod:`levers.memory.predict` predicts the plan
+of a source); :mod:`whatif` and :mod:`fit` re-predict a source with changes.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import torch._inductor.config
 
 from levers.hardware import GpuSpec
 from levers.loader import load_workload, resolve_factory
+from levers.memory import attribution
 from levers.memory.fake import DEFAULT_NUM_STEPS, trace_workload, with_gpu_device
 from levers.memory.fake_failures import torch_logs_captured
+from levers.memory.plan import MemoryPlan
 from levers.memory.replay import Replay, replay
 from levers.memory.trace import Trace
 from levers.workload import Workload
@@ -188,3 +190,31 @@ def assumptions_of(prediction: Prediction) -> tuple[str, ...]:
             "default settings"
         )
     return tuple(notes)
+
+
+def plan_from(prediction: Prediction, gpu: GpuSpec, margin: float) -> MemoryPlan:
+    """The plan of one prediction on ``gpu``: its peaks, what fills them, and whether the
+    reserved peak fits the usable memory less ``margin``."""
+    trace, replayed = prediction.trace, prediction.replay
+    budget = gpu.usable_bytes * (1.0 - margin)
+    return MemoryPlan(
+        workload=prediction.workload_name,
+        params=prediction.params,
+        gpu=gpu,
+        num_steps=trace.num_steps,
+        peak_allocated_bytes=replayed.peak_allocated_bytes,
+        peak_reserved_bytes=replayed.peak_reserved_bytes,
+        usable_bytes=gpu.usable_bytes,
+        margin=margin,
+        fits=replayed.peak_reserved_bytes <= budget,
+        num_parameters=trace.num_parameters,
+        by_category=attribution.by_category(trace, replayed),
+        activations_by_module=attribution.activations_by_module(trace, replayed),
+        peak=attribution.peak_moment(trace, replayed),
+        live_at_peak=attribution.live_at_peak(trace, replayed),
+        timeline=attribution.timeline(trace, replayed),
+        around_peak=attribution.around_peak(trace, replayed),
+        attention=attribution.attention(trace),
+        assumptions=assumptions_of(prediction),
+        seconds=prediction.seconds,
+    )

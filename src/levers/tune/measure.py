@@ -11,7 +11,7 @@ exactly ``levers ab WORKLOAD --lever STACK``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -42,26 +42,12 @@ class TrialDesign:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        AbConfig(  # the same checks ab applies, before the search starts
-            num_steps=self.steps,
-            num_warmup=self.warmup,
-            num_parity_steps=self.parity_steps,
-            num_resamples=self.resamples,
-            seed=self.seed,
-        )
+        # the same checks ab applies, before the search starts (the fields are design keys)
+        AbConfig.from_design(asdict(self))
 
 
 def _design(spec: str, params: dict[str, Any], stack: Stack, design: TrialDesign) -> dict:
-    given = {
-        "baseline": spec,
-        "params": dict(params),
-        "levers": list(stack),
-        "steps": design.steps,
-        "warmup": design.warmup,
-        "parity_steps": design.parity_steps,
-        "resamples": design.resamples,
-        "seed": design.seed,
-    }
+    given = {"baseline": spec, "params": dict(params), "levers": list(stack), **asdict(design)}
     resolved, _ = design_mod.resolve(given, {}, None)
     return resolved
 
