@@ -91,9 +91,13 @@ def _stalled_tune(tmp_path: Path, argv: list[str], marker: Path) -> tuple[int, s
     env = dict(os.environ)
     src = str(Path(levers.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    # Ctrl-C as a terminal delivers it: a suite started in the background (`cmd &` in a shell
+    # without job control) ignores SIGINT, and a child inherits that, so Python would install no
+    # KeyboardInterrupt handler in it and the signal would be lost
     proc = subprocess.Popen(
         [sys.executable, "-m", "levers.cli", "tune", *argv], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 600  # a generous bound on a loaded host, not a timing
