@@ -47,7 +47,6 @@ from levers.loader import resolve_factory
 from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.vocab import CHANGES_NUMERICS
 
-DEFAULT_MARGIN = 0.05
 PARAM = "batch_size"
 
 
@@ -184,7 +183,7 @@ def fit_batch(
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
     # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
-    from levers.memory.predict import MemoryOptions, check_margin, run_prediction
+    from levers.memory.predict import DEFAULT_MARGIN, MemoryOptions, check_margin, run_prediction
     from levers.memory.prediction import NOT_PREDICTED
 
     gpu = gpu if gpu is not None else _gpu(options)
