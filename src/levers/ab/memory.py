@@ -19,9 +19,10 @@ On a CPU none of this is measured and every field is None.
 from __future__ import annotations
 
 from itertools import chain
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from levers.workload import Workload
 
@@ -37,18 +38,27 @@ def _state_tensors(optimizer: torch.optim.Optimizer | None) -> Iterable[torch.Te
     )
 
 
-def resident_bytes(workload: Workload) -> int | None:
-    """Bytes of device storage held by the workload's parameters, buffers, grads and state."""
-    device = torch.device(workload.device)
-    if device.type != "cuda":
-        return None
-    params = list(workload.model.parameters())
-    grads = (p.grad for p in params if p.grad is not None)
-    tensors = chain(params, workload.model.buffers(), grads, _state_tensors(workload.optimizer))
+def _plain(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The plain tensors holding ``tensor``'s data: itself, or a wrapper subclass's inner ones.
+
+    A wrapper subclass (torchao's 8-bit optimizer state, DTensor, float8 tensors) has no storage
+    of its own: asking its storage for a pointer raises. Its data lives in the tensors
+    ``__tensor_flatten__`` names.
+    """
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        for name in names:
+            yield from _plain(getattr(tensor, name))
+    else:
+        yield tensor
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor], device_type: str) -> int:
+    """Bytes of the distinct storages on ``device_type`` behind ``tensors``, each counted once."""
     seen: set[int] = set()
     total_bytes = 0
-    for tensor in tensors:
-        if tensor.device.type != "cuda":
+    for tensor in chain.from_iterable(map(_plain, tensors)):
+        if tensor.device.type != device_type:
             continue
         storage = tensor.untyped_storage()
         key = storage.data_ptr()
@@ -57,6 +67,17 @@ def resident_bytes(workload: Workload) -> int | None:
         seen.add(key)
         total_bytes += storage.nbytes()
     return total_bytes
+
+
+def resident_bytes(workload: Workload) -> int | None:
+    """Bytes of device storage held by the workload's parameters, buffers, grads and state."""
+    device = torch.device(workload.device)
+    if device.type != "cuda":
+        return None
+    params = list(workload.model.parameters())
+    grads = (p.grad for p in params if p.grad is not None)
+    tensors = chain(params, workload.model.buffers(), grads, _state_tensors(workload.optimizer))
+    return storage_bytes(tensors, "cuda")
 
 
 def open_window(device: torch.device) -> int | None:
