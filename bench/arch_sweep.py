@@ -598,13 +598,14 @@ def summary(rows: list[dict[str, Any]], command: str) -> str:
     lever_rows = [r for r in rows if r["lever"] is not None]
     lines += ["", "## Levers", "",
               "Per lever over the built architectures: applies (its `applies` said yes), parity "
-              "verdicts, refused (it applied, then refused in its own words while patching), "
+              "verdicts (N/A: a parity step raised, so nothing could be compared), refused (it "
+              "applied, then refused in its own words while patching), "
               "errors (raised while applying, stepping or undoing), undo failures; not "
               "applicable (with a reason) and skipped (needs a CUDA device). Median seconds of "
               "the contract where it ran.", "",
-              "| lever | applies | PARITY | DAMAGED | NOT_MEASURED | refused | errors | "
+              "| lever | applies | PARITY | DAMAGED | NOT_MEASURED | N/A | refused | errors | "
               "undo failures | not applicable | skipped | median s |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lever_id in sorted({r["lever"] for r in lever_rows}):
         mine = [r for r in lever_rows if r["lever"] == lever_id]
         words = collections.Counter(outcome(r) for r in mine)
@@ -614,15 +615,18 @@ def summary(rows: list[dict[str, Any]], command: str) -> str:
         times = sorted(r.get("seconds") or 0 for r in mine if r.get("parity") is not None)
         median = f"{times[len(times) // 2]:.1f}" if times else ""
         lines.append(f"| {lever_id} | {applies} | {words['PARITY']} | {words['DAMAGED']} | "
-                     f"{words['NOT_MEASURED']} | {words['refused']} | {words['error']} | "
+                     f"{words['NOT_MEASURED']} | {words['N/A']} | {words['refused']} | "
+                     f"{words['error']} | "
                      f"{undo_failed} | "
                      f"{words['not-applicable']} | {words['skipped']} | {median} |")
     lines += ["", "## Failures", "",
-              "Every lever row that was DAMAGED, NOT_MEASURED, raised or did not undo, by lever.",
+              "Every lever row that was DAMAGED, NOT_MEASURED or N/A, raised or did not undo, by "
+              "lever.",
               ""]
     for lever_id in sorted({r["lever"] for r in lever_rows}):
         bad = [r for r in lever_rows if r["lever"] == lever_id and (
-            outcome(r) in ("DAMAGED", "NOT_MEASURED", "error") or r.get("undo_ok") is False)]
+            outcome(r) in ("DAMAGED", "NOT_MEASURED", "N/A", "error")
+            or r.get("undo_ok") is False)]
         if bad:
             lines += [f"### {lever_id}", ""] + [f"- `{r['arch']}`: {describe(r)}" for r in bad]
             lines.append("")

@@ -38,7 +38,7 @@ def test_a_run_writes_a_row_per_architecture_and_lever_and_a_summary(tmp_path):
     assert all(r["torch"] and r["commit"] and "timm" in r for r in rows)
     summary = (tmp_path / "summary.md").read_text()
     assert "| transformers | 2 | 1 | 1 |" in summary
-    assert "| ac-full | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 |" in summary
+    assert "| ac-full | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 |" in summary
     assert "clip" in summary.split("### Not built, by reason")[1]
     # a second run of one architecture replaces its rows, keeps the others
     bench.main(["--only", "clip", "--levers", "ac-full", "--out", str(tmp_path)])
@@ -63,3 +63,21 @@ def test_a_sample_is_the_first_of_a_seeded_shuffle():
     assert ten[:5] == five and len(set(ten)) == 10
     assert "bart/seq2seq" in bench.transformers_architectures()
     assert "opt" in bench.transformers_architectures()
+
+
+def test_a_lever_whose_parity_step_raised_is_listed_among_the_failures():
+    bench = _bench()
+    base = {"torch": "2", "transformers": "5", "timm": None, "commit": "c", "seconds": 1.0}
+    rows = [
+        {**base, "arch": "opt", "lever": None, "built": True},
+        {**base, "arch": "opt", "lever": "autocast-bf16", "applies": None, "refused": None,
+         "error": "candidate parity step 1 raised RuntimeError: overflow", "error_stage": "parity",
+         "undo_ok": True, "parity": {"verdict": "N/A", "note": "nothing could be compared"}},
+        {**base, "arch": "opt", "lever": "ac-full", "applies": None, "refused": None,
+         "error": None, "undo_ok": True, "parity": {"verdict": "PARITY", "note": ""}},
+    ]
+    text = bench.summary(rows, "cmd")
+    assert "| autocast-bf16 | 1 | 0 | 0 | 0 | 1 | 0 | 0 | 0 | 0 | 0 |" in text
+    failures = text.split("## Failures")[1]
+    assert "### autocast-bf16" in failures and "overflow" in failures
+    assert "### ac-full" not in failures
