@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # A device session of issue 33's goal table (background, polled by bench/gpu_poll.sh): levers
-# tune --budget B against the peers, one model after another, each row merged into
-# $D/a/tune_sweep_h200/summary.json as it lands (bench/tune_sweep.py), so that a session cut
-# short keeps the rows it finished.
+# tune --budget B against the peers, one model after another on each GPU of the machine (the
+# models dealt round-robin over the GPUs, one process per model), each row merged into
+# $D/a<gpu>/tune_sweep_h200/summary.json as it lands (bench/tune_sweep.py), so that a session
+# cut short keeps the rows it finished. On one GPU that is one list after another.
 # Usage (repository root, on the device):
-#   LEVERS_COMMIT=<hash> MODELS="zoo@llama,zoo@qwen2,arch@opt" BUDGET=3m bash bench/gpu_call_tune_rows.sh /tmp/g
+#   LEVERS_COMMIT=<hash> MODELS="zoo@llama,arch@opt" SAMPLE=8:33 BUDGET=3m bash bench/gpu_call_tune_rows.sh /tmp/g
+# MODELS and SAMPLE (N:SEED, a seeded sample of N architectures outside the zoo) may each be
+# empty, not both; ROW_TIMEOUT (seconds per model, default 540) must hold the budget and ~6
+# timed rows of the peers.
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-mkdir -p "$D/a"
-IFS=, read -ra models <<< "${MODELS:?name the models: MODELS=zoo@llama,arch@opt}"
-for model in "${models[@]}"; do
-    timeout 540 python bench/tune_sweep.py --models "$model" --budget "${BUDGET:-3m}" \
-        --peers "${PEERS:-compile-model,compile-layers,torchtitan-float8}" \
-        --out "$D/a/tune_sweep_h200" >> "$D/a.out" 2>&1
-    cp "$D/a.out" "$D/a/tune_sweep_h200/session.log"; (cd "$D/a" && tar -czf round.tgz tune_sweep_h200)
-done
+gpus=$(nvidia-smi -L | wc -l)
+sample=()
+[ -n "${SAMPLE:-}" ] && sample=(--arch-sample "$SAMPLE")
+one_gpu() {
+    local i=$1 out="$D/a$i"
+    mkdir -p "$out"
+    for model in $(python bench/tune_sweep.py --models "${MODELS:-}" "${sample[@]}" --part "$i/$gpus" --list); do
+        CUDA_VISIBLE_DEVICES=$i timeout "${ROW_TIMEOUT:-540}" python bench/tune_sweep.py \
+            --models "$model" --budget "${BUDGET:-3m}" \
+            --peers "${PEERS:-compile-model,compile-layers,torchtitan-float8}" \
+            --out "$out/tune_sweep_h200" >> "$D/a$i.out" 2>&1
+        cp "$D/a$i.out" "$out/tune_sweep_h200/session.log"
+        (cd "$out" && tar -czf round.tgz tune_sweep_h200)
+    done
+}
+for ((i = 0; i < gpus; i++)); do one_gpu "$i" & done
+wait
 echo done > "$D/DONE"

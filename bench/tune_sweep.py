@@ -194,6 +194,30 @@ def _environment() -> dict[str, Any]:
     }
 
 
+SWEEP_ROWS = ROOT / "bench/results/arch_sweep_cpu/results.jsonl"
+
+
+def arch_sample(count: int, seed: int, rows_file: Path = SWEEP_ROWS) -> list[str]:
+    """``count`` architectures outside the zoo, a seeded random sample of those the CPU arch
+    sweep built (``arch@opt``, ``arch@bart/seq2seq``), in a fixed order."""
+    from levers.workloads.zoo import MODELS as ZOO_MODELS
+
+    zoo_types = set(ZOO_MODELS)  # the zoo's names are its transformers model types
+    built = sorted({r["arch"] for r in map(json.loads, rows_file.read_text().splitlines())
+                    if r["lever"] is None and r.get("built")})
+    outside = [a for a in built if a.split("/")[0] not in zoo_types]
+    return [f"arch@{a}" for a in random.Random(seed).sample(outside, min(count, len(outside)))]
+
+
+def model_params(spec: str, model: str, size: str, device: str) -> dict[str, Any]:
+    """The workload parameters of one ``SPEC@MODEL`` entry; ``arch@bart/seq2seq`` names the
+    task after the slash, as the arch sweep does."""
+    params: dict[str, Any] = {"model": model, "size": size, "device": device}
+    if spec == "arch" and "/" in model:
+        params["model"], params["task"] = model.split("/", 1)
+    return params
+
+
 def _merge(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
     rows = json.loads(path.read_text())["rows"] if path.is_file() else []
     key = lambda r: (r["model"], r["size"], r["budget_s"])  # noqa: E731
@@ -202,7 +226,12 @@ def _merge(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", required=True, help="SPEC@MODEL, comma-separated")
+    parser.add_argument("--models", default="", help="SPEC@MODEL, comma-separated")
+    parser.add_argument("--arch-sample", metavar="N:SEED",
+                        help="add N architectures outside the zoo, a seeded sample of those the "
+                             "CPU arch sweep built (arch_sample)")
+    parser.add_argument("--part", metavar="I/N", default="0/1",
+                        help="run only the models at positions I, I+N, ... (one GPU of N)")
     parser.add_argument("--budget", default="3m", help="levers tune's budget per model")
     parser.add_argument("--size", default="full")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -213,22 +242,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="start no model after this many seconds")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--list", action="store_true", help="print the models (of --part) and exit")
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.list and args.out is None:
+        parser.error("--out is required")
     budget_s = parse_duration_s(args.budget)
     extra = dict(item.split("=", 1) for item in args.set)
     peers = [p for p in args.peers.split(",") if p]
     rng = random.Random(0)
     started = time.perf_counter()
+    entries = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.arch_sample:
+        count, seed = (int(x) for x in args.arch_sample.split(":"))
+        entries += arch_sample(count, seed)
+    if not entries:
+        parser.error("name the models: --models zoo@llama,arch@opt or --arch-sample 8:33")
+    part, parts = (int(x) for x in args.part.split("/"))
+    if args.list:
+        print("\n".join(entries[part::parts]))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
     summary = args.out / "summary.json"
-    for entry in [m.strip() for m in args.models.split(",") if m.strip()]:
+    for entry in entries[part::parts]:
         if args.deadline_s is not None and time.perf_counter() - started > args.deadline_s:
             print(f"{entry}: not started, past the deadline", flush=True)
             continue
         spec, model = entry.rsplit("@", 1)
-        params = {"model": model, "size": args.size, "device": args.device, **extra}
+        params = {**model_params(spec, model, args.size, args.device), **extra}
         print(f"{entry}: tune --budget {args.budget}", flush=True)
         row: dict[str, Any] = {"model": entry, "size": args.size, "budget_s": budget_s,
                                "params": params, **_environment()}
