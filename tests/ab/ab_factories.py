@@ -6,11 +6,14 @@
 - "rewrite": the same math written differently (explicit matmuls instead of nn.Linear calls):
   a correct, numerics-changing fix;
 - "scaled_loss": silently doubles the loss (a wrong fix);
-- "no_residual": silently drops the residual connection (a wrong fix).
+- "no_residual": silently drops the residual connection (a wrong fix);
+- "leaky": scales the output by 2 and sets ``LEAKED_SCALE`` so that every model built after it
+  does too (a wrong fix that patches something global; the tests put it back).
 
 ``transient_bytes`` allocates that much scratch for the duration of each step and
 ``resident_bytes`` keeps that much in a model buffer (memory attribution tests on a GPU).
-``nan_at`` makes the loss NaN from that step on (1-based); ``raise_at`` makes the step raise.
+``unseeded`` adds noise drawn from the OS's entropy to each step's input (a model that reseeds
+from the OS: it never repeats itself). ``nan_at`` makes the loss NaN from that step on (1-based); ``raise_at`` makes the step raise.
 ``clock`` (a one-element list, seconds) makes every step advance a fake clock by ``step_ms``
 times (1 + ``noise`` * a standard normal draw from ``random.Random(noise_seed)``): timing tests
 are then deterministic.
@@ -25,7 +28,8 @@ import torch.nn.functional as F
 
 from levers import Workload
 
-FIXES = ("none", "rewrite", "scaled_loss", "no_residual")
+FIXES = ("none", "rewrite", "scaled_loss", "no_residual", "leaky")
+LEAKED_SCALE = [1.0]  # read by every build; "leaky" sets it
 
 
 class ResidualMLP(torch.nn.Module):
@@ -35,6 +39,7 @@ class ResidualMLP(torch.nn.Module):
         self.down = torch.nn.Linear(4 * dim, dim)
         self.head = torch.nn.Linear(dim, 1)
         self.fixed = fixed
+        self.scale = LEAKED_SCALE[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fixed == "rewrite":
@@ -43,7 +48,7 @@ class ResidualMLP(torch.nn.Module):
             return h @ self.head.weight.t() + self.head.bias
         h = self.down(torch.relu(self.up(x)))
         h = h if self.fixed == "no_residual" else x + h
-        return self.head(h)
+        return self.head(h) * self.scale
 
 
 def _returned(returns, loss, x):
@@ -74,10 +79,13 @@ def build(
     resident_bytes=0,
     returns="loss",
     interrupt_at=None,
+    unseeded=False,
 ):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
     torch.manual_seed(seed)
+    if fixed == "leaky":
+        LEAKED_SCALE[0] = 2.0
     model = ResidualMLP(dim, fixed).to(device)
     if resident_bytes:
         model.register_buffer(
@@ -97,7 +105,11 @@ def build(
         if interrupt_at is not None and num_steps[0] >= interrupt_at:
             raise KeyboardInterrupt
         scratch = torch.ones(transient_bytes, dtype=torch.uint8, device=device)
-        loss = F.mse_loss(model(x), y) + 0 * scratch[:1].sum()
+        inputs = x
+        if unseeded:
+            entropy = torch.Generator().manual_seed(random.SystemRandom().randrange(2**62))
+            inputs = x + 1e-2 * torch.randn(x.shape, generator=entropy).to(device)
+        loss = F.mse_loss(model(inputs), y) + 0 * scratch[:1].sum()
         if fixed == "scaled_loss":
             loss = loss * 2
         if nan_at is not None and num_steps[0] >= nan_at:

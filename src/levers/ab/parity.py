@@ -116,6 +116,8 @@ class ParityResult:
     reference_grad_norms: tuple[float | None, ...] = ()
     # why the fixed tolerance judged (declared exact, no float64 run and why); "" otherwise
     tolerance_reason: str = ""
+    # after a failed gate, what running the baseline again showed (levers.ab.repeat); "" else
+    repeat: str = ""
 
 
 def is_low_precision(workload: Workload) -> bool:

@@ -161,6 +161,8 @@ def parity_read(parity: ParityResult | None) -> Read:
         note = _passed_words(parity)
     else:
         note = "; ".join(parity.notes) or "nothing could be compared"
+    if parity.repeat:
+        note += f"; {parity.repeat}"
     return Read("parity", "", None, None, None, None, parity_verdict(parity.passed), note)
 
 

@@ -19,6 +19,7 @@ import torch
 from levers.ab.design_keys import DEFAULTS_BY_FIELD, DEFAULTS_BY_KEY, DESIGN_FIELDS
 from levers.ab.killlines import GIB, Kill, KillLines
 from levers.ab.parity import EXACT_REASON, EXACTNESS, ParityResult, reference_for, run_parity
+from levers.ab.repeat import check_repeatable
 from levers.ab.reference import Reference, unavailable
 from levers.ab.quality import QualityRead, quality_read
 from levers.ab.random_alike import drawn_alike, recompile_for_timing
@@ -261,6 +262,10 @@ def run_ab(
                 floor=config.parity_floor,
                 floor_of=config.parity_floor_of,
             )
+            if kill is None:  # a failed gate: the baseline run again tells whose difference it is
+                parity = check_repeatable(
+                    lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
+                )
         recompile_for_timing(compiled, reference.draws_random)
     samples = None
     if kill is None:

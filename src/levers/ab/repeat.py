@@ -1,0 +1,135 @@
+"""Is a failed parity gate the candidate's doing, or does the baseline not repeat itself?
+
+The gate holds the candidate to the baseline (or to the float64 run), both built and stepped
+from one seed. A model that draws from outside that seed (a reversible layer that reseeds from
+the OS, a kernel whose result depends on thread timing) differs from itself run twice, and then
+every candidate fails the gate, a lever that changes nothing included. So when the gate fails,
+the baseline is built once more from the same seed and stepped as before:
+
+- it repeats the first run within the tolerance the candidate was held to: the difference is the
+  candidate's, and the verdict stands (``repeat`` says the baseline repeated);
+- it does not: the gate cannot tell the candidate's change from the step's own variation, and
+  the result says so (``passed`` None: NOT_MEASURED, never PARITY);
+- it computed what the candidate computed instead: the candidate's change leaked into a model
+  built beside it (a lever that patched something global), and the verdict stands, with that
+  said.
+
+It costs one more build and the parity steps, only after a failed gate, while both sides are
+resident; where that does not fit (out of memory) or the time budget ends it, the verdict stands
+unchecked and a note says so.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from levers.ab.gradnorm import grad_norm_probe
+from levers.ab.killlines import KillLines, KillSignal, check_time
+from levers.ab.parity import ParityResult, rel_diff
+from levers.ab.steps import run_step
+from levers.workload import Workload
+
+QUANTITIES = ("loss", "grad_norm")
+
+
+def _series(result: ParityResult, side: str) -> dict[str, tuple[float | None, ...]]:
+    return {
+        "loss": getattr(result, f"{side}_losses"),
+        "grad_norm": getattr(result, f"{side}_grad_norms"),
+    }
+
+
+def _run_again(
+    build: Callable[[], Workload], num_steps: int, seed: int, lines: KillLines
+) -> dict[str, list[float | None]]:
+    torch.manual_seed(seed)
+    again = build()
+    values: dict[str, list[float | None]] = {"loss": [], "grad_norm": []}
+    try:
+        with grad_norm_probe(again.model) as take:
+            for step in range(1, num_steps + 1):
+                check_time(lines, "parity", "baseline", step)
+                torch.manual_seed(seed + step)  # as the gate reseeds each step
+                loss = run_step(again, "parity", "baseline", step)
+                values["loss"].append(None if loss is None else float(loss))
+                norm = take()
+                values["grad_norm"].append(None if norm is None else float(norm))
+    finally:
+        del again
+        gc.collect()
+    return values
+
+
+def _largest(
+    first: dict[str, tuple[float | None, ...]],
+    again: dict[str, list[float | None]],
+    result: ParityResult,
+) -> tuple[float, str] | None:
+    """The largest relative difference between two runs over the gate's checkpoints, measured
+    against the tolerance of each step: (difference / tolerance, its description)."""
+    worst: tuple[float, str] | None = None
+    for step in sorted({1, result.num_steps}):
+        rtol = result.tolerance.rtol_first if step == 1 else result.tolerance.rtol_last
+        for quantity in QUANTITIES:
+            a, b = first[quantity][step - 1], again[quantity][step - 1]
+            if a is None or b is None:
+                continue
+            diff = rel_diff(a, b)
+            if worst is None or diff / rtol > worst[0]:
+                worst = (diff / rtol, f"{quantity} after step {step} by {diff:.3g}")
+    return worst
+
+
+def check_repeatable(
+    build_baseline: Callable[[], Workload],
+    result: ParityResult,
+    *,
+    seed: int,
+    lines: KillLines,
+) -> ParityResult:
+    """``result`` (a gate that failed: ``passed`` False) after the baseline is run once more
+    from the same seed; any other result is returned as it is."""
+    if result.passed is not False or result.num_steps < 1:
+        return result
+    try:
+        again = _run_again(build_baseline, result.num_steps, seed, lines)
+    except (KillSignal, torch.OutOfMemoryError) as exc:
+        why = "the time budget ended it" if isinstance(exc, KillSignal) else "out of memory"
+        return _noted(result, f"the baseline's repeatability was not checked ({why})")
+    if min(len(v) for v in again.values()) < result.num_steps:
+        return _noted(result, "the baseline's repeatability was not checked (its run stopped)")
+    baseline = _largest(_series(result, "baseline"), again, result)
+    if baseline is None:
+        return _noted(result, "the baseline's repeatability was not checked (no finite values)")
+    ratio, where = baseline
+    if ratio <= 1.0:
+        return _noted(
+            result,
+            f"the baseline repeated itself from the same seed (a second run differed at most "
+            f"{ratio:.2g}x the tolerance): the difference is the candidate's",
+        )
+    candidate = _largest(_series(result, "candidate"), again, result)
+    if candidate is not None and candidate[0] <= 1.0:
+        return _noted(
+            result,
+            "a second baseline built after the candidate computed as the candidate did: the "
+            "candidate's change reaches models built beside it (something global was patched)",
+        )
+    return replace(
+        result,
+        passed=None,
+        repeat=(
+            f"not repeatable: the baseline run twice from the same seed differs ({where}, "
+            f"{ratio:.3g}x the tolerance), so the gate cannot tell the candidate's change from "
+            "the step's own variation; make the step deterministic from torch.manual_seed "
+            "(no reseeding from the OS, deterministic kernels) to judge it"
+        ),
+    )
+
+
+def _noted(result: ParityResult, note: str) -> ParityResult:
+    return replace(result, repeat=note)
