@@ -30,8 +30,10 @@ of the catalogue (:func:`levers.levers.load_all`; ``--levers`` picks), the contr
 2. parity: the parity gate of ``levers ab`` (:func:`levers.ab.parity.run_parity`) over
    ``--parity-steps`` steps of a never-patched build against a patched one, both from one seed:
    an ``exact`` lever bitwise-close to the baseline, a numerics-changing one against the float64
-   run of the baseline (made once per architecture), with the lever's declared parity floor. The
-   verdict is ``levers ab``'s parity read: PARITY, DAMAGED or NOT_MEASURED, with the numbers.
+   run of the baseline (made once per architecture), with the lever's declared parity floor; a
+   failed gate runs the baseline again from the same seed, as ``levers ab`` does
+   (:mod:`levers.ab.repeat`). The verdict is ``levers ab``'s parity read: PARITY, DAMAGED or
+   NOT_MEASURED, with the numbers.
 3. undo: after the parity steps the lever is undone and the model must be as the never-patched
    baseline is after the same steps: the same module classes and attributes, the config, the
    optimizer's attributes and hyperparameters, its own step function, no compiled call left;
@@ -81,6 +83,7 @@ import levers  # noqa: E402
 from levers.ab.killlines import KillLines  # noqa: E402
 from levers.ab.parity import reference_for, run_parity  # noqa: E402
 from levers.ab.reads import parity_read  # noqa: E402
+from levers.ab.repeat import check_repeatable  # noqa: E402
 from levers.ab.reference import Reference  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers import load_all  # noqa: E402
@@ -290,6 +293,9 @@ def contract(
             baseline, candidate, num_steps=parity_steps, exactness=lever.safety, seed=seed,
             lines=KillLines(), reference=ref, floor=lever.parity_floor, floor_of=lever.id,
         )
+        if kill is None:  # a failed gate: does the baseline repeat itself?
+            result = check_repeatable(lambda: seeded(build, seed), result, seed=seed,
+                                      lines=KillLines())
         read = parity_read(result)
         row["parity"] = parity_record(result, read)
         if kill is not None:
@@ -321,6 +327,7 @@ def parity_record(result: Any, read: Any) -> dict[str, Any]:
         "baseline_losses": list(result.baseline_losses),
         "candidate_losses": list(result.candidate_losses),
         "reference_losses": list(result.reference_losses),
+        "repeat": result.repeat,
         "checks": [
             {k: getattr(c, k) for k in ("step", "quantity", "baseline", "candidate", "rel_diff",
                                          "passed", "rule", "candidate_error", "allowed_error")}
