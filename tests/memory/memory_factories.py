@@ -189,3 +189,29 @@ def attention_stack(
     workload = Workload(model=model, step=step, optimizer=optimizer, name="attention_stack")
     workload.params = {"seen": seen}
     return workload
+
+
+class _Scale(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))  # small: its values are shadowed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
+def retyped(device: str = "cpu") -> Workload:
+    """A module cast while the model is built (DeepSeek-V4's norms: ``.to(dtype=float32)`` in
+    their ``__init__``)."""
+    with torch.device(device):
+        model = nn.Sequential(nn.Linear(8, 8), _Scale(8).to(dtype=torch.float32))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+
+    def step() -> torch.Tensor:
+        loss = model(torch.randn(4, 8, device=device)).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer, name="retyped")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 
 import memory_factories as factories
@@ -10,6 +11,7 @@ import torch
 
 from levers.memory import predict_memory
 from levers.memory.fake import trace_workload
+from levers.memory.shadow import _ShadowTable
 from levers.hardware import resolve_gpu
 
 MIB = 1 << 20
@@ -130,6 +132,22 @@ def test_values_read_by_the_step_come_from_shadows():
     picked = [a for a in trace.allocations if a.op == "aten.index.Tensor"]
     assert [a.shape for a in picked] == [(5, 8)]  # five labels are not -100
     assert trace.assumptions == ()
+
+
+def test_a_module_cast_while_the_model_is_built_is_predicted():
+    # its small parameter has a shadow; a weak reference to it stopped Module._apply's swap
+    trace, _ = trace_workload(lambda: factories.retyped(device="cuda"), H100, num_steps=1)
+    assert {a.shape for a in trace.allocations if a.op == "aten.mul.Tensor"} >= {(4, 8)}
+
+
+def test_a_shadow_is_found_by_its_tensor_and_not_by_a_view_of_its_storage():
+    table = _ShadowTable()
+    base = torch.arange(6)
+    table[base] = base + 1
+    assert weakref.getweakrefs(base) == []  # swap_tensors refuses a weakly referenced tensor
+    assert torch.equal(table.get(base), base + 1)
+    assert table.get(base[2:]) is None and table.get(base.view(2, 3)) is None
+    assert torch.equal(table.pop(base), base + 1) and table.get(base) is None
 
 
 def test_the_prediction_leaves_torch_as_it_found_it():

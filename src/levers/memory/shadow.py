@@ -16,13 +16,13 @@ so the prediction errs on the high side).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.weak import WeakIdKeyDictionary
 
 # Shadows are real memory on the host: cap each one (elements).
 MAX_SHADOW_NUMEL = 1 << 24
@@ -38,11 +38,50 @@ _NO_VALUES = {
 aten = torch.ops.aten
 
 
+def _geometry(tensor: torch.Tensor) -> tuple:
+    return tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset()
+
+
+class _ShadowTable:
+    """Shadows by fake tensor, holding no reference to the tensor itself, not even a weak one:
+    ``Module._apply`` swaps a fake parameter's contents (``.to(dtype)`` on a module built under
+    fake tensors: DeepSeek-V4's norms in their ``__init__``), and ``torch.utils.swap_tensors``
+    refuses a tensor that anything references weakly. An entry is found by the tensor's id and
+    kept only while the tensor's storage lives, and with the view it was made for."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, tuple, torch.Tensor]] = {}
+
+    def __setitem__(self, tensor: torch.Tensor, real: torch.Tensor) -> None:
+        key = id(tensor)
+
+        def drop(ref: weakref.ref) -> None:  # the storage died: so did every tensor on it
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[key]
+
+        self._entries[key] = (weakref.ref(tensor.untyped_storage(), drop), _geometry(tensor), real)
+
+    def get(self, tensor: torch.Tensor, default: Any = None) -> Any:
+        entry = self._entries.get(id(tensor))
+        if entry is None:
+            return default
+        storage, geometry, real = entry
+        if storage() is not tensor.untyped_storage() or geometry != _geometry(tensor):
+            return default  # another tensor that reuses a dead one's id
+        return real
+
+    def pop(self, tensor: torch.Tensor, default: Any = None) -> Any:
+        value = self.get(tensor, default)
+        self._entries.pop(id(tensor), None)
+        return value
+
+
 class ShadowValues:
     """Keeps real copies of small integer/boolean fake tensors and answers value reads."""
 
     def __init__(self) -> None:
-        self._shadows: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._shadows = _ShadowTable()
         self.assumptions: list[str] = []
 
     def value(self, tensor: torch.Tensor) -> torch.Tensor | None:
