@@ -145,6 +145,14 @@ class Step:
                 self._workload = call_factory(self.source, self.params)
         return self._workload
 
+    def release(self) -> None:
+        """Drop the workload built from the spec or factory (its model, gradients and optimizer
+        state: GPU memory), so that the next use builds it again. A Step given a built workload
+        keeps it. ``tune`` calls it before its A/Bs, which build their own sides."""
+        if isinstance(self.source, Workload) or self.source is None:
+            return
+        self._workload = None
+
     def capture(
         self,
         *,

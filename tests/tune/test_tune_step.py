@@ -3,7 +3,9 @@ record, the printed lines."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,23 @@ def test_ctrl_c_during_an_a_b_keeps_the_record_and_marks_the_result_interrupted(
     text = _shown(result)
     assert "INTERRUPTED (Ctrl-C)" in text
     assert "dropped ac-full: not tried: the search was interrupted (Ctrl-C)" in text
+
+
+def test_the_workload_built_for_the_candidates_is_freed_before_the_a_bs(tmp_path):
+    # each A/B builds its own two sides: the one built for applies and the audit, with its
+    # gradients and optimizer state, would be a third copy on the GPU through the search
+    step = levers.Step("demo", params={"size": "tiny"})
+    built = weakref.ref(step.workload().model)
+    alive_at_a_b = []
+
+    class Watching(FakeAb):
+        def __call__(self, base, stack, time_budget_s, *, steps=None):
+            gc.collect()
+            alive_at_a_b.append(built() is not None)
+            return super().__call__(base, stack, time_budget_s, steps=steps)
+
+    fake = Watching({"inplace-scatter": 1.3})
+    result = step.tune(measure=fake, clock=fake.clock, audit=False, levers="inplace-scatter")
+    assert alive_at_a_b and not any(alive_at_a_b)
+    assert result.stack == ("inplace-scatter",)
+    assert step.workload().model is not None  # built again on use

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -80,6 +81,12 @@ def lever_forms(model: Any, on_gpu: bool) -> dict[str, tuple[str, ...]]:
     return {} if static_step_reasons(model) else {"compile-model": ("compile-model:mode=default",)}
 
 
+def _free_device(on_gpu: bool) -> None:
+    gc.collect()
+    if on_gpu:
+        torch.cuda.empty_cache()
+
+
 def _wraps_step(workload: Any, stack: Sequence[str]) -> bool:
     """Whether applying ``stack`` replaces the workload's step (so the script must call the
     handle's step); applied to the built workload and undone."""
@@ -140,6 +147,13 @@ def tune_step(
     note = gpu_only_note(skipped, str(workload.device))
     if note:
         notes.append(note)
+    # each A/B builds both its sides from the spec: the workload built for the candidates and
+    # the audit (its weights, gradients and optimizer state) would be a third copy on the device
+    # through the whole search
+    device = str(workload.device)
+    del workload
+    step.release()
+    _free_device(on_gpu)
 
     found = search(
         ordered,
@@ -156,9 +170,9 @@ def tune_step(
         params=dict(step.params),
         set_items=shown_items,
         design=design,
-        device=str(workload.device),
+        device=device,
         search=found,
-        wraps_step=_wraps_step(workload, found.stack),
+        wraps_step=_wraps_step(step.workload(), found.stack) if found.stack else False,
         notes=tuple(notes),
     )
     if record_path is not None:
