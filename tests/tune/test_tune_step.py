@@ -7,11 +7,13 @@ import gc
 import json
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fakes import FakeAb
 
 import levers
+from levers.tune import run
 from levers.tune.result import TuneResult
 
 def _events(path: Path) -> list[dict]:
@@ -206,3 +208,16 @@ def test_the_workload_built_for_the_candidates_is_freed_before_the_a_bs(tmp_path
     assert alive_at_a_b and not any(alive_at_a_b)
     assert result.stack == ("inplace-scatter",)
     assert step.workload().model is not None  # built again on use
+
+
+def test_a_step_that_fills_more_than_half_the_gpu_is_said_to_not_fit_twice(monkeypatch):
+    gib = 2**30
+    props = SimpleNamespace(total_memory=140 * gib)
+    monkeypatch.setattr(run.torch.cuda, "get_device_properties", lambda device: props)
+    stats = lambda peak: SimpleNamespace(source="cuda-allocator", peak_bytes=peak)  # noqa: E731
+    assert run.two_sides_note(stats(60 * gib), "cuda") is None
+    note = run.two_sides_note(stats(80 * gib), "cuda:0")
+    assert "80.0 GiB of the GPU's 140 GiB" in note and "batch_size" in note
+    # the CPU's tracked storages say nothing of a GPU
+    cpu_tracked = SimpleNamespace(source="tracked-storages", peak_bytes=10**15)
+    assert run.two_sides_note(cpu_tracked, "cpu") is None

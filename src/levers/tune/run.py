@@ -38,7 +38,8 @@ def _ignore(_: object) -> None:
 
 
 def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], float, list[str]]:
-    """The audit's findings and step time; none (with a note) when the audit cannot run."""
+    """The audit's findings and step time, and a note where two of its step will not fit on
+    the GPU; none (with a note) when the audit cannot run."""
     say("tune: auditing the step for candidate levers")
     try:
         # the estimates order the candidates; the search's own A/Bs are the measurements
@@ -47,7 +48,34 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
         first = (str(exc).strip().splitlines() or [""])[0]
         return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
                          "candidates are the catalogue's alone"]
-    return audited.findings, audited.result.step_ms, []
+    notes = []
+    crowded = two_sides_note(audited.capture.memory, step.workload().device)
+    if crowded:
+        say(f"tune: {crowded}")
+        notes.append(crowded)
+    return audited.findings, audited.result.step_ms, notes
+
+
+# the share of the device's memory two sides may take before an A/B is expected not to fit
+TWO_SIDES_SHARE = 0.95
+
+
+def two_sides_note(memory: Any, device: Any) -> str | None:
+    """A warning when the captured step's peak, twice over, exceeds the GPU's memory: each A/B
+    holds both its sides on the device at once."""
+    device = torch.device(device)
+    if device.type != "cuda" or getattr(memory, "source", None) != "cuda-allocator":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    peak = memory.peak_bytes
+    if 2 * peak <= TWO_SIDES_SHARE * total:
+        return None
+    return (
+        f"this step's peak is {peak / 2**30:.1f} GiB of the GPU's {total / 2**30:.0f} GiB, and an "
+        "A/B holds its two sides on the GPU at once: two such steps do not fit, so only a "
+        "candidate that needs much less memory can be compared here (the others stop out of "
+        "memory); to compare speed levers, tune at a smaller batch (--set batch_size=...)"
+    )
 
 
 def catalogue_rows() -> list[Any]:
