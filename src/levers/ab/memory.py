@@ -19,11 +19,11 @@ On a CPU none of this is measured and every field is None.
 from __future__ import annotations
 
 from itertools import chain
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from levers.capture.env import plain_tensors
 from levers.workload import Workload
 
 
@@ -38,26 +38,11 @@ def _state_tensors(optimizer: torch.optim.Optimizer | None) -> Iterable[torch.Te
     )
 
 
-def _plain(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
-    """The plain tensors holding ``tensor``'s data: itself, or a wrapper subclass's inner ones.
-
-    A wrapper subclass (torchao's 8-bit optimizer state, DTensor, float8 tensors) has no storage
-    of its own: asking its storage for a pointer raises. Its data lives in the tensors
-    ``__tensor_flatten__`` names.
-    """
-    if is_traceable_wrapper_subclass(tensor):
-        names, _ = tensor.__tensor_flatten__()
-        for name in names:
-            yield from _plain(getattr(tensor, name))
-    else:
-        yield tensor
-
-
 def storage_bytes(tensors: Iterable[torch.Tensor], device_type: str) -> int:
     """Bytes of the distinct storages on ``device_type`` behind ``tensors``, each counted once."""
     seen: set[int] = set()
     total_bytes = 0
-    for tensor in chain.from_iterable(map(_plain, tensors)):
+    for tensor in chain.from_iterable(map(plain_tensors, tensors)):
         if tensor.device.type != device_type:
             continue
         storage = tensor.untyped_storage()

@@ -4,6 +4,7 @@ ran is :func:`levers.environment.environment`."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -12,14 +13,22 @@ from levers.batches import batches_of
 from levers.capture.distributed import distributed_info
 
 
-def tensor_nbytes(value: torch.Tensor) -> int:
-    """The bytes a tensor holds: a wrapper subclass (torchao's 8-bit optimizer state, whose
-    ``element_size`` is that of the dtype it poses as) counted by the tensors it is made of."""
+def plain_tensors(value: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The plain tensors holding ``value``'s data: itself, or the tensors a wrapper subclass is
+    made of (``__tensor_flatten__``: torchao's 8-bit optimizer state, float8 tensors, DTensor),
+    which has no storage of its own and an ``element_size`` of the dtype it poses as."""
     flatten = getattr(value, "__tensor_flatten__", None)
     if type(value) is not torch.Tensor and callable(flatten):
         names, _ = flatten()
-        return sum(tensor_nbytes(getattr(value, name)) for name in names)
-    return value.numel() * value.element_size()
+        for name in names:
+            yield from plain_tensors(getattr(value, name))
+    else:
+        yield value
+
+
+def tensor_nbytes(value: torch.Tensor) -> int:
+    """The bytes a tensor holds, a wrapper subclass counted by the tensors it is made of."""
+    return sum(t.numel() * t.element_size() for t in plain_tensors(value))
 
 
 def _moments(optimizer: torch.optim.Optimizer) -> tuple[dict[str, int], list[int]]:
