@@ -294,8 +294,8 @@ def contract(
             lines=KillLines(), reference=ref, floor=lever.parity_floor, floor_of=lever.id,
         )
         if kill is None:  # a failed gate: does the baseline repeat itself?
-            result = check_repeatable(lambda: seeded(build, seed), result, seed=seed,
-                                      lines=KillLines())
+            result, kill = check_repeatable(lambda: seeded(build, seed), result, seed=seed,
+                                            lines=KillLines())
         read = parity_read(result)
         row["parity"] = parity_record(result, read)
         if kill is not None:

@@ -42,7 +42,8 @@ def test_a_failed_gate_against_the_float64_run_is_checked_for_repeatability_too(
     unseeded = side(unseeded=True)
     passed = run_ab(unseeded, side(unseeded=True), CONFIG).parity
     failed = replace(passed, passed=False, notes=())
-    checked = check_repeatable(unseeded.build, failed, seed=0, lines=KillLines())
+    checked, kill = check_repeatable(unseeded.build, failed, seed=0, lines=KillLines())
+    assert kill is None
     assert checked.passed is None and "not repeatable" in checked.repeat
     assert checked.tolerance.exactness == "changes-numerics"
 
@@ -79,3 +80,14 @@ def test_a_gate_that_passes_builds_nothing_more():
     result = run_ab(counted(), counted(fixed="rewrite"), CONFIG)
     assert _parity(result)[0] == PARITY
     assert len(builds) == 3  # the float64 run and the two sides
+
+
+def test_a_second_run_that_stops_leaves_the_verdict_and_ctrl_c_there_is_handed_back():
+    failed = run_ab(side(), side(fixed="no_residual"), CONFIG).parity
+    raising = side(raise_at=1)
+    checked, kill = check_repeatable(raising.build, failed, seed=0, lines=KillLines())
+    assert checked.passed is False and kill is None
+    assert "not checked" in checked.repeat and "boom in the user's step" in checked.repeat
+    interrupted = side(interrupt_at=1)
+    checked, kill = check_repeatable(interrupted.build, failed, seed=0, lines=KillLines())
+    assert checked.passed is False and kill is not None and kill.kind == "interrupted"

@@ -31,6 +31,7 @@ state exists on both). The float64 reference runs before the sides are built, on
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
@@ -261,7 +262,7 @@ def run_parity(
         autocast_probe(baseline.model, device_type) as autocast_a,
         autocast_probe(candidate.model, device_type) as autocast_b,
     ):
-        kill = _steps(sides, num_steps, seed, lines, losses, norms)
+        kill = run_parity_steps(sides, num_steps, seed, lines, losses, norms)
         autocast = (autocast_a(), autocast_b())
     low_precision = (
         is_low_precision(baseline)
@@ -343,7 +344,7 @@ def parity_gate(
     return result
 
 
-def _steps(
+def run_parity_steps(
     sides,
     num_steps: int,
     seed: int,
@@ -351,15 +352,16 @@ def _steps(
     losses: dict[str, list[float | None]],
     norms: dict[str, list[float | None]],
 ) -> Kill | None:
-    """The parity steps of both sides, alternating; fills ``losses`` and ``norms``."""
-    (_, baseline), (_, candidate) = sides
+    """The parity steps of ``sides`` (``(name, workload)`` pairs), alternating, the global RNG
+    reseeded alike before each side's k-th step; fills ``losses`` and ``norms`` by side name.
+    Returns the kill that stopped them (time budget, a non-finite loss, a step that raised)."""
     try:
-        with grad_norm_probe(baseline.model) as take_a, grad_norm_probe(candidate.model) as take_b:
-            takes = {"baseline": take_a, "candidate": take_b}
+        with ExitStack() as stack:
+            takes = {side: stack.enter_context(grad_norm_probe(w.model)) for side, w in sides}
             for step in range(1, num_steps + 1):
                 for side, workload in sides:
                     check_time(lines, "parity", side, step)
-                    torch.manual_seed(seed + step)  # same batches and dropout on both sides
+                    torch.manual_seed(seed + step)  # same batches and dropout on every side
                     loss = _as_float(run_step(workload, "parity", side, step))
                     losses[side].append(loss)
                     norms[side].append(_as_float(takes[side]()))

@@ -14,9 +14,10 @@ the baseline is built once more from the same seed and stepped as before:
   built beside it (a lever that patched something global), and the verdict stands, with that
   said.
 
-It costs one more build and the parity steps, only after a failed gate, while both sides are
-resident; where that does not fit (out of memory) or the time budget ends it, the verdict stands
-unchecked and a note says so.
+It costs one more build and the parity steps (the gate's own, :func:`levers.ab.parity.
+run_parity_steps`), only after a failed gate, while both sides are resident; where that does
+not fit (out of memory), the time budget ends it or the second run stops otherwise, the verdict
+stands unchecked and a note says so; Ctrl-C there is handed back to the caller as its kill.
 """
 
 from __future__ import annotations
@@ -27,10 +28,8 @@ from typing import Callable
 
 import torch
 
-from levers.ab.gradnorm import grad_norm_probe
-from levers.ab.killlines import KillLines, KillSignal, check_time
-from levers.ab.parity import ParityResult, rel_diff
-from levers.ab.steps import run_step
+from levers.ab.killlines import Kill, KillLines
+from levers.ab.parity import ParityResult, rel_diff, run_parity_steps
 from levers.workload import Workload
 
 QUANTITIES = ("loss", "grad_norm")
@@ -48,23 +47,17 @@ def _series(result: ParityResult, side: str) -> dict[str, tuple[float | None, ..
 
 def _run_again(
     build: Callable[[], Workload], num_steps: int, seed: int, lines: KillLines
-) -> dict[str, list[float | None]]:
+) -> tuple[dict[str, list[float | None]], Kill | None]:
     torch.manual_seed(seed)
     again = build()
-    values: dict[str, list[float | None]] = {"loss": [], "grad_norm": []}
+    losses: dict[str, list[float | None]] = {"baseline": []}
+    norms: dict[str, list[float | None]] = {"baseline": []}
     try:
-        with grad_norm_probe(again.model) as take:
-            for step in range(1, num_steps + 1):
-                check_time(lines, "parity", "baseline", step)
-                torch.manual_seed(seed + step)  # as the gate reseeds each step
-                loss = run_step(again, "parity", "baseline", step)
-                values["loss"].append(None if loss is None else float(loss))
-                norm = take()
-                values["grad_norm"].append(None if norm is None else float(norm))
+        kill = run_parity_steps((("baseline", again),), num_steps, seed, lines, losses, norms)
     finally:
         del again
         gc.collect()
-    return values
+    return {"loss": losses["baseline"], "grad_norm": norms["baseline"]}, kill
 
 
 def _largest(
@@ -93,18 +86,25 @@ def check_repeatable(
     *,
     seed: int,
     lines: KillLines,
-) -> ParityResult:
+) -> tuple[ParityResult, Kill | None]:
     """``result`` (a gate that failed: ``passed`` False) after the baseline is run once more
-    from the same seed; any other result is returned as it is."""
+    from the same seed; any other result is returned as it is. The kill is Ctrl-C's during the
+    second run, for the caller to stop on; any other stop leaves the verdict with a note."""
     if result.passed is not False or result.num_steps < 1:
-        return result
+        return result, None
     try:
-        again = _run_again(build_baseline, result.num_steps, seed, lines)
-    except (KillSignal, torch.OutOfMemoryError) as exc:
-        why = "the time budget ended it" if isinstance(exc, KillSignal) else "out of memory"
-        return _noted(result, f"the baseline's repeatability was not checked ({why})")
-    if min(len(v) for v in again.values()) < result.num_steps:
-        return _noted(result, "the baseline's repeatability was not checked (its run stopped)")
+        again, kill = _run_again(build_baseline, result.num_steps, seed, lines)
+    except torch.OutOfMemoryError:
+        return _noted(result, "the baseline's repeatability was not checked (out of memory)"), None
+    if kill is not None:
+        why = "the time budget ended it" if kill.kind == "time_budget" else kill.reason
+        noted = _noted(result, f"the baseline's repeatability was not checked ({why})")
+        return noted, kill if kill.kind == "interrupted" else None
+    return _judged(result, again), None
+
+
+def _judged(result: ParityResult, again: dict[str, list[float | None]]) -> ParityResult:
+    """The failed ``result`` with what the baseline's second run (``again``) says of it."""
     baseline = _largest(_series(result, "baseline"), again, result)
     if baseline is None:
         return _noted(result, "the baseline's repeatability was not checked (no finite values)")

@@ -263,7 +263,7 @@ def run_ab(
                 floor_of=config.parity_floor_of,
             )
             if kill is None:  # a failed gate: the baseline run again tells whose difference it is
-                parity = check_repeatable(
+                parity, kill = check_repeatable(
                     lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
                 )
         recompile_for_timing(compiled, reference.draws_random)
