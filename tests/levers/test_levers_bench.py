@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from bench_module import bench_module
 
 from levers.cli import main
 from optional_deps import needs
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "levers_vs_peers.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("levers_vs_peers", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("levers_vs_peers.py", "levers_vs_peers")
 
 
 @pytest.mark.slow

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "optimizer_state.py"
+from bench_module import bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("optimizer_state_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("optimizer_state.py", "optimizer_state_bench")
 
 
 @pytest.mark.slow

@@ -4,20 +4,14 @@ varied the rows also carry the widths the model saw, the graphs compiled and the
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "varlen.py"
+from bench_module import bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_varlen", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("varlen.py", "bench_varlen")
 
 
 @pytest.mark.slow

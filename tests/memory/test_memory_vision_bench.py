@@ -3,22 +3,15 @@ a CPU (tiny shapes), so that the GPU run of the benchmark does not fail on a typ
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from bench_module import BENCH, bench_module
 
 from levers.memory import predict_memory
 from optional_deps import needs
 
-BENCH = Path(__file__).parents[2] / "bench"
-
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("memory_accuracy", BENCH / "memory_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("memory_accuracy.py", "memory_accuracy")
 
 
 @needs("transformers")

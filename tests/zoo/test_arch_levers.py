@@ -19,18 +19,15 @@ memory on fake tensors, ~10 s an architecture (tests/levers/test_ac_budget*.py).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from bench_module import bench_module
 
 pytest.importorskip("transformers")
 
 from levers.levers import load_all  # noqa: E402
 from levers.workloads import arch  # noqa: E402
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "arch_sweep.py"
 
 ARCHITECTURES = [
     "opt", "bloom", "gpt_neox", "gpt_neo", "mamba", "olmoe", "deberta-v2/masked-lm",
@@ -46,10 +43,7 @@ LEVERS = sorted(
 
 
 def _sweep():
-    spec = importlib.util.spec_from_file_location("bench_arch_sweep", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("arch_sweep.py", "bench_arch_sweep")
 
 
 sweep = _sweep()

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from bench_module import bench_module
 
 pytest.importorskip("transformers")
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "arch_sweep.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_arch_sweep", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("arch_sweep.py", "bench_arch_sweep")
 
 
 def test_a_run_writes_a_row_per_architecture_and_lever_and_a_summary(tmp_path):

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "tune_sweep.py"
+from bench_module import bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_tune_sweep", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("tune_sweep.py", "bench_tune_sweep")
 
 
 def _rows(tmp_path: Path, built: dict[str, bool]) -> Path:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from bench_module import bench_module
 
 pytest.importorskip("transformers")
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "zoo.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_zoo", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("zoo.py", "bench_zoo")
 
 
 def test_a_tiny_cpu_run_writes_rows_and_the_models_summary(tmp_path):
