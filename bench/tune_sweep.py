@@ -54,6 +54,7 @@ import levers  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers.tune.budget import parse_duration_s  # noqa: E402
+from levers.workloads.zoo import MODELS as ZOO_MODELS  # noqa: E402
 
 from levers_vs_peers import _bootstrap, apply_peer, measure  # noqa: E402
 
@@ -200,8 +201,6 @@ SWEEP_ROWS = ROOT / "bench/results/arch_sweep_cpu/results.jsonl"
 def arch_sample(count: int, seed: int, rows_file: Path = SWEEP_ROWS) -> list[str]:
     """``count`` architectures outside the zoo, a seeded random sample of those the CPU arch
     sweep built (``arch@opt``, ``arch@bart/seq2seq``), in a fixed order."""
-    from levers.workloads.zoo import MODELS as ZOO_MODELS
-
     zoo_types = set(ZOO_MODELS)  # the zoo's names are its transformers model types
     built = sorted({r["arch"] for r in map(json.loads, rows_file.read_text().splitlines())
                     if r["lever"] is None and r.get("built")})
