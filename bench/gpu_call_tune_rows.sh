@@ -7,20 +7,25 @@
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> MODELS="zoo@llama,arch@opt" SAMPLE=8:33 BUDGET=3m bash bench/gpu_call_tune_rows.sh /tmp/g
 # MODELS and SAMPLE (N:SEED, a seeded sample of N architectures outside the zoo) may each be
-# empty, not both; ROW_TIMEOUT (seconds per model, default 540) must hold the budget and ~6
+# empty, not both; RETIME=SUMMARY times the stacks of that summary's rows beside the peers
+# instead of searching (tune_sweep.py --retime); ROW_TIMEOUT (seconds per model, default 540) must hold the budget and ~6
 # timed rows of the peers.
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 gpus=$(nvidia-smi -L | wc -l)
 sample=()
 [ -n "${SAMPLE:-}" ] && sample=(--arch-sample "$SAMPLE")
+retime=()  # RETIME=SUMMARY: time each model's earlier stack beside the peers, no search
+[ -n "${RETIME:-}" ] && retime=(--retime "$RETIME")
+peers=()  # every peer of tune_sweep.py unless PEERS narrows them (reduce-overhead compile is one)
+[ -n "${PEERS:-}" ] && peers=(--peers "$PEERS")
 one_gpu() {
     local i=$1 out="$D/a$i"
     mkdir -p "$out"
     for model in $(python bench/tune_sweep.py --models "${MODELS:-}" "${sample[@]}" --part "$i/$gpus" --list); do
         CUDA_VISIBLE_DEVICES=$i timeout "${ROW_TIMEOUT:-540}" python bench/tune_sweep.py \
             --models "$model" --budget "${BUDGET:-3m}" \
-            --peers "${PEERS:-compile-model,compile-layers,torchtitan-float8}" \
+            "${peers[@]}" "${retime[@]}" \
             --out "$out/tune_sweep_h200" >> "$D/a$i.out" 2>&1
         cp "$D/a$i.out" "$out/tune_sweep_h200/session.log"
         (cd "$out" && tar -czf round.tgz tune_sweep_h200)
@@ -28,4 +33,4 @@ one_gpu() {
 }
 for ((i = 0; i < gpus; i++)); do one_gpu "$i" & done
 wait
-echo done > "$D/DONE"
+[ -z "${KEEP_GOING:-}" ] && echo done > "$D/DONE"  # KEEP_GOING=1: a caller runs more after

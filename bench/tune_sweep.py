@@ -27,7 +27,12 @@ Writes ``OUT/summary.json`` after every model (rows merged by model, size and bu
 ``tokens_per_s_ratio_ci95`` (tune's A/B of its stack against the default), ``same_run_ratio``
 (tune's stack timed beside the peers), ``peers`` (each peer's ratio to the default, same
 process), ``best_peer``, ``vs_best_peer`` (``same_run_ratio`` over the best peer's), ``commit``,
-``torch``, ``gpu``, ``date``; the timed rows under ``rows``.
+``torch``, ``gpu``, ``date``; the timed rows under ``rows``; ``peers_missing``, each peer that
+did not run and why (the best peer is the best of those that ran).
+
+``--retime SUMMARY`` searches nothing: each model's stack and tune's own A/B come from its row in
+an earlier summary (``searched``: that row's commit, date and call) and only step 2 runs, for a
+row whose first run left a peer out.
 """
 
 from __future__ import annotations
@@ -176,6 +181,10 @@ def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random)
     ratio = lambda x, y: med(x) / med(y)  # noqa: E731
     samples = lambda variant: ok[variant]["tokens_per_s_samples"]  # noqa: E731
     row["peers"] = {v: ratio(samples(v), samples("default")) for v in ok if v in PEERS}
+    # a peer left out or failed is named: the best peer is the best of those that ran
+    reasons = {r["variant"]: r.get("error") or r.get("status") for r in rows}
+    row["peers_missing"] = {p: reasons.get(p, "not run (left out of --peers)")
+                            for p in PEERS if p not in row["peers"]}
     row["best_peer"] = max(row["peers"], key=row["peers"].get) if row["peers"] else None
     # an empty stack runs the default step
     row["same_run_ratio"] = ratio(samples(TUNED), samples("default")) if TUNED in ok else (
@@ -184,6 +193,21 @@ def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random)
         row["same_run_ratio_ci95"] = _bootstrap(samples(TUNED), samples("default"), ratio, rng)
     if row["best_peer"] and row["same_run_ratio"] is not None:
         row["vs_best_peer"] = row["same_run_ratio"] / row["peers"][row["best_peer"]]
+
+
+RETIMED_KEEP = ("model", "size", "budget_s", "params", "stack", "tokens_per_s_ratio",
+                "tokens_per_s_ratio_ci95", "parity", "outcomes", "trials", "search_s", "notes",
+                "spent_s", "tune_error")
+
+
+def retimed_row(prior: dict[str, Any]) -> dict[str, Any]:
+    """A row whose search ran before (``prior``, from an earlier summary): tune's stack and its
+    own A/B kept with the commit, date and call that searched; the default, the peers and the
+    stack are timed again now, in this process (``--retime``: a peer the first run left out)."""
+    row = {k: prior[k] for k in RETIMED_KEEP if k in prior}
+    row["searched"] = {k: prior.get(k) for k in ("commit", "torch", "date", "call")}
+    row["peers_first_run"] = prior.get("peers")
+    return {**row, **_environment()}
 
 
 def _environment() -> dict[str, Any]:
@@ -241,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="start no model after this many seconds")
+    parser.add_argument("--retime", type=Path, metavar="SUMMARY",
+                        help="search nothing: take each model's stack from this summary.json "
+                             "(same size and budget) and time it again beside the peers")
     parser.add_argument("--list", action="store_true", help="print the models (of --part) and exit")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--debug", action="store_true")
@@ -262,6 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(entries[part::parts]))
         return 0
+    prior: dict[tuple, dict[str, Any]] = {}
+    if args.retime is not None:
+        prior = {(r["model"], r["size"], r["budget_s"]): r
+                 for r in json.loads(args.retime.read_text())["rows"]}
+        absent = [e for e in entries[part::parts] if (e, args.size, budget_s) not in prior]
+        if absent:
+            parser.error(f"--retime {args.retime} has no row of {', '.join(absent)} at size "
+                         f"{args.size} and budget {budget_s:.0f}s: run those without --retime")
     args.out.mkdir(parents=True, exist_ok=True)
     summary = args.out / "summary.json"
     for entry in entries[part::parts]:
@@ -270,10 +305,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         spec, model = entry.rsplit("@", 1)
         params = {**model_params(spec, model, args.size, args.device), **extra}
-        print(f"{entry}: tune --budget {args.budget}", flush=True)
-        row: dict[str, Any] = {"model": entry, "size": args.size, "budget_s": budget_s,
-                               "params": params, **_environment()}
-        row.update(tune_row(spec, params, args))
+        if prior:
+            print(f"{entry}: retiming the stack of its earlier search beside the peers", flush=True)
+            row = retimed_row(prior[(entry, args.size, budget_s)])
+        else:
+            print(f"{entry}: tune --budget {args.budget}", flush=True)
+            row = {"model": entry, "size": args.size, "budget_s": budget_s, "params": params,
+                   **_environment()}
+            row.update(tune_row(spec, params, args))
         timed = []
         for variant in ["default", *peers, *([TUNED] if row.get("stack") else [])]:
             one = timed_row(spec, params, variant, row.get("stack", []), args)
@@ -286,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         compare(row, timed, rng)
         print(f"{entry}: stack {row.get('stack')} same-run {row.get('same_run_ratio')} "
               f"best peer {row.get('best_peer')} vs_best_peer {row.get('vs_best_peer')} "
-              f"spent {row['spent_s']:.0f}s", flush=True)
+              f"spent {row.get('spent_s', 0):.0f}s", flush=True)
         rows = _merge(summary, row)
         atomic_write_text(summary, json.dumps({"rows": rows}, indent=1, default=str) + "\n",
                           make_parents=True)

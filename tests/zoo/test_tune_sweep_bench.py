@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench_module import bench_module
 
 
@@ -47,3 +49,49 @@ def test_parts_deal_the_models_round_robin(capsys):
         assert bench.main(["--models", models, "--part", f"{part}/2", "--list"]) == 0
         dealt.append(capsys.readouterr().out.split())
     assert dealt == [["zoo@a", "zoo@c", "zoo@e"], ["zoo@b", "zoo@d"]]
+
+
+def _prior(tmp_path: Path) -> Path:
+    row = {"model": "zoo@nanogpt", "size": "tiny", "budget_s": 60.0, "stack": ["compile-blocks"],
+           "tokens_per_s_ratio_ci95": [1.1, 1.2], "spent_s": 55.0, "trials": [{"stack": []}],
+           "commit": "abc1234", "date": "2026-12-01", "call": "s39",
+           "peers": {"compile-model": 1.3}, "vs_best_peer": 9.9}
+    path = tmp_path / "prior.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    return path
+
+
+def test_retime_times_an_earlier_stack_beside_the_peers_and_names_the_peers_left_out(tmp_path):
+    bench = _bench()
+    out = tmp_path / "out"
+    assert bench.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                       "--budget", "60", "--peers", "compile-layers,compile-model-ro",
+                       "--warmup", "1", "--steps", "2", "--retime", str(_prior(tmp_path)),
+                       "--out", str(out)]) == 0
+    [row] = json.loads((out / "summary.json").read_text())["rows"]
+    # the search is the earlier one, with where it ran; nothing of its old timing survives
+    assert row["stack"] == ["compile-blocks"] and row["spent_s"] == 55.0
+    assert row["tokens_per_s_ratio_ci95"] == [1.1, 1.2] and row["trials"] == [{"stack": []}]
+    assert row["searched"]["commit"] == "abc1234" and row["searched"]["call"] == "s39"
+    assert row["peers_first_run"] == {"compile-model": 1.3}
+    assert row["commit"] != "abc1234"
+    variants = {r["variant"]: r["status"] for r in row["rows"]}
+    assert variants == {"default": "ok", "compile-layers": "ok",
+                        "compile-model-ro": "not-applicable", "tuned": "ok"}
+    assert set(row["peers"]) == {"compile-layers"} and row["best_peer"] == "compile-layers"
+    assert row["vs_best_peer"] == row["same_run_ratio"] / row["peers"]["compile-layers"]
+    missing = row["peers_missing"]
+    assert missing["compile-model-ro"] == "reduce-overhead (CUDA graphs) needs a GPU"
+    assert missing["compile-model"].startswith("not run")
+    assert set(missing) == set(bench.PEERS) - {"compile-layers"}
+
+
+def test_retime_without_an_earlier_row_stops_before_any_work(tmp_path, capsys):
+    bench = _bench()
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--models", "zoo@nanogpt,zoo@gpt2", "--size", "tiny", "--device", "cpu",
+                    "--budget", "60", "--retime", str(_prior(tmp_path)), "--out", str(out)])
+    assert stop.value.code == 2
+    assert "no row of zoo@gpt2" in capsys.readouterr().err
+    assert not out.exists()

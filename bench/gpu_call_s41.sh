@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The next device session's job (background, polled by bench/gpu_poll.sh). Until s40 the goal
+# rows' calls passed --peers without compile-model-ro (reduce-overhead whole-model compile), the
+# peer closest to tune's own compile-model (which uses CUDA graphs where they pay), so their
+# vs_best_peer is against the best of the other peers. First the committed rows that lack it are
+# timed again beside every peer, stack as searched (tune_sweep.py --retime, no search: ~2 min a
+# model); then new rows of MODELS (default: the zoo models not yet reached).
+# Usage (repository root, on the device):
+#   LEVERS_COMMIT=<hash> BUDGET=3m bash bench/gpu_call_s41.sh /tmp/g
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
+summary=bench/results/tune_sweep_h200/summary.json
+lacking=$(python3 -c "
+import json
+rows = json.load(open('$summary'))['rows']
+print(','.join(r['model'] for r in rows if r['size'] == 'full' and r['budget_s'] == 180
+               and 'compile-model-ro' not in r.get('peers', {})))")
+cp "$summary" "$D/retime_from.json"
+RETIME="$D/retime_from.json" MODELS="${RETIME_MODELS:-$lacking}" SAMPLE= KEEP_GOING=1 \
+    bash bench/gpu_call_tune_rows.sh "$D"
+MODELS="${MODELS:-zoo@timm-vit,zoo@swin,zoo@t5}" exec bash bench/gpu_call_tune_rows.sh "$D"
