@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 import warnings
 
 import pytest
@@ -18,9 +19,9 @@ from torch import nn
 import levers
 from levers.capture.env import _optimizer_info
 from levers.levers import REGISTRY, adamw_8bit, adamw_bf16_state, load_all
-from levers.levers._optimizer_state import MARK, park, state_nbytes
-from levers.levers.lever import NotApplicable
-from levers.tune.candidates import MEMORY_FORMS, exclusive_with
+from levers.levers._optimizer_state import MARK, MEASURED_ON_GPU, park, state_nbytes
+from levers.levers.lever import NotApplicable, Target
+from levers.tune.candidates import MEMORY_FORMS, candidates, exclusive_with
 from levers.vocab import CHANGES_NUMERICS
 from levers.workloads import llama
 
@@ -70,6 +71,43 @@ def test_both_are_registered_as_numerics_changing_memory_forms_for_tune():
     assert exclusive_with("adamw-8bit", ["compile-blocks", "adamw-bf16-state"]) == (
         "adamw-bf16-state"
     )
+
+
+class _OnCuda(nn.Module):
+    """A model whose parameters say they live on CUDA (only their device is read)."""
+
+    def parameters(self, recurse: bool = True):
+        yield types.SimpleNamespace(device=torch.device("cuda"))
+
+
+@pytest.mark.parametrize("lever_id", IDS)
+@pytest.mark.parametrize(
+    "flags, how",
+    [({"fused": True}, "fused"), ({}, "multi-tensor (foreach)"), ({"foreach": True}, "multi-tensor")],
+)
+def test_against_a_multi_tensor_adamw_on_a_gpu_tune_leaves_it_out_as_a_memory_lever(
+    lever_id, flags, how
+):
+    optimizer = torch.optim.AdamW([nn.Parameter(torch.ones(4))], **flags)
+    why = REGISTRY[lever_id].slower_here(Target(model=_OnCuda(), optimizer=optimizer))
+    assert why is not None and how in why and "a memory lever" in why
+    assert MEASURED_ON_GPU[lever_id] in why
+    ordered, skipped = candidates(
+        {lever_id: REGISTRY[lever_id]}, lambda lever: None, on_gpu=True,
+        slower_of=lambda lever: lever.slower_here(Target(model=_OnCuda(), optimizer=optimizer)),
+    )
+    assert ordered == [] and [s.lever for s in skipped] == [lever_id]
+    assert why in skipped[0].reason
+
+
+@pytest.mark.parametrize("lever_id", IDS)
+def test_against_a_per_tensor_loop_or_off_cuda_it_stays_a_candidate(lever_id):
+    loop = torch.optim.AdamW([nn.Parameter(torch.ones(4))], foreach=False)
+    assert REGISTRY[lever_id].slower_here(Target(model=_OnCuda(), optimizer=loop)) is None
+    fused = torch.optim.AdamW([nn.Parameter(torch.ones(4))], fused=True)
+    on_cpu = nn.Linear(2, 2)
+    assert REGISTRY[lever_id].slower_here(Target(model=on_cpu, optimizer=fused)) is None
+    assert REGISTRY[lever_id].slower_here(Target(model=_OnCuda(), optimizer=None)) is None
 
 
 # -- why not ------------------------------------------------------------------------------

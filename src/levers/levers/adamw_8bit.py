@@ -34,7 +34,13 @@ import torch
 
 from levers.optional import import_quietly
 from levers.levers import register
-from levers.levers._optimizer_state import inner_groups, is_adamw, reason, swap
+from levers.levers._optimizer_state import (
+    inner_groups,
+    is_adamw,
+    reason,
+    slower_here_of,
+    swap,
+)
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
@@ -90,6 +96,7 @@ LEVER = register(
         fixes=("MEM004",),
         applies=applies,
         patch=patch,
+        slower_here=slower_here_of(ID),
         # its saving is device memory, which a CPU run does not read (levers tune leaves it out
         # there); it runs on a CPU, torchao compiling its update there too
         needs_gpu=True,

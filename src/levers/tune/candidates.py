@@ -18,7 +18,8 @@ the lever worth 1.56x was never reached):
 3. **Left out, each with its reason**: levers whose measured regime says they lose for speed: a
    lever every catalogue row of which measured slower (the checkpointing and optimizer-state
    levers trade speed for memory: ``ac-full`` 0.76x), or one that says so itself for this model
-   (``Lever.slower_here``: the fused loss on a GPU without a fused kernel installed); levers that
+   (``Lever.slower_here``: the fused loss on a GPU without a fused kernel installed, the
+   optimizer-state levers' per-parameter update against a fused or foreach AdamW); levers that
    change nothing the step computes (``Lever.observes_only``); levers that do not apply; GPU-only
    levers on a CPU; levers on the factory's parameters.
 
