@@ -22,6 +22,7 @@ class FakeAb:
     speed: dict[str, float]  # lever -> tokens/s factor it brings (1.0 when not named)
     clock: Clock = field(default_factory=Clock)
     cost_s: float = 10.0  # clock time one A/B takes
+    costs_s: tuple[float, ...] = ()  # the clock time of the first A/Bs, in order, where named
     damaged: frozenset[str] = frozenset()  # levers that fail parity
     broken: dict[str, str] = field(default_factory=dict)  # lever -> why it cannot be built
     # stack -> its speed against the baseline, where the increments' gains do not add up
@@ -43,7 +44,8 @@ class FakeAb:
     def __call__(self, base, stack, time_budget_s, *, steps=None):
         self.calls.append((tuple(base), tuple(stack)))
         self.steps_asked.append(steps)
-        self.clock.now_s += self.cost_s
+        nth = len(self.calls) - 1
+        self.clock.now_s += self.costs_s[nth] if nth < len(self.costs_s) else self.cost_s
         for lever in stack:
             if lever in self.broken:
                 return failed(base, stack, self.broken[lever])

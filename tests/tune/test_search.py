@@ -120,6 +120,22 @@ def test_the_budget_stops_the_search_with_the_best_proven_stack():
     assert result.spent_s <= 75.0
 
 
+def test_a_lever_passed_over_for_time_does_not_end_the_search_once_a_b_s_get_cheap():
+    # the first compile's cold A/B takes 100 s of 180; its rival would need as long again
+    # and is passed over; the confirmation finds the programs cached (7 s), so the median
+    # A/B (53.5 s) and two more confirmations (7 s each) fit the 73 s left: c is tried on top
+    fake = FakeAb({"compile-model": 1.4, "compile-blocks": 1.2, "c": 1.1},
+                  costs_s=(100.0,), cost_s=7.0)
+    result = _run(fake, ["compile-model", "compile-blocks", "c"], budget_s=180.0)
+    assert _reason(result, "compile-blocks") == OUT_OF_BUDGET and result.out_of_budget
+    assert result.stack == ("compile-model", "c")
+    assert fake.calls == [((), ("compile-model",)), ((), ("compile-model",)),
+                          (("compile-model",), ("compile-model", "c")),
+                          (("compile-model",), ("compile-model", "c")),
+                          ((), ("compile-model", "c"))]
+    assert result.spent_s <= 180.0
+
+
 def test_a_budget_too_small_for_one_more_a_b_returns_nothing_slower():
     fake = FakeAb({"a": 1.2}, cost_s=10.0)
     result = _run(fake, ["a", "b"], budget_s=5.0)

@@ -127,7 +127,10 @@ class _Search:
     notes: list[str] = field(default_factory=list)
     # the A/Bs at the selection's steps, by the clock: the budget's estimate of the next ones
     selection_s: list[float] = field(default_factory=list)
-    stopped: bool = False
+    stopped: bool = False  # an A/B overran the budget: no more A/Bs
+    # a lever was passed over because the time left would not hold it (the search goes on: the
+    # next one may fit once a cheap confirmation has lowered the estimate of an A/B)
+    passed_over: bool = False
     running: tuple[Stack, Stack, str] | None = None  # the A/B in progress, and its role
 
     def left_s(self) -> float:
@@ -236,7 +239,7 @@ def search(
         trials=tuple(state.trials),
         budget_s=budget_s,
         spent_s=clock() - state.start_s,
-        out_of_budget=state.stopped,
+        out_of_budget=state.stopped or state.passed_over,
         notes=tuple(state.notes),
         selected=tuple(state.stack),
         confirmed_by=proof,
@@ -267,10 +270,12 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                     source=candidate.source,
                 )
                 continue
-            # this A/B, its confirmation, and the proof once the stack would hold two levers
+            # this A/B, its confirmation, and the proof once the stack would hold two levers.
+            # Not the end of the search: the estimate is the median A/B so far, which the first
+            # (cold) compile holds high until a confirmation, its programs cached, brings it down
             needed_s = state.typical_s + state.again_s * (2 if stack else 1)
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
-                state.stopped = True
+                state.passed_over = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
                 continue
             on_top = f" on top of {','.join(stack)}" if stack else ""
