@@ -130,6 +130,31 @@ def test_fused_linear_cross_entropy_matches_the_model_loss(arch):
     )
 
 
+def _tiny_llama(vocab_size: int):
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32,
+                                      num_hidden_layers=1, num_attention_heads=2)
+    return transformers.LlamaForCausalLM(config)
+
+
+def test_the_fused_loss_judges_its_own_regime_by_kernel_and_vocabulary(monkeypatch):
+    from levers.levers import fused_linear_cross_entropy as flce
+    from levers.levers.lever import Target
+
+    lever = REGISTRY["fused-linear-cross-entropy"]
+    small, large = _tiny_llama(512), _tiny_llama(2 * flce.MEASURED_VOCAB + 1)
+    # on the CPU it runs the chunked kernel, whatever the vocabulary
+    for model in (small, large):
+        assert "chunked PyTorch kernel" in lever.slower_here(Target(model=model))
+    # with a fused kernel: the vocabulary it was measured slower at, and up to twice it, is that
+    # regime; a larger one is not known to lose
+    monkeypatch.setattr(flce, "available_kernel", lambda device, requested: "liger")
+    why = lever.slower_here(Target(model=small))
+    assert "0.98x tokens/s at a 32,000-token vocabulary" in why and "512 is that regime" in why
+    assert lever.slower_here(Target(model=large)) is None
+
+
 def _labelled_step(model, optimizer, labels):
     def step():
         loss = model(input_ids=labels.clamp(min=0), labels=labels).loss

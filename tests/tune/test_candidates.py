@@ -227,6 +227,20 @@ def test_a_lever_that_says_it_is_slower_here_is_left_out_with_its_reason():
     assert reasons["fused-loss"] == "measured slower in this regime: chunked kernel"
 
 
+def test_a_lever_that_judges_its_own_regime_is_not_left_out_by_rows_of_other_shapes():
+    # the fused loss's one catalogue row ran slower (a 32k vocabulary); its own check says
+    # this model is not that regime: it is tried. ac-full, with no check of its own, is not
+    rows = [_row("fused-loss", 0.98), _row("ac-full", 0.76)]
+    registry = {**PEERS_REGISTRY,
+                "fused-loss": _gpu_lever("fused-loss", slower=lambda target: None)}
+    ordered, skipped = candidates(
+        registry, _applies, on_gpu=True, catalogue_rows=rows,
+        slower_of=lambda lever: lever.slower_here(None) if lever.slower_here else None,
+    )
+    assert "fused-loss" in [c.lever for c in ordered]
+    assert [s.lever for s in skipped] == ["ac-full"]
+
+
 def test_forms_of_one_lever_exclude_each_other():
     assert exclusive_with("compile-model:mode=default", ["compile-model"]) == "compile-model"
     assert exclusive_with("compile-model:mode=default", ["compile-blocks"]) == "compile-blocks"

@@ -18,7 +18,8 @@ the lever worth 1.56x was never reached):
 3. **Left out, each with its reason**: levers whose measured regime says they lose for speed: a
    lever every catalogue row of which measured slower (the checkpointing and optimizer-state
    levers trade speed for memory: ``ac-full`` 0.76x), or one that says so itself for this model
-   (``Lever.slower_here``: the fused loss on a GPU without a fused kernel installed, the
+   (``Lever.slower_here``: the fused loss without a fused kernel or at a vocabulary it was
+   measured slower at, the
    optimizer-state levers' per-parameter update against a fused or foreach AdamW); levers that
    change nothing the step computes (``Lever.observes_only``); levers that do not apply; GPU-only
    levers on a CPU; levers on the factory's parameters.
@@ -281,7 +282,9 @@ def _measured_slower(
     lever: Any, slower: Mapping[str, str], slower_of: Callable[[Any], str | None] | None
 ) -> str | None:
     """Why the lever's measured regime says it loses for speed here, or None. A lever that pays
-    only on top of another (``measured_on``) is not judged by its rows alone."""
+    only on top of another (``measured_on``) is not judged by its rows alone; one that judges
+    its own regime on this model (``slower_here``) is judged by that, not by catalogue rows
+    taken on other shapes (the fused loss's row at a 32k vocabulary says nothing of a 256k one)."""
     if getattr(lever, "measured_on", ()):
         return None
     try:
@@ -290,6 +293,8 @@ def _measured_slower(
         here = None
     if here:
         return f"{MEASURED_SLOWER_PREFIX} in this regime: {here}"
+    if getattr(lever, "slower_here", None) is not None and slower_of is not None:
+        return None
     if lever.id in slower:
         return (
             f"{MEASURED_SLOWER_PREFIX}: {slower[lever.id]}; not a speed lever there (try it "
