@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# The next device session's job (background, polled by bench/gpu_poll.sh). Until s40 the goal
+# The next device session's job (background, polled by bench/gpu_poll.sh): the GPU test changed
+# after s40, then the goal rows. Until s40 the goal
 # rows' calls passed --peers without compile-model-ro (reduce-overhead whole-model compile), the
 # peer closest to tune's own compile-model (which uses CUDA graphs where they pay), so their
 # vs_best_peer is against the best of the other peers. First the committed rows that lack it are
 # timed again beside every peer, stack as searched (tune_sweep.py --retime, no search: ~2 min a
-# model); then new rows of MODELS (default: the zoo models not yet reached).
+# model; those whose stack is CUDA-graph compile-model first); then new rows of MODELS (default: the zoo models not yet reached).
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> BUDGET=3m bash bench/gpu_call_s41.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
+# the GPU test changed after s40 (the fused loss's regime with Liger's kernel) into $D/t
+export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
+mkdir -p "$D/t/gpu_tests"
+timeout 120 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests/levers/test_levers_gpu.py \
+    -k fused_loss > "$D/t/gpu_tests/pytest.log" 2>&1
+echo "rc=$?" >> "$D/t/gpu_tests/pytest.log"
+(cd "$D/t" && tar -czf round.tgz gpu_tests)
 summary=bench/results/tune_sweep_h200/summary.json
 lacking=$(python3 -c "
 import json
