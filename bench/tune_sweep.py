@@ -113,6 +113,8 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
         torch.manual_seed(0)
         workload = levers.Step(spec, params=params).workload()
         row["tokens_per_step"] = workload.tokens_per_step
+        if variant == "default":
+            row["describe"] = describe(spec, params.get("model", ""), workload)
         compile_options = {"backend": "eager"} if workload.device.type != "cuda" else {}
         if variant in PEER_TRANSFORMS:
             missing = _peer_missing(variant, workload)
@@ -232,6 +234,36 @@ def arch_sample(count: int, seed: int, rows_file: Path = SWEEP_ROWS) -> list[str
     return [f"arch@{a}" for a in random.Random(seed).sample(outside, min(count, len(outside)))]
 
 
+# the family of a model built by its task (the arch workload's) or by its head's class
+FAMILY_OF_TASK = {"causal-lm": "decoder", "masked-lm": "encoder", "seq2seq": "encoder-decoder",
+                  "image-classification": "vision"}
+FAMILY_OF_HEAD = {"ForCausalLM": "decoder", "LMHeadModel": "decoder", "ForMaskedLM": "encoder",
+                  "ForConditionalGeneration": "encoder-decoder",
+                  "ForImageClassification": "vision"}
+CONFIG_SHAPE = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "intermediate_size", "vocab_size", "image_size",
+                "num_local_experts", "num_experts")
+
+
+def describe(spec: str, model: str, workload: Any) -> dict[str, Any]:
+    """The row's ``family`` and ``shape``: the zoo's own for a zoo model (its family, the
+    size's shape), else the task's family and the built model's config (widths, depth,
+    vocabulary) with the batch it was given; ``tokens_per_step`` in both."""
+    params = dict(getattr(workload, "params", {}) or {})
+    tokens = {"tokens_per_step": workload.tokens_per_step}
+    if spec == "zoo" and model in ZOO_MODELS:
+        entry = ZOO_MODELS[model]
+        return {"family": entry.family,
+                "shape": {**entry.sizes[params.get("size", "full")], **tokens}}
+    head = type(workload.model).__name__
+    family = FAMILY_OF_TASK.get(params.get("task", "")) or next(
+        (f for suffix, f in FAMILY_OF_HEAD.items() if head.endswith(suffix)), head)
+    config = getattr(workload.model, "config", None)
+    shape = {k: getattr(config, k) for k in CONFIG_SHAPE if getattr(config, k, None) is not None}
+    shape.update({k: params[k] for k in ("batch_size", "seq_len") if k in params})
+    return {"family": family, "shape": {**shape, **tokens}}
+
+
 def model_params(spec: str, model: str, size: str, device: str) -> dict[str, Any]:
     """The workload parameters of one ``SPEC@MODEL`` entry; ``arch@bart/seq2seq`` names the
     task after the slash, as the arch sweep does."""
@@ -322,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {entry}:{variant} {one['status']} {one.get('tokens_per_s') or one.get('error', '')}",
                   flush=True)
         row["rows"] = timed
+        described = next((t.pop("describe") for t in timed if "describe" in t), None)
+        if described is not None:
+            row.update(described)
         compare(row, timed, rng)
         print(f"{entry}: stack {row.get('stack')} same-run {row.get('same_run_ratio')} "
               f"best peer {row.get('best_peer')} vs_best_peer {row.get('vs_best_peer')} "

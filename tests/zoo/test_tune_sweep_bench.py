@@ -75,6 +75,9 @@ def test_retime_times_an_earlier_stack_beside_the_peers_and_names_the_peers_left
     assert row["searched"]["commit"] == "abc1234" and row["searched"]["call"] == "s39"
     assert row["peers_first_run"] == {"compile-model": 1.3}
     assert row["commit"] != "abc1234"
+    # the zoo's family and shape, as the rows name them
+    assert row["family"] == "decoder" and row["shape"]["width"] == 64
+    assert row["shape"]["tokens_per_step"] > 0
     variants = {r["variant"]: r["status"] for r in row["rows"]}
     assert variants == {"default": "ok", "compile-layers": "ok",
                         "compile-model-ro": "not-applicable", "tuned": "ok"}
@@ -95,3 +98,17 @@ def test_retime_without_an_earlier_row_stops_before_any_work(tmp_path, capsys):
     assert stop.value.code == 2
     assert "no row of zoo@gpt2" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_model_outside_the_zoo_is_described_by_its_task_and_config():
+    import levers
+
+    bench = _bench()
+    params = bench.model_params("arch", "bart/seq2seq", "tiny", "cpu")
+    workload = levers.Step("arch", params=params).workload()
+    described = bench.describe("arch", "bart", workload)
+    assert described["family"] == "encoder-decoder"
+    shape = described["shape"]
+    assert shape["model_type"] == "bart" and shape["batch_size"] == 2
+    assert shape["hidden_size"] == workload.model.config.hidden_size
+    assert shape["tokens_per_step"] == workload.tokens_per_step
