@@ -16,9 +16,10 @@ from ab_helpers import FACTORIES, side
 from levers.ab.killlines import KillLines
 from levers.ab.repeat import check_repeatable
 from levers.ab.runner import AbConfig, run_ab
-from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
+from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY, decision
 
 CONFIG = AbConfig(num_steps=4, num_warmup=1, num_parity_steps=2, num_resamples=200)
+TIMED = ("step_time", "tokens_per_s")
 
 
 def _parity(result):
@@ -33,7 +34,10 @@ def test_an_unrepeatable_step_is_not_measured_even_for_a_change_of_nothing():
     verdict, notes = _parity(result)
     assert result.parity.passed is None and verdict == NOT_MEASURED
     assert "not repeatable" in notes and "manual_seed" in notes
-    assert result.decision != DAMAGED
+    # nothing but the timed reads is DAMAGED (two identical sides may time apart on a loaded
+    # machine: the timing is not what this test is about)
+    untimed = {r.name: r.verdict for r in result.reads if r.name not in TIMED}
+    assert DAMAGED not in untimed.values() and decision(untimed) != DAMAGED
 
 
 def test_a_failed_gate_against_the_float64_run_is_checked_for_repeatability_too():
