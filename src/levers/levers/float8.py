@@ -264,6 +264,44 @@ def _codegen_restorer() -> Callable[[], None]:
     return restore
 
 
+# tensorwise float8 on top of whole-model compile on the H200, where the widest matmul it converts
+# has a smaller side of 768 (its other side 3072): 0.935x [0.933, 0.937] tokens/s (nanogpt),
+# 0.956x [0.948, 0.969] (the zoo's ViT), 0.931x [0.925, 0.946] (ConvNeXt's MLPs); at 2048 it ran
+# 0.98-1.04x (BLOOM, phi, gemma) (bench/results/tune_sweep_h200: s33a, s38, s39, s40a, s40b). The
+# peer agrees: torchtitan's recipe on per-layer compile against per-layer compile alone ran 0.84x
+# on BERT-base, 0.88x on ViT-B and 0.78x on nanogpt (all 768 wide), 1.00x on phi (2048).
+# Its per-tensor scales (an amax over each input, weight and gradient) cost about as much as a
+# narrow matmul saves
+NARROW = 1024
+NARROW_MEASURED = "0.93-0.96x (nanogpt, ViT-B, ConvNeXt: smaller side 768)"
+
+
+def slower_here(target: Target) -> str | None:
+    """Why tensorwise float8 loses for speed on this model: every matmul it would convert is
+    narrow (its smaller side at most :data:`NARROW`), the regime it was measured slower in.
+    None where it does not apply (``applies`` says why) and for the rowwise recipe, whose filter
+    leaves such matmuls already."""
+    model = target.model
+    if _recipe(target) != "tensorwise" or gpu_reason(model) is not None:
+        return None
+    ao = torchao_float8()
+    if ao is None:
+        return None
+    small_filter = ao._auto_filter_for_recipe("tensorwise", filter_fqns=[])
+    kept = [c for c in plan(model, "tensorwise", small_filter) if c.converts]
+    if not kept:
+        return None
+    widest = max(kept, key=lambda c: min(c.in_features, c.out_features))
+    k, n = widest.in_features, widest.out_features
+    if min(k, n) > NARROW:
+        return None
+    return (
+        f"the widest matmul it would convert ({widest.path}: K={k}, N={n}) has a "
+        f"smaller side of at most {NARROW}, where its scales cost what the matmul saves: on top "
+        f"of compile on an H200 it ran {NARROW_MEASURED}"
+    )
+
+
 def _recipe(target: Target) -> str:
     return str(target.options.get("recipe", "tensorwise"))
 
@@ -290,6 +328,7 @@ LEVER = register(
         fixes=("DTYPE003",),
         applies=applies,
         patch=patch,
+        slower_here=slower_here,
         needs_gpu=True,
         runs_on_cpu=False,
         known_problems=KNOWN_PROBLEMS,

@@ -282,17 +282,18 @@ def _measured_slower(
     lever: Any, slower: Mapping[str, str], slower_of: Callable[[Any], str | None] | None
 ) -> str | None:
     """Why the lever's measured regime says it loses for speed here, or None. A lever that pays
-    only on top of another (``measured_on``) is not judged by its rows alone; one that judges
+    only on top of another (``measured_on``) is not judged by its rows alone (its own check,
+    taken on top of that other, still counts: float8 on narrow matmuls); one that judges
     its own regime on this model (``slower_here``) is judged by that, not by catalogue rows
     taken on other shapes (the fused loss's row at a 32k vocabulary says nothing of a 256k one)."""
-    if getattr(lever, "measured_on", ()):
-        return None
     try:
         here = slower_of(lever) if slower_of is not None else None
     except Exception:  # noqa: BLE001 - a check that fails says nothing: the A/B will tell
         here = None
     if here:
         return f"{MEASURED_SLOWER_PREFIX} in this regime: {here}"
+    if getattr(lever, "measured_on", ()):
+        return None
     if getattr(lever, "slower_here", None) is not None and slower_of is not None:
         return None
     if lever.id in slower:
