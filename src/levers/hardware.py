@@ -38,6 +38,17 @@ CONTEXT_BYTES = 600 * MIB
 # the compute capability from which a GPU runs float8 (e4m3/e5m2) matmuls: Ada 8.9; Hopper is 9.0
 FLOAT8_MIN_CAPABILITY = (8, 9)
 
+# tensorwise float8 on top of whole-model compile on the H200, where the widest matmul it converts
+# has a smaller side of 768 (its other side 3072): 0.935x [0.933, 0.937] tokens/s (nanogpt),
+# 0.956x [0.948, 0.969] (the zoo's ViT), 0.931x [0.925, 0.946] (ConvNeXt's MLPs); at 2048 it ran
+# 0.98-1.04x (BLOOM, phi, gemma) (bench/results/tune_sweep_h200: s33a, s38, s39, s40a, s40b). The
+# peer agrees: torchtitan's recipe on per-layer compile against per-layer compile alone ran 0.84x
+# on BERT-base, 0.88x on ViT-B and 0.78x on nanogpt (all 768 wide), 1.00x on phi (2048). Its
+# per-tensor scales (an amax over each input, weight and gradient) cost about as much as a narrow
+# matmul saves. The float8 lever (its slower_here) and the audit's DTYPE003 read it
+FLOAT8_NARROW = 1024
+FLOAT8_NARROW_MEASURED = "0.93-0.96x (nanogpt, ViT-B, ConvNeXt: smaller side 768)"
+
 
 @dataclass(frozen=True)
 class GpuSpec:

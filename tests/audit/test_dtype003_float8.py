@@ -67,6 +67,10 @@ def test_a_bf16_step_for_an_h200_fires_with_the_flop_share_and_an_estimated_savi
     assert sorted(modules) == ["gate", "up"]
     assert all(r.shapes.startswith("K=512 N=2048 M=128 bfloat16") for r in finding.receipts)
     assert all(r.count == 3 for r in finding.receipts)
+    # every matmul it would convert is narrow (512 by 2048): the measured loss there is named
+    assert finding.details["narrow"] is True
+    assert "smaller side of 512" in finding.message and "0.93-0.96x" in finding.message
+    assert "levers tune does not try it here" in finding.message
 
 
 def test_on_a_gpu_capture_the_share_is_of_gpu_time_and_only_the_fixed_side_is_estimated():

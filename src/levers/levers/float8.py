@@ -60,7 +60,7 @@ import torch
 from torch import nn
 
 from levers.optional import import_quietly
-from levers.hardware import FLOAT8_MIN_CAPABILITY
+from levers.hardware import FLOAT8_MIN_CAPABILITY, FLOAT8_NARROW, FLOAT8_NARROW_MEASURED
 from levers.levers import register
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
@@ -264,16 +264,9 @@ def _codegen_restorer() -> Callable[[], None]:
     return restore
 
 
-# tensorwise float8 on top of whole-model compile on the H200, where the widest matmul it converts
-# has a smaller side of 768 (its other side 3072): 0.935x [0.933, 0.937] tokens/s (nanogpt),
-# 0.956x [0.948, 0.969] (the zoo's ViT), 0.931x [0.925, 0.946] (ConvNeXt's MLPs); at 2048 it ran
-# 0.98-1.04x (BLOOM, phi, gemma) (bench/results/tune_sweep_h200: s33a, s38, s39, s40a, s40b). The
-# peer agrees: torchtitan's recipe on per-layer compile against per-layer compile alone ran 0.84x
-# on BERT-base, 0.88x on ViT-B and 0.78x on nanogpt (all 768 wide), 1.00x on phi (2048).
-# Its per-tensor scales (an amax over each input, weight and gradient) cost about as much as a
-# narrow matmul saves
-NARROW = 1024
-NARROW_MEASURED = "0.93-0.96x (nanogpt, ViT-B, ConvNeXt: smaller side 768)"
+# where every matmul it would convert is this narrow, it was measured slower (levers.hardware)
+NARROW = FLOAT8_NARROW
+NARROW_MEASURED = FLOAT8_NARROW_MEASURED
 
 
 def slower_here(target: Target) -> str | None:

@@ -78,7 +78,7 @@ from levers.audit.finding import AlreadyRight, Finding, Receipt, Work
 from levers.audit.patterns import base_name, collapse_module, receipt
 from levers.audit.rules.registry import registered, rule
 from levers.capture.records import Capture, OpRecord
-from levers.hardware import FLOAT8_MIN_CAPABILITY
+from levers.hardware import FLOAT8_MIN_CAPABILITY, FLOAT8_NARROW, FLOAT8_NARROW_MEASURED
 from levers.units import format_flops, format_ms, format_share
 from levers.vocab import CHANGES_NUMERICS, MEASURED
 
@@ -298,6 +298,15 @@ def _finding(
         "1.04x over compile-blocks alone at batch 4; with raise-batch the float8 stack 2.15x the "
         "default (batch 58) against the bf16 stack's 1.74x (batch 45)"
     )
+    widest = max(min(lin.k, lin.n) for lin in linears)
+    if widest <= FLOAT8_NARROW:
+        # the lever's own measured regime (levers.levers.float8.slower_here): tune leaves it out
+        message += (
+            f". But the widest of these matmuls has a smaller side of {widest}: where every one "
+            f"is at most {FLOAT8_NARROW} wide, float8 on top of compile ran "
+            f"{FLOAT8_NARROW_MEASURED} on an "
+            "H200 (measured), so levers tune does not try it here; prove it with levers ab first"
+        )
     if compiled:
         fix_title = (
             "Train these linears in float8 (levers.apply(model, \"float8\"), torchao's "
@@ -315,6 +324,7 @@ def _finding(
     receipts = tuple(_receipt(group, by_time, step_total) for group in top[:NUM_RECEIPTS])
     left_out = {(collapse_module(lin.path), lin.why) for lin in left_out_linears}
     details: dict[str, Any] = {
+        "narrow": widest <= FLOAT8_NARROW,
         "share": share,
         "share_of": "gpu_time" if by_time else "flops",
         "eligible_ms": eligible_ms,
