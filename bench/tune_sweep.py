@@ -59,6 +59,7 @@ import levers  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers.tune.budget import parse_duration_s  # noqa: E402
+from levers.workloads.arch import entry as arch_entry  # noqa: E402
 from levers.workloads.zoo import MODELS as ZOO_MODELS  # noqa: E402
 
 from levers_vs_peers import _bootstrap, apply_peer, measure  # noqa: E402
@@ -234,9 +235,8 @@ def arch_sample(count: int, seed: int, rows_file: Path = SWEEP_ROWS) -> list[str
     return [f"arch@{a}" for a in random.Random(seed).sample(outside, min(count, len(outside)))]
 
 
-# the family of a model built by its task (the arch workload's) or by its head's class
-FAMILY_OF_TASK = {"causal-lm": "decoder", "masked-lm": "encoder", "seq2seq": "encoder-decoder",
-                  "image-classification": "vision"}
+# for a model of neither the zoo nor the arch workload: its family by its head's class, and the
+# config fields its shape names
 FAMILY_OF_HEAD = {"ForCausalLM": "decoder", "LMHeadModel": "decoder", "ForMaskedLM": "encoder",
                   "ForConditionalGeneration": "encoder-decoder",
                   "ForImageClassification": "vision"}
@@ -246,22 +246,23 @@ CONFIG_SHAPE = ("model_type", "hidden_size", "num_hidden_layers", "num_attention
 
 
 def describe(spec: str, model: str, workload: Any) -> dict[str, Any]:
-    """The row's ``family`` and ``shape``: the zoo's own for a zoo model (its family, the
-    size's shape), else the task's family and the built model's config (widths, depth,
-    vocabulary) with the batch it was given; ``tokens_per_step`` in both."""
+    """The row's ``family`` and ``shape``: those of the model's entry (the zoo's own, or the
+    arch workload's for its model type and task), with the batch and depth it was built at;
+    for another spec, the built model's class and config (widths, depth, vocabulary) and its
+    batch. ``tokens_per_step`` in both."""
     params = dict(getattr(workload, "params", {}) or {})
     tokens = {"tokens_per_step": workload.tokens_per_step}
-    if spec == "zoo" and model in ZOO_MODELS:
-        entry = ZOO_MODELS[model]
+    built = {k: params[k] for k in ("batch_size", "layers", "seq_len") if k in params}
+    if spec in ("zoo", "arch"):
+        entry = (ZOO_MODELS[model] if spec == "zoo"
+                 else arch_entry(model, params["task"], params.get("layers")))
         return {"family": entry.family,
-                "shape": {**entry.sizes[params.get("size", "full")], **tokens}}
-    head = type(workload.model).__name__
-    family = FAMILY_OF_TASK.get(params.get("task", "")) or next(
-        (f for suffix, f in FAMILY_OF_HEAD.items() if head.endswith(suffix)), head)
+                "shape": {**entry.sizes[params.get("size", "full")], **built, **tokens}}
     config = getattr(workload.model, "config", None)
     shape = {k: getattr(config, k) for k in CONFIG_SHAPE if getattr(config, k, None) is not None}
-    shape.update({k: params[k] for k in ("batch_size", "seq_len") if k in params})
-    return {"family": family, "shape": {**shape, **tokens}}
+    head = type(workload.model).__name__
+    family = next((f for suffix, f in FAMILY_OF_HEAD.items() if head.endswith(suffix)), head)
+    return {"family": family, "shape": {**shape, **built, **tokens}}
 
 
 def model_params(spec: str, model: str, size: str, device: str) -> dict[str, Any]:

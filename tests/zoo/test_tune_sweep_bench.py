@@ -100,7 +100,7 @@ def test_retime_without_an_earlier_row_stops_before_any_work(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_a_model_outside_the_zoo_is_described_by_its_task_and_config():
+def test_a_model_outside_the_zoo_is_described_by_its_arch_entry_or_its_config():
     import levers
 
     bench = _bench()
@@ -109,6 +109,11 @@ def test_a_model_outside_the_zoo_is_described_by_its_task_and_config():
     described = bench.describe("arch", "bart", workload)
     assert described["family"] == "encoder-decoder"
     shape = described["shape"]
-    assert shape["model_type"] == "bart" and shape["batch_size"] == 2
-    assert shape["hidden_size"] == workload.model.config.hidden_size
+    assert shape["width"] == workload.model.config.d_model and shape["batch_size"] == 2
+    assert shape["layers"] == workload.params["layers"]
     assert shape["tokens_per_step"] == workload.tokens_per_step
+    # a spec of another kind: its head's family and its built config
+    other = bench.describe("bench/outside_zoo.py:make", "bart", workload)
+    assert other["family"] == "encoder-decoder"
+    assert other["shape"]["model_type"] == "bart" and other["shape"]["batch_size"] == 2
+    assert other["shape"]["tokens_per_step"] == workload.tokens_per_step
