@@ -11,11 +11,7 @@
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 # the GPU test changed after s40 (the fused loss's regime with Liger's kernel) into $D/t
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-mkdir -p "$D/t/gpu_tests"
-timeout 120 python -m pytest -q -p no:cacheprovider -rfEs -m gpu tests/levers/test_levers_gpu.py \
-    -k fused_loss > "$D/t/gpu_tests/pytest.log" 2>&1
-echo "rc=$?" >> "$D/t/gpu_tests/pytest.log"
-(cd "$D/t" && tar -czf round.tgz gpu_tests)
+bash bench/gpu_session_tests.sh "$D" 120 tests/levers/test_levers_gpu.py -k fused_loss
 summary=bench/results/tune_sweep_h200/summary.json
 lacking=$(python3 -c "
 import json

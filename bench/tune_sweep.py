@@ -274,10 +274,14 @@ def model_params(spec: str, model: str, size: str, device: str) -> dict[str, Any
     return params
 
 
+def row_key(row: dict[str, Any]) -> tuple:
+    """What one row of a summary is of: its model, size and budget."""
+    return row["model"], row["size"], row["budget_s"]
+
+
 def _merge(path: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
     rows = json.loads(path.read_text())["rows"] if path.is_file() else []
-    key = lambda r: (r["model"], r["size"], r["budget_s"])  # noqa: E731
-    return [r for r in rows if key(r) != key(row)] + [row]
+    return [r for r in rows if row_key(r) != row_key(row)] + [row]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     prior: dict[tuple, dict[str, Any]] = {}
     if args.retime is not None:
-        prior = {(r["model"], r["size"], r["budget_s"]): r
-                 for r in json.loads(args.retime.read_text())["rows"]}
+        prior = {row_key(r): r for r in json.loads(args.retime.read_text())["rows"]}
         absent = [e for e in entries[part::parts] if (e, args.size, budget_s) not in prior]
         if absent:
             parser.error(f"--retime {args.retime} has no row of {', '.join(absent)} at size "

@@ -264,14 +264,10 @@ def _codegen_restorer() -> Callable[[], None]:
     return restore
 
 
-# where every matmul it would convert is this narrow, it was measured slower (levers.hardware)
-NARROW = FLOAT8_NARROW
-NARROW_MEASURED = FLOAT8_NARROW_MEASURED
-
-
 def slower_here(target: Target) -> str | None:
     """Why tensorwise float8 loses for speed on this model: every matmul it would convert is
-    narrow (its smaller side at most :data:`NARROW`), the regime it was measured slower in.
+    narrow (its smaller side at most ``levers.hardware.FLOAT8_NARROW``), the regime it was
+    measured slower in.
     None where it does not apply (``applies`` says why) and for the rowwise recipe, whose filter
     leaves such matmuls already."""
     model = target.model
@@ -280,18 +276,18 @@ def slower_here(target: Target) -> str | None:
     ao = torchao_float8()
     if ao is None:
         return None
-    small_filter = ao._auto_filter_for_recipe("tensorwise", filter_fqns=[])
-    kept = [c for c in plan(model, "tensorwise", small_filter) if c.converts]
+    choices = plan(model, "tensorwise", ao._auto_filter_for_recipe("tensorwise", filter_fqns=[]))
+    kept = [c for c in choices if c.converts]
     if not kept:
         return None
     widest = max(kept, key=lambda c: min(c.in_features, c.out_features))
     k, n = widest.in_features, widest.out_features
-    if min(k, n) > NARROW:
+    if min(k, n) > FLOAT8_NARROW:
         return None
     return (
         f"the widest matmul it would convert ({widest.path}: K={k}, N={n}) has a "
-        f"smaller side of at most {NARROW}, where its scales cost what the matmul saves: on top "
-        f"of compile on an H200 it ran {NARROW_MEASURED}"
+        f"smaller side of at most {FLOAT8_NARROW}, where its scales cost what the matmul saves: "
+        f"on top of compile on an H200 it ran {FLOAT8_NARROW_MEASURED}"
     )
 
 

@@ -136,9 +136,10 @@ MEASURED_RATIO = "0.98x"
 
 def slower_here(target: Target) -> str | None:
     """Why the lever would cost time on this model: without a fused kernel (a CPU, a GPU without
-    Liger or Cut Cross-Entropy installed) it runs the chunked PyTorch kernel, which recomputes each chunk's head matmul in the backward
-    (a memory lever: it pays in memory and costs time); with a fused kernel, a vocabulary in the
-    regime where it was measured slower (:data:`MEASURED_VOCAB`); None otherwise."""
+    Liger or Cut Cross-Entropy installed) it runs the chunked PyTorch kernel, which recomputes
+    each chunk's head matmul in the backward (a memory lever: it pays in memory and costs
+    time); with a fused kernel, a vocabulary in the regime where it was measured slower
+    (:data:`MEASURED_VOCAB`); None otherwise."""
     parts = hf_causal_lm_parts(target.model)
     if isinstance(parts, str):
         return None

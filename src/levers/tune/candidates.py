@@ -16,11 +16,11 @@ the lever worth 1.56x was never reached):
    name, the audit's figure (of this step); on a tie the audit's candidates first, then the
    catalogue's, then levers with no figure at all, by id.
 3. **Left out, each with its reason**: levers whose measured regime says they lose for speed: a
-   lever every catalogue row of which measured slower (the checkpointing and optimizer-state
-   levers trade speed for memory: ``ac-full`` 0.76x), or one that says so itself for this model
-   (``Lever.slower_here``: the fused loss without a fused kernel or at a vocabulary it was
-   measured slower at, the
-   optimizer-state levers' per-parameter update against a fused or foreach AdamW); levers that
+   lever every catalogue row of which measured slower (the checkpointing levers trade speed for
+   memory: ``ac-full`` 0.76x), or one that says so itself for this model (``Lever.slower_here``,
+   which then judges it instead of rows of other shapes: the fused loss without a fused kernel
+   or at a vocabulary it was measured slower at, the optimizer-state levers' per-parameter
+   update against a fused or foreach AdamW, float8 on narrow matmuls); levers that
    change nothing the step computes (``Lever.observes_only``); levers that do not apply; GPU-only
    levers on a CPU; levers on the factory's parameters.
 
