@@ -49,8 +49,10 @@ for this very workload (``budget=0.9:workload=arch``) and the fused loss uses it
 Writes ``OUT/results.jsonl`` (one row per architecture and lever, plus one ``lever: null`` row
 per architecture for its build; rows of architectures run again replace theirs) and
 ``OUT/summary.md`` (the counts, failures grouped). Each row carries the git commit, torch,
-transformers and timm versions, so rows from two environments (timm needs torchvision, which a
-CPU torch may not have) sit in one file.
+transformers and timm versions, so rows from two environments sit in one file. timm imports
+torchvision, whose compiled operators PyPI's wheel (built for a CUDA torch) cannot load beside a
+CPU torch: the sweep sets ``LEVERS_TORCHVISION_WITHOUT_OPS=1`` (``levers.optional.import_timm``;
+timm's models call none of those operators) unless told otherwise.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("LEVERS_TORCHVISION_WITHOUT_OPS", "1")  # see the docstring's end
 
 import levers  # noqa: E402
 from levers.ab.killlines import KillLines  # noqa: E402
@@ -89,10 +92,13 @@ from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers import load_all  # noqa: E402
 from levers.levers._patch import set_attr  # noqa: E402
 from levers.levers.lever import Lever, target_of  # noqa: E402
+from levers.optional import import_timm, torchvision_without_ops  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers.vocab import CHANGES_NUMERICS  # noqa: E402
 from levers.workload import Workload  # noqa: E402
 from levers.workloads import arch  # noqa: E402
+
+torchvision_without_ops()  # before transformers imports torchvision
 
 # the options each lever runs with on a CPU (see the module docstring)
 CPU_OPTIONS: dict[str, dict[str, Any]] = {
@@ -424,7 +430,7 @@ def transformers_architectures() -> list[str]:
 
 def timm_architectures(every: bool = False) -> list[tuple[str, str]]:
     """(``timm:<name>``, why this one): one per timm module, the fewest parameters."""
-    import timm
+    timm = import_timm()
 
     chosen = []
     for module in timm.list_modules():
@@ -445,7 +451,7 @@ def timm_architectures(every: bool = False) -> list[tuple[str, str]]:
 
 
 def _meta_params(name: str) -> int | None:
-    import timm
+    timm = import_timm()
 
     try:
         with torch.device("meta"):
@@ -712,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args.worker, ids, args.parity_steps, args.rows_file)
     if args.library in ("timm", "all") and not args.only:
         try:
-            import timm  # noqa: F401
+            import_timm()
         except Exception as exc:  # noqa: BLE001 - timm needs torchvision, which may not import
             if args.library == "timm":
                 raise SystemExit(f"--library timm: timm does not import here ({_short(exc)})")

@@ -7,8 +7,17 @@ passing without having run.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+from levers.optional import torchvision_without_ops
+
+# timm's models without torchvision's compiled operators, which PyPI's torchvision (built for a
+# CUDA torch) cannot load beside the CPU torch of CI (levers.optional.import_timm)
+os.environ.setdefault("LEVERS_TORCHVISION_WITHOUT_OPS", "1")
+torchvision_without_ops()  # before a test imports transformers, which imports torchvision
 
 # the hand-built capture's fixtures, for the audit's summary and the capture's JSON tests
 from hand_capture import build_capture, capture  # noqa: F401

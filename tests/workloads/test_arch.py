@@ -170,7 +170,6 @@ def test_architectures_lists_each_model_type_per_task():
 
 
 def test_a_timm_model_is_shrunk_where_timm_takes_a_depth_and_an_image_size():
-    pytest.importorskip("timm")
     workload = arch.build(model="timm:vit_tiny_patch16_224")
     assert len(workload.model.blocks) == 2 and workload.params["layers"] == 2
     assert workload.params["task"] == "image-classification"

@@ -100,7 +100,6 @@ def test_every_lever_keeps_its_contract_beyond_the_zoo(name):
 
 @pytest.mark.parametrize("name", TIMM)
 def test_every_lever_keeps_its_contract_on_timm(name):
-    pytest.importorskip("timm")
     assert_contract(name, contract_rows(name))
 
 

@@ -14,14 +14,13 @@ the logits.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from levers.errors import MissingDependency
+from levers.optional import import_timm
 from levers.workloads.zoo.spec import Shape, ZooModel, images
 
 PREFIX = "timm:"
@@ -32,14 +31,7 @@ DEPTH_PARAMETERS = ("depth", "num_blocks")
 
 
 def _timm() -> Any:
-    if importlib.util.find_spec("timm") is None:
-        raise MissingDependency(
-            "the arch model timm:<name> needs timm (and torchvision), which is not installed; "
-            "install it with: pip install timm"
-        )
-    import timm
-
-    return timm
+    return import_timm()
 
 
 def _init_parameters(model_class: type) -> dict[str, inspect.Parameter]:

@@ -122,9 +122,10 @@ def build_entry(
     if layers is not None:
         shape["layers"] = _params.positive_int("layers", layers)
     shape["param_dtype"] = param_dtype  # the images are drawn in it
+    layers_named = "" if shape["layers"] is None else f", layers={shape['layers']:,}"
     _runtime.check_step_fits(
         ", ".join(f"{key}={value}" for key, value in identity.items())
-        + f", size={size}, batch_size={shape['batch_size']:,}, layers={shape['layers']:,}",
+        + f", size={size}, batch_size={shape['batch_size']:,}{layers_named}",
         step_floor(entry, shape), resolved_device, param_dtype, "batch_size or layers",
     )
     missing = entry.available()
@@ -163,11 +164,14 @@ def step_floor(entry: ZooModel, shape: dict[str, Any]) -> _runtime.StepFloor:
     """The least one step of a zoo model holds, from the fields its shape has: its MLPs'
     weights and embedding, the batch (token ids, or images in the parameter dtype), each
     block's input and a language model's logits."""
-    width, layers, batch = shape.get("width", 0), shape["layers"], shape["batch_size"]
+    width, batch = shape.get("width", 0), shape["batch_size"]
+    layers = shape["layers"] or 0  # None: a timm model's registered depth, not in the shape
     vocab = shape.get("vocab_size", 0)
     tokens = entry.tokens_per_step(shape)
     if "image_size" in shape:
-        batch_bytes = batch * 3 * shape["image_size"] ** 2 * shape["param_dtype"].itemsize
+        side = shape["image_size"]  # an int, or timm's (height, width)
+        pixels = side[0] * side[1] if isinstance(side, tuple) else side**2
+        batch_bytes = batch * shape.get("channels", 3) * pixels * shape["param_dtype"].itemsize
         logits = 0
     else:
         lengths = shape.get("seq_len", 0) + shape.get("target_len", 0)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from levers.optional import import_transformers
+from levers.optional import import_timm, import_transformers
 from levers.workloads.zoo.spec import Shape, ZooModel, hf_loss, images
 
 
@@ -98,9 +98,7 @@ SWIN = ZooModel(
 
 
 def _timm_vit_model(shape: Shape) -> torch.nn.Module:
-    import timm
-
-    return timm.create_model(
+    return import_timm().create_model(
         "vit_base_patch16_224",
         pretrained=False,
         img_size=shape["image_size"],
