@@ -104,7 +104,7 @@ def import_past_torchvision(name: str) -> ModuleType:
         if not _ops_missing(exc):
             raise
         raise MissingDependency(
-            f"{name} imports torchvision, whose compiled operators do not load beside torch "
+            f"{name.split('.')[0]} imports torchvision, whose compiled operators do not load beside torch "
             f"{torch.__version__} ({str(exc).splitlines()[0]}): torchvision was built for another "
             "torch. Install the torchvision built for this torch (or uninstall torchvision, where "
             f"nothing needs it), or, where only models are built (they call none of those "
