@@ -1,0 +1,52 @@
+"""bench/arch_commands.py: each command's outcome (ok, refused, crash, timeout) from its process,
+its rows and summary; one real architecture end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from bench_module import bench_module
+
+pytest.importorskip("transformers")
+
+# stand-ins for a levers command: what each exits with and writes, by architecture name
+STAND_INS = {
+    "good": "import json, sys; json.dump({'peak_allocated_bytes': 7}, open(sys.argv[1], 'w'))",
+    "refuses": "import sys; print('levers: error: lower batch_size', file=sys.stderr); sys.exit(2)",
+    "crashes": "raise KeyError('inside levers')",
+    "hangs": "import time; time.sleep(60)",
+}
+
+
+def test_each_commands_outcome_is_read_from_its_process(tmp_path, monkeypatch):
+    bench = bench_module("arch_commands.py", "bench_arch_commands")
+    monkeypatch.setattr(bench, "COMMANDS", ("memory",))
+    monkeypatch.setattr(bench, "command_line",
+                        lambda command, name, path: [sys.executable, "-c", STAND_INS[name],
+                                                     str(path)])
+    code = bench.main(["--only", "good,refuses,crashes,hangs", "--timeout-s", "10",
+                       "--out", str(tmp_path)])
+    assert code == 0
+    rows = {r["arch"]: r for r in map(json.loads,
+                                      (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert rows["good"]["outcome"] == "ok" and rows["good"]["peak_allocated_bytes"] == 7
+    assert rows["refuses"]["outcome"] == "refused"
+    assert "lower batch_size" in rows["refuses"]["error"]
+    assert rows["crashes"]["outcome"] == "crash" and "KeyError" in rows["crashes"]["error"]
+    assert rows["hangs"]["outcome"] == "timeout" and rows["hangs"]["rc"] is None
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| memory | 1 | 1 | 1 | 1 |" in summary
+    assert "`crashes` memory: " in summary.split("## crash")[1]
+
+
+def test_a_real_architecture_runs_both_commands(tmp_path):
+    bench = bench_module("arch_commands.py", "bench_arch_commands")
+    assert bench.main(["--only", "opt", "--out", str(tmp_path)]) == 0
+    rows = {r["command"]: r for r in map(json.loads,
+                                         (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert rows["audit"]["outcome"] == "ok", rows["audit"].get("error")
+    assert rows["audit"]["codes"] and rows["audit"]["bound"]
+    assert rows["memory"]["outcome"] == "ok", rows["memory"].get("error")
+    assert rows["memory"]["peak_allocated_bytes"] > 0
