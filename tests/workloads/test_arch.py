@@ -183,6 +183,16 @@ def test_a_timm_model_is_shrunk_where_timm_takes_a_depth_and_an_image_size():
         arch.build(model="timm:resnet_nope")
 
 
+def test_a_timm_model_that_refuses_the_small_images_gets_its_registered_size():
+    # halonet's attention blocks must divide the last feature map: 64 x 64 images leave 2 x 2
+    from levers.workloads.arch import timm_models
+
+    assert timm_models.shrink_kwargs("halonet_h1", "tiny", None)[1]["image_size"] == (256, 256)
+    assert timm_models.shrink_kwargs("resnet18", "tiny", None)[1]["image_size"] == (64, 64)
+    workload = arch.build(model="timm:halonet_h1", batch_size=1)
+    assert torch.isfinite(workload.step())
+
+
 def test_without_timm_a_timm_model_says_what_to_install(monkeypatch):
     import importlib.util
 

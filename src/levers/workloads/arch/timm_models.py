@@ -6,7 +6,8 @@ weights.
 shrinks it where timm lets a caller: a model class that takes an int ``depth`` or ``num_blocks``
 (ViT, DeiT, MLP-Mixer...) gets ``layers`` blocks (2), one that takes ``img_size`` gets 64 x 64
 images, and any other is fed 64 x 64 images unless its pretrained config says its input size is
-fixed (then its own). Stage-wise nets keep their registered depth: timm's entrypoints spell
+fixed, or a forward on the meta device refuses 64 x 64 and takes its registered size (then its
+own). Stage-wise nets keep their registered depth: timm's entrypoints spell
 stages in as many ways as there are families, and the smallest variant of a family is the tiny
 one (``bench/arch_sweep.py`` samples that one per timm module). The step is cross-entropy over
 the logits.
@@ -51,6 +52,31 @@ def _on_meta(name: str, **kwargs: Any) -> torch.nn.Module | None:
         return None
 
 
+def _runs_on_meta(name: str, kwargs: dict[str, Any], image: tuple[int, ...]) -> bool:
+    model = _on_meta(name, **kwargs)
+    if model is None:
+        return False
+    try:
+        with torch.no_grad():
+            model(torch.empty(1, *image, device="meta"))
+    except Exception:  # noqa: BLE001 - a shape the model refuses, or an op meta tensors lack
+        return False
+    return True
+
+
+def _runs_smaller(name: str, kwargs: dict[str, Any], input_size: tuple[int, ...],
+                  depth: dict[str, int]) -> bool:
+    """Whether the model takes ``TINY_IMAGE_SIZE`` images: False only where a forward on the
+    meta device refuses them and runs at the registered input size (a window or block size
+    that must divide the feature map: timm's halonet at 64 x 64), so that a model the meta
+    device cannot run keeps the smaller images."""
+    tiny = (input_size[0], TINY_IMAGE_SIZE, TINY_IMAGE_SIZE)
+    if _runs_on_meta(name, {**kwargs, **depth}, tiny):
+        return True
+    registered = {k: v for k, v in kwargs.items() if k != "img_size"}
+    return not _runs_on_meta(name, {**registered, **depth}, input_size)
+
+
 def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, Any], Shape]:
     """The kwargs ``create_model`` gets at ``size`` and the shape fields they imply."""
     timm = _timm()
@@ -71,8 +97,12 @@ def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, A
     if size == "tiny":
         if "img_size" in parameters:
             kwargs["img_size"] = TINY_IMAGE_SIZE
-        if "img_size" in parameters or not fixed:
+        if ("img_size" in parameters or not fixed) and _runs_smaller(
+            name, kwargs, input_size, {depth_name: TINY_DEPTH} if takes_depth else {}
+        ):
             shape["image_size"] = (TINY_IMAGE_SIZE, TINY_IMAGE_SIZE)
+        else:
+            kwargs.pop("img_size", None)
         if takes_depth:
             shape["layers"] = TINY_DEPTH
     if layers is not None:
