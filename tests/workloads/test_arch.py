@@ -157,8 +157,48 @@ def test_it_says_what_to_do_for_what_it_cannot_build():
         arch.build(model="opt", task="seq2seq")
     with pytest.raises(ValueError, match="task='vision'"):
         arch.build(model="opt", task="vision")
-    with pytest.raises(LeversError, match="clip's nests others"):
-        arch.build(model="clip")
+
+
+def test_a_vision_language_model_is_built_with_each_nested_config_shrunk_and_trains_on_text():
+    # Gemma 3's config nests a text and a vision config; its causal LM class is the whole model
+    workload = arch.build(model="gemma3")
+    config = workload.model.config
+    assert type(workload.model).__name__ == "Gemma3ForConditionalGeneration"
+    assert (config.text_config.hidden_size, config.text_config.num_hidden_layers) == (64, 2)
+    assert (config.vision_config.hidden_size, config.vision_config.num_hidden_layers) == (64, 2)
+    assert config.text_config.vocab_size == 512
+    # its image token sits inside the vocabulary: a text-only batch draws ids below it
+    assert config.image_token_id < 512
+    shape = transformers_models.entry("gemma3", "causal-lm").sizes["tiny"]
+    assert shape["ids_below"] == min(config.image_token_id, config.boi_token_index)
+    from levers.workloads.zoo.spec import causal_lm_batch
+
+    drawn = causal_lm_batch({**shape, "seq_len": 4096}, torch.Generator().manual_seed(0))
+    assert int(drawn["input_ids"].max()) == shape["ids_below"] - 1
+    before = {n: p.detach().clone() for n, p in workload.model.named_parameters()}
+    assert torch.isfinite(workload.step())
+    moved = {n for n, p in workload.model.named_parameters() if not torch.equal(before[n], p)}
+    assert any("language_model" in n for n in moved)
+
+
+def test_an_image_classifier_whose_config_nests_its_tower_is_built_from_the_tower():
+    workload = arch.build(model="clip")
+    assert type(workload.model).__name__ == "CLIPForImageClassification"
+    assert workload.model.config.vision_config.hidden_size == 64
+    assert workload.params["task"] == "image-classification"
+    assert torch.isfinite(workload.step())
+
+
+def test_a_config_that_nests_configs_without_defaults_is_refused_with_the_reason(monkeypatch):
+    class Parts:
+        sub_configs = {"encoder": object, "decoder": object}
+
+        def __init__(self):
+            raise ValueError("pass an encoder and a decoder")
+
+    with pytest.raises(LeversError, match=r"Parts nests other configs \(decoder, encoder\) "
+                       "and has no defaults for them \(ValueError: pass an encoder"):
+        transformers_models.nested(Parts)
 
 
 def test_architectures_lists_each_model_type_per_task():

@@ -17,8 +17,14 @@ Shape fields are found by name, since configs spell them differently (``hidden_s
   sequence; an image classifier's ``image_size``, depths per stage and labels.
 
 Everything else (dropout, activations, positional scheme, tied embeddings, ``use_cache``) keeps
-its shipped default. A model type whose config nests others (a vision-language model, the
-generic ``encoder-decoder``) is refused with the reason.
+its shipped default. A model type whose config nests others (a vision-language model's
+``text_config`` and ``vision_config``, an audio model's encoder, MPT's ``attn_config``) gets each
+nested config shrunk by the same rules over what its parent ships: the text ones at the shape,
+the towers at ``tiny`` to a 64-wide, 2-block stack (at ``full`` as shipped), an image
+classifier's ``vision_config`` at the classifier's shape. A vision-language model's step is
+text-only (its towers are built and not run), with token ids drawn below its image, audio and
+video token ids; a config that nests others without defaults for them is refused with the
+reason.
 """
 
 from __future__ import annotations
@@ -104,7 +110,8 @@ _FFN = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d
         "hidden_dim")
 _POSITIONS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
               "max_sequence_length", "max_target_positions", "max_source_positions")
-_VOCAB = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "decoder_vocab_size")
+_VOCAB = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "decoder_vocab_size",
+          "vocab_size_per_layer_input")
 _EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOP_K = ("num_experts_per_tok", "moe_topk", "moe_top_k", "top_k", "num_experts_per_token",
           "moe_k", "num_selected_experts")
@@ -207,10 +214,12 @@ def keep_kinds(values: list[Any], length: int) -> list[Any]:
     return [values[i] for i in sorted(chosen)]
 
 
-def text_fields(config_class: type, shape: Shape) -> dict[str, Any]:
+def text_fields(config_class: type, shape: Shape, default: Any = None) -> dict[str, Any]:
     """The shape fields of a transformer's config (text, or a single-stack vision model) at
-    ``shape``'s width, depth and heads; see the module docstring."""
-    declared, default = _declared(config_class), config_class()
+    ``shape``'s width, depth and heads; see the module docstring. ``default``: the shipped
+    config the ratios are kept from (a nested config's, as its parent ships it)."""
+    declared = _declared(config_class)
+    default = config_class() if default is None else default
     fields: dict[str, Any] = {}
     widths = _present(_WIDTH, declared, default)
     heads = _present(_HEADS, declared, default)
@@ -319,14 +328,15 @@ def _vocabulary(fields: dict[str, Any], declared: dict[str, Any], default: Any,
             fields[name] = [min(v, vocab_size - 1) for v in value]
 
 
-def vision_fields(config_class: type, shape: Shape) -> dict[str, Any]:
+def vision_fields(config_class: type, shape: Shape, default: Any = None) -> dict[str, Any]:
     """An image classifier's fields: a single stack (ViT-like: int width and heads) shrinks as
     a text model does; stages keep their widths and get ``layers`` blocks in the shallowest
     stage (the others keep their share); the image size and labels as the shape says."""
-    declared, default = _declared(config_class), config_class()
+    declared = _declared(config_class)
+    default = config_class() if default is None else default
     fields: dict[str, Any] = {"num_labels": shape["num_labels"]}
-    if _single_stack(config_class):
-        fields.update(text_fields(config_class, shape))
+    if _single_stack(config_class, default):
+        fields.update(text_fields(config_class, shape, default))
     else:
         for name in _present(_STAGE_DEPTHS, declared, default):
             depths = getattr(default, name)
@@ -343,8 +353,9 @@ def vision_fields(config_class: type, shape: Shape) -> dict[str, Any]:
     return fields
 
 
-def _single_stack(config_class: type) -> bool:
-    declared, default = _declared(config_class), config_class()
+def _single_stack(config_class: type, default: Any = None) -> bool:
+    declared = _declared(config_class)
+    default = config_class() if default is None else default
     widths = [n for n in _present(_WIDTH, declared, default) if _ints(_value(default, n))]
     heads = [n for n in _present(_HEADS, declared, default) if _ints(_value(default, n))]
     return bool(widths and heads and _present(_LAYERS, declared, default))
@@ -353,24 +364,111 @@ def _single_stack(config_class: type) -> bool:
 def _config_class(model_type: str) -> type:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    config_class = CONFIG_MAPPING[model_type]
-    if getattr(config_class, "sub_configs", None):
-        nested = ", ".join(sorted(config_class.sub_configs))
+    return CONFIG_MAPPING[model_type]
+
+
+# the text's own special tokens, which a text-only batch may draw
+_TEXT_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id",
+                "unk_token_id", "mask_token_id", "decoder_start_token_id")
+# a nested config shrunk as a text model (the rest, vision and audio towers, as a single stack)
+_TEXT_SUBS = ("text_config", "decoder", "encoder", "text_encoder", "language_config",
+              "llm_config", "global_config")
+# the size of a nested tower at ``tiny`` (a vision-language model's vision tower, an audio
+# encoder): a single stack as an image classifier's, stages one block in the shallowest
+_TOWER_TINY = {"width": 64, "heads": 4, "layers": 2}
+
+
+def nested(config_class: type) -> dict[str, Any]:
+    """name -> the shipped config of each config ``config_class`` nests (a vision-language
+    model's ``text_config`` and ``vision_config``, MPT's ``attn_config``); empty for a flat
+    one. Raises LeversError where the nesting config has no defaults to build from."""
+    names = sorted(getattr(config_class, "sub_configs", None) or {})
+    if not names:
+        return {}
+    try:
+        default = config_class()
+    except Exception as exc:  # noqa: BLE001 - a config that needs its parts given
         raise LeversError(
-            f"arch builds a model from one flat config; {model_type}'s nests others ({nested}): "
-            "build its text or vision part by its own model type where it has one"
-        )
-    return config_class
+            f"{config_class.__name__} nests other configs ({', '.join(names)}) and has no "
+            f"defaults for them ({type(exc).__name__}: {str(exc)[:200]}): build its parts by "
+            "their own model types"
+        ) from exc
+    return {name: getattr(default, name, None) for name in names}
+
+
+def _shipped(sub: Any) -> dict[str, Any]:
+    """A nested config's fields its parent ships at other values than the config class's own
+    defaults (LLaVA's CLIP tower at 1024 wide), and its model type: what a dict passed for it
+    must carry so that it is built as shipped. Fields the config derives are left out."""
+    cls = type(sub)
+    declared = _declared(cls)
+    try:
+        base = cls().to_dict()
+    except Exception:  # noqa: BLE001 - a config class that needs arguments: keep every field
+        base = {}
+    fields = {k: v for k, v in sub.to_dict().items()
+              if k in declared and declared[k] is not None and base.get(k, ...) != v}
+    model_type = getattr(sub, "model_type", None)
+    return {**fields, **({"model_type": model_type} if model_type else {})}
+
+
+def _text_sub(name: str, sub: Any) -> bool:
+    return name in _TEXT_SUBS or _ints(getattr(sub, "vocab_size", None))
+
+
+def nested_fields(config_class: type, task: str, shape: Shape, size: str) -> dict[str, Any]:
+    """Each nested config's fields (as dicts, over what its parent ships): the text ones at
+    ``shape`` (their own vocabulary where ``shape`` has none), the towers at ``tiny`` as
+    :data:`_TOWER_TINY` and at ``full`` as shipped; an image classifier's vision tower at the
+    classifier's shape. A nested config the rules find nothing in keeps its default."""
+    fields: dict[str, Any] = {}
+    for name, sub in nested(config_class).items():
+        if sub is None or not hasattr(sub, "to_dict"):
+            continue
+        cls = type(sub)
+        if task == "image-classification":
+            if name != "vision_config":
+                continue
+            own = vision_fields(cls, shape, sub)
+            own.pop("num_labels")
+        elif _text_sub(name, sub):
+            vocab = shape.get("vocab_size") if size == "tiny" else None
+            own = text_fields(cls, {**shape, "vocab_size": vocab}, sub)
+        elif size == "tiny" and _single_stack(cls, sub):
+            own = text_fields(cls, {**_TOWER_TINY, "vocab_size": None}, sub)
+        elif size == "tiny":
+            own = vision_fields(cls, {**_TOWER_TINY, "num_labels": 0}, sub)
+            own.pop("num_labels")
+        else:
+            own = {}
+        if own:
+            fields[name] = {**_shipped(sub), **own}
+    return fields
+
+
+def _text_default(config_class: type) -> Any:
+    """The shipped config of the text model: the nested ``text_config`` (or decoder) where
+    there is one, else the config itself."""
+    default = config_class()
+    try:
+        text = default.get_text_config()
+    except ValueError:  # several text configs (MusicGen's text encoder and decoder)
+        text = next((sub for name, sub in nested(config_class).items()
+                     if name in _TEXT_SUBS[:2] and sub is not None), None)
+    return default if text is None else text
 
 
 def _shape_defaults(config_class: type, task: str, size: str) -> Shape:
     """The size's shape with what the config decides filled in (its vocabulary, depth, image
     size and channels), so that every field the batches and the records read is set."""
-    shape = dict(SIZES[task][size])
+    shape = {**SIZES[task][size], "size": size}  # the size, for the nested towers
     default = config_class()
     declared = _declared(config_class)
     if task == "image-classification":
-        stack = _single_stack(config_class)
+        tower = nested(config_class).get("vision_config")
+        if tower is not None:  # CLIP's and SigLIP's classifiers: their vision tower
+            config_class, default, declared = type(tower), tower, _declared(type(tower))
+        stack = _single_stack(config_class, default)
         shipped_size = getattr(default, "image_size", None)
         if shape["image_size"] is None:
             shape["image_size"] = shipped_size if shipped_size is not None else 224
@@ -391,16 +489,25 @@ def _shape_defaults(config_class: type, task: str, size: str) -> Shape:
             shape["patch_size"] = None
         return shape
     if shape["vocab_size"] is None:
-        shape["vocab_size"] = getattr(default, "vocab_size", None)
+        shape["vocab_size"] = getattr(_text_default(config_class), "vocab_size", None)
     if not _ints(shape["vocab_size"]):
         raise LeversError(f"{config_class.__name__} has no int vocab_size to draw token ids from")
+    if nested(config_class):
+        # a text-only batch: the token ids drawn stay below the parent's image, audio and video
+        # token ids, which would ask for inputs the batch does not have
+        fields = config_fields_of(config_class, task, shape, size)
+        special = [v for k, v in {**default.to_dict(), **fields}.items()
+                   if k.endswith(("_token_id", "_token_index")) and _ints(v)
+                   and 0 <= v < shape["vocab_size"] and k not in _TEXT_TOKENS]
+        if special:
+            shape["ids_below"] = min(special)
     return shape
 
 
 def _make_model(model_type: str, task: str) -> Callable[[Shape], torch.nn.Module]:
     def make(shape: Shape) -> torch.nn.Module:
         transformers = _transformers()
-        fields = config_fields(model_type, task, shape)
+        fields = config_fields(model_type, task, shape, shape.get("size", "tiny"))
         config = transformers.AutoConfig.for_model(model_type, **fields)
         classes = mapping(task)[model_type]
         if isinstance(classes, (tuple, list)):
@@ -443,19 +550,26 @@ _OVERRIDES: dict[str, Callable[[Shape, Any], dict[str, Any]]] = {
 }
 
 
-def config_fields(model_type: str, task: str, shape: Shape) -> dict[str, Any]:
+def config_fields(model_type: str, task: str, shape: Shape, size: str = "tiny") -> dict[str, Any]:
     """What ``arch`` passes to ``AutoConfig.for_model(model_type, ...)`` at ``shape``."""
-    config_class = _config_class(model_type)
-    if task == "image-classification":
-        return vision_fields(config_class, shape)
-    fields = text_fields(config_class, shape)
+    fields = config_fields_of(_config_class(model_type), task, shape, size)
     if task == "causal-lm" and model_type in mapping("masked-lm"):
         # an encoder's causal LM head (BertLMHeadModel) is a decoder only with is_decoder=True,
         # as its documentation asks
         fields["is_decoder"] = True
     if model_type in _OVERRIDES:
-        fields.update(_OVERRIDES[model_type](shape, config_class()))
+        fields.update(_OVERRIDES[model_type](shape, _config_class(model_type)()))
     return fields
+
+
+def config_fields_of(config_class: type, task: str, shape: Shape, size: str) -> dict[str, Any]:
+    """The shape's fields of ``config_class`` itself and of the configs it nests."""
+    if task == "image-classification":
+        if "vision_config" in nested(config_class):
+            return {"num_labels": shape["num_labels"],
+                    **nested_fields(config_class, task, shape, size)}
+        return vision_fields(config_class, shape)
+    return {**text_fields(config_class, shape), **nested_fields(config_class, task, shape, size)}
 
 
 def _seq2seq_batch(shape: Shape, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -495,10 +609,13 @@ _BATCHES = {
 
 def _family(config_class: type, task: str) -> str:
     if task == "image-classification":
-        return "vision-transformer" if _has_heads(config_class) else "convnet"
+        tower = nested(config_class).get("vision_config")
+        heads = _has_heads(type(tower) if tower is not None else config_class)
+        return "vision-transformer" if heads else "convnet"
     if task in ("masked-lm", "seq2seq"):
         return "encoder" if task == "masked-lm" else "encoder-decoder"
-    declared, default = _declared(config_class), config_class()
+    default = _text_default(config_class)
+    declared = _declared(type(default))
     moe = any(_value(default, n) > 1 for n in _present(_EXPERTS, declared, default)
               if _ints(_value(default, n)))
     return "moe" if moe else "decoder"

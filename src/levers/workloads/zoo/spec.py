@@ -45,7 +45,7 @@ class ZooModel:
 def token_ids(shape: Shape, generator: torch.Generator, length_key: str = "seq_len") -> torch.Tensor:
     return torch.randint(
         0,
-        shape["vocab_size"],
+        shape.get("ids_below") or shape["vocab_size"],  # below a model's multimodal token ids
         (shape["batch_size"], shape[length_key]),
         generator=generator,
         device=generator.device,
