@@ -384,12 +384,14 @@ class Step:
             )
         return self._ab_measure()
 
-    def _ab_measure(self, design: Any = None) -> Any:
+    def _ab_measure(self, design: Any = None, sides: str = "together") -> Any:
         """ab's A/B on this step's spec, remembering each trial for this Step."""
         design = design or TrialDesign()
-        memory = self._trials.setdefault(design, {})
+        memory = self._trials.setdefault((design, sides), {})
         # read from the module at call time, so a test's stand-in is the one called
-        return remembered(tune_measure.ab_measure(self.spec, self.params, design), memory)
+        return remembered(
+            tune_measure.ab_measure(self.spec, self.params, design, sides), memory
+        )
 
     def _predict_for_audit(self, gpu: GpuSpec, whatifs: bool) -> MemoryPlan:
         return self.memory(gpu=gpu, whatifs=whatifs)
@@ -410,6 +412,7 @@ class Step:
         candidate: str | None = None,
         levers: Sequence[str] = (),
         dist_timeout_s: float = 300.0,
+        sides: str = "together",
     ) -> AbResult | None:
         """A parity-gated A/B of this step (the baseline) against a candidate: lever ids
         (``"rms-norm-fused,fused-optimizer"`` or a list, applied to this workload), another
@@ -421,6 +424,8 @@ class Step:
 
         Under torchrun, both sides run on every rank and rank 0 merges the step times (ranks
         wait ``dist_timeout_s`` for each other); the other ranks return None.
+        ``sides="one-at-a-time"`` runs each side alone, for steps two of which do not fit the
+        device (``levers ab --sides``).
 
         Raises:
             TypeError: the Step is not of a spec (each side is built again from it).
@@ -456,7 +461,7 @@ class Step:
             None,
         )
         baseline, candidate_side, chosen = design_mod.sides(design)
-        config = design_mod.config(design, kill, chosen)
+        config = design_mod.config(design, kill, chosen, sides)
 
         world = world_from_env()
         if world.is_distributed:
@@ -515,10 +520,11 @@ class Step:
         return tune_run.tune_step(
             self,
             options,
-            measure=measure if measure is not None or self.spec is None
-            else self._ab_measure(options.design),
+            measure=measure,
             say=progress or (lambda _message: None),
             clock=clock or time.monotonic,
+            measure_for=None if self.spec is None
+            else lambda sides: self._ab_measure(options.design, sides),
         )
 
 

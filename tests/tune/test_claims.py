@@ -104,7 +104,7 @@ def test_measuring_is_on_by_default_only_for_a_gpu_capture_of_a_spec_without_a_t
     import levers.tune.measure
 
     sentinel = FakeAb(SPEEDS)
-    monkeypatch.setattr(levers.tune.measure, "ab_measure", lambda spec, params, design: sentinel)
+    monkeypatch.setattr(levers.tune.measure, "ab_measure", lambda spec, params, design, sides="together": sentinel)
 
     def is_ab(measure):  # ab's A/B on this step (remembered per Step), or None
         if measure is None:
@@ -165,7 +165,7 @@ def test_a_step_runs_each_ab_once_for_its_audit_and_its_tune(monkeypatch):
     import levers.tune.measure as measure_mod
 
     fake = FakeAb(SPEEDS)
-    monkeypatch.setattr(measure_mod, "ab_measure", lambda spec, params, design=None: fake)
+    monkeypatch.setattr(measure_mod, "ab_measure", lambda spec, params, design=None, sides="together": fake)
     step = levers.Step("demo", params={"size": "tiny"})
     step.capture()
     step.audit(memory_model=False, measure=True)

@@ -221,3 +221,25 @@ def test_a_step_that_fills_more_than_half_the_gpu_is_said_to_not_fit_twice(monke
     # the CPU's tracked storages say nothing of a GPU
     cpu_tracked = SimpleNamespace(source="tracked-storages", peak_bytes=10**15)
     assert run.two_sides_note(cpu_tracked, "cpu") is None
+
+
+@pytest.mark.parametrize("crowded", [False, True])
+def test_a_step_two_of_which_do_not_fit_is_tuned_with_its_sides_one_at_a_time(monkeypatch,
+                                                                             crowded):
+    # the audit's peak decides how each A/B holds its sides: the A/Bs are ab's, asked for sides
+    note = "this step's peak is 80.0 GiB of the GPU's 140 GiB: ..." if crowded else None
+    monkeypatch.setattr(run, "two_sides_note", lambda memory, device: note)
+    asked = []
+    fake = FakeAb({"inplace-scatter": 1.3})
+
+    def ab_measure(spec, params, design, sides="together"):
+        asked.append(sides)
+        return fake
+
+    monkeypatch.setattr("levers.tune.measure.ab_measure", ab_measure)
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        clock=fake.clock, levers="inplace-scatter"
+    )
+    assert asked == ["one-at-a-time" if crowded else "together"]
+    assert result.stack == ("inplace-scatter",)
+    assert (note in result.notes) is crowded

@@ -117,7 +117,11 @@ def sides(design: dict[str, Any]) -> tuple[Side, Side, str]:
     return baseline, candidate, exactness
 
 
-def config(design: dict[str, Any], kill: dict[str, Any], exactness: str) -> AbConfig:
+def config(
+    design: dict[str, Any], kill: dict[str, Any], exactness: str, sides: str = "together"
+) -> AbConfig:
+    """The run's config; ``sides`` is how the sides run (``levers ab --sides``), not part of
+    the pre-registered design: it changes how the two are timed, not what is compared."""
     floor = declared_parity_floor(find_levers(design["levers"]))
     try:
         return AbConfig.from_design(
@@ -127,6 +131,7 @@ def config(design: dict[str, Any], kill: dict[str, Any], exactness: str) -> AbCo
             parity_floor_of="" if floor is None else floor[1],
             mem_gate_gib=kill.get("mem_gate_gib"),
             time_budget_s=kill.get("time_budget_s"),
+            sides=sides,
         )
     except ValueError as exc:
         raise PreregError(f"the design is not runnable: {exc}") from None

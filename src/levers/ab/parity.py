@@ -371,9 +371,22 @@ def run_parity_steps(
     return None
 
 
+def judge_series(
+    tolerance: Tolerance,
+    losses: dict[str, list[float | None]],
+    norms: dict[str, list[float | None]],
+    num_steps: int,
+    kill: Kill | None,
+    reference: Reference,
+) -> ParityResult:
+    """The gate's verdict on the two sides' loss and gradient-norm series, run apart (one side
+    at a time: their parameters are not compared)."""
+    return _judge(None, None, tolerance, losses, norms, num_steps, kill, reference)
+
+
 def _judge(
-    baseline: Workload,
-    candidate: Workload,
+    baseline: Workload | None,
+    candidate: Workload | None,
     tolerance: Tolerance,
     losses: dict[str, list[float | None]],
     norms: dict[str, list[float | None]],
@@ -400,7 +413,9 @@ def _judge(
             else:
                 checks.append(_check(step, quantity, a, b, rtol, True))
     notes = []
-    if num_done and kill is None:
+    if num_done and kill is None and (baseline is None or candidate is None):
+        notes.append("parameters not compared: the sides ran one at a time")
+    elif num_done and kill is None:
         param_check = _param_check(
             baseline, candidate, num_done, tolerance.rtol_last, tolerance.exactness == EXACT
         )

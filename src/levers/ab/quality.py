@@ -65,19 +65,70 @@ def quality_read(
     sides = (("baseline", baseline), ("candidate", candidate))
     missing = [side for side, w in sides if w.eval_losses is None]
     if missing:
-        who = (
-            "the baseline and candidate workloads set"
-            if len(missing) == 2
-            else f"the {missing[0]} workload sets"
-        )
-        return _skipped(
-            f"skipped: {who} no {HOOK} hook (per-example losses on a fixed held-out batch set; "
-            "see docs/ab.md)"
-        )
+        return _no_hook(missing)
     try:
         a, b = _losses(baseline, seed), _losses(candidate, seed)
     except Exception as exc:  # the user's hook may raise anything; the comparison still stands
         return _skipped(f"{HOOK}() raised {type(exc).__name__}: {exc}")
+    return compare_losses(a, b, num_resamples=num_resamples, seed=seed, confidence=confidence)
+
+
+def _no_hook(missing: list[str]) -> QualityRead:
+    who = (
+        "the baseline and candidate workloads set"
+        if len(missing) == 2
+        else f"the {missing[0]} workload sets"
+    )
+    return _skipped(
+        f"skipped: {who} no {HOOK} hook (per-example losses on a fixed held-out batch set; "
+        "see docs/ab.md)"
+    )
+
+
+# what held_out_losses returns for a workload without the hook
+NO_HOOK = "no hook"
+
+
+def held_out_losses(workload: Workload, seed: int) -> torch.Tensor | str:
+    """One side's per-example held-out losses, or why there are none (:data:`NO_HOOK`, or what
+    the hook raised): for an A/B whose sides run one at a time, read before the side is freed."""
+    if workload.eval_losses is None:
+        return NO_HOOK
+    try:
+        return _losses(workload, seed)
+    except Exception as exc:  # noqa: BLE001 - the user's hook may raise anything
+        return f"{HOOK}() raised {type(exc).__name__}: {exc}"
+
+
+def quality_from(
+    a: torch.Tensor | str | None,
+    b: torch.Tensor | str | None,
+    exactness: str,
+    *,
+    num_resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+) -> QualityRead:
+    """The quality read from each side's :func:`held_out_losses` (None: the side never got
+    that far)."""
+    if exactness == "exact":
+        return _skipped("declared exact: the parity gate holds the candidate to the same math")
+    sides = (("baseline", a), ("candidate", b))
+    missing = [side for side, value in sides if value == NO_HOOK]
+    if missing:
+        return _no_hook(missing)
+    for side, value in sides:
+        if value is None:
+            return _skipped(f"skipped: the {side} did not reach its held-out losses")
+        if isinstance(value, str):
+            return _skipped(value)
+    return compare_losses(a, b, num_resamples=num_resamples, seed=seed, confidence=confidence)
+
+
+def compare_losses(
+    a: torch.Tensor, b: torch.Tensor, *, num_resamples: int, seed: int, confidence: float
+) -> QualityRead:
+    """The paired difference of two sides' per-example held-out losses."""
     if a.numel() != b.numel() or a.numel() < 2:
         return _skipped(
             f"{HOOK}() returned {a.numel()} baseline and {b.numel()} candidate losses; the "

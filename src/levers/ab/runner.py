@@ -18,10 +18,21 @@ import torch
 
 from levers.ab.design_keys import DEFAULTS_BY_FIELD, DEFAULTS_BY_KEY, DESIGN_FIELDS
 from levers.ab.killlines import GIB, Kill, KillLines
-from levers.ab.parity import EXACT_REASON, EXACTNESS, ParityResult, reference_for, run_parity
+from levers.ab.parity import (
+    EXACT_REASON,
+    EXACTNESS,
+    ParityResult,
+    is_low_precision,
+    judge_series,
+    reference_for,
+    run_parity,
+    run_parity_steps,
+    tolerance_for,
+)
+from levers.ab.precision import LOW_PRECISION, autocast_probe
 from levers.ab.repeat import check_repeatable
 from levers.ab.reference import Reference, unavailable
-from levers.ab.quality import QualityRead, quality_read
+from levers.ab.quality import QualityRead, held_out_losses, quality_from, quality_read
 from levers.ab.random_alike import drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
@@ -34,6 +45,14 @@ from levers.vocab import CHANGES_NUMERICS, EXACT, fix_safety
 
 
 DEFAULT_STEPS = DEFAULTS_BY_KEY["steps"]
+SIDES = ("together", "one-at-a-time")
+# what an A/B whose sides ran one at a time says beside its reads
+ONE_AT_A_TIME_NOTE = (
+    "the sides ran one at a time (sides=one-at-a-time: the baseline built, checked, warmed up "
+    "and timed, then freed, then the candidate): its time does not alternate with the "
+    "baseline's, so a drift between the two blocks (clocks, temperature, other processes) lands "
+    "on the ratio"
+)
 # below this many timed pairs a percentile-bootstrap CI95 rests on a handful of distinct means
 MIN_STEPS_FOR_CI = 10
 
@@ -56,6 +75,9 @@ class AbConfig:
     mem_gate_gib: float | None = None
     time_budget_s: float | None = None
     confidence: float = 0.95
+    # "together": both sides live on the device and alternate step by step; "one-at-a-time":
+    # each side is built, checked, warmed up and timed alone, then freed (SIDES_ONE_AT_A_TIME)
+    sides: str = "together"
 
     @classmethod
     def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
@@ -87,6 +109,8 @@ class AbConfig:
             raise ValueError(f"exactness must be one of {EXACTNESS}, got {self.exactness!r}")
         if self.parity_floor is not None and not 0.0 < self.parity_floor < 1.0:
             raise ValueError(f"parity_floor must be between 0 and 1, got {self.parity_floor!r}")
+        if self.sides not in SIDES:
+            raise ValueError(f"sides must be one of {SIDES}, got {self.sides!r}")
         for name in ("mem_gate_gib", "time_budget_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -161,7 +185,7 @@ def _info(side: Side, workload: Workload) -> SideInfo:
     )
 
 
-def _check_one_device(a: Workload, b: Workload) -> None:
+def _check_one_device(a: Workload | _Facts, b: Workload | _Facts) -> None:
     if torch.device(a.device) != torch.device(b.device):
         raise LeversError(
             f"the baseline runs on {a.device} and the candidate on {b.device}; an A/B compares "
@@ -169,10 +193,23 @@ def _check_one_device(a: Workload, b: Workload) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the record reads of a side once the side is freed (sides=one-at-a-time)."""
+
+    device: str
+    tokens_per_step: int | None
+    unreadable: str | None  # why its loss could not be read (levers.ab.steps.unreadable_loss)
+
+
+def _facts(workload: Workload) -> _Facts:
+    return _Facts(str(workload.device), workload.tokens_per_step, unreadable_loss(workload))
+
+
 def _warnings(
-    config: AbConfig, a: Workload, b: Workload, samples: dict[str, SideSamples] | None
+    config: AbConfig, a: _Facts, b: _Facts, samples: dict[str, SideSamples] | None
 ) -> list[str]:
-    notes = []
+    notes = [ONE_AT_A_TIME_NOTE] if config.sides == "one-at-a-time" else []
     if config.mem_gate_gib is not None and torch.device(a.device).type != "cuda":
         notes.append("the memory gate is not enforced on a CPU: memory is not measured there")
     if _tokens_differ(a, b):
@@ -189,8 +226,8 @@ def _warnings(
             )
     if config.num_parity_steps == 0:
         notes.append("the parity gate was skipped (--parity-steps 0): numerics are unchecked")
-    for side, workload in (("baseline", a), ("candidate", b)):
-        why = unreadable_loss(workload)
+    for side, facts in (("baseline", a), ("candidate", b)):
+        why = facts.unreadable
         if why:
             notes.append(
                 f"{side}: {why}; its loss was not compared and the NaN/inf kill line was off"
@@ -242,6 +279,9 @@ def run_ab(
             )
     elif config.exactness == EXACT:
         reference = unavailable(EXACT_REASON)
+    if config.sides == "one-at-a-time":
+        return _one_at_a_time(baseline, candidate, config, reference, kill, lines, clock,
+                              started_at)
     with clock("build"):
         a, b = _build(baseline, config.seed), _build(candidate, config.seed)
     _check_one_device(a, b)
@@ -302,11 +342,153 @@ def run_ab(
             judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None
         ),
         killed=kill,
-        warnings=tuple(_warnings(config, a, b, samples)),
+        warnings=tuple(_warnings(config, _facts(a), _facts(b), samples)),
         started_at=started_at,
         wall_s=time.perf_counter() - lines.started_s,
         quality=quality,
         phase_s=phase_s,
+    )
+
+
+@dataclass
+class _SideRun:
+    """One side's run in an A/B whose sides run one at a time: what is kept once it is freed."""
+
+    info: SideInfo
+    facts: _Facts
+    low_precision: bool = False
+    autocast: Any = None  # the autocast dtype its step ran under, if any
+    samples: SideSamples | None = None
+    held_out: torch.Tensor | str | None = None
+
+
+def _run_side(
+    name: str,
+    side: Side,
+    config: AbConfig,
+    reference: Reference,
+    lines: KillLines,
+    clock: _PhaseClock,
+    series: tuple[dict[str, list[float | None]], dict[str, list[float | None]]],
+) -> tuple[_SideRun | None, Kill | None]:
+    """Build one side, run its parity steps (into ``series``), warm-up, timed steps and
+    held-out losses, then free it: the device holds one side at a time."""
+    with clock("build"):
+        workload = _build(side, config.seed)
+    run = _SideRun(_info(side, workload), _facts(workload), is_low_precision(workload))
+    device = torch.device(workload.device)
+    losses, norms = series
+    with clock("parity"), drawn_alike() as compiled:
+        with autocast_probe(workload.model, device.type) as autocast:
+            kill = run_parity_steps([(name, workload)], config.num_parity_steps, config.seed,
+                                    lines, losses, norms)
+            run.autocast = autocast()
+    recompile_for_timing(compiled, reference.draws_random)
+    if kill is None:
+        with clock("warmup"):
+            kill = warm_up([(name, workload)], config.num_warmup, lines)
+    if kill is None:
+        with clock("timed"):
+            samples, kill = run_timed([(name, workload)], config.num_steps, lines)
+        run.samples = samples[name]
+    if kill is None and config.exactness != EXACT:
+        with clock("quality"):
+            run.held_out = held_out_losses(workload, config.seed)
+    run.facts = _facts(workload)
+    del workload
+    _free(device)
+    return run, kill
+
+
+def _free(device: torch.device) -> None:
+    """The device's memory back from a freed side: its compiled programs and CUDA-graph pools
+    dropped, garbage collected, the allocator's cache emptied."""
+    import gc
+
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def _one_at_a_time(
+    baseline: Side,
+    candidate: Side,
+    config: AbConfig,
+    reference: Reference,
+    kill: Kill | None,
+    lines: KillLines,
+    clock: _PhaseClock,
+    started_at: str,
+) -> AbResult:
+    """An A/B whose sides do not fit the device together: each side alone, the baseline first
+    (:data:`ONE_AT_A_TIME_NOTE` says what that costs the comparison)."""
+    losses: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
+    norms: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
+    runs: dict[str, _SideRun] = {}
+    for name, side in (("baseline", baseline), ("candidate", candidate)):
+        if kill is not None:
+            break
+        run, kill = _run_side(name, side, config, reference, lines, clock, (losses, norms))
+        runs[name] = run
+    if "candidate" in runs:
+        _check_one_device(runs["baseline"].facts, runs["candidate"].facts)
+    parity = None
+    if len(runs) == 2 or (kill is not None and kill.phase == "parity"):
+        seen = [str(r.autocast).removeprefix("torch.") for r in runs.values()
+                if r.autocast is not None]
+        tolerance = tolerance_for(
+            config.exactness,
+            any(r.low_precision or r.autocast in LOW_PRECISION for r in runs.values()),
+            seen[0] if seen else None,
+            config.parity_floor,
+            config.parity_floor_of,
+        )
+        parity = judge_series(tolerance, losses, norms, config.num_parity_steps, kill, reference)
+        if kill is None:  # a failed gate: the baseline run again tells whose difference it is
+            with clock("parity"):
+                parity, kill = check_repeatable(
+                    lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
+                )
+            _free(torch.device(runs["baseline"].facts.device))
+    samples = None
+    if all(r.samples is not None for r in runs.values()) and len(runs) == 2:
+        samples = {name: r.samples for name, r in runs.items()}
+    tokens = {name: r.facts.tokens_per_step for name, r in runs.items()}
+    reads = compute_reads(
+        samples,
+        {"baseline": tokens.get("baseline"), "candidate": tokens.get("candidate")},
+        parity,
+        num_resamples=config.num_resamples,
+        seed=config.seed,
+        confidence=config.confidence,
+    )
+    quality = None
+    if kill is None:
+        quality = quality_from(
+            runs["baseline"].held_out, runs["candidate"].held_out, config.exactness,
+            num_resamples=config.num_resamples, seed=config.seed,
+        )
+    verdicts = {r.name: r.verdict for r in reads}
+    if quality is not None:
+        verdicts["quality"] = quality.verdict
+    gone = _Facts("", None, None)
+    a, b = (runs[n].facts if n in runs else gone for n in ("baseline", "candidate"))
+    return AbResult(
+        config=config,
+        baseline=runs["baseline"].info if "baseline" in runs else None,
+        candidate=runs["candidate"].info if "candidate" in runs else None,
+        parity=parity,
+        samples=samples,
+        reads=reads,
+        decision=decision(judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None),
+        killed=kill,
+        warnings=tuple(_warnings(config, a, b, samples)),
+        started_at=started_at,
+        wall_s=time.perf_counter() - lines.started_s,
+        quality=quality,
+        phase_s=clock.phase_s,
     )
 
 
@@ -322,4 +504,6 @@ class _PhaseClock:
         try:
             yield
         finally:
-            self.phase_s[phase] = round(time.perf_counter() - start, 3)
+            self.phase_s[phase] = round(
+                self.phase_s.get(phase, 0.0) + time.perf_counter() - start, 3
+            )

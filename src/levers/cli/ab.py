@@ -3,7 +3,7 @@
     levers ab BASELINE [CANDIDATE] [--set K=V ...] [--set-b K=V ...] [--lever NAME ...]
               [--prereg FILE | --init-prereg FILE] [--parity-steps K] [--steps N] [--warmup W]
               [--json FILE] [--md FILE] [--resamples R] [--seed S] [--mem-gate-gib X]
-              [--time-budget-s T] [--exact | --changes-numerics]
+              [--time-budget-s T] [--sides together|one-at-a-time] [--exact | --changes-numerics]
 
 Exit codes: 0 the comparison ran (whatever its verdicts); 2 bad input or a refused
 pre-registration; 3 a side's step raised; 4 a kill line stopped the run (what was measured is
@@ -129,6 +129,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="T",
         help="kill the run once it has taken T seconds",
     )
+    parser.add_argument(
+        "--sides",
+        choices=("together", "one-at-a-time"),
+        default="together",
+        help="together (default): both sides on the device, alternating step by step; "
+        "one-at-a-time: each side built, checked and timed alone, then freed, for steps two of "
+        "which do not fit the device (a drift between the two blocks lands on the ratio)",
+    )
     exactness = parser.add_mutually_exclusive_group()
     exactness.add_argument(
         "--exact",
@@ -250,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prereg is not None:
         design = design_mod.relative_to(design, args.prereg.parent)
     _, _, exactness = design_mod.sides(design)
-    design_mod.config(design, kill, exactness)  # a design that cannot run is refused here
+    design_mod.config(design, kill, exactness, args.sides)  # a design that cannot run is refused
     _check_outputs(args)
     # under torchrun: both sides on every rank; the verdict and the record from rank 0
     result = Step(design["baseline"], design["params"]).ab(
@@ -266,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
         mem_gate_gib=kill.get("mem_gate_gib"),
         time_budget_s=kill.get("time_budget_s"),
         dist_timeout_s=args.dist_timeout,
+        sides=args.sides,
     )
     if result is None:  # a rank other than 0
         return 0

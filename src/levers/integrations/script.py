@@ -36,6 +36,7 @@ from levers.capture.records import Capture
 from levers.errors import LeversError
 from levers.script_defaults import SCRIPT_TIMED, SCRIPT_WARMUP
 from levers.integrations.steps import StepWatcher, StopTraining
+from levers.optional import torchvision_without_ops
 from levers.workload import Workload
 
 DEFAULT_WARMUP = SCRIPT_WARMUP
@@ -222,6 +223,9 @@ def run_script(
     stopped = False
     exit_code = 0
     error = None
+    # under LEVERS_TORCHVISION_WITHOUT_OPS=1, the script's transformers or timm imports past a
+    # torchvision whose compiled operators do not load, as levers' own imports do
+    torchvision_without_ops()
     with watcher, _script_environment(command):
         try:
             if command.is_module:

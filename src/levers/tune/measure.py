@@ -52,9 +52,12 @@ def _design(spec: str, params: dict[str, Any], stack: Stack, design: TrialDesign
     return resolved
 
 
-def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDesign()) -> Measure:
+def ab_measure(
+    spec: str, params: dict[str, Any], design: TrialDesign = TrialDesign(), sides: str = "together"
+) -> Measure:
     """A :data:`levers.tune.trial.Measure` that runs ab on the workload ``spec`` (a built-in,
-    a file or module factory) with ``params``.
+    a file or module factory) with ``params``, its sides ``together`` or ``one-at-a-time``
+    (:class:`levers.ab.runner.AbConfig`).
 
     The float64 run the parity gate judges by is the workload's own (a lever is to keep its
     math): it is made once, by the first trial, and every later trial of the search reuses it
@@ -81,7 +84,7 @@ def ab_measure(spec: str, params: dict[str, Any], design: TrialDesign = TrialDes
                 _, baseline_side, _ = design_mod.sides(_design(spec, params, base, chosen))
             left_s = None if not time_budget_s else max(time_budget_s - reference_s, 1e-3)
             kill = {"time_budget_s": left_s} if left_s else {}
-            config = design_mod.config(candidate_design, kill, exactness)
+            config = design_mod.config(candidate_design, kill, exactness, sides)
             result = run_ab(baseline_side, candidate_side, config, shared["reference"])
         except LeversError as exc:  # a lever that does not apply on top of the stack, say
             return failed(base, stack, _one_line(exc), time.perf_counter() - started)

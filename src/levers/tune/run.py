@@ -39,7 +39,7 @@ def _ignore(_: object) -> None:
 
 def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], float, list[str]]:
     """The audit's findings and step time, and a note where two of its step will not fit on
-    the GPU; none (with a note) when the audit cannot run."""
+    the GPU (:data:`CROWDED_PREFIX`); none (with a note) when the audit cannot run."""
     say("tune: auditing the step for candidate levers")
     try:
         # the estimates order the candidates; the search's own A/Bs are the measurements
@@ -58,6 +58,8 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
 
 # the share of the device's memory two sides may take before an A/B is expected not to fit
 TWO_SIDES_SHARE = 0.95
+# how two_sides_note's note starts (tune then runs each A/B's sides one at a time)
+CROWDED_PREFIX = "this step's peak is "
 
 
 def two_sides_note(memory: Any, device: Any) -> str | None:
@@ -71,10 +73,11 @@ def two_sides_note(memory: Any, device: Any) -> str | None:
     if 2 * peak <= TWO_SIDES_SHARE * total:
         return None
     return (
-        f"this step's peak is {peak / 2**30:.1f} GiB of the GPU's {total / 2**30:.0f} GiB, and an "
-        "A/B holds its two sides on the GPU at once: two such steps do not fit, so only a "
-        "candidate that needs much less memory can be compared here (the others stop out of "
-        "memory); to compare speed levers, tune at a smaller batch (--set batch_size=...)"
+        f"this step's peak is {peak / 2**30:.1f} GiB of the GPU's {total / 2**30:.0f} GiB: two "
+        "such steps do not fit, so each A/B runs its sides one at a time (each built, checked "
+        "and timed alone, then freed: a drift between the two blocks lands on the ratio, where "
+        "sides run together alternate step by step); tuning at a smaller batch (--set "
+        "batch_size=...) keeps them together"
     )
 
 
@@ -140,9 +143,12 @@ def tune_step(
     measure: Measure | None = None,
     say: Callable[[str], None] = _ignore,
     clock: Callable[[], float] = time.monotonic,
+    measure_for: Callable[[str], Measure] | None = None,
 ) -> TuneResult:
     """Search the fastest proven stack for ``step`` (a :class:`levers.Step` of a spec) with
-    ``options`` (checked where they were given: :meth:`TuneOptions.checked`)."""
+    ``options`` (checked where they were given: :meth:`TuneOptions.checked`). The A/Bs are
+    ``measure``'s, else ``measure_for(sides)``'s (ab's by default), whose sides run together
+    unless two of the step do not fit the GPU (then ``"one-at-a-time"``)."""
     if step.spec is None:
         raise TypeError(
             "Step.tune builds each side of its A/Bs from the workload spec: make the Step from "
@@ -183,9 +189,14 @@ def tune_step(
     step.release()
     _free_device(on_gpu)
 
+    sides = "one-at-a-time" if any(n.startswith(CROWDED_PREFIX) for n in notes) else "together"
+    if measure is None:
+        measure = (measure_for or (lambda how: ab_measure(step.spec, step.params, design, how)))(
+            sides
+        )
     found = search(
         ordered,
-        measure or ab_measure(step.spec, step.params, design),
+        measure,
         budget_s=options.budget_s,
         skipped=skipped,
         clock=clock,
