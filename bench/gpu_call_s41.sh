@@ -11,7 +11,7 @@
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 # the GPU test changed after s40 (the fused loss's regime with Liger's kernel) into $D/t
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-bash bench/gpu_session_tests.sh "$D" 120 tests/levers/test_levers_gpu.py -k fused_loss
+bash bench/gpu_session_tests.sh "$D" 180 tests/levers/test_levers_gpu.py tests/ab/test_ab_gpu.py -k "fused_loss or one_at_a_time"
 summary=bench/results/tune_sweep_h200/summary.json
 lacking=$(python3 -c "
 import json

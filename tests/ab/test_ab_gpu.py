@@ -74,3 +74,25 @@ def test_a_nan_loss_is_found_after_the_timed_loop_without_syncs_inside_it():
     )
     # the loop ran to the end before the one sync found it
     assert len(result.samples["candidate"].dur_ms) == CONFIG["num_steps"]
+
+
+def test_sides_one_at_a_time_hold_the_device_one_side_at_a_time():
+    # each side holds 1 GiB of ballast between its steps: together, the candidate's steps run
+    # beside the baseline's gigabyte; one at a time, the baseline's is freed before the
+    # candidate is built, so the pool's window peak over the candidate's steps holds one
+    ballast = 1024 * MIB
+    reserved = {}
+    for sides in ("together", "one-at-a-time"):
+        torch.cuda.empty_cache()
+        result = run_ab(
+            side(device="cuda", dim=256, resident_bytes=ballast),
+            side(device="cuda", dim=256, resident_bytes=ballast),
+            AbConfig(**CONFIG, sides=sides),
+        )
+        assert result.read("parity").verdict == PARITY and result.killed is None
+        cand = result.samples["candidate"]
+        assert cand.resident_bytes_start >= ballast
+        reserved[sides] = min(cand.peak_reserved_bytes)
+    assert reserved["together"] >= 2 * ballast
+    assert reserved["one-at-a-time"] < 2 * ballast - 256 * MIB
+    assert torch.cuda.memory_allocated() < 64 * MIB  # nothing of either side is left
