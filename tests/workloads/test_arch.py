@@ -181,6 +181,19 @@ def test_a_vision_language_model_is_built_with_each_nested_config_shrunk_and_tra
     assert any("language_model" in n for n in moved)
 
 
+def test_a_model_whose_towers_need_their_inputs_says_so_through_the_capture():
+    # GIT's captioner reads its image features: a text-only batch cannot train it
+    from levers.capture.step import _run_step
+    from levers.errors import StepError
+
+    workload = arch.build(model="git")
+    with pytest.raises(StepError, match="arch gives git text-only batches, and its config nests "
+                       "vision_config: its step raised ValueError") as raised:
+        _run_step(workload)
+    assert "report it as a bug" not in str(raised.value)
+    assert "build its text model by its own model type" in str(raised.value)
+
+
 def test_an_image_classifier_whose_config_nests_its_tower_is_built_from_the_tower():
     workload = arch.build(model="clip")
     assert type(workload.model).__name__ == "CLIPForImageClassification"

@@ -626,9 +626,35 @@ def _has_heads(config_class: type) -> bool:
     return bool(_present(_HEADS, declared, default)) or "num_attention_heads" in declared
 
 
+def _towers(config_class: type) -> list[str]:
+    """The nested configs that are not text (a vision or audio tower), by name."""
+    return [name for name, sub in nested(config_class).items()
+            if sub is not None and not _text_sub(name, sub)]
+
+
+def _text_only_loss(model_type: str, towers: list[str]) -> Callable[..., torch.Tensor]:
+    """hf_loss, with an error that says why where a model with towers refuses a text-only
+    batch (GIT's captioner and the speech LMs read their image or audio features)."""
+
+    def loss(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        try:
+            return hf_loss(module, inputs)
+        except (ValueError, RuntimeError, TypeError, IndexError, AttributeError) as exc:
+            raise LeversError(
+                f"arch gives {model_type} text-only batches, and its config nests "
+                f"{', '.join(towers)}: its step raised {type(exc).__name__}: "
+                f"{str(exc).strip().rstrip('.')[:200]}. This model needs the inputs of those "
+                "towers, which arch does not draw: build its text model by its own model type "
+                "where it has one, or write a factory that feeds them (README.md, Workloads)"
+            ) from exc
+
+    return loss
+
+
 def entry(model_type: str, task: str) -> ZooModel:
     """The zoo entry of one (model type, task); raises LeversError when it cannot be built."""
     config_class = _config_class(model_type)
+    towers = _towers(config_class) if task != "image-classification" else []
     return ZooModel(
         name=model_type,
         family=_family(config_class, task),
@@ -636,6 +662,6 @@ def entry(model_type: str, task: str) -> ZooModel:
         sizes={size: _shape_defaults(config_class, task, size) for size in ("tiny", "full")},
         make_model=_make_model(model_type, task),
         make_batch=_BATCHES[task],
-        loss=hf_loss,
+        loss=_text_only_loss(model_type, towers) if towers else hf_loss,
         tokens_per_step=_tokens(task),
     )
