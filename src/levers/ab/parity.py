@@ -275,7 +275,7 @@ def run_parity(
     )
     if reference is None:
         reference = unavailable("no float64 run was made")
-    result = _judge(baseline, candidate, tolerance, losses, norms, num_steps, kill, reference)
+    result = judge(tolerance, losses, norms, num_steps, kill, reference, (baseline, candidate))
     return result, kill
 
 
@@ -371,29 +371,18 @@ def run_parity_steps(
     return None
 
 
-def judge_series(
+def judge(
     tolerance: Tolerance,
     losses: dict[str, list[float | None]],
     norms: dict[str, list[float | None]],
     num_steps: int,
     kill: Kill | None,
     reference: Reference,
+    sides: tuple[Workload, Workload] | None = None,
 ) -> ParityResult:
-    """The gate's verdict on the two sides' loss and gradient-norm series, run apart (one side
-    at a time: their parameters are not compared)."""
-    return _judge(None, None, tolerance, losses, norms, num_steps, kill, reference)
-
-
-def _judge(
-    baseline: Workload | None,
-    candidate: Workload | None,
-    tolerance: Tolerance,
-    losses: dict[str, list[float | None]],
-    norms: dict[str, list[float | None]],
-    num_steps: int,
-    kill: Kill | None,
-    reference: Reference,
-) -> ParityResult:
+    """The gate's verdict on the two sides' loss and gradient-norm series and, where the two
+    workloads are given (``sides``), their parameters after the steps; without them (the sides
+    ran one at a time and are freed) the parameters are not compared."""
     num_done = min(len(losses["baseline"]), len(losses["candidate"]))
     # no step completed on both sides (--parity-steps 0, or a kill in the first step): nothing
     # to compare
@@ -413,11 +402,11 @@ def _judge(
             else:
                 checks.append(_check(step, quantity, a, b, rtol, True))
     notes = []
-    if num_done and kill is None and (baseline is None or candidate is None):
+    if num_done and kill is None and sides is None:
         notes.append("parameters not compared: the sides ran one at a time")
     elif num_done and kill is None:
         param_check = _param_check(
-            baseline, candidate, num_done, tolerance.rtol_last, tolerance.exactness == EXACT
+            *sides, num_done, tolerance.rtol_last, tolerance.exactness == EXACT
         )
         if param_check is None:
             notes.append("parameters not compared: the two models name or shape them differently")

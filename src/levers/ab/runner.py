@@ -23,7 +23,7 @@ from levers.ab.parity import (
     EXACTNESS,
     ParityResult,
     is_low_precision,
-    judge_series,
+    judge,
     reference_for,
     run_parity,
     run_parity_steps,
@@ -314,6 +314,30 @@ def run_ab(
     if kill is None:
         with clock("timed"):
             samples, kill = run_timed(sides, config.num_steps, lines)
+    quality = None
+    if kill is None:
+        with clock("quality"):
+            quality = quality_read(
+                a, b, config.exactness, num_resamples=config.num_resamples, seed=config.seed
+            )
+    return _result(config, (_info(baseline, a), _info(candidate, b)), (_facts(a), _facts(b)),
+                   parity, samples, quality, kill, started_at, lines, phase_s)
+
+
+def _result(
+    config: AbConfig,
+    infos: tuple[SideInfo | None, SideInfo | None],
+    facts: tuple[_Facts, _Facts],
+    parity: ParityResult | None,
+    samples: dict[str, SideSamples] | None,
+    quality: QualityRead | None,
+    kill: Kill | None,
+    started_at: str,
+    lines: KillLines,
+    phase_s: dict[str, float],
+) -> AbResult:
+    """The reads, their verdicts and the decision of a run, whichever way its sides ran."""
+    a, b = facts
     reads = compute_reads(
         samples,
         {"baseline": a.tokens_per_step, "candidate": b.tokens_per_step},
@@ -322,27 +346,19 @@ def run_ab(
         seed=config.seed,
         confidence=config.confidence,
     )
-    quality = None
-    if kill is None:
-        with clock("quality"):
-            quality = quality_read(
-                a, b, config.exactness, num_resamples=config.num_resamples, seed=config.seed
-            )
     verdicts = {r.name: r.verdict for r in reads}
     if quality is not None:
         verdicts["quality"] = quality.verdict
     return AbResult(
         config=config,
-        baseline=_info(baseline, a),
-        candidate=_info(candidate, b),
+        baseline=infos[0],
+        candidate=infos[1],
         parity=parity,
         samples=samples,
         reads=reads,
-        decision=decision(
-            judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None
-        ),
+        decision=decision(judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None),
         killed=kill,
-        warnings=tuple(_warnings(config, _facts(a), _facts(b), samples)),
+        warnings=tuple(_warnings(config, a, b, samples)),
         started_at=started_at,
         wall_s=time.perf_counter() - lines.started_s,
         quality=quality,
@@ -445,7 +461,7 @@ def _one_at_a_time(
             config.parity_floor,
             config.parity_floor_of,
         )
-        parity = judge_series(tolerance, losses, norms, config.num_parity_steps, kill, reference)
+        parity = judge(tolerance, losses, norms, config.num_parity_steps, kill, reference)
         if kill is None:  # a failed gate: the baseline run again tells whose difference it is
             with clock("parity"):
                 parity, kill = check_repeatable(
@@ -453,43 +469,19 @@ def _one_at_a_time(
                 )
             _free(torch.device(runs["baseline"].facts.device))
     samples = None
-    if all(r.samples is not None for r in runs.values()) and len(runs) == 2:
+    if len(runs) == 2 and all(r.samples is not None for r in runs.values()):
         samples = {name: r.samples for name, r in runs.items()}
-    tokens = {name: r.facts.tokens_per_step for name, r in runs.items()}
-    reads = compute_reads(
-        samples,
-        {"baseline": tokens.get("baseline"), "candidate": tokens.get("candidate")},
-        parity,
-        num_resamples=config.num_resamples,
-        seed=config.seed,
-        confidence=config.confidence,
-    )
     quality = None
     if kill is None:
         quality = quality_from(
             runs["baseline"].held_out, runs["candidate"].held_out, config.exactness,
             num_resamples=config.num_resamples, seed=config.seed,
         )
-    verdicts = {r.name: r.verdict for r in reads}
-    if quality is not None:
-        verdicts["quality"] = quality.verdict
     gone = _Facts("", None, None)
-    a, b = (runs[n].facts if n in runs else gone for n in ("baseline", "candidate"))
-    return AbResult(
-        config=config,
-        baseline=runs["baseline"].info if "baseline" in runs else None,
-        candidate=runs["candidate"].info if "candidate" in runs else None,
-        parity=parity,
-        samples=samples,
-        reads=reads,
-        decision=decision(judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None),
-        killed=kill,
-        warnings=tuple(_warnings(config, a, b, samples)),
-        started_at=started_at,
-        wall_s=time.perf_counter() - lines.started_s,
-        quality=quality,
-        phase_s=clock.phase_s,
-    )
+    infos = tuple(runs[n].info if n in runs else None for n in ("baseline", "candidate"))
+    facts = tuple(runs[n].facts if n in runs else gone for n in ("baseline", "candidate"))
+    return _result(config, infos, facts, parity, samples, quality, kill, started_at, lines,
+                   clock.phase_s)
 
 
 class _PhaseClock:
