@@ -1,4 +1,4 @@
-"""Every lever's contract on a fixed sample of ten architectures beyond the zoo, with the code
+"""Every lever's contract on a fixed sample of eleven architectures beyond the zoo, with the code
 of ``bench/arch_sweep.py`` (the sweep over all of them is committed in
 ``bench/results/arch_sweep_cpu``): ``applies`` says why not or the lever applies; where it
 applies, the parity gate of ``levers ab`` holds (PARITY) and the undo puts the model back so
@@ -8,7 +8,8 @@ The ten span the families: learned positions (opt), ALiBi (bloom), parallel resi
 (gpt_neox), local and global attention (gpt_neo), a state-space model (mamba), a mixture of
 experts (olmoe), an encoder masked LM with relative attention (deberta-v2), an encoder-decoder
 (bart), a vision transformer (deit) and a pyramid of convolutional patch embeddings and
-spatial-reduction attention (pvt_v2); two timm models where timm is installed.
+spatial-reduction attention (pvt_v2); a vision-language model whose config nests a text and a
+vision config (gemma3, on text-only batches); two timm models where timm is installed.
 
 Three levers are left to the sweep, to keep this module at a few minutes on two cores: the
 optimizer-state levers (adamw-8bit, adamw-bf16-state) replace the optimizer's update whatever
@@ -31,7 +32,7 @@ from levers.workloads import arch  # noqa: E402
 
 ARCHITECTURES = [
     "opt", "bloom", "gpt_neox", "gpt_neo", "mamba", "olmoe", "deberta-v2/masked-lm",
-    "bart/seq2seq", "deit", "pvt_v2",
+    "bart/seq2seq", "deit", "pvt_v2", "gemma3",
 ]
 TIMM = ["timm:resnet18", "timm:vit_tiny_patch16_224"]
 # left to the sweep: see the module docstring
