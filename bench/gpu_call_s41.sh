@@ -9,7 +9,7 @@
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> BUDGET=3m bash bench/gpu_call_s41.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
-# the GPU test changed after s40 (the fused loss's regime with Liger's kernel) into $D/t
+# the GPU tests changed after s40 (the fused loss's regime with Liger's kernel; ab's sides one at a time) into $D/t
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 bash bench/gpu_session_tests.sh "$D" 180 tests/levers/test_levers_gpu.py tests/ab/test_ab_gpu.py -k "fused_loss or one_at_a_time"
 summary=bench/results/tune_sweep_h200/summary.json
