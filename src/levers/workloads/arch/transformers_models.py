@@ -95,7 +95,7 @@ SIZES: dict[str, dict[str, Shape]] = {
 
 _WIDTH = ("hidden_size", "d_model", "n_embd", "dim", "emb_dim", "embed_dim", "d_embed")
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers",
-           "decoder_layers", "num_decoder_layers", "num_encoder_layers")
+           "decoder_layers", "num_decoder_layers", "num_encoder_layers", "num_blocks")
 _HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
           "decoder_attention_heads")
 _KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
