@@ -7,6 +7,7 @@ returns what it measured together with the kill, so a killed run still produces 
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
