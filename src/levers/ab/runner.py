@@ -420,8 +420,6 @@ def _run_side(
 def _free(device: torch.device) -> None:
     """The device's memory back from a freed side: its compiled programs and CUDA-graph pools
     dropped, garbage collected, the allocator's cache emptied."""
-    import gc
-
     torch._dynamo.reset()
     gc.collect()
     if device.type == "cuda":
