@@ -119,12 +119,6 @@ def run_command(command: str, name: str, timeout_s: float) -> dict[str, Any]:
     return row
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
 def summary(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
     archs = sorted({r["arch"] for r in rows})
     lines = ["# levers' commands on architectures beyond the zoo (CPU, size=tiny)", "",
@@ -163,10 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                                                seed=args.seed))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.jsonl"
-    rows = read_rows(path)
-    if args.resume:
-        done = {r["arch"] for r in rows}
-        names = [n for n in names if n not in done]
+    rows = sweep.read_rows(path)
+    names = sweep.pending(names, rows, args.resume)
     header = sweep.versions()
     print(f"{len(names)} architectures x {len(COMMANDS)} commands -> {path}", flush=True)
     for index, name in enumerate(names, 1):

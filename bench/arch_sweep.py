@@ -546,6 +546,14 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
+def pending(names: list[str], rows: list[dict[str, Any]], resume: bool) -> list[str]:
+    """``names``, less those with rows already where the run resumes (``--resume``)."""
+    if not resume:
+        return names
+    done = {r["arch"] for r in rows}
+    return [n for n in names if n not in done]
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
 
@@ -732,9 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.jsonl"
     old = read_rows(path)
-    if args.resume:
-        done = {r["arch"] for r in old}
-        names = [n for n in names if n not in done]
+    names = pending(names, old, args.resume)
     meta = versions()
     command = "python bench/arch_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.perf_counter()

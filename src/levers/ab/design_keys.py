@@ -20,3 +20,6 @@ DESIGN_FIELDS: dict[str, tuple[str, int]] = {
 # the defaults by design key, and by AbConfig field
 DEFAULTS_BY_KEY = {key: default for key, (_, default) in DESIGN_FIELDS.items()}
 DEFAULTS_BY_FIELD = {field: default for field, default in DESIGN_FIELDS.values()}
+# how an A/B's two sides run (AbConfig.sides, levers ab --sides), the default first; a run
+# option, not a design key: it changes how the sides are timed, not what is compared
+SIDES = ("together", "one-at-a-time")

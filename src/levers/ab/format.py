@@ -72,7 +72,7 @@ def side_line(result: AbResult, side: str) -> str:
 
 def design_line(result: AbResult) -> str:
     c = result.config
-    order = "one side at a time" if getattr(c, "sides", "") == "one-at-a-time" else "alternating"
+    order = "one side at a time" if c.sides == "one-at-a-time" else "alternating"
     return (
         f"{c.num_parity_steps} parity + {c.num_warmup} warm-up + {c.num_steps} timed steps per "
         f"side, {order}; {c.exactness}; ratio = candidate/baseline of medians, paired "

@@ -60,17 +60,14 @@ def quality_read(
     confidence: float = 0.95,
 ) -> QualityRead:
     """The paired per-example held-out loss read, or why it was not measured."""
-    if exactness == "exact":
-        return _skipped("declared exact: the parity gate holds the candidate to the same math")
-    sides = (("baseline", baseline), ("candidate", candidate))
-    missing = [side for side, w in sides if w.eval_losses is None]
-    if missing:
-        return _no_hook(missing)
-    try:
-        a, b = _losses(baseline, seed), _losses(candidate, seed)
-    except Exception as exc:  # the user's hook may raise anything; the comparison still stands
-        return _skipped(f"{HOOK}() raised {type(exc).__name__}: {exc}")
-    return compare_losses(a, b, num_resamples=num_resamples, seed=seed, confidence=confidence)
+    workloads = (baseline, candidate)
+    if exactness != "exact" and all(w.eval_losses is not None for w in workloads):
+        a, b = (held_out_losses(w, seed) for w in workloads)
+    else:  # no hook is run: quality_from says why
+        a, b = (NO_HOOK if w.eval_losses is None else None for w in workloads)
+    return quality_from(
+        a, b, exactness, num_resamples=num_resamples, seed=seed, confidence=confidence
+    )
 
 
 def _no_hook(missing: list[str]) -> QualityRead:
@@ -114,7 +111,7 @@ def quality_from(
     if exactness == "exact":
         return _skipped("declared exact: the parity gate holds the candidate to the same math")
     sides = (("baseline", a), ("candidate", b))
-    missing = [side for side, value in sides if value == NO_HOOK]
+    missing = [side for side, value in sides if isinstance(value, str) and value == NO_HOOK]
     if missing:
         return _no_hook(missing)
     for side, value in sides:

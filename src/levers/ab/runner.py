@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from levers.ab.design_keys import DEFAULTS_BY_FIELD, DEFAULTS_BY_KEY, DESIGN_FIELDS
+from levers.ab.design_keys import DEFAULTS_BY_FIELD, DEFAULTS_BY_KEY, DESIGN_FIELDS, SIDES
 from levers.ab.killlines import GIB, Kill, KillLines
 from levers.ab.parity import (
     EXACT_REASON,
@@ -46,7 +46,6 @@ from levers.vocab import CHANGES_NUMERICS, EXACT, fix_safety
 
 
 DEFAULT_STEPS = DEFAULTS_BY_KEY["steps"]
-SIDES = ("together", "one-at-a-time")
 # what an A/B whose sides ran one at a time says beside its reads
 ONE_AT_A_TIME_NOTE = (
     "the sides ran one at a time (sides=one-at-a-time: the baseline built, checked, warmed up "
@@ -77,8 +76,8 @@ class AbConfig:
     time_budget_s: float | None = None
     confidence: float = 0.95
     # "together": both sides live on the device and alternate step by step; "one-at-a-time":
-    # each side is built, checked, warmed up and timed alone, then freed (SIDES_ONE_AT_A_TIME)
-    sides: str = "together"
+    # each side is built, checked, warmed up and timed alone, then freed (ONE_AT_A_TIME_NOTE)
+    sides: str = SIDES[0]
 
     @classmethod
     def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
@@ -372,11 +371,11 @@ class _SideRun:
     """One side's run in an A/B whose sides run one at a time: what is kept once it is freed."""
 
     info: SideInfo
-    facts: _Facts
     low_precision: bool = False
     autocast: Any = None  # the autocast dtype its step ran under, if any
     samples: SideSamples | None = None
     held_out: torch.Tensor | str | None = None
+    facts: _Facts | None = None  # read once the side's last step has run
 
 
 def _run_side(
@@ -387,12 +386,12 @@ def _run_side(
     lines: KillLines,
     clock: _PhaseClock,
     series: tuple[dict[str, list[float | None]], dict[str, list[float | None]]],
-) -> tuple[_SideRun | None, Kill | None]:
+) -> tuple[_SideRun, Kill | None]:
     """Build one side, run its parity steps (into ``series``), warm-up, timed steps and
     held-out losses, then free it: the device holds one side at a time."""
     with clock("build"):
         workload = _build(side, config.seed)
-    run = _SideRun(_info(side, workload), _facts(workload), is_low_precision(workload))
+    run = _SideRun(_info(side, workload), is_low_precision(workload))
     device = torch.device(workload.device)
     losses, norms = series
     with clock("parity"), drawn_alike() as compiled:

@@ -64,9 +64,9 @@ def _run_step(workload: Workload) -> Any:
     except CaptureInternalError:
         raise
     except Exception as exc:
-        if _raised_in_builtin(exc) and isinstance(exc, LeversError):
-            raise StepError(str(exc)) from exc  # a built-in that says what it cannot do
         if _raised_in_builtin(exc):
+            if isinstance(exc, LeversError):
+                raise StepError(str(exc)) from exc  # a built-in that says what it cannot do
             # levers' own step: its traceback is no lead for the user, and "fix the step" no help
             raise StepError(
                 f"the step of the built-in workload {workload.name!r} raised "

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from levers.ab.design_keys import DEFAULTS_BY_KEY
+from levers.ab.design_keys import DEFAULTS_BY_KEY, SIDES
 from levers.cli import EXIT_INTERRUPTED
 from levers.errors import LeversError, StepError
 from levers.text_files import read_utf8
@@ -131,8 +131,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--sides",
-        choices=("together", "one-at-a-time"),
-        default="together",
+        choices=SIDES,
+        default=SIDES[0],
         help="together (default): both sides on the device, alternating step by step; "
         "one-at-a-time: each side built, checked and timed alone, then freed, for steps two of "
         "which do not fit the device (a drift between the two blocks lands on the ratio)",

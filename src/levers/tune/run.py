@@ -37,9 +37,12 @@ def _ignore(_: object) -> None:
     pass
 
 
-def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], float, list[str]]:
-    """The audit's findings and step time, and a note where two of its step will not fit on
-    the GPU (:data:`CROWDED_PREFIX`); none (with a note) when the audit cannot run."""
+def _findings(
+    step: Any, say: Callable[[str], None]
+) -> tuple[Sequence[Any], float, list[str], bool]:
+    """The audit's findings and step time, its notes, and whether two of its step do not fit on
+    the GPU (with a note: the A/Bs then run their sides one at a time); none (with a note) when
+    the audit cannot run."""
     say("tune: auditing the step for candidate levers")
     try:
         # the estimates order the candidates; the search's own A/Bs are the measurements
@@ -47,19 +50,17 @@ def _findings(step: Any, say: Callable[[str], None]) -> tuple[Sequence[Any], flo
     except Exception as exc:  # noqa: BLE001 - the catalogue still gives candidates
         first = (str(exc).strip().splitlines() or [""])[0]
         return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
-                         "candidates are the catalogue's alone"]
+                         "candidates are the catalogue's alone"], False
     notes = []
     crowded = two_sides_note(audited.capture.memory, step.workload().device)
     if crowded:
         say(f"tune: {crowded}")
         notes.append(crowded)
-    return audited.findings, audited.result.step_ms, notes
+    return audited.findings, audited.result.step_ms, notes, crowded is not None
 
 
 # the share of the device's memory two sides may take before an A/B is expected not to fit
 TWO_SIDES_SHARE = 0.95
-# how two_sides_note's note starts (tune then runs each A/B's sides one at a time)
-CROWDED_PREFIX = "this step's peak is "
 
 
 def two_sides_note(memory: Any, device: Any) -> str | None:
@@ -159,7 +160,9 @@ def tune_step(
     say(f"tune: building {step.spec}")
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
-    findings, step_ms, notes = _findings(step, say) if options.use_audit else ((), 0.0, [])
+    findings, step_ms, notes, crowded = (
+        _findings(step, say) if options.use_audit else ((), 0.0, [], False)
+    )
     # the --set items as the printed commands show them: as typed, else the Step's params
     shown_items = options.set_items or tuple(f"{k}={v}" for k, v in step.params.items())
     ordered, skipped = candidates(
@@ -189,7 +192,7 @@ def tune_step(
     step.release()
     _free_device(on_gpu)
 
-    sides = "one-at-a-time" if any(n.startswith(CROWDED_PREFIX) for n in notes) else "together"
+    sides = "one-at-a-time" if crowded else "together"
     if measure is None:
         measure = (measure_for or (lambda how: ab_measure(step.spec, step.params, design, how)))(
             sides

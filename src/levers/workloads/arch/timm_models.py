@@ -31,10 +31,6 @@ TINY_DEPTH = 2
 DEPTH_PARAMETERS = ("depth", "num_blocks")
 
 
-def _timm() -> Any:
-    return import_timm()
-
-
 def _init_parameters(model_class: type) -> dict[str, inspect.Parameter]:
     try:
         return dict(inspect.signature(model_class.__init__).parameters)
@@ -47,7 +43,7 @@ def _on_meta(name: str, **kwargs: Any) -> torch.nn.Module | None:
     for a model whose constructor reads values (then it is built as registered)."""
     try:
         with torch.device("meta"):
-            return _timm().create_model(name, pretrained=False, **kwargs)
+            return import_timm().create_model(name, pretrained=False, **kwargs)
     except Exception:  # noqa: BLE001 - any constructor that cannot run on meta tensors
         return None
 
@@ -79,7 +75,7 @@ def _runs_smaller(name: str, kwargs: dict[str, Any], input_size: tuple[int, ...]
 
 def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, Any], Shape]:
     """The kwargs ``create_model`` gets at ``size`` and the shape fields they imply."""
-    timm = _timm()
+    timm = import_timm()
     cfg = timm.models.get_pretrained_cfg(name)
     input_size = tuple(cfg.input_size if cfg is not None else (3, 224, 224))
     fixed = bool(cfg is not None and cfg.fixed_input_size)
@@ -129,7 +125,7 @@ def _logits_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tor
 def entry(name: str, layers: int | None = None) -> ZooModel:
     """The zoo entry of ``timm:<name>``; ``layers`` here (not in the shape) because it decides
     what is passed to ``create_model``."""
-    timm = _timm()
+    timm = import_timm()
     if name not in timm.list_models():
         raise ValueError(
             f"model={PREFIX}{name!r} is not in timm's registry (timm {timm.__version__}); "
