@@ -1,10 +1,15 @@
 """levers' commands, as a user runs them, on architectures beyond the zoo (issue 33): for each
 architecture of ``bench/arch_sweep.py``'s list (transformers' four auto mappings and timm's
-registry, one per module), ``levers audit`` and ``levers memory --gpu h200`` on the ``arch``
-workload at ``size=tiny`` on this CPU, each in its own process with a timeout.
+registry, one per module), ``levers audit``, ``levers memory --gpu h200`` and ``levers tune
+--budget 60`` on the ``arch`` workload at ``size=tiny`` on this CPU, each in its own process with
+a timeout. On a CPU tune leaves out the levers whose speed-up exists only on a GPU (with that
+reason) and A/Bs the rest: what it tries here is its search's own path on a model it was not
+built on (the catalogue's regimes, each lever's applies, parity and the A/Bs), not a speed-up.
 
     OMP_NUM_THREADS=1 python bench/arch_commands.py --sample 120 --seed 1 \\
         --out bench/results/arch_commands_cpu
+    # one command on the architectures already run (the other commands' rows are kept)
+    python bench/arch_commands.py --sample 429 --seed 1 --commands tune --resume ...
 
 A command's outcome is ``ok`` (exit 0), ``refused`` (exit 2 or 3: levers' own error, a message
 that says what to do, no traceback) or ``crash`` (any other exit, or a traceback from inside
@@ -38,9 +43,10 @@ os.environ.setdefault("LEVERS_TORCHVISION_WITHOUT_OPS", "1")  # see bench/arch_s
 
 from levers.output.atomic import atomic_write_text  # noqa: E402
 
-COMMANDS = ("audit", "memory")
+COMMANDS = ("audit", "memory", "tune")
 TIMEOUT_S = 300
 MEMORY_GPU = "h200"
+TUNE_BUDGET = "60"
 
 
 def _arch_sweep() -> Any:
@@ -61,6 +67,8 @@ def command_line(command: str, name: str, json_path: Path) -> list[str]:
     line = [sys.executable, "-m", "levers.cli.command", command, "arch", *arguments(name)]
     if command == "audit":
         return line + ["--findings-json", str(json_path)]
+    if command == "tune":
+        return line + ["--budget", TUNE_BUDGET, "--json", str(json_path)]
     return line + ["--gpu", MEMORY_GPU, "--json", str(json_path)]
 
 
@@ -77,6 +85,11 @@ def found(command: str, report: dict[str, Any]) -> dict[str, Any]:
             "codes": sorted({f.get("code") for f in report.get("findings") or []}),
             "stack": (report.get("recommendation") or {}).get("levers"),
         }
+    if command == "tune":
+        return {"stack": report.get("stack"), "nothing_tried": report.get("nothing_tried"),
+                "trials": len(report.get("trials") or []),
+                "tried": sorted({",".join(t.get("stack") or ()) for t in report.get("trials") or []}),
+                "parity": sorted({t.get("parity") or "" for t in report.get("trials") or []})}
     return {"peak_allocated_bytes": report.get("peak_allocated_bytes"),
             "peak_reserved_bytes": report.get("peak_reserved_bytes"),
             "peak_module": (report.get("peak") or {}).get("module")}
@@ -127,6 +140,8 @@ def summary(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for command in COMMANDS:
         mine = [r for r in rows if r["command"] == command]
+        if not mine:
+            continue
         count = collections.Counter(r["outcome"] for r in mine)
         times = sorted(r["seconds"] for r in mine if r["outcome"] == "ok")
         median = f"{times[len(times) // 2]:.1f}" if times else ""
@@ -148,9 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, help="a seeded random sample of this many")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=TIMEOUT_S, help="per command")
+    parser.add_argument("--commands", default=",".join(COMMANDS),
+                        help=f"comma-separated, of {', '.join(COMMANDS)}")
     parser.add_argument("--resume", action="store_true",
-                        help="skip architectures that already have rows in OUT/results.jsonl")
+                        help="skip architectures that already have rows of every command run")
     args = parser.parse_args(argv)
+    commands = [c for c in args.commands.split(",") if c]
+    unknown = sorted(set(commands) - set(COMMANDS))
+    if unknown or not commands:
+        parser.error(f"--commands: {', '.join(unknown) or 'none given'}; choose of "
+                     f"{', '.join(COMMANDS)}")
     sweep = _arch_sweep()
     names, _ = sweep.choose(argparse.Namespace(only=args.only, library=args.library,
                                                timm_all=False, sample=args.sample,
@@ -158,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.jsonl"
     rows = sweep.read_rows(path)
-    names = sweep.pending(names, rows, args.resume)
+    names = sweep.pending(names, rows, args.resume, commands)
     header = sweep.versions()
-    print(f"{len(names)} architectures x {len(COMMANDS)} commands -> {path}", flush=True)
+    print(f"{len(names)} architectures x {len(commands)} commands -> {path}", flush=True)
     for index, name in enumerate(names, 1):
-        new = [{**run_command(c, name, args.timeout_s), **header} for c in COMMANDS]
-        rows = [r for r in rows if r["arch"] != name] + new
+        new = [{**run_command(c, name, args.timeout_s), **header} for c in commands]
+        rows = [r for r in rows if not (r["arch"] == name and r["command"] in commands)] + new
         atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
         atomic_write_text(args.out / "summary.md", summary(rows, {
             k: header[k] for k in ("commit", "torch", "transformers", "timm")}))

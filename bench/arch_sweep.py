@@ -546,11 +546,19 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def pending(names: list[str], rows: list[dict[str, Any]], resume: bool) -> list[str]:
-    """``names``, less those with rows already where the run resumes (``--resume``)."""
+def pending(names: list[str], rows: list[dict[str, Any]], resume: bool,
+            commands: list[str] | None = None) -> list[str]:
+    """``names``, less those with rows already where the run resumes (``--resume``); with
+    ``commands`` (bench/arch_commands.py's rows), less those with a row of each of them."""
     if not resume:
         return names
-    done = {r["arch"] for r in rows}
+    if commands is None:
+        done = {r["arch"] for r in rows}
+    else:
+        have: dict[str, set[str]] = {}
+        for r in rows:
+            have.setdefault(r["arch"], set()).add(r.get("command"))
+        done = {arch for arch, seen in have.items() if set(commands) <= seen}
     return [n for n in names if n not in done]
 
 

@@ -162,7 +162,7 @@ def test_a_search_that_ran_a_b_s_is_not_nothing_tried():
         measure=fake, clock=fake.clock, audit=False, levers="inplace-scatter"
     )
     assert fake.calls and not result.nothing_tried and result.why_nothing_tried is None
-    assert "nothing pays here" in _shown(result)
+    assert "nothing pays here: 1 lever(s) A/B'd, none faster" in _shown(result)
 
 
 def test_ctrl_c_during_an_a_b_keeps_the_record_and_marks_the_result_interrupted(tmp_path):

@@ -41,7 +41,25 @@ def test_each_commands_outcome_is_read_from_its_process(tmp_path, monkeypatch):
     assert "`crashes` memory: " in summary.split("## crash")[1]
 
 
-def test_a_real_architecture_runs_both_commands(tmp_path):
+def test_a_resumed_command_keeps_the_other_commands_rows(tmp_path, monkeypatch):
+    bench = bench_module("arch_commands.py", "bench_arch_commands")
+    monkeypatch.setattr(bench, "command_line",
+                        lambda command, name, path: [sys.executable, "-c", STAND_INS[name],
+                                                     str(path)])
+    out = ["--out", str(tmp_path), "--timeout-s", "10"]
+    assert bench.main(["--only", "good", "--commands", "audit,memory", *out]) == 0
+    assert bench.main(["--only", "good,refuses", "--commands", "tune", "--resume", *out]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["arch"], r["command"]) for r in rows) == [
+        ("good", "audit"), ("good", "memory"), ("good", "tune"), ("refuses", "tune")]
+    # every command of both has a row now: a resume runs nothing
+    assert bench.main(["--only", "good,refuses", "--commands", "tune", "--resume", *out]) == 0
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
+    with pytest.raises(SystemExit):
+        bench.main(["--only", "good", "--commands", "train", *out])
+
+
+def test_a_real_architecture_runs_every_command(tmp_path):
     bench = bench_module("arch_commands.py", "bench_arch_commands")
     assert bench.main(["--only", "opt", "--out", str(tmp_path)]) == 0
     rows = {r["command"]: r for r in map(json.loads,
@@ -50,3 +68,6 @@ def test_a_real_architecture_runs_both_commands(tmp_path):
     assert rows["audit"]["codes"] and rows["audit"]["bound"]
     assert rows["memory"]["outcome"] == "ok", rows["memory"].get("error")
     assert rows["memory"]["peak_allocated_bytes"] > 0
+    # on a CPU tune A/Bs what can pay here and names why it left the rest out
+    assert rows["tune"]["outcome"] == "ok", rows["tune"].get("error")
+    assert rows["tune"]["trials"] >= 1 and rows["tune"]["nothing_tried"] is None

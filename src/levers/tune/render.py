@@ -74,8 +74,10 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
                 + (f" (selected, not confirmed: {','.join(search.selected)})"
                    if search.selected else ""), style="bold")
         else:
-            say("nothing pays here: no lever made this step faster with parity held in two "
-                "A/Bs (the one that selected it and a fresh one)", style="bold")
+            tried = sum(1 for o in search.outcomes if o.trial is not None)
+            say(f"nothing pays here: {tried} lever(s) A/B'd, none faster with parity held (a "
+                "lever is kept only when the A/B that selects it and a fresh one both find it "
+                "faster)", style="bold")
     else:
         say(f"proven stack: {','.join(result.stack)}", style="bold green")
         say("  " + proof_source(result))
