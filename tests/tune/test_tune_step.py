@@ -243,3 +243,36 @@ def test_a_step_two_of_which_do_not_fit_is_tuned_with_its_sides_one_at_a_time(mo
     assert asked == ["one-at-a-time" if crowded else "together"]
     assert result.stack == ("inplace-scatter",)
     assert (note in result.notes) is crowded
+
+
+FAILING_STEP = '''
+import torch
+from levers import Workload
+
+
+def make(device="cpu"):
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        raise ValueError("Expected input batch_size (0) to match target batch_size (62).")
+
+    return Workload(model=model, optimizer=opt, step=step, device=device, tokens_per_step=4)
+'''
+
+
+def test_a_step_that_raises_is_refused_with_its_error_before_any_a_b(tmp_path, capsys):
+    from levers.cli import main
+    from levers.errors import StepError
+
+    factory = tmp_path / "failing.py"
+    factory.write_text(FAILING_STEP)
+    fake = FakeAb({"inplace-scatter": 1.3})
+    with pytest.raises(StepError, match="batch_size \\(0\\) to match target"):
+        levers.Step(f"{factory}:make").tune(measure=fake, clock=fake.clock)
+    assert fake.calls == []
+    record = tmp_path / "r.jsonl"
+    assert main(["tune", f"{factory}:make", "--budget", "60", "--record", str(record)]) == 3
+    err = capsys.readouterr().err
+    assert "Expected input batch_size (0) to match target batch_size (62)" in err
+    assert "nothing tried" not in err

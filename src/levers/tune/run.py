@@ -18,6 +18,7 @@ import torch
 
 from levers.ab.record import append_event
 from levers.environment import environment
+from levers.errors import StepError
 from levers.levers import load_all
 from levers.levers.catalogue import read_catalogue
 from levers.levers.handle import apply
@@ -42,11 +43,13 @@ def _findings(
 ) -> tuple[Sequence[Any], float, list[str], bool]:
     """The audit's findings and step time, its notes, and whether two of its step do not fit on
     the GPU (with a note: the A/Bs then run their sides one at a time); none (with a note) when
-    the audit cannot run."""
+    the audit cannot run. A step that raises is raised (:class:`StepError`), before any A/B."""
     say("tune: auditing the step for candidate levers")
     try:
         # the estimates order the candidates; the search's own A/Bs are the measurements
         audited = step.audit(memory_model=False, measure=False)
+    except StepError:
+        raise  # the step itself fails: every A/B would fail alike, so nothing can be searched
     except Exception as exc:  # noqa: BLE001 - the catalogue still gives candidates
         first = (str(exc).strip().splitlines() or [""])[0]
         return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
