@@ -272,7 +272,10 @@ def test_a_step_that_raises_is_refused_with_its_error_before_any_a_b(tmp_path, c
         levers.Step(f"{factory}:make").tune(measure=fake, clock=fake.clock)
     assert fake.calls == []
     record = tmp_path / "r.jsonl"
-    assert main(["tune", f"{factory}:make", "--budget", "60", "--record", str(record)]) == 3
-    err = capsys.readouterr().err
-    assert "Expected input batch_size (0) to match target batch_size (62)" in err
-    assert "nothing tried" not in err
+    for no_audit in ([], ["--no-audit"]):
+        code = main(["tune", f"{factory}:make", "--budget", "60", "--record", str(record),
+                     *no_audit])
+        assert code == 3
+        err = capsys.readouterr().err
+        assert "Expected input batch_size (0) to match target batch_size (62)" in err
+        assert "nothing tried" not in err

@@ -183,13 +183,13 @@ def test_a_vision_language_model_is_built_with_each_nested_config_shrunk_and_tra
 
 def test_a_model_whose_towers_need_their_inputs_says_so_through_the_capture():
     # GIT's captioner reads its image features: a text-only batch cannot train it
-    from levers.capture.step import _run_step
+    from levers.capture.step import run_step_or_error
     from levers.errors import StepError
 
     workload = arch.build(model="git")
     with pytest.raises(StepError, match="arch gives git text-only batches, and its config nests "
                        "vision_config: its step raised ValueError") as raised:
-        _run_step(workload)
+        run_step_or_error(workload)
     assert "report it as a bug" not in str(raised.value)
     assert "build its text model by its own model type" in str(raised.value)
 

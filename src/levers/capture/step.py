@@ -58,7 +58,9 @@ MODES = ("two-pass", "one-pass")
 MODE_VARIABLE = "LEVERS_CAPTURE"
 
 
-def _run_step(workload: Workload) -> Any:
+def run_step_or_error(workload: Workload) -> Any:
+    """One call of the workload's step; what it raises becomes a :class:`StepError` that says
+    whose code failed (the user's, with its traceback, or a built-in workload's) and what to do."""
     try:
         return workload.step()
     except CaptureInternalError:
@@ -108,7 +110,7 @@ def capture_mode(mode: str | None = None) -> str:
 def _timed_step(workload: Workload) -> float:
     gpu.synchronize(workload.device)
     t0 = time.perf_counter()
-    _run_step(workload)
+    run_step_or_error(workload)
     gpu.synchronize(workload.device)
     return time.perf_counter() - t0
 
@@ -240,7 +242,7 @@ def capture_step(
     mode = capture_mode(mode)
     compiled_before = compile_stats.snapshot()
     for _ in range(warmup):
-        _run_step(workload)
+        run_step_or_error(workload)
     step_s = tuple(_timed_step(workload) for _ in range(timed))
     if ran_before is None:
         ran_before = warmup + timed > 0
@@ -249,7 +251,7 @@ def capture_step(
     )
     capture.start()
     try:
-        returned = _run_step(workload)
+        returned = run_step_or_error(workload)
     except BaseException:
         capture.abort()
         raise
@@ -268,7 +270,7 @@ def capture_step(
     timed_pass = TimedPass(workload.device)
     timed_pass.start()
     try:
-        _run_step(workload)
+        run_step_or_error(workload)
     except BaseException:
         timed_pass.abort()
         raise

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from levers.ab.record import append_event
+from levers.capture.step import run_step_or_error
 from levers.environment import environment
 from levers.errors import StepError
 from levers.levers import load_all
@@ -163,9 +164,11 @@ def tune_step(
     say(f"tune: building {step.spec}")
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
-    findings, step_ms, notes, crowded = (
-        _findings(step, say) if options.use_audit else ((), 0.0, [], False)
-    )
+    if options.use_audit:
+        findings, step_ms, notes, crowded = _findings(step, say)
+    else:  # no capture, but a step that raises is refused before any A/B all the same
+        run_step_or_error(workload)
+        findings, step_ms, notes, crowded = (), 0.0, [], False
     # the --set items as the printed commands show them: as typed, else the Step's params
     shown_items = options.set_items or tuple(f"{k}={v}" for k, v in step.params.items())
     ordered, skipped = candidates(
