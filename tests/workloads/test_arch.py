@@ -270,3 +270,26 @@ def test_a_parameter_made_by_a_legacy_constructor_is_moved_to_the_device_with_th
         source_of("arch", {"model": model, "size": "tiny"}), resolve_gpu("h200"), num_steps=1
     )
     assert prediction.replay.peak_allocated_bytes > 0
+
+
+@pytest.mark.parametrize("switch", ["1", None], ids=["switch-on", "switch-off"])
+def test_a_fresh_process_builds_llama_past_torchvision_or_says_what_to_do(switch):
+    # llama's config module imports torchvision: without levers' import past it first, a
+    # torchvision whose compiled operators do not load (PyPI's, beside a CPU torch) read as
+    # "needs a package that is missing: Could not import module 'LlamaConfig'"
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LEVERS_TORCHVISION_WITHOUT_OPS"}
+    if switch is not None:
+        env["LEVERS_TORCHVISION_WITHOUT_OPS"] = switch
+    result = subprocess.run(
+        [sys.executable, "-m", "levers.cli.command", "memory", "arch", "--set", "model=llama",
+         "--gpu", "h200"], capture_output=True, text=True, env=env, timeout=300)
+    assert "Could not import module" not in result.stderr
+    if result.returncode != 0:  # only where torchvision's operators do not load here
+        assert switch is None and result.returncode in (2, 3), result.stderr
+        assert "set LEVERS_TORCHVISION_WITHOUT_OPS=1" in result.stderr
+    else:
+        assert "peak" in result.stdout

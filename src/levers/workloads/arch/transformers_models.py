@@ -132,6 +132,7 @@ def _transformers() -> Any:
 
 def mapping(task: str) -> dict[str, str]:
     """model type -> the class name transformers' auto mapping builds for ``task``."""
+    _transformers()  # first: past a torchvision whose compiled operators do not load
     from transformers.models.auto import modeling_auto
 
     return dict(getattr(modeling_auto, _MAPPINGS[task]))
@@ -362,6 +363,7 @@ def _single_stack(config_class: type, default: Any = None) -> bool:
 
 
 def _config_class(model_type: str) -> type:
+    _transformers()  # first: a model type's config module may import torchvision (llama's)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return CONFIG_MAPPING[model_type]
