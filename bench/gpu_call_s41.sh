@@ -12,6 +12,15 @@ source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 # the GPU tests changed after s40 (the fused loss's regime with Liger's kernel; ab's sides one at a time) into $D/t
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 bash bench/gpu_session_tests.sh "$D" 180 tests/levers/test_levers_gpu.py tests/ab/test_ab_gpu.py -k "fused_loss or one_at_a_time"
+# autocast-bf16's parity on fp32 convnets with BatchNorm at a realistic shape (the CPU arch sweep
+# read it DAMAGED at batch 2; bench/results/parity_sensitivity_cpu): levers ab, one per model, into $D/b
+mkdir -p "$D/b/bn_autocast"
+for model in timm:rexnet_100 timm:mobilenetv3_large_100 resnet; do
+    timeout 150 python -m levers.cli ab arch --set model=$model size=full batch_size=64 device=cuda \
+        --lever autocast-bf16 --steps 10 --warmup 2 --json "$D/b/bn_autocast/${model#timm:}.json" \
+        > "$D/b/bn_autocast/${model#timm:}.log" 2>&1
+done
+(cd "$D/b" && tar -czf round.tgz bn_autocast)
 summary=bench/results/tune_sweep_h200/summary.json
 lacking=$(python3 -c "
 import json
