@@ -8,6 +8,8 @@ built on (the catalogue's regimes, each lever's applies, parity and the A/Bs), n
 
     OMP_NUM_THREADS=1 python bench/arch_commands.py --sample 120 --seed 1 \\
         --out bench/results/arch_commands_cpu
+    # levers memory at the shapes as shipped (the GPU sweep's), on fake tensors
+    python bench/arch_commands.py --size full --commands memory --out bench/results/arch_commands_full_cpu ...
     # one command on the architectures already run (the other commands' rows are kept)
     python bench/arch_commands.py --sample 429 --seed 1 --commands tune --resume ...
 
@@ -56,15 +58,16 @@ def _arch_sweep() -> Any:
     return module
 
 
-def arguments(name: str) -> list[str]:
-    """The ``--set`` pairs of ``arch`` for ``model/task`` (``timm:x`` has no task)."""
+def arguments(name: str, size: str = "tiny") -> list[str]:
+    """The ``--set`` pairs of ``arch`` for ``model/task`` (``timm:x`` has no task) at ``size``."""
     model, _, task = name.partition("/")
-    pairs = [f"model={model}"] + ([f"task={task}"] if task else [])
+    pairs = [f"model={model}"] + ([f"task={task}"] if task else []) + [f"size={size}"]
     return ["--set", *pairs]
 
 
-def command_line(command: str, name: str, json_path: Path) -> list[str]:
-    line = [sys.executable, "-m", "levers.cli.command", command, "arch", *arguments(name)]
+def command_line(command: str, name: str, json_path: Path, size: str = "tiny") -> list[str]:
+    line = [sys.executable, "-m", "levers.cli.command", command, "arch",
+            *arguments(name, size)]
     if command == "audit":
         return line + ["--findings-json", str(json_path)]
     if command == "tune":
@@ -95,12 +98,12 @@ def found(command: str, report: dict[str, Any]) -> dict[str, Any]:
             "peak_module": (report.get("peak") or {}).get("module")}
 
 
-def run_command(command: str, name: str, timeout_s: float) -> dict[str, Any]:
+def run_command(command: str, name: str, timeout_s: float, size: str = "tiny") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         json_path = Path(tmp) / "out.json"
         started = time.perf_counter()
         process = subprocess.Popen(
-            command_line(command, name, json_path), stdout=subprocess.PIPE,
+            command_line(command, name, json_path, size), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
         )
@@ -111,7 +114,7 @@ def run_command(command: str, name: str, timeout_s: float) -> dict[str, Any]:
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
             rc = None
-        row: dict[str, Any] = {"arch": name, "command": command, "rc": rc,
+        row: dict[str, Any] = {"arch": name, "command": command, "size": size, "rc": rc,
                                "seconds": round(time.perf_counter() - started, 2)}
         traceback_shown = "Traceback (most recent call last)" in (stderr or "")
         if rc == 0 and not traceback_shown:
@@ -134,7 +137,8 @@ def run_command(command: str, name: str, timeout_s: float) -> dict[str, Any]:
 
 def summary(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
     archs = sorted({r["arch"] for r in rows})
-    lines = ["# levers' commands on architectures beyond the zoo (CPU, size=tiny)", "",
+    sizes = ", ".join(sorted({r.get("size", "tiny") for r in rows}))
+    lines = [f"# levers' commands on architectures beyond the zoo (CPU, size={sizes})", "",
              f"{len(archs)} architectures; {header}", "",
              "| command | ok | refused | crash | timeout | median s |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -163,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, help="a seeded random sample of this many")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=TIMEOUT_S, help="per command")
+    parser.add_argument("--size", choices=("tiny", "full"), default="tiny",
+                        help="arch's size: full is the shape as shipped (levers memory predicts "
+                             "it on fake tensors; audit and tune build it on this CPU)")
     parser.add_argument("--commands", default=",".join(COMMANDS),
                         help=f"comma-separated, of {', '.join(COMMANDS)}")
     parser.add_argument("--resume", action="store_true",
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     header = sweep.versions()
     print(f"{len(names)} architectures x {len(commands)} commands -> {path}", flush=True)
     for index, name in enumerate(names, 1):
-        new = [{**run_command(c, name, args.timeout_s), **header} for c in commands]
+        new = [{**run_command(c, name, args.timeout_s, args.size), **header} for c in commands]
         rows = [r for r in rows if not (r["arch"] == name and r["command"] in commands)] + new
         atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
         atomic_write_text(args.out / "summary.md", summary(rows, {

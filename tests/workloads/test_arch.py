@@ -293,3 +293,16 @@ def test_a_fresh_process_builds_llama_past_torchvision_or_says_what_to_do(switch
         assert "set LEVERS_TORCHVISION_WITHOUT_OPS=1" in result.stderr
     else:
         assert "peak" in result.stdout
+
+
+def test_a_config_that_ships_no_width_gets_its_fit_check_at_the_shipped_size():
+    # ResNet's config has no hidden_size: at size=full its shape's width is None, and the fit
+    # check's floor (before any build) raised a TypeError there
+    from levers.workloads.zoo import step_floor
+
+    entry = arch.entry("resnet", "image-classification")
+    shape = {**entry.sizes["full"], "param_dtype": torch.float32}
+    assert shape["width"] is None
+    floor = step_floor(entry, shape)
+    assert floor.parameters == 0
+    assert floor.batch_bytes == shape["batch_size"] * 3 * 224 * 224 * 4

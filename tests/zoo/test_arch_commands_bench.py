@@ -24,8 +24,8 @@ def test_each_commands_outcome_is_read_from_its_process(tmp_path, monkeypatch):
     bench = bench_module("arch_commands.py", "bench_arch_commands")
     monkeypatch.setattr(bench, "COMMANDS", ("memory",))
     monkeypatch.setattr(bench, "command_line",
-                        lambda command, name, path: [sys.executable, "-c", STAND_INS[name],
-                                                     str(path)])
+                        lambda command, name, path, size="tiny": [
+                            sys.executable, "-c", STAND_INS[name], str(path)])
     code = bench.main(["--only", "good,refuses,crashes,hangs", "--timeout-s", "10",
                        "--out", str(tmp_path)])
     assert code == 0
@@ -44,8 +44,8 @@ def test_each_commands_outcome_is_read_from_its_process(tmp_path, monkeypatch):
 def test_a_resumed_command_keeps_the_other_commands_rows(tmp_path, monkeypatch):
     bench = bench_module("arch_commands.py", "bench_arch_commands")
     monkeypatch.setattr(bench, "command_line",
-                        lambda command, name, path: [sys.executable, "-c", STAND_INS[name],
-                                                     str(path)])
+                        lambda command, name, path, size="tiny": [
+                            sys.executable, "-c", STAND_INS[name], str(path)])
     out = ["--out", str(tmp_path), "--timeout-s", "10"]
     assert bench.main(["--only", "good", "--commands", "audit,memory", *out]) == 0
     assert bench.main(["--only", "good,refuses", "--commands", "tune", "--resume", *out]) == 0

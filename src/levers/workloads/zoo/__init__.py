@@ -164,9 +164,10 @@ def step_floor(entry: ZooModel, shape: dict[str, Any]) -> _runtime.StepFloor:
     """The least one step of a zoo model holds, from the fields its shape has: its MLPs'
     weights and embedding, the batch (token ids, or images in the parameter dtype), each
     block's input and a language model's logits."""
-    width, batch = shape.get("width", 0), shape["batch_size"]
+    # a field the shape has as None (a config that ships no hidden_size: ResNet's) counts 0
+    width, batch = shape.get("width") or 0, shape["batch_size"]
     layers = shape["layers"] or 0  # None: a timm model's registered depth, not in the shape
-    vocab = shape.get("vocab_size", 0)
+    vocab = shape.get("vocab_size") or 0
     tokens = entry.tokens_per_step(shape)
     if "image_size" in shape:
         side = shape["image_size"]  # an int, or timm's (height, width)
@@ -180,7 +181,7 @@ def step_floor(entry: ZooModel, shape: dict[str, Any]) -> _runtime.StepFloor:
         scored = shape["target_len"] if entry.family == "encoder-decoder" else shape["seq_len"]
         logits = batch * scored * vocab
     return _runtime.StepFloor(
-        parameters=vocab * width + layers * 2 * width * shape.get("ffn", 0),
+        parameters=vocab * width + layers * 2 * width * (shape.get("ffn") or 0),
         batch_bytes=batch_bytes,
         kept_per_block=tokens * width,
         num_blocks=layers,
