@@ -34,15 +34,10 @@ import random
 import statistics
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
-from torch.optim.optimizer import (
-    register_optimizer_step_post_hook,
-    register_optimizer_step_pre_hook,
-)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -52,6 +47,7 @@ os.environ.setdefault("LEVERS_TORCHVISION_WITHOUT_OPS", "1")  # see bench/arch_s
 
 from levers.ab.gradnorm import grad_norm_probe  # noqa: E402
 from levers.ab.parity import reference_for  # noqa: E402
+from levers.ab.reference import optimizer_steps_outside  # noqa: E402
 from levers.levers import load_all  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers.vocab import CHANGES_NUMERICS  # noqa: E402
@@ -87,7 +83,7 @@ class RoundingNoise(TorchDispatchMode):
     def __init__(self, unit: float, seed: int, params: set[int]) -> None:
         super().__init__()
         self.unit, self.seed, self.params = unit, seed, params
-        self.paused = 0
+        self.suspended = 0  # > 0 while an optimizer steps (optimizer_steps_outside)
         self.generators: dict[torch.device, torch.Generator] = {}
         self.read: dict[int, torch.Tensor] = {}  # a parameter's perturbed copy, once per step
 
@@ -116,29 +112,13 @@ class RoundingNoise(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         schema = func._schema
-        plain = not self.paused and not schema.is_mutable
+        plain = not self.suspended and not schema.is_mutable
         if plain:
             args, kwargs = tree_map(self._param, args), tree_map(self._param, kwargs)
         out = func(*args, **kwargs)
         if not plain or func.overloadpacket in _EXACT or any(r.alias_info for r in schema.returns):
             return out
         return tree_map(self._output, out)
-
-
-@contextmanager
-def _optimizer_unperturbed(mode: RoundingNoise) -> Iterator[None]:
-    def pause(*_: Any) -> None:
-        mode.paused += 1
-
-    def resume(*_: Any) -> None:
-        mode.paused -= 1
-
-    handles = (register_optimizer_step_pre_hook(pause), register_optimizer_step_post_hook(resume))
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def run_steps(build: Callable[[], Any], steps: int, seed: int,
@@ -155,7 +135,7 @@ def run_steps(build: Callable[[], Any], steps: int, seed: int,
                 loss = workload.step()
             else:
                 mode = RoundingNoise(BF16_UNIT, noise_seed * 1000 + step, params)
-                with mode, _optimizer_unperturbed(mode):
+                with mode, optimizer_steps_outside(mode):
                     loss = workload.step()
             losses.append(float(loss))  # sync point (untimed)
             norms.append(float(take()))  # sync point (untimed)

@@ -332,10 +332,10 @@ def test_the_optimizer_keeps_its_float32_step_count_in_the_float64_run():
 def test_a_float64_mode_outside_any_optimizer_step_still_casts():
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    from levers.ab.reference import _optimizer_steps_as_they_are
+    from levers.ab.reference import optimizer_steps_outside
 
     mode = Float64Mode()
-    with mode, _optimizer_steps_as_they_are(mode):
+    with mode, optimizer_steps_outside(mode):
         model.to(torch.float64)
         out = model(torch.ones(1, 2))
         out.sum().backward()

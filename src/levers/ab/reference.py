@@ -138,7 +138,7 @@ def _writes_first_argument(func: Callable[..., Any]) -> bool:
 
 class Float64Mode(TorchFunctionMode):
     """Every floating tensor and dtype that reaches a torch op becomes float64, except inside an
-    optimizer's ``step()`` (see :func:`_optimizer_steps_as_they_are`)."""
+    optimizer's ``step()`` (see :func:`optimizer_steps_outside`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -218,10 +218,11 @@ def _model_calls(mode: Float64Mode, model: torch.nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def _optimizer_steps_as_they_are(mode: Float64Mode) -> Iterator[None]:
-    """Let every ``Optimizer.step()`` run outside ``mode``.
+def optimizer_steps_outside(mode: Any) -> Iterator[None]:
+    """Let every ``Optimizer.step()`` run outside ``mode`` (any mode that passes its calls
+    through while its ``suspended`` count is above 0).
 
-    Its parameters, gradients and moments are float64 by then, so the cast has nothing to do
+    For :class:`Float64Mode`: its parameters, gradients and moments are float64 by then, so the cast has nothing to do
     there, and it would change what the optimizer keeps as it is: the step count, which the
     optimizer makes as a float32 scalar (``torch.tensor(0.0, dtype=float32)``), would be made in
     float64, and CUDA's fused Adam and AdamW kernels read that count through a ``float*``. The
@@ -363,7 +364,7 @@ def _steps(
                 check_time(lines, "parity", "reference", step)
             torch.manual_seed(seed + step)  # the same batches and dropout as the sides' k-th step
             mode = Float64Mode()
-            with mode, _optimizer_steps_as_they_are(mode), _model_calls(mode, workload.model):
+            with mode, optimizer_steps_outside(mode), _model_calls(mode, workload.model):
                 loss = loss_of(workload.step())
             drew = drew or mode.drew_in_model
             in_float32.update(mode.float32_ops)
