@@ -27,7 +27,6 @@ and the ``S`` of each draw) and ``OUT/summary.md``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -43,7 +42,10 @@ from torch.utils._pytree import tree_map
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("LEVERS_TORCHVISION_WITHOUT_OPS", "1")  # see bench/arch_sweep.py
+
+import arch_sweep as sweep  # noqa: E402  (its builds, seed, parity steps and contract)
 
 from levers.ab.gradnorm import grad_norm_probe  # noqa: E402
 from levers.ab.parity import reference_for  # noqa: E402
@@ -67,13 +69,6 @@ _EXACT = {
     aten.full, aten.empty, aten.copy, aten.neg, aten.abs, aten.threshold_backward,
     aten.embedding_dense_backward, aten.arange, aten.hardtanh, aten.sign, aten.logical_not,
 }
-
-
-def _sweep() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_arch_sweep", ROOT / "bench/arch_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class RoundingNoise(TorchDispatchMode):
@@ -146,7 +141,7 @@ def _distance(value: float, to: float) -> float:
     return abs(value - to) / abs(to) if to else abs(value - to)
 
 
-def measure(sweep: Any, name: str, draws: int) -> dict[str, Any]:
+def measure(name: str, draws: int) -> dict[str, Any]:
     model, task = sweep.split_arch(name)
     task = sweep.arch.resolve_task(model, task)
     build = sweep.builder(model, task)
@@ -214,8 +209,7 @@ def summary(rows: list[dict[str, Any]], header: str) -> str:
 
 def from_sweep(count: int, seed: int) -> list[str]:
     """The sweep's autocast-bf16 DAMAGED architectures and a seeded sample of ``count`` PARITY."""
-    rows = [json.loads(line) for line in
-            (ROOT / "bench/results/arch_sweep_cpu/results.jsonl").read_text().splitlines()]
+    rows = sweep.read_rows(ROOT / "bench/results/arch_sweep_cpu/results.jsonl")
     last = {r["arch"]: r for r in rows if r.get("lever") == LEVER and r.get("parity")}
     damaged = sorted(a for a, r in last.items() if r["parity"]["verdict"] == "DAMAGED")
     held = sorted(a for a, r in last.items() if r["parity"]["verdict"] == "PARITY")
@@ -234,14 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.only) == (args.from_sweep is not None):
         parser.error("give --only or --from-sweep")
     names = args.only.split(",") if args.only else from_sweep(args.from_sweep, args.seed)
-    sweep = _sweep()
     versions = sweep.versions()
     header = ", ".join(f"{k} {versions[k]}" for k in ("torch", "transformers", "timm", "commit"))
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for index, name in enumerate(names, 1):
         try:
-            row = measure(sweep, name, args.draws)
+            row = measure(name, args.draws)
         except Exception as exc:  # noqa: BLE001 - an architecture that fails is a result
             row = {"arch": name, "verdict": None, "error": repr(exc)[:300], "checks": []}
         rows.append({**row, **versions})
