@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from levers.ab.reads import compute_reads
 from levers.ab.stats import RatioCI
+from levers.ab.timing import SideSamples
 from levers.ab.verdict import (
     DAMAGED,
     IMPROVED,
@@ -13,9 +15,13 @@ from levers.ab.verdict import (
     PARITY,
     decision,
     expectation_met,
+    memory_verdict,
     parity_verdict,
     ratio_verdict,
 )
+
+
+MIB = 2**20
 
 
 def ci(lo: float, hi: float) -> RatioCI:
@@ -126,3 +132,38 @@ def test_a_comparison_whose_tokens_per_step_differ_is_judged_per_token():
     assert decision(judged_reads(verdicts, tokens_differ=True)) == "IMPROVED"
     assert decision(judged_reads(verdicts, tokens_differ=False)) == "DAMAGED"
     assert decision(judged_reads({**verdicts, "tokens_per_s": "DAMAGED"}, True)) == "DAMAGED"
+
+
+def _side(peak: int) -> SideSamples:
+    return SideSamples(
+        dur_ms=(10.0, 10.2, 9.9, 10.1),
+        losses=(1.0,) * 4,
+        peak_allocated_bytes=(peak,) * 4,
+        peak_reserved_bytes=(peak,) * 4,
+        resident_bytes_start=0,
+        resident_bytes_end=0,
+    )
+
+
+@pytest.mark.parametrize(
+    "base, cand, expected",
+    [
+        # a bf16 weight cache of 5 MiB on a 1.5 GiB peak: the same peak, whichever way
+        (1536 * MIB, 1541 * MIB, PARITY),
+        (1536 * MIB, 1531 * MIB, PARITY),
+        # 2% more or less is a change the memory budget sees
+        (1000 * MIB, 1020 * MIB, DAMAGED),
+        (1000 * MIB, 980 * MIB, IMPROVED),
+    ],
+)
+def test_a_peak_that_moves_by_under_one_percent_is_the_same_peak(base, cand, expected):
+    samples = {"baseline": _side(base), "candidate": _side(cand)}
+    reads = compute_reads(
+        samples, {"baseline": 8, "candidate": 8}, None, num_resamples=200, seed=0
+    )
+    peak = next(r for r in reads if r.name == "peak_allocated")
+    assert peak.verdict == expected
+    if expected == PARITY:
+        assert f"{(cand - base) / MIB:+.1f} MiB, within 1%" in peak.note
+    assert memory_verdict(ci(0.995, 1.005)) == PARITY
+    assert memory_verdict(ci(0.995, 1.02)) == PARITY  # holds 1: PARITY as any read

@@ -6,6 +6,7 @@ step drops the baseline's k-th sample from the ratio, not from the record).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -18,7 +19,14 @@ from levers.ab.parity import (
 )
 from levers.ab.stats import RatioCI, Summary, paired_ratio_ci, summarize
 from levers.ab.timing import SideSamples
-from levers.ab.verdict import NOT_MEASURED, parity_verdict, ratio_verdict
+from levers.ab.verdict import (
+    MEMORY_SAME_WITHIN,
+    NOT_MEASURED,
+    PARITY,
+    memory_verdict,
+    parity_verdict,
+    ratio_verdict,
+)
 
 # read -> unit of its summaries; peak_reserved is shown but never judged (shared pool)
 UNITS = {
@@ -70,16 +78,16 @@ def _ratio_read(
         )
     else:
         note = f"only {num_pairs} complete pair(s); no confidence interval"
-    return Read(
-        name,
-        UNITS[name],
-        better,
-        summarize(base),
-        summarize(cand),
-        ci,
-        ratio_verdict(ci, better),
-        note,
-    )
+    verdict = ratio_verdict(ci, better)
+    if name == "peak_allocated":
+        verdict = memory_verdict(ci)
+        if ci is not None and verdict == PARITY and ratio_verdict(ci, better) != PARITY:
+            moved = statistics.median(cand[:num_pairs]) - statistics.median(base[:num_pairs])
+            note = (
+                f"{moved / 2**20:+.1f} MiB, within {MEMORY_SAME_WITHIN:.0%} of the baseline's "
+                "peak: read as the same peak"
+            )
+    return Read(name, UNITS[name], better, summarize(base), summarize(cand), ci, verdict, note)
 
 
 def _tolerance_words(parity: ParityResult) -> str:

@@ -41,6 +41,21 @@ def ratio_verdict(ci: RatioCI | None, better: str) -> str:
     return PARITY
 
 
+# a peak allocated that moves by less than this fraction of the baseline's reads PARITY: the
+# allocator's peak is the same number every step, so its CI is a point and any byte would decide
+# it (autocast-bf16 on fp32 BatchNorm convnets at batch 64 on an H100 added its 5 MiB bf16 weight
+# cache to a 1.5 GiB peak, 0.35%, and read DAMAGED; bench/results/tune_sweep_h100)
+MEMORY_SAME_WITHIN = 0.01
+
+
+def memory_verdict(ci: RatioCI | None) -> str:
+    """:func:`ratio_verdict` for a peak memory read (lower is better), with a CI that lies
+    within :data:`MEMORY_SAME_WITHIN` of 1 read as PARITY."""
+    if ci is not None and 1.0 - MEMORY_SAME_WITHIN < ci.lo and ci.hi < 1.0 + MEMORY_SAME_WITHIN:
+        return PARITY
+    return ratio_verdict(ci, "lower")
+
+
 def parity_verdict(passed: bool | None) -> str:
     if passed is None:
         return NOT_MEASURED

@@ -69,6 +69,7 @@ from levers.ab.verdict import (
     NOT_MEASURED,
     PARITY,
     decision,
+    memory_verdict,
     ratio_verdict,
 )
 from levers.errors import LeversError, StepError
@@ -460,7 +461,7 @@ def trial_from_run(
     if all(p for p in (*base_peaks, *cand_peaks)):
         peaks = (median(base_peaks), median(cand_peaks))
         if len(base_peaks) >= 2:
-            peak_verdict = ratio_verdict(paired_ratio_ci(base_peaks, cand_peaks, **ci), "lower")
+            peak_verdict = memory_verdict(paired_ratio_ci(base_peaks, cand_peaks, **ci))
     verdicts = {
         "step_time": ratio_verdict(step_ci, "lower"),
         "tokens_per_s": ratio_verdict(rate_ci, "higher"),
