@@ -95,4 +95,6 @@ def test_sides_one_at_a_time_hold_the_device_one_side_at_a_time():
         reserved[sides] = min(cand.peak_reserved_bytes)
     assert reserved["together"] >= 2 * ballast
     assert reserved["one-at-a-time"] < 2 * ballast - 256 * MIB
-    assert torch.cuda.memory_allocated() < 64 * MIB  # nothing of either side is left
+    # neither side's gigabyte is left; what stays is the allocator's own (cuBLAS's workspaces are
+    # allocated through it: 65 MiB were left on an H100, bench/results/tune_sweep_h100)
+    assert torch.cuda.memory_allocated() < ballast // 4
