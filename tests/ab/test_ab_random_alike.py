@@ -21,14 +21,28 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
-def _dropout_workload(*, compiled: bool = False, p: float = 0.1) -> Workload:
+class _Net(torch.nn.Sequential):
+    # a forward of this file's own: dynamo does not trace torch.nn's containers as a top frame,
+    # so model.compile() on a plain nn.Sequential compiles nothing
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self[2](self[1](self[0](x)))
+
+
+def _dropout_workload(
+    *, compiled: bool = False, p: float = 0.1, in_place: bool = False
+) -> Workload:
+    """``in_place``: the model compiled as compile-model compiles it (``model.compile()``)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
+    model = _Net(
         torch.nn.Linear(16, 16), torch.nn.Dropout(p), torch.nn.Linear(16, 1)
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.arange(32 * 16, dtype=torch.float32).reshape(32, 16) / 512
-    forward = torch.compile(model, backend="inductor") if compiled else model
+    forward = model
+    if in_place:
+        model.compile(backend="inductor")
+    elif compiled:
+        forward = torch.compile(model, backend="inductor")
 
     def step():
         loss = forward(x).square().mean()
@@ -125,3 +139,43 @@ def test_an_ab_of_a_compiled_dropout_model_reads_parity_against_eager():
     )
     assert result.parity is not None
     assert result.parity.passed is True, result.parity.checks
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+@needs_compiler
+@pytest.mark.parametrize("sides", ["together", "one-at-a-time"])
+def test_the_timed_steps_may_run_the_parity_programs_and_say_so(sides):
+    # levers tune's A/Bs: one compile of a compiled dropout model, not two, and the result says
+    # its timed steps drew random numbers as eager does
+    config = dict(num_steps=2, num_warmup=1, num_parity_steps=2, num_resamples=200, sides=sides)
+    compiles = {}
+    for keep in (False, True):
+        torch._dynamo.reset()
+        before = _graphs()
+        result = run_ab(
+            Side(build=lambda: _dropout_workload()),
+            Side(build=lambda: _dropout_workload(in_place=True)),
+            AbConfig(**config, time_parity_programs=keep),
+        )
+        assert result.parity.passed is True and result.killed is None
+        assert result.timed_eager_random is keep
+        compiles[keep] = _graphs() - before
+    assert compiles == {False: 2, True: 1}
+
+
+@needs_compiler
+def test_a_model_that_draws_nothing_is_timed_as_run_either_way():
+    torch._dynamo.reset()
+    result = run_ab(
+        Side(build=lambda: _dropout_workload(p=0.0)),
+        Side(build=lambda: _dropout_workload(in_place=True, p=0.0)),
+        AbConfig(num_steps=2, num_warmup=1, num_parity_steps=2, num_resamples=200,
+                 time_parity_programs=True),
+    )
+    assert result.parity.passed is True
+    assert result.timed_eager_random is False

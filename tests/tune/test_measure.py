@@ -1,9 +1,19 @@
-"""tune's real A/B (levers.tune.measure.ab_measure): one float64 run per search, phases timed."""
+"""tune's real A/B (levers.tune.measure.ab_measure): one float64 run per search, phases timed,
+a compiled stack compiled once."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
 import levers.ab.parity as parity_mod
+from levers.ab.verdict import PARITY
 from levers.tune.measure import TrialDesign, ab_measure
+from levers.tune.render import EAGER_RANDOM_WORDS, proof_lines
 
 DESIGN = TrialDesign(steps=2, warmup=1, parity_steps=2, resamples=200)
 
@@ -42,3 +52,21 @@ def test_a_search_with_its_own_measure_makes_its_own_float64_run(monkeypatch):
     for _ in range(2):
         ab_measure("demo", {"size": "tiny"}, DESIGN)((), ("inplace-scatter",), None)
     assert len(made) == 2
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="inductor on the CPU needs a C++ compiler",
+)
+@pytest.mark.parametrize("p", [0.1, 0.0])
+def test_a_compiled_trial_is_timed_on_its_parity_programs_and_says_so(p):
+    # one compile per compiled stack, not two, where the model draws random numbers; the proof
+    # says its timed steps drew them as eager does
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    spec = f"{Path(__file__).parent / 'dropout_factory.py'}:build"
+    trial = ab_measure(spec, {"p": p}, DESIGN)((), ("compile-model",), None)
+    assert trial.error is None and trial.parity == PARITY, (trial.error, trial.parity_note)
+    assert trial.timed_eager_random is (p > 0)
+    assert counters["stats"]["unique_graphs"] - before == 1
+    assert (EAGER_RANDOM_WORDS in proof_lines(trial)) is (p > 0)

@@ -34,7 +34,7 @@ from levers.ab.precision import LOW_PRECISION, autocast_probe
 from levers.ab.repeat import check_repeatable
 from levers.ab.reference import Reference, unavailable
 from levers.ab.quality import QualityRead, held_out_losses, quality_from, quality_read
-from levers.ab.random_alike import drawn_alike, recompile_for_timing
+from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
 from levers.ab.timing import SideSamples, run_timed, warm_up
@@ -78,6 +78,11 @@ class AbConfig:
     # "together": both sides live on the device and alternate step by step; "one-at-a-time":
     # each side is built, checked, warmed up and timed alone, then freed (ONE_AT_A_TIME_NOTE)
     sides: str = SIDES[0]
+    # True: the timed steps run the programs the parity steps compiled, random numbers drawn as
+    # eager draws them, rather than compiling them again as the user runs them (levers tune:
+    # one compile of a compiled stack, not two, on a model that draws random numbers;
+    # AbResult.timed_eager_random says where it happened)
+    time_parity_programs: bool = False
 
     @classmethod
     def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
@@ -154,6 +159,9 @@ class AbResult:
     # seconds each phase took: reference (the float64 run), build (both sides), parity, warmup,
     # timed, quality; a phase that did not run is absent
     phase_s: dict[str, float] = field(default_factory=dict)
+    # the timed steps ran programs compiled with eager's random draws (time_parity_programs, on a
+    # step that draws random numbers in a compiled model): not the program the user runs
+    timed_eager_random: bool = False
 
     def read(self, name: str) -> Read:
         for read in self.reads:
@@ -287,6 +295,7 @@ def run_ab(
     _check_one_device(a, b)
     sides = (("baseline", a), ("candidate", b))
     parity: ParityResult | None = None
+    eager_random = False
     if kill is None:
         # a compiled side draws its dropout masks as eager does while parity is judged; what was
         # compiled so is compiled again for the timed steps where the model draws random numbers
@@ -306,7 +315,7 @@ def run_ab(
                 parity, kill = check_repeatable(
                     lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
                 )
-        recompile_for_timing(compiled, reference.draws_random)
+        eager_random = _programs_for_timing(config, compiled, reference.draws_random)
     samples = None
     if kill is None:
         with clock("warmup"):
@@ -321,7 +330,7 @@ def run_ab(
                 a, b, config.exactness, num_resamples=config.num_resamples, seed=config.seed
             )
     return _result(config, (_info(baseline, a), _info(candidate, b)), (_facts(a), _facts(b)),
-                   parity, samples, quality, kill, started_at, lines, phase_s)
+                   parity, samples, quality, kill, started_at, lines, phase_s, eager_random)
 
 
 def _result(
@@ -335,6 +344,7 @@ def _result(
     started_at: str,
     lines: KillLines,
     phase_s: dict[str, float],
+    timed_eager_random: bool = False,
 ) -> AbResult:
     """The reads, their verdicts and the decision of a run, whichever way its sides ran."""
     a, b = facts
@@ -363,6 +373,7 @@ def _result(
         wall_s=time.perf_counter() - lines.started_s,
         quality=quality,
         phase_s=phase_s,
+        timed_eager_random=timed_eager_random and samples is not None,
     )
 
 
@@ -376,6 +387,7 @@ class _SideRun:
     samples: SideSamples | None = None
     held_out: torch.Tensor | str | None = None
     facts: _Facts | None = None  # read once the side's last step has run
+    eager_random: bool = False  # its timed steps ran its parity steps' programs (random drawn alike)
 
 
 def _run_side(
@@ -399,7 +411,7 @@ def _run_side(
             kill = run_parity_steps([(name, workload)], config.num_parity_steps, config.seed,
                                     lines, losses, norms)
             run.autocast = autocast()
-    recompile_for_timing(compiled, reference.draws_random)
+    run.eager_random = _programs_for_timing(config, compiled, reference.draws_random)
     if kill is None:
         with clock("warmup"):
             kill = warm_up([(name, workload)], config.num_warmup, lines)
@@ -414,6 +426,18 @@ def _run_side(
     del workload
     _free(device)
     return run, kill
+
+
+def _programs_for_timing(config: AbConfig, compiled: Compiled, draws_random: bool | None) -> bool:
+    """Drop what the parity steps compiled with eager's random draws, so that the timed steps
+    compile the program the user runs (:func:`levers.ab.random_alike.recompile_for_timing`);
+    or, with ``config.time_parity_programs``, keep it: returns whether the timed steps then run
+    programs that draw random numbers as eager does (something was compiled, and the step draws
+    random numbers or whether it does is not known)."""
+    if config.time_parity_programs:
+        return compiled.any and draws_random is not False
+    recompile_for_timing(compiled, draws_random)
+    return False
 
 
 def _free(device: torch.device) -> None:
@@ -479,7 +503,7 @@ def _one_at_a_time(
     infos = tuple(runs[n].info if n in runs else None for n in ("baseline", "candidate"))
     facts = tuple(runs[n].facts if n in runs else gone for n in ("baseline", "candidate"))
     return _result(config, infos, facts, parity, samples, quality, kill, started_at, lines,
-                   clock.phase_s)
+                   clock.phase_s, any(r.eager_random for r in runs.values()))
 
 
 class _PhaseClock:

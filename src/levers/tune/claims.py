@@ -32,6 +32,11 @@ from levers.tune.trial import Measure, Stack, Trial, judge, speed_of
 from levers.vocab import MEASURED
 
 MEASURED_KEY = "measured"
+# where the A/B timed a compiled model's programs with eager's random draws (levers.tune.measure)
+EAGER_RANDOM_NOTE = (
+    "timed with the compiled program's random numbers drawn as eager draws them, as its parity "
+    "was judged (the program you run draws its own in its kernels)"
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,7 @@ class Claim:
             "tokens_per_s_ratio": self.trial.tokens_per_s_ratio,
             "tokens_per_s_ci95": self.trial.tokens_per_s_ci95, "parity": self.trial.parity,
             "alternative_of": self.alternative_of,
+            "timed_eager_random": self.trial.timed_eager_random,
         }
 
 
@@ -167,6 +173,7 @@ def _measured_cost(finding: Any, claim: Claim, share: float) -> Any:
             f"measured: {_measured_what(claim)} A/B'd on this step, {claim.why}; parity "
             f"{claim.trial.parity}; its {claim.measured_ms:.3g} ms saved per step is shared by "
             f"the finding(s) {', '.join(claim.codes)} (this one's estimate was {estimate})"
+            + (f"; {EAGER_RANDOM_NOTE}" if claim.trial.timed_eager_random else "")
         ),
     )
 

@@ -84,7 +84,11 @@ def ab_measure(
                 _, baseline_side, _ = design_mod.sides(_design(spec, params, base, chosen))
             left_s = None if not time_budget_s else max(time_budget_s - reference_s, 1e-3)
             kill = {"time_budget_s": left_s} if left_s else {}
-            config = design_mod.config(candidate_design, kill, exactness, sides)
+            # the timed steps run what the parity steps compiled: on a model that draws random
+            # numbers a compiled stack costs one compile, not two (T5 on an H100: ~95 s each, two
+            # over a 3-minute budget); the trial says so (Trial.timed_eager_random)
+            config = replace(design_mod.config(candidate_design, kill, exactness, sides),
+                             time_parity_programs=True)
             result = run_ab(baseline_side, candidate_side, config, shared["reference"])
         except LeversError as exc:  # a lever that does not apply on top of the stack, say
             return failed(base, stack, _one_line(exc), time.perf_counter() - started)

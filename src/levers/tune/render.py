@@ -13,6 +13,13 @@ from levers.tune.trial import Trial
 from levers.units import format_bytes
 
 
+EAGER_RANDOM_WORDS = (
+    "timed        with the compiled program's random numbers (dropout) drawn as eager draws "
+    "them, as its parity was judged: one compile, not two; the program you run draws its own "
+    "in its kernels (`reproduce the proof` times that one)"
+)
+
+
 def proof_lines(proof: Trial) -> list[str]:
     """The proof's reads: tokens/s (or step time) with CI95, peak memory, parity, quality."""
     lines = []
@@ -31,6 +38,8 @@ def proof_lines(proof: Trial) -> list[str]:
     else:
         lines.append("peak         not measured (no caching allocator on a CPU)")
     lines.append(f"parity       {proof.parity}" + (f": {proof.parity_note}" if proof.parity_note else ""))
+    if proof.timed_eager_random:
+        lines.append(EAGER_RANDOM_WORDS)
     if proof.quality != NOT_MEASURED:
         lines.append(f"quality      {proof.quality}: {proof.quality_note}")
     elif proof.quality_note:

@@ -64,6 +64,9 @@ class Trial:
     phase_s: dict[str, float] = field(default_factory=dict)
     role: str = SELECTION  # SELECTION or CONFIRMATION, set by the search
     num_steps: int | None = None  # timed steps per side, where the A/B says
+    # its timed steps ran the programs its parity steps compiled, with eager's random draws
+    # (AbConfig.time_parity_programs on a step that draws random numbers in a compiled model)
+    timed_eager_random: bool = False
     ab: Any = field(default=None, repr=False, compare=False)  # the AbResult, when there is one
 
     @property
@@ -187,5 +190,6 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         tokens_differ=None not in per_step and per_step[0] != per_step[1],
         phase_s=dict(getattr(result, "phase_s", {}) or {}),
         num_steps=result.config.num_steps,
+        timed_eager_random=bool(getattr(result, "timed_eager_random", False)),
         ab=result,
     )
