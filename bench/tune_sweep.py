@@ -162,7 +162,8 @@ def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
                      "tokens_per_s_ratio": t.tokens_per_s_ratio,
                      "tokens_per_s_ci95": t.tokens_per_s_ci95, "parity": t.parity,
                      "parity_note": t.parity_note, "wall_s": t.wall_s, "phase_s": t.phase_s,
-                     "error": t.error, "killed": t.killed}
+                     "error": t.error, "killed": t.killed,
+                     "timed_eager_random": t.timed_eager_random}
                     for t in result.search.trials],
             search_s=result.search.spent_s,
             notes=list(result.notes) + list(result.search.notes),
@@ -349,25 +350,37 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": entry, "size": args.size, "budget_s": budget_s, "params": params,
                    **_environment()}
             row.update(tune_row(spec, params, args))
+        row["incomplete"] = "not timed yet: the default, the stack, the peers"
+        atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
+                                              default=str) + "\n", make_parents=True)
         timed = []
-        for variant in ["default", *peers, *([TUNED] if row.get("stack") else [])]:
+        # tune's stack right after the default, then the peers: a row the per-model timeout
+        # cuts keeps the stack's timing and the peers reached, marked incomplete (written after
+        # each variant)
+        variants = ["default", *([TUNED] if row.get("stack") else []), *peers]
+        for i, variant in enumerate(variants):
             one = timed_row(spec, params, variant, row.get("stack", []), args)
             if one.get("status") == "ok":
                 one["tokens_per_s"] = statistics.median(one["tokens_per_s_samples"])
             timed.append(one)
             print(f"  {entry}:{variant} {one['status']} {one.get('tokens_per_s') or one.get('error', '')}",
                   flush=True)
-        row["rows"] = timed
-        described = next((t.pop("describe") for t in timed if "describe" in t), None)
-        if described is not None:
-            row.update(described)
-        compare(row, timed, rng)
+            row["rows"] = timed
+            described = next((t.pop("describe") for t in timed if "describe" in t), None)
+            if described is not None:
+                row.update(described)
+            compare(row, timed, rng)
+            left = variants[i + 1:]
+            if left:
+                row["incomplete"] = f"not timed yet: {', '.join(left)}"
+            else:
+                row.pop("incomplete", None)
+            rows = _merge(summary, row)
+            atomic_write_text(summary, json.dumps({"rows": rows}, indent=1, default=str) + "\n",
+                              make_parents=True)
         print(f"{entry}: stack {row.get('stack')} same-run {row.get('same_run_ratio')} "
               f"best peer {row.get('best_peer')} vs_best_peer {row.get('vs_best_peer')} "
               f"spent {row.get('spent_s', 0):.0f}s", flush=True)
-        rows = _merge(summary, row)
-        atomic_write_text(summary, json.dumps({"rows": rows}, indent=1, default=str) + "\n",
-                          make_parents=True)
     return 0
 
 

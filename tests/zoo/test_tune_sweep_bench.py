@@ -117,3 +117,30 @@ def test_a_model_outside_the_zoo_is_described_by_its_arch_entry_or_its_config():
     assert other["family"] == "encoder-decoder"
     assert other["shape"]["model_type"] == "bart" and other["shape"]["batch_size"] == 2
     assert other["shape"]["tokens_per_step"] == workload.tokens_per_step
+
+
+def test_a_row_cut_short_keeps_the_stacks_timing_marked_incomplete(tmp_path, monkeypatch):
+    # the per-model timeout of a device session kills the process mid-row: what was timed by
+    # then is on disk, the stack's own timing first after the default
+    bench = _bench()
+    out = tmp_path / "out"
+    real = bench.timed_row
+    order = []
+
+    def cut(spec, params, variant, stack, args):
+        if variant == "compile-model-ro":
+            raise KeyboardInterrupt  # the timeout's kill, as the process sees it
+        order.append(variant)
+        return real(spec, params, variant, stack, args)
+
+    monkeypatch.setattr(bench, "timed_row", cut)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                    "--budget", "60", "--peers", "compile-layers,compile-model-ro",
+                    "--warmup", "1", "--steps", "2", "--retime", str(_prior(tmp_path)),
+                    "--out", str(out)])
+    assert order == ["default", "tuned", "compile-layers"]
+    [row] = json.loads((out / "summary.json").read_text())["rows"]
+    assert row["incomplete"] == "not timed yet: compile-model-ro"
+    assert [r["variant"] for r in row["rows"]] == order
+    assert row["same_run_ratio"] > 0 and set(row["peers"]) == {"compile-layers"}
