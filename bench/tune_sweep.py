@@ -209,7 +209,7 @@ def retimed_row(prior: dict[str, Any]) -> dict[str, Any]:
     own A/B kept with the commit, date and call that searched; the default, the peers and the
     stack are timed again now, in this process (``--retime``: a peer the first run left out)."""
     row = {k: prior[k] for k in RETIMED_KEEP if k in prior}
-    row["searched"] = {k: prior.get(k) for k in ("commit", "torch", "date", "call")}
+    row["searched"] = {k: prior.get(k) for k in ("commit", "torch", "date", "call", "gpu")}
     row["peers_first_run"] = prior.get("peers")
     return {**row, **_environment()}
 

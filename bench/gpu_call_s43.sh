@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A device session of issue 33 (background, polled by bench/gpu_poll.sh), for a 30-minute budget:
+# the GPU test fixed after s42 (ab's sides one at a time), then the rows s42 lost or missed now
+# that a compiled stack compiles once on a model with dropout (MODELS, default t5 and swin), then
+# the committed H200 rows that lack the reduce-overhead compile peer timed again beside every
+# peer (no search) as far as the budget goes.
+# Usage (repository root, on the device):
+#   LEVERS_COMMIT=<hash> BUDGET=3m bash bench/gpu_call_s43.sh /tmp/g
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
+export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
+bash bench/gpu_session_tests.sh "$D" 120 tests/ab/test_ab_gpu.py -k "one_at_a_time"
+MODELS="${MODELS:-zoo@t5,zoo@swin}" SAMPLE= KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+summary=bench/results/tune_sweep_h200/summary.json
+lacking=$(python3 -c "
+import json
+rows = json.load(open('$summary'))['rows']
+lacking = [r for r in rows if r['size'] == 'full' and r['budget_s'] == 180
+           and 'compile-model-ro' not in r.get('peers', {}) and r['model'] != 'zoo@llama']
+print(','.join(r['model'] for r in lacking))")
+cp "$summary" "$D/retime_from.json"
+RETIME="$D/retime_from.json" MODELS="$lacking" SAMPLE= exec bash bench/gpu_call_tune_rows.sh "$D"
