@@ -34,6 +34,8 @@ class FakeAb:
     wide: dict[tuple[str, ...], float] = field(default_factory=dict)
     calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     steps_asked: list[int | None] = field(default_factory=list)  # steps= of each call
+    # levers whose trials timed the parity steps' programs (random drawn as eager draws them)
+    eager_random: frozenset[str] = frozenset()
 
     def factor(self, stack: tuple[str, ...]) -> float:
         out = 1.0
@@ -69,6 +71,7 @@ class FakeAb:
             parity_note="loss after step 2 differs by 0.5 (tolerance 0.02)" if bad else "ok",
             wall_s=self.cost_s,
             num_steps=steps,
+            timed_eager_random=any(lever in self.eager_random for lever in stack),
         )
 
 

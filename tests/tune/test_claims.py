@@ -8,6 +8,7 @@ from fakes import FakeAb
 
 import levers
 from levers.audit.recommend import provenance_line
+from levers.tune.claims import EAGER_RANDOM_NOTE
 
 SPEEDS = {
     "compile-blocks": 1.3,
@@ -280,3 +281,14 @@ def test_a_lever_whose_base_cannot_be_built_is_measured_alone(step, monkeypatch)
     claims = {claim.lever: claim for claim in out.claims.claims}
     assert claims["float8"].pays and not claims["float8"].trial.base
     assert out.claims.stack == ("float8",)
+
+
+def test_a_saving_timed_with_eager_random_draws_says_so(step):
+    audited = _measured(step, FakeAb(SPEEDS, eager_random=frozenset({"compile-blocks"})))
+    costs = {f.details["measured"]["lever"]: f.cost.basis for f in audited.findings
+             if "measured" in f.details}
+    assert EAGER_RANDOM_NOTE in costs["compile-blocks"]
+    assert all(EAGER_RANDOM_NOTE not in basis for lever, basis in costs.items()
+               if lever != "compile-blocks")
+    by_lever = {c.lever: c.to_dict() for c in audited.claims.claims}
+    assert by_lever["compile-blocks"]["timed_eager_random"] is True
