@@ -306,3 +306,15 @@ def test_a_config_that_ships_no_width_gets_its_fit_check_at_the_shipped_size():
     floor = step_floor(entry, shape)
     assert floor.parameters == 0
     assert floor.batch_bytes == shape["batch_size"] * 3 * 224 * 224 * 4
+
+
+def test_at_full_a_nested_config_the_others_derive_from_is_passed_as_shipped():
+    # Moshi's depth decoder takes its audio vocabulary from the audio encoder's dict: passing
+    # the decoder's own dict alone left it None, which its strict config refused
+    entry = arch.entry("moshi", "causal-lm")
+    with torch.device("meta"):
+        model = entry.make_model({**entry.sizes["full"], "param_dtype": torch.float32})
+    config = model.config
+    assert config.hidden_size == 2048
+    assert config.audio_vocab_size == config.depth_decoder_config.audio_vocab_size == 2048
+    assert config.depth_decoder_config.input_size == 2048

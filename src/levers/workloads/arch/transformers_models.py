@@ -422,8 +422,12 @@ def nested_fields(config_class: type, task: str, shape: Shape, size: str) -> dic
     """Each nested config's fields (as dicts, over what its parent ships): the text ones at
     ``shape`` (their own vocabulary where ``shape`` has none), the towers at ``tiny`` as
     :data:`_TOWER_TINY` and at ``full`` as shipped; an image classifier's vision tower at the
-    classifier's shape. A nested config the rules find nothing in keeps its default."""
+    classifier's shape. A nested config the rules find nothing in keeps its default, unless
+    another is passed: then it is passed too, as shipped, since a parent may derive what it
+    puts in one nested dict from another it was given (Moshi's depth decoder takes its audio
+    vocabulary from the audio encoder's dict, None where that is not passed)."""
     fields: dict[str, Any] = {}
+    as_shipped: dict[str, Any] = {}
     for name, sub in nested(config_class).items():
         if sub is None or not hasattr(sub, "to_dict"):
             continue
@@ -445,7 +449,9 @@ def nested_fields(config_class: type, task: str, shape: Shape, size: str) -> dic
             own = {}
         if own:
             fields[name] = {**_shipped(sub), **own}
-    return fields
+        elif task != "image-classification":
+            as_shipped[name] = _shipped(sub)
+    return {**as_shipped, **fields} if fields else fields
 
 
 def _text_default(config_class: type) -> Any:
