@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A device session of issue 33 (background, polled by bench/gpu_poll.sh), for a 30-minute budget:
-# the GPU test fixed after s42 (ab's sides one at a time), then the rows s42 lost or missed now
+# the GPU tests changed after s42 (ab's sides one at a time; a compiled dropout trial compiles
+# once, with CUDA graphs), then the rows s42 lost or missed now
 # that a compiled stack compiles once on a model with dropout (MODELS, default t5 and swin), then
 # the committed H200 rows that lack the reduce-overhead compile peer timed again beside every
 # peer (no search) as far as the budget goes.
@@ -8,7 +9,7 @@
 #   LEVERS_COMMIT=<hash> BUDGET=3m bash bench/gpu_call_s43.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-bash bench/gpu_session_tests.sh "$D" 120 tests/ab/test_ab_gpu.py -k "one_at_a_time"
+bash bench/gpu_session_tests.sh "$D" 180 tests/ab/test_ab_gpu.py tests/tune/test_gpu_tune.py -k "one_at_a_time or compiles_once"
 MODELS="${MODELS:-zoo@t5,zoo@swin}" SAMPLE= KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 summary=bench/results/tune_sweep_h200/summary.json
 lacking=$(python3 -c "

@@ -19,12 +19,12 @@ class Net(torch.nn.Module):
         return x + self.down(F.dropout(F.gelu(self.up(x)), self.p, self.training))
 
 
-def build(dim: int = 16, p: float = 0.1, batch_size: int = 8) -> Workload:
+def build(dim: int = 16, p: float = 0.1, batch_size: int = 8, device: str = "cpu") -> Workload:
     torch.manual_seed(0)
-    model = Net(dim, p)
+    model = Net(dim, p).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(batch_size, dim)
-    y = torch.randn(batch_size, dim)
+    x = torch.randn(batch_size, dim).to(device)
+    y = torch.randn(batch_size, dim).to(device)
 
     def step() -> torch.Tensor:
         loss = F.mse_loss(model(x), y)
@@ -34,4 +34,5 @@ def build(dim: int = 16, p: float = 0.1, batch_size: int = 8) -> Workload:
         return loss.detach()
 
     return Workload(model=model, step=step, optimizer=optimizer, tokens_per_step=batch_size,
-                    name="dropout-mlp", params={"dim": dim, "p": p, "batch_size": batch_size})
+                    name="dropout-mlp", params={"dim": dim, "p": p, "batch_size": batch_size,
+                            "device": device})

@@ -56,3 +56,27 @@ def test_a_target_keeps_the_estimates_on_a_gpu_capture():
     audited = levers.Step("demo", params=PARAMS).audit(memory_model=False, target="h100")
     assert audited.claims is None
     assert audited.result.recommendation.provenance == "estimated"
+
+
+def test_a_compiled_trial_of_a_dropout_model_compiles_once_with_cuda_graphs():
+    # compile-model picks CUDA graphs on a GPU; its trial times the programs its parity steps
+    # compiled (random numbers drawn as eager draws them, inside the graphs) and says so
+    from pathlib import Path
+
+    from torch._dynamo.utils import counters
+
+    from levers.ab.verdict import PARITY
+    from levers.tune.measure import TrialDesign, ab_measure
+
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    spec = f"{Path(__file__).parent / 'dropout_factory.py'}:build"
+    design = TrialDesign(steps=10, warmup=2, parity_steps=2, resamples=500)
+    trial = ab_measure(spec, {"dim": 256, "batch_size": 64, "device": "cuda"}, design)(
+        (), ("compile-model",), None
+    )
+    assert trial.error is None and trial.killed is None, (trial.error, trial.killed)
+    assert trial.parity == PARITY, trial.parity_note
+    assert trial.timed_eager_random is True
+    assert counters["stats"]["unique_graphs"] - before == 1
+    assert trial.tokens_per_s_ratio is not None and trial.tokens_per_s_ratio > 0
