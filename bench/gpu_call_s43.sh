@@ -3,8 +3,8 @@
 # the GPU tests changed after s42 (ab's sides one at a time; a compiled dropout trial compiles
 # once, with CUDA graphs), then the rows s42 lost or missed now
 # that a compiled stack compiles once on a model with dropout (MODELS, default t5 and swin), then
-# the committed H200 rows that lack the reduce-overhead compile peer timed again beside every
-# peer (no search) as far as the budget goes.
+# the committed H200 rows timed again beside every peer, now run with the KV cache off (no
+# search), as far as the budget goes.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> BUDGET=3m bash bench/gpu_call_s43.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
@@ -12,11 +12,15 @@ export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 bash bench/gpu_session_tests.sh "$D" 180 tests/ab/test_ab_gpu.py tests/tune/test_gpu_tune.py -k "one_at_a_time or compiles_once"
 MODELS="${MODELS:-zoo@t5,zoo@swin}" SAMPLE= KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 summary=bench/results/tune_sweep_h200/summary.json
-lacking=$(python3 -c "
+# every committed row, timed again beside every peer with the KV cache off (up to s42 per-layer
+# compile recompiled per layer on the HF decoders and ran half of their layers eager): the HF
+# decoders first, then the rows that lack the reduce-overhead peer
+retime=$(python3 -c "
 import json
-rows = json.load(open('$summary'))['rows']
-lacking = [r for r in rows if r['size'] == 'full' and r['budget_s'] == 180
-           and 'compile-model-ro' not in r.get('peers', {}) and r['model'] != 'zoo@llama']
-print(','.join(r['model'] for r in lacking))")
+rows = [r for r in json.load(open('$summary'))['rows'] if r['size'] == 'full' and r['budget_s'] == 180
+        and '@' in r['model']]
+decoders = ('llama', 'mistral', 'qwen2', 'gemma', 'phi', 'mixtral', 'bloom', 'gpt2', 'nanogpt')
+first = lambda r: (not r['model'].endswith(decoders), 'compile-model-ro' in r.get('peers', {}))
+print(','.join(r['model'] for r in sorted(rows, key=first)))")
 cp "$summary" "$D/retime_from.json"
-RETIME="$D/retime_from.json" MODELS="$lacking" SAMPLE= exec bash bench/gpu_call_tune_rows.sh "$D"
+RETIME="$D/retime_from.json" MODELS="$retime" SAMPLE= exec bash bench/gpu_call_tune_rows.sh "$D"

@@ -20,7 +20,12 @@ For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``z
    then per-layer compile, where torchao is installed; ``liger``: Liger Kernel's patch for the
    model type, where it has one) and tune's stack (``levers.apply``), each built fresh from the
    same seed after ``torch._dynamo.reset()`` and timed by ``bench/levers_vs_peers.py``'s
-   ``measure`` (3 warm-up and 10 timed steps; median tokens/s, bootstrap CI95 over steps).
+   ``measure`` (3 warm-up and 10 timed steps; median tokens/s, bootstrap CI95 over steps). Every
+   peer runs with the model's KV cache off (``use_cache=False``, as levers' own compile levers
+   run and as a training script sets it): a Hugging Face config ships it on, and per-layer
+   compile then guards on each layer's cache slot and recompiles per layer past dynamo's limit,
+   so that half of llama's 16 layers ran eager in the peer rows up to s42 (``cache_off`` on
+   a peer's timed row says which rows had it).
 
 Writes ``OUT/summary.json`` after every model (rows merged by model, size and budget): per row
 ``model``, ``family``, ``shape``, ``budget_s``, ``spent_s``, ``stack``,
@@ -57,6 +62,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
+from levers.levers._find import training_cache_off  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers.tune.budget import parse_duration_s  # noqa: E402
 from levers.workloads.arch import entry as arch_entry  # noqa: E402
@@ -122,7 +128,9 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
             if missing is not None:
                 row.update(status="not-applicable", error=missing)
                 return row
-            cleanups = apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
+            cleanups = [training_cache_off(workload.model)]
+            cleanups += apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
+            row["cache_off"] = True
         elif variant == TUNED:
             handle = levers.apply(workload, stack, **compile_options)
             row["applied"] = list(handle.applied)
