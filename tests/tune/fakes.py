@@ -36,6 +36,9 @@ class FakeAb:
     steps_asked: list[int | None] = field(default_factory=list)  # steps= of each call
     # levers whose trials timed the parity steps' programs (random drawn as eager draws them)
     eager_random: frozenset[str] = frozenset()
+    # stack -> its ratio against the baseline timed as the user runs it (as_run=True)
+    as_run: dict[tuple[str, ...], float] = field(default_factory=dict)
+    as_run_asked: list[tuple[str, ...]] = field(default_factory=list)
 
     def factor(self, stack: tuple[str, ...]) -> float:
         out = 1.0
@@ -43,8 +46,10 @@ class FakeAb:
             out *= self.speed.get(lever, 1.0)
         return out
 
-    def __call__(self, base, stack, time_budget_s, *, steps=None):
+    def __call__(self, base, stack, time_budget_s, *, steps=None, as_run=False):
         self.calls.append((tuple(base), tuple(stack)))
+        if as_run:
+            self.as_run_asked.append(tuple(stack))
         self.steps_asked.append(steps)
         nth = len(self.calls) - 1
         self.clock.now_s += self.costs_s[nth] if nth < len(self.costs_s) else self.cost_s
@@ -56,6 +61,8 @@ class FakeAb:
             ratio = self.together[tuple(stack)]
         if tuple(stack) in self.again and self.calls.count(self.calls[-1]) > 1:
             ratio = self.again[tuple(stack)]
+        if as_run and tuple(stack) in self.as_run:
+            ratio = self.as_run[tuple(stack)]
         bad = any(lever in self.damaged for lever in stack)
         half = self.wide.get(tuple(stack), 0.01) * (20 / (steps or 20)) ** 0.5
         return Trial(
@@ -71,7 +78,7 @@ class FakeAb:
             parity_note="loss after step 2 differs by 0.5 (tolerance 0.02)" if bad else "ok",
             wall_s=self.cost_s,
             num_steps=steps,
-            timed_eager_random=any(lever in self.eager_random for lever in stack),
+            timed_eager_random=not as_run and any(lever in self.eager_random for lever in stack),
         )
 
 

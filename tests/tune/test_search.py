@@ -5,7 +5,7 @@ from __future__ import annotations
 from fakes import Clock, FakeAb, ordered
 
 from levers.tune.search import OUT_OF_BUDGET, search
-from levers.tune.trial import CONFIRMATION, SELECTION
+from levers.tune.trial import AS_RUN, CONFIRMATION, SELECTION
 
 
 def _run(fake: FakeAb, ids, budget_s: float = 1000.0):
@@ -374,3 +374,41 @@ def test_a_compile_selection_s_cost_does_not_stand_for_its_confirmation():
     assert [stack for _, stack in fake.calls] == [
         ("compile-model",), ("compile-blocks",), ("compile-blocks",)]
     assert result.stack == ("compile-blocks",)
+
+
+def test_a_proof_timed_on_the_parity_programs_is_timed_again_as_you_run_it():
+    # a compiled stack's A/Bs drew random numbers as eager does: with time left, one more A/B
+    # against the baseline times it as you run it, and that one is the proof
+    fake = FakeAb({"compiled": 1.5, "fast": 1.2}, eager_random=frozenset({"compiled"}),
+                  as_run={("compiled", "fast"): 1.7})
+    result = _run(fake, ["compiled", "fast"])
+    assert result.stack == ("compiled", "fast")
+    assert fake.as_run_asked == [("compiled", "fast")]
+    assert result.trials[-1].role == AS_RUN and result.proof is result.trials[-1]
+    assert result.proof.tokens_per_s_ratio == 1.7 and not result.proof.timed_eager_random
+    assert result.confirmed_by == len(result.trials) - 1
+
+
+def test_a_proof_timed_as_you_run_it_already_is_not_timed_again():
+    fake = FakeAb({"fast": 1.3})
+    result = _run(fake, ["fast"])
+    assert fake.as_run_asked == [] and result.proof.role == CONFIRMATION
+
+
+def test_as_you_run_it_a_stack_that_does_not_pay_is_not_the_answer():
+    fake = FakeAb({"compiled": 1.5}, eager_random=frozenset({"compiled"}),
+                  as_run={("compiled",): 0.97})
+    result = _run(fake, ["compiled"])
+    assert fake.as_run_asked == [("compiled",)]
+    assert result.stack == () and result.proof is None
+    assert "nothing is proven as you run it" in " ".join(result.notes)
+    assert "no stack with it was proven" in _reason(result, "compiled")
+
+
+def test_without_the_time_for_one_more_cold_compile_the_proof_stands_and_says_so():
+    # the first A/B (its cold compile) took 60 s; 30 s are left after its confirmation
+    fake = FakeAb({"compiled": 1.5}, eager_random=frozenset({"compiled"}), costs_s=(60.0, 10.0))
+    result = _run(fake, ["compiled"], budget_s=100.0)
+    assert fake.as_run_asked == []
+    assert result.stack == ("compiled",) and result.proof.timed_eager_random
+    assert "no time was left to time it again as you run it" in " ".join(result.notes)

@@ -279,3 +279,20 @@ def test_a_step_that_raises_is_refused_with_its_error_before_any_a_b(tmp_path, c
         err = capsys.readouterr().err
         assert "Expected input batch_size (0) to match target batch_size (62)" in err
         assert "nothing tried" not in err
+
+
+@pytest.mark.parametrize("as_run", [True, False])
+def test_the_printed_proof_says_how_its_random_numbers_were_drawn(tmp_path, as_run):
+    # a proof timed on the parity steps' programs says so; one timed again as you run it says
+    # that instead, and is the proof
+    fake = FakeAb({"inplace-scatter": 1.3}, eager_random=frozenset({"inplace-scatter"}))
+    budget = "10m" if as_run else "25s"  # the first A/B takes 10 s: 25 s hold no third
+    result = levers.Step("demo", params={"size": "tiny"}).tune(
+        budget=budget, measure=fake, clock=fake.clock, audit=False, levers="inplace-scatter",
+        record=tmp_path / "r.jsonl",
+    )
+    shown = _shown(result)
+    assert result.stack == ("inplace-scatter",)
+    assert (fake.as_run_asked == [("inplace-scatter",)]) is as_run
+    assert ("a fresh A/B against the baseline timed as you run it" in shown) is as_run
+    assert ("drawn as eager draws them, as its parity was judged" in shown) is not as_run

@@ -57,7 +57,9 @@ def ab_measure(
 ) -> Measure:
     """A :data:`levers.tune.trial.Measure` that runs ab on the workload ``spec`` (a built-in,
     a file or module factory) with ``params``, its sides ``together`` or ``one-at-a-time``
-    (:class:`levers.ab.runner.AbConfig`).
+    (:class:`levers.ab.runner.AbConfig`). Its timed steps run the programs its parity steps
+    compiled (one compile per compiled stack, its trial saying where random numbers were drawn
+    as eager draws them), except with ``as_run=True``: compiled again, as the user runs them.
 
     The float64 run the parity gate judges by is the workload's own (a lever is to keep its
     math): it is made once, by the first trial, and every later trial of the search reuses it
@@ -66,7 +68,8 @@ def ab_measure(
     shared: dict[str, Any] = {}  # "reference": the workload's float64 run, once made
 
     def measure(
-        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None,
+        as_run: bool = False,
     ) -> Trial:
         started = time.perf_counter()
         chosen = design if steps is None else replace(design, steps=steps)
@@ -88,7 +91,7 @@ def ab_measure(
             # numbers a compiled stack costs one compile, not two (T5 on an H100: ~95 s each, two
             # over a 3-minute budget); the trial says so (Trial.timed_eager_random)
             config = replace(design_mod.config(candidate_design, kill, exactness, sides),
-                             time_parity_programs=True)
+                             time_parity_programs=not as_run)
             result = run_ab(baseline_side, candidate_side, config, shared["reference"])
         except LeversError as exc:  # a lever that does not apply on top of the stack, say
             return failed(base, stack, _one_line(exc), time.perf_counter() - started)
@@ -133,8 +136,11 @@ def remembered(measure: Measure, memory: dict[tuple[Stack, Stack], Trial]) -> Me
     ``steps`` (the search's confirmation, which must select nothing) is always run afresh."""
 
     def measure_once(
-        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+        base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None,
+        as_run: bool = False,
     ) -> Trial:
+        if as_run:
+            return measure(base, stack, time_budget_s, steps=steps, as_run=True)
         if steps is not None:
             return measure(base, stack, time_budget_s, steps=steps)
         key = (tuple(base), tuple(stack))

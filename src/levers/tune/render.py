@@ -9,7 +9,7 @@ from levers.ab.verdict import NOT_MEASURED
 from levers.output.console import make_console
 from levers.tune.budget import format_duration
 from levers.tune.result import TuneResult
-from levers.tune.trial import Trial
+from levers.tune.trial import AS_RUN, Trial
 from levers.units import format_bytes
 
 
@@ -51,8 +51,9 @@ def proof_source(result: TuneResult) -> str:
     """Which A/B proves the stack, and which selected and confirmed its levers."""
     kept = [o for o in result.search.outcomes if o.kept]
     selected = ", ".join(str(o.trial + 1) for o in kept if o.trial is not None)
-    line = (f"proof: A/B {result.search.confirmed_by + 1}, a fresh A/B against the baseline "
-            f"({result.proof_steps} timed steps per side); ")
+    as_run = " timed as you run it" if result.proof.role == AS_RUN else ""
+    line = (f"proof: A/B {result.search.confirmed_by + 1}, a fresh A/B against the baseline"
+            f"{as_run} ({result.proof_steps} timed steps per side); ")
     if len(kept) == 1:
         return line + f"A/B {selected} selected it"
     confirmed = ", ".join(str(o.confirmed_by + 1) for o in kept if o.confirmed_by is not None)

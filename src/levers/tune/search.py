@@ -37,6 +37,12 @@ least :data:`UNDECIDED_MIN_GAIN` (a step whose times jitter) is timed once more 
 steps, where the time left beside the A/Bs still to run holds them; the longer A/B decides, and
 a fresh one still confirms it.
 
+**As you run it.** A compiled stack's A/Bs time the programs their parity steps compiled
+(:mod:`levers.tune.measure`: one compile, not two, on a model that draws random numbers, which
+then draw them as eager does). Where the proof did so and the time left holds one more cold
+compile, the answer is timed once more against the baseline as the user runs it; that A/B is
+the proof when it pays, and when it does not, nothing is proven (:func:`_as_run`).
+
 **Ctrl-C** (a ``KeyboardInterrupt`` from the A/B, or an A/B that ab's runner ended as
 interrupted) ends the search at once: the result keeps the trials run, the interrupted one
 among them, and is marked ``interrupted``; its stack is only what was proven before it.
@@ -57,6 +63,7 @@ from levers.ab.verdict import KILLED, PARITY
 from levers.tune.budget import format_duration
 from levers.tune.candidates import Candidate, Skipped, covered_by, exclusive_with, groups
 from levers.tune.trial import (
+    AS_RUN,
     CONFIRMATION,
     INTERRUPTED_KIND,
     SELECTION,
@@ -166,7 +173,7 @@ class _Search:
         return statistics.median(warm) if warm else self.typical_s
 
     def run(self, base: Stack, candidate: Stack, what: str, *, role: str = SELECTION,
-            steps: int | None = None) -> Trial:
+            steps: int | None = None, as_run: bool = False) -> Trial:
         """One A/B, recorded; once it is, raises KeyboardInterrupt if ab's runner ended it on
         a Ctrl-C."""
         self.say(f"tune: {what} (A/B {len(self.trials) + 1}, {format_duration(self.left_s())} "
@@ -174,7 +181,9 @@ class _Search:
         before = self.clock()
         self.running = (base, candidate, role)
         kill_s = max(self.left_s(), 1e-3)
-        if steps is None:
+        if as_run:
+            trial = self.measure(base, candidate, kill_s, steps=steps, as_run=True)
+        elif steps is None:
             trial = self.measure(base, candidate, kill_s)
         else:
             trial = self.measure(base, candidate, kill_s, steps=steps)
@@ -182,7 +191,7 @@ class _Search:
         self.running = None
         self.trials.append(trial)
         self.durations_s.append(self.clock() - before)
-        if steps is None or steps == self.steps:
+        if role != AS_RUN and (steps is None or steps == self.steps):
             self.selection_s.append(self.durations_s[-1])
         if trial.out_of_time:
             self.stopped = True
@@ -218,7 +227,7 @@ def search(
     answer: tuple[Stack, int | None] = ((), None)
     try:
         _select(ordered, state)
-        answer = _prove(state)
+        answer = _as_run(state, _prove(state))
     except KeyboardInterrupt:
         interrupted = True
         _interrupted(ordered, state)
@@ -382,6 +391,43 @@ def _prove(state: _Search) -> tuple[Stack, int | None]:
         f"is {first}, which its confirmation proved against the baseline"
     )
     return _proven_first(state)
+
+
+def _as_run(state: _Search, answer: tuple[Stack, int | None]) -> tuple[Stack, int | None]:
+    """The answer timed again as the user runs it, where its proof timed the programs its
+    parity steps compiled (``timed_eager_random``) and the time left holds one more cold
+    compile (as long as the longest A/B so far). That A/B, fresh and against the baseline,
+    becomes the proof when it pays; when it ran to its end and does not, nothing is proven as
+    the user runs it and the answer is none; when it was stopped, the proof stands, with a
+    note."""
+    stack, proof = answer
+    if not stack or proof is None or not state.trials[proof].timed_eager_random:
+        return answer
+    shown = ",".join(stack)
+    drawn = ("its proof timed the programs its parity steps compiled, random numbers drawn as "
+             "eager draws them")
+    need_s = max(state.durations_s)
+    if state.left_s() < need_s:
+        state.notes.append(
+            f"{shown}: {drawn}; no time was left to time it again as you run it (about "
+            f"{format_duration(need_s)}: raise --budget, or run the levers ab command below)"
+        )
+        return answer
+    steps = state.trials[proof].num_steps if state.steps is not None else None
+    trial = state.run((), stack, f"timing {shown} against the baseline as you run it (compiled "
+                      "again, inductor drawing its own random numbers)", role=AS_RUN,
+                      steps=steps, as_run=True)
+    pays, why = judge(trial)
+    index = len(state.trials) - 1
+    if pays:
+        return stack, index
+    if trial.killed is not None or trial.error is not None:
+        state.notes.append(f"{shown}: {drawn}; timed again as you run it (A/B {index + 1}), "
+                           f"{why}: the proof stands on the programs its parity steps compiled")
+        return answer
+    state.notes.append(f"{shown} paid where {drawn}, but timed again as you run it (A/B "
+                       f"{index + 1}): {why}; nothing is proven as you run it")
+    return (), None
 
 
 def _proven_first(state: _Search) -> tuple[Stack, int | None]:

@@ -10,7 +10,9 @@ rule for whether adding the levers paid.
 built from the workload; the real one is :func:`levers.tune.measure.ab_measure`, tests pass a
 fake. The search asks a confirmation for its number of timed steps per side with ``steps=``,
 only where its caller says the measure takes it (:func:`levers.tune.search.search`'s
-``steps``); such an A/B is always run afresh.
+``steps``); such an A/B is always run afresh. ``as_run=True`` (asked only after a trial that
+said ``timed_eager_random``) times the programs as the user runs them: compiled again after the
+parity steps, inductor drawing its own random numbers.
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ Stack = tuple[str, ...]
 # selected stack against the baseline by a fresh A/B that selected none of its levers
 SELECTION = "selection"
 CONFIRMATION = "confirmation"
+# the proven stack timed again against the baseline as the user runs it, where the proof timed
+# the programs its parity steps compiled (random numbers drawn as eager draws them)
+AS_RUN = "as-run"
 INTERRUPTED_KIND = "interrupted"  # ab's kill kind for Ctrl-C (levers.ab.killlines.KINDS)
 
 
 class Measure(Protocol):
     def __call__(
-        self, base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None
+        self, base: Stack, stack: Stack, time_budget_s: float | None, *, steps: int | None = None,
+        as_run: bool = False,
     ) -> Trial: ...
 
 
