@@ -70,3 +70,19 @@ def test_a_compiled_trial_is_timed_on_its_parity_programs_and_says_so(p):
     assert trial.timed_eager_random is (p > 0)
     assert counters["stats"]["unique_graphs"] - before == 1
     assert (EAGER_RANDOM_WORDS in proof_lines(trial)) is (p > 0)
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="inductor on the CPU needs a C++ compiler",
+)
+def test_as_run_the_trial_compiles_again_for_its_timed_steps():
+    # the search's last A/B where the proof drew random numbers as eager does
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    spec = f"{Path(__file__).parent / 'dropout_factory.py'}:build"
+    trial = ab_measure(spec, {"p": 0.1}, DESIGN)((), ("compile-model",), None, as_run=True)
+    assert trial.error is None and trial.parity == PARITY, (trial.error, trial.parity_note)
+    assert trial.timed_eager_random is False
+    assert counters["stats"]["unique_graphs"] - before == 2
+    assert EAGER_RANDOM_WORDS not in proof_lines(trial)
