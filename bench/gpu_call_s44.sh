@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A device session of issue 33 (background, polled by bench/gpu_poll.sh), for a 30-minute budget:
 # the GPU tests changed after s42 (ab's sides one at a time; a compiled dropout trial compiles
-# once), then the two zoo rows s42 lost (t5, a miss, and swin, cut by the timeout) now that a
+# once), then a probe of whole-model compile's max-autotune mode against its CUDA-graph mode
+# (bench/stack_probe.py: does autotuning get a compiled step ahead of the best peer), then the
+# two zoo rows s42 lost (t5, a miss, and swin, cut by the timeout) now that a
 # compiled stack compiles once on a model with dropout, then the seeded sample of architectures
 # outside the zoo (8:33), then the committed H200 rows timed again beside every peer with the KV
 # cache off (no search), as far as the budget goes.
@@ -10,6 +12,10 @@
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 bash bench/gpu_session_tests.sh "$D" 180 tests/ab/test_ab_gpu.py tests/tune/test_gpu_tune.py -k "one_at_a_time or compiles_once"
+mkdir -p "$D/p/stack_probe"
+timeout 400 python bench/stack_probe.py --models zoo@llama,zoo@vit,zoo@gpt2 \
+    --stacks "compile-model;compile-model:mode=max-autotune" --out "$D/p/stack_probe" > "$D/p.out" 2>&1
+cp "$D/p.out" "$D/p/stack_probe/session.log"; (cd "$D/p" && tar -czf round.tgz stack_probe)
 MODELS="${MODELS:-zoo@t5,zoo@swin}" SAMPLE="${SAMPLE-8:33}" KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 summary=bench/results/tune_sweep_h200/summary.json
 # every committed row, timed again beside every peer with the KV cache off (up to s42 per-layer

@@ -1,0 +1,87 @@
+"""Benchmark probe: stacks of levers timed side by side on one model, in one process, beside
+the default step (``bench/tune_sweep.py``'s ``timed_row``: each built fresh from the same seed
+after ``torch._dynamo.reset()``, 3 warm-up and 10 timed steps, median tokens/s).
+
+It answers "does this form beat that one here" before a form becomes one of tune's candidates:
+issue 33 asks tune to get ahead of the best peer (usually whole-model compile with CUDA graphs),
+so a form such as ``compile-model:mode=max-autotune`` is timed against ``compile-model`` first.
+
+    PYTHONPATH=src python bench/stack_probe.py --models zoo@llama,zoo@gpt2 \
+        --stacks "compile-model;compile-model:mode=max-autotune" --out $OUT/stack_probe
+    # the whole path on a CPU (dynamo's eager backend)
+    PYTHONPATH=src python bench/stack_probe.py --models zoo@nanogpt --size tiny --device cpu \
+        --stacks "compile-model" --out /tmp/sp
+
+Writes ``OUT/summary.json`` after every stack: per model its timed rows, each stack's tokens/s
+ratio to the default (``ratios``) and to the first stack (``vs_first``), with the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tune_sweep import (  # noqa: E402
+    TUNED, _environment, _merge, model_params, timed_row,
+)
+from levers.output.atomic import atomic_write_text  # noqa: E402
+from levers_vs_peers import _bootstrap  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", required=True, help="SPEC@MODEL, comma-separated")
+    parser.add_argument("--stacks", required=True,
+                        help="stacks separated by ';', levers in a stack by '+'")
+    parser.add_argument("--size", default="full")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--set", action="append", default=[], metavar="K=V")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    stacks = [[lever for lever in s.split("+") if lever] for s in args.stacks.split(";") if s]
+    if not stacks:
+        parser.error("--stacks names no stack")
+    extra = dict(item.split("=", 1) for item in args.set)
+    summary = args.out / "summary.json"
+    rng = random.Random(0)
+    for entry in [m.strip() for m in args.models.split(",") if m.strip()]:
+        spec, model = entry.rsplit("@", 1)
+        params = {**model_params(spec, model, args.size, args.device), **extra}
+        row = {"model": entry, "size": args.size, "budget_s": 0, "params": params,
+               "stacks": ["+".join(s) for s in stacks], "rows": [], **_environment()}
+        for name, stack in [("default", []), *[("+".join(s), s) for s in stacks]]:
+            started = time.perf_counter()
+            one = timed_row(spec, params, "default" if not stack else TUNED, stack, args)
+            one.pop("describe", None)
+            one.update(variant=name, wall_s=round(time.perf_counter() - started, 1))
+            row["rows"].append(one)
+            ok = {r["variant"]: r["tokens_per_s_samples"] for r in row["rows"]
+                  if r.get("status") == "ok"}
+            med = statistics.median
+            ratio = lambda x, y: med(x) / med(y)  # noqa: E731
+            if "default" in ok:
+                row["ratios"] = {v: ratio(s, ok["default"]) for v, s in ok.items() if v != "default"}
+            first = "+".join(stacks[0])
+            if first in ok:
+                row["vs_first"] = {v: [ratio(s, ok[first]), _bootstrap(s, ok[first], ratio, rng)]
+                                   for v, s in ok.items() if v not in ("default", first)}
+            print(f"{entry}:{name} {one['status']} {one.get('error', '')} "
+                  f"{row.get('ratios', {}).get(name, '')} wall {one['wall_s']}s", flush=True)
+            atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
+                                                  default=str) + "\n", make_parents=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
