@@ -296,3 +296,54 @@ def test_the_printed_proof_says_how_its_random_numbers_were_drawn(tmp_path, as_r
     assert (fake.as_run_asked == [("inplace-scatter",)]) is as_run
     assert ("a fresh A/B against the baseline timed as you run it" in shown) is as_run
     assert ("drawn as eager draws them, as its parity was judged" in shown) is not as_run
+
+
+AUTOCAST_STEP = '''
+import torch
+from levers import Workload
+
+
+def make(device="cpu", autocast=True):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 16)
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(autocast)):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return Workload(model=model, optimizer=opt, step=step, device=device, tokens_per_step=4)
+'''
+
+
+@pytest.mark.parametrize("autocast", [True, False])
+def test_a_step_that_autocasts_already_is_not_searched_with_autocast_bf16(tmp_path, autocast):
+    # the lever's own applies sees the model and the step function, not the regions the step
+    # opens; the audit's capture sees them, and a step under autocast gains nothing from it
+    from levers.levers import load_all
+    from levers.tune.candidates import candidates
+
+    factory = tmp_path / "autocasting.py"
+    factory.write_text(AUTOCAST_STEP)
+    step = levers.Step(f"{factory}:make", params={"autocast": autocast})
+    *_, seen = run._findings(step, lambda _: None)
+    assert ("cpu:bfloat16" in seen) is autocast
+    registry = load_all()
+    applies_of = run.applies_here(step.workload(), seen)
+    # as on a GPU, where the lever's speed-up is
+    ordered, skipped = candidates(registry, applies_of, on_gpu=True, only=["autocast-bf16"])
+    if autocast:
+        assert ordered == []
+        assert skipped[0].lever == "autocast-bf16"
+        assert "already runs under bfloat16 autocast" in skipped[0].reason
+    else:
+        assert [c.lever for c in ordered] == ["autocast-bf16"]
+    # the other levers are judged by their own applies
+    other = registry["inplace-scatter"]
+    assert applies_of(other) == other.applies(levers.levers.lever.target_of(step.workload()))
+

@@ -41,10 +41,11 @@ def _ignore(_: object) -> None:
 
 def _findings(
     step: Any, say: Callable[[str], None]
-) -> tuple[Sequence[Any], float, list[str], bool]:
-    """The audit's findings and step time, its notes, and whether two of its step do not fit on
-    the GPU (with a note: the A/Bs then run their sides one at a time); none (with a note) when
-    the audit cannot run. A step that raises is raised (:class:`StepError`), before any A/B."""
+) -> tuple[Sequence[Any], float, list[str], bool, tuple[str, ...]]:
+    """The audit's findings and step time, its notes, whether two of its step do not fit on
+    the GPU (with a note: the A/Bs then run their sides one at a time), and the autocast states
+    its capture saw (``"cuda:bfloat16"``); none (with a note) when the audit cannot run. A step
+    that raises is raised (:class:`StepError`), before any A/B."""
     say("tune: auditing the step for candidate levers")
     try:
         # the estimates order the candidates; the search's own A/Bs are the measurements
@@ -54,13 +55,49 @@ def _findings(
     except Exception as exc:  # noqa: BLE001 - the catalogue still gives candidates
         first = (str(exc).strip().splitlines() or [""])[0]
         return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
-                         "candidates are the catalogue's alone"], False
+                         "candidates are the catalogue's alone"], False, ()
     notes = []
     crowded = two_sides_note(audited.capture.memory, step.workload().device)
     if crowded:
         say(f"tune: {crowded}")
         notes.append(crowded)
-    return audited.findings, audited.result.step_ms, notes, crowded is not None
+    autocast = tuple(audited.capture.settings.get("autocast", ()))
+    return audited.findings, audited.result.step_ms, notes, crowded is not None, autocast
+
+
+AUTOCAST_LEVER = "autocast-bf16"
+
+
+def step_autocasts(autocast_seen: Sequence[str], device: Any) -> str | None:
+    """The low-precision autocast the audit's capture saw the step run under on its device
+    (``"cuda:bfloat16"``), or None. A step that autocasts already gains nothing from
+    ``autocast-bf16``: the step's own region, inside the lever's, sets the dtype its ops run
+    in (the zoo's steps on a GPU, most training scripts)."""
+    kind = torch.device(device).type
+    return next((state for state in autocast_seen
+                 if state.startswith(f"{kind}:") and state.endswith(("bfloat16", "float16"))),
+                None)
+
+
+def applies_here(workload: Any, autocast_seen: Sequence[str]) -> Callable[[Any], str | None]:
+    """Each lever's ``applies`` on the built workload, and for ``autocast-bf16`` what the audit's
+    capture saw: a step that runs under autocast already (its ``applies`` sees the model and the
+    step function, not the regions the step opens)."""
+    target = target_of(workload)
+    running = step_autocasts(autocast_seen, workload.device)
+
+    def applies_of(lever: Any) -> str | None:
+        if lever.id == AUTOCAST_LEVER and running is not None:
+            return already_autocast(running.split(":", 1)[1])
+        return lever.applies(target)
+
+    return applies_of
+
+
+def already_autocast(dtype: str) -> str:
+    """Why ``autocast-bf16`` does not apply to a step seen running under ``dtype`` autocast."""
+    return (f"the step already runs under {dtype} autocast (seen in its run): the lever's "
+            "region around it would change nothing")
 
 
 # the share of the device's memory two sides may take before an A/B is expected not to fit
@@ -165,15 +202,15 @@ def tune_step(
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
     if options.use_audit:
-        findings, step_ms, notes, crowded = _findings(step, say)
+        findings, step_ms, notes, crowded, autocast_seen = _findings(step, say)
     else:  # no capture, but a step that raises is refused before any A/B all the same
         run_step_or_error(workload)
-        findings, step_ms, notes, crowded = (), 0.0, [], False
+        findings, step_ms, notes, crowded, autocast_seen = (), 0.0, [], False, ()
     # the --set items as the printed commands show them: as typed, else the Step's params
     shown_items = options.set_items or tuple(f"{k}={v}" for k, v in step.params.items())
     ordered, skipped = candidates(
         registry,
-        lambda lever: lever.applies(target_of(workload)),
+        applies_here(workload, autocast_seen),
         slower_of=lambda lever: (
             lever.slower_here(target_of(workload)) if lever.slower_here is not None else None
         ),
