@@ -331,10 +331,10 @@ def test_a_step_that_autocasts_already_is_not_searched_with_autocast_bf16(tmp_pa
     factory = tmp_path / "autocasting.py"
     factory.write_text(AUTOCAST_STEP)
     step = levers.Step(f"{factory}:make", params={"autocast": autocast})
-    *_, seen = run._findings(step, lambda _: None)
-    assert ("cpu:bfloat16" in seen) is autocast
+    view = run._findings(step, lambda _: None)
+    assert ("cpu:bfloat16" in view.autocast) is autocast
     registry = load_all()
-    applies_of = run.applies_here(step.workload(), seen)
+    applies_of = run.applies_here(step.workload(), view)
     # as on a GPU, where the lever's speed-up is
     ordered, skipped = candidates(registry, applies_of, on_gpu=True, only=["autocast-bf16"])
     if autocast:
@@ -347,3 +347,22 @@ def test_a_step_that_autocasts_already_is_not_searched_with_autocast_bf16(tmp_pa
     other = registry["inplace-scatter"]
     assert applies_of(other) == other.applies(levers.levers.lever.target_of(step.workload()))
 
+
+
+@pytest.mark.parametrize(("spec", "params", "left_out"), [
+    ("zoo", {"model": "gpt2", "size": "tiny"}, True),  # every target counts
+    ("demo", {"size": "tiny"}, False),  # the demo pads its rows
+])
+def test_loss_valid_rows_is_left_out_where_the_audit_saw_no_ignored_rows(spec, params, left_out):
+    from levers.levers import load_all
+    from levers.tune.candidates import candidates
+
+    step = levers.Step(spec, params=params)
+    view = run._findings(step, lambda _: None)
+    applies_of = run.applies_here(step.workload(), view)
+    ordered, skipped = candidates(load_all(), applies_of, only=["loss-valid-rows"])
+    if left_out:
+        assert ordered == [] and "nothing for it to fix: the audit found" in skipped[0].reason
+        assert "with no padding it only adds a sync" in skipped[0].reason
+    else:
+        assert [c.lever for c in ordered] == ["loss-valid-rows"]

@@ -11,6 +11,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,24 @@ def _ignore(_: object) -> None:
     pass
 
 
-def _findings(
-    step: Any, say: Callable[[str], None]
-) -> tuple[Sequence[Any], float, list[str], bool, tuple[str, ...]]:
-    """The audit's findings and step time, its notes, whether two of its step do not fit on
-    the GPU (with a note: the A/Bs then run their sides one at a time), and the autocast states
-    its capture saw (``"cuda:bfloat16"``); none (with a note) when the audit cannot run. A step
-    that raises is raised (:class:`StepError`), before any A/B."""
+@dataclass(frozen=True)
+class AuditView:
+    """What the search reads of the audit: the findings and step time (the candidates' order),
+    its notes, whether two of the step do not fit on the GPU (the A/Bs then run their sides one
+    at a time), the autocast states its capture saw (``"cuda:bfloat16"``) and what it found
+    already right (levers with nothing to fix)."""
+
+    findings: Sequence[Any] = ()
+    step_ms: float = 0.0
+    notes: tuple[str, ...] = ()
+    crowded: bool = False
+    autocast: tuple[str, ...] = ()
+    already_right: tuple[Any, ...] = ()
+
+
+def _findings(step: Any, say: Callable[[str], None]) -> AuditView:
+    """The audit of ``step`` as the search reads it; an empty view (with a note) when the audit
+    cannot run. A step that raises is raised (:class:`StepError`), before any A/B."""
     say("tune: auditing the step for candidate levers")
     try:
         # the estimates order the candidates; the search's own A/Bs are the measurements
@@ -54,18 +66,25 @@ def _findings(
         raise  # the step itself fails: every A/B would fail alike, so nothing can be searched
     except Exception as exc:  # noqa: BLE001 - the catalogue still gives candidates
         first = (str(exc).strip().splitlines() or [""])[0]
-        return (), 0.0, [f"the audit could not run ({type(exc).__name__}: {first}); the "
-                         "candidates are the catalogue's alone"], False, ()
-    notes = []
+        return AuditView(notes=(f"the audit could not run ({type(exc).__name__}: {first}); the "
+                                "candidates are the catalogue's alone",))
     crowded = two_sides_note(audited.capture.memory, step.workload().device)
     if crowded:
         say(f"tune: {crowded}")
-        notes.append(crowded)
-    autocast = tuple(audited.capture.settings.get("autocast", ()))
-    return audited.findings, audited.result.step_ms, notes, crowded is not None, autocast
+    return AuditView(
+        findings=audited.findings, step_ms=audited.result.step_ms,
+        notes=(crowded,) if crowded else (), crowded=crowded is not None,
+        autocast=tuple(audited.capture.settings.get("autocast", ())),
+        already_right=tuple(audited.report.already_right),
+    )
 
 
 AUTOCAST_LEVER = "autocast-bf16"
+# levers whose gain exists only where a finding of the audit fires, with the code of the rule
+# whose already-right check says the step has none of it, and what the lever does then
+NOTHING_TO_FIX = {
+    "loss-valid-rows": ("LOSS001", "with no padding it only adds a sync (a host read a step)"),
+}
 
 
 def step_autocasts(autocast_seen: Sequence[str], device: Any) -> str | None:
@@ -79,25 +98,27 @@ def step_autocasts(autocast_seen: Sequence[str], device: Any) -> str | None:
                 None)
 
 
-def applies_here(workload: Any, autocast_seen: Sequence[str]) -> Callable[[Any], str | None]:
-    """Each lever's ``applies`` on the built workload, and for ``autocast-bf16`` what the audit's
-    capture saw: a step that runs under autocast already (its ``applies`` sees the model and the
-    step function, not the regions the step opens)."""
+def applies_here(workload: Any, view: AuditView) -> Callable[[Any], str | None]:
+    """Each lever's ``applies`` on the built workload, and what the audit saw of the step where
+    that says more: ``autocast-bf16`` on a step that runs under autocast already (its
+    ``applies`` sees the model and the step function, not the regions the step opens), a lever
+    of :data:`NOTHING_TO_FIX` where the audit found its finding's pattern absent."""
     target = target_of(workload)
-    running = step_autocasts(autocast_seen, workload.device)
+    running = step_autocasts(view.autocast, workload.device)
+    right = {item.code: item for item in view.already_right}
 
     def applies_of(lever: Any) -> str | None:
         if lever.id == AUTOCAST_LEVER and running is not None:
-            return already_autocast(running.split(":", 1)[1])
+            return (f"the step already runs under {running.split(':', 1)[1]} autocast (the "
+                    "audit's capture saw it): the lever's region around it would change "
+                    "nothing")
+        code, then = NOTHING_TO_FIX.get(lever.id, (None, ""))
+        if code in right:
+            return (f"nothing for it to fix: the audit found {right[code].title} "
+                    f"({right[code].detail}); {then}")
         return lever.applies(target)
 
     return applies_of
-
-
-def already_autocast(dtype: str) -> str:
-    """Why ``autocast-bf16`` does not apply to a step seen running under ``dtype`` autocast."""
-    return (f"the step already runs under {dtype} autocast (seen in its run): the lever's "
-            "region around it would change nothing")
 
 
 # the share of the device's memory two sides may take before an A/B is expected not to fit
@@ -202,21 +223,22 @@ def tune_step(
     workload = step.workload()
     on_gpu = torch.device(workload.device).type == "cuda"
     if options.use_audit:
-        findings, step_ms, notes, crowded, autocast_seen = _findings(step, say)
+        view = _findings(step, say)
     else:  # no capture, but a step that raises is refused before any A/B all the same
         run_step_or_error(workload)
-        findings, step_ms, notes, crowded, autocast_seen = (), 0.0, [], False, ()
+        view = AuditView()
+    notes = list(view.notes)
     # the --set items as the printed commands show them: as typed, else the Step's params
     shown_items = options.set_items or tuple(f"{k}={v}" for k, v in step.params.items())
     ordered, skipped = candidates(
         registry,
-        applies_here(workload, autocast_seen),
+        applies_here(workload, view),
         slower_of=lambda lever: (
             lever.slower_here(target_of(workload)) if lever.slower_here is not None else None
         ),
         forms=lever_forms(workload.model, on_gpu),
-        findings=findings,
-        step_ms=step_ms,
+        findings=view.findings,
+        step_ms=view.step_ms,
         catalogue_rows=catalogue_rows(),
         on_gpu=on_gpu,
         only=options.only,
@@ -235,7 +257,7 @@ def tune_step(
     step.release()
     _free_device(on_gpu)
 
-    sides = "one-at-a-time" if crowded else "together"
+    sides = "one-at-a-time" if view.crowded else "together"
     if measure is None:
         measure = (measure_for or (lambda how: ab_measure(step.spec, step.params, design, how)))(
             sides
