@@ -171,7 +171,8 @@ def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
                      "tokens_per_s_ci95": t.tokens_per_s_ci95, "parity": t.parity,
                      "parity_note": t.parity_note, "wall_s": t.wall_s, "phase_s": t.phase_s,
                      "error": t.error, "killed": t.killed,
-                     "timed_eager_random": t.timed_eager_random, "role": t.role}
+                     "timed_eager_random": t.timed_eager_random, "role": t.role,
+                     "num_steps": t.num_steps, "timed_steps": t.timed_steps}
                     for t in result.search.trials],
             search_s=result.search.spent_s,
             notes=list(result.notes) + list(result.search.notes),

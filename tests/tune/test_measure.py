@@ -86,3 +86,21 @@ def test_as_run_the_trial_compiles_again_for_its_timed_steps():
     assert trial.timed_eager_random is False
     assert counters["stats"]["unique_graphs"] - before == 2
     assert EAGER_RANDOM_WORDS not in proof_lines(trial)
+
+
+def test_tune_s_a_b_s_stop_once_decided_and_say_how_many_steps_they_timed(monkeypatch):
+    import levers.ab.runner as runner_mod
+    import levers.tune.measure as measure_mod
+
+    seen = []
+
+    def run_ab(baseline, candidate, config, reference=None):
+        seen.append(config)
+        return runner_mod.run_ab(baseline, candidate, config, reference)
+
+    monkeypatch.setattr(measure_mod, "run_ab", run_ab)
+    trial = ab_measure("demo", {"size": "tiny"}, DESIGN)((), ("inplace-scatter",), None)
+    assert trial.error is None
+    assert [c.stop_when_decided for c in seen] == [True]
+    # two steps asked for have no look (levers.ab.looks): both timed
+    assert trial.num_steps == trial.timed_steps == 2

@@ -37,6 +37,8 @@ from levers.ab.quality import QualityRead, held_out_losses, quality_from, qualit
 from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
+from levers.ab.looks import decided, stopped_note
+from levers.ab.looks import looks as interim_looks
 from levers.ab.timing import SideSamples, run_timed, warm_up
 from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision, judged_reads
@@ -83,6 +85,10 @@ class AbConfig:
     # one compile of a compiled stack, not two, on a model that draws random numbers;
     # AbResult.timed_eager_random says where it happened)
     time_parity_programs: bool = False
+    # True: the timed steps of sides that run together stop at an interim look where the
+    # step-time ratio is decided (levers tune's A/Bs; levers.ab.looks). levers ab times every
+    # step it is asked for
+    stop_when_decided: bool = False
 
     @classmethod
     def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
@@ -322,7 +328,7 @@ def run_ab(
             kill = warm_up(sides, config.num_warmup, lines)
     if kill is None:
         with clock("timed"):
-            samples, kill = run_timed(sides, config.num_steps, lines)
+            samples, kill = run_timed(sides, config.num_steps, lines, **_looks(config))
     quality = None
     if kill is None:
         with clock("quality"):
@@ -331,6 +337,14 @@ def run_ab(
             )
     return _result(config, (_info(baseline, a), _info(candidate, b)), (_facts(a), _facts(b)),
                    parity, samples, quality, kill, started_at, lines, phase_s, eager_random)
+
+
+def _looks(config: AbConfig) -> dict[str, Any]:
+    """run_timed's interim looks where the config asks to stop once decided, else none."""
+    if not config.stop_when_decided:
+        return {}
+    return {"looks": interim_looks(config.num_steps),
+            "decided": lambda durations: decided(durations, seed=config.seed)}
 
 
 def _result(
@@ -368,7 +382,9 @@ def _result(
         reads=reads,
         decision=decision(judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None),
         killed=kill,
-        warnings=tuple(_warnings(config, a, b, samples)),
+        warnings=tuple(_warnings(config, a, b, samples)) + tuple(
+            stopped_note(config.num_steps, samples) if kill is None and config.stop_when_decided
+            else ()),
         started_at=started_at,
         wall_s=time.perf_counter() - lines.started_s,
         quality=quality,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -130,10 +130,23 @@ def _timed_step(
     check_memory(lines, own_peak_bytes, "timed", side, step)
 
 
+def _durations(recs: dict[str, _Collect], device: torch.device) -> dict[str, list[float]]:
+    """Each side's step times so far (ms). On CUDA this waits for the last step's end event:
+    between two steps, where the next step's start waits for an idle device anyway."""
+    if device.type != "cuda":
+        return {side: list(rec.dur_ms) for side, rec in recs.items()}
+    torch.cuda.synchronize(device)  # sync point: between steps, outside any timing
+    return {side: [start.elapsed_time(end) for start, end in rec.events]
+            for side, rec in recs.items()}
+
+
 def run_timed(
-    sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines
+    sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines,
+    *, looks: Sequence[int] = (), decided: Callable[[dict[str, list[float]]], bool] | None = None,
 ) -> tuple[dict[str, SideSamples], Kill | None]:
-    """``num_steps`` timed steps per side, alternating; partial samples survive a kill."""
+    """``num_steps`` timed steps per side, alternating; partial samples survive a kill. With
+    ``decided``, after each step of ``looks`` (both sides) the step times so far are passed to it
+    and the loop stops where it says they decide (:mod:`levers.ab.looks`)."""
     device = torch.device(sides[0][1].device)
     resident = {side: resident_bytes(workload) for side, workload in sides}
     recs = {side: _Collect() for side, _ in sides}
@@ -143,6 +156,8 @@ def run_timed(
             for side, workload in sides:
                 check_time(lines, "timed", side, step)
                 _timed_step(workload, side, step, recs[side], resident[side], lines)
+            if decided is not None and step in looks and decided(_durations(recs, device)):
+                break
     except KillSignal as signal:
         kill = signal.kill
     if device.type == "cuda":

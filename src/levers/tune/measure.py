@@ -90,8 +90,10 @@ def ab_measure(
             # the timed steps run what the parity steps compiled: on a model that draws random
             # numbers a compiled stack costs one compile, not two (T5 on an H100: ~95 s each, two
             # over a 3-minute budget); the trial says so (Trial.timed_eager_random)
+            # and they stop at an interim look that finds the ratio decided (levers.ab.looks):
+            # a confirmation asked for five times the steps rarely needs them all
             config = replace(design_mod.config(candidate_design, kill, exactness, sides),
-                             time_parity_programs=not as_run)
+                             time_parity_programs=not as_run, stop_when_decided=True)
             result = run_ab(baseline_side, candidate_side, config, shared["reference"])
         except LeversError as exc:  # a lever that does not apply on top of the stack, say
             return failed(base, stack, _one_line(exc), time.perf_counter() - started)

@@ -463,7 +463,8 @@ def _confirm_steps(state: _Search, time_s: float) -> int | None:
         # warm-up): the largest seen of each
         pair = sum(trial.step_ms) / 1e3
         pair_s = max(pair_s, pair)
-        fixed_s = max(fixed_s, duration_s - (trial.num_steps or state.steps) * pair)
+        steps = trial.timed_steps or trial.num_steps or state.steps
+        fixed_s = max(fixed_s, duration_s - steps * pair)
     if pair_s <= 0:
         return state.steps
     fits = math.floor((time_s * CONFIRM_TIME_SHARE - fixed_s) / pair_s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from levers.ab.looks import timed_pairs
 from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
 
 Stack = tuple[str, ...]
@@ -69,7 +70,10 @@ class Trial:
     # seconds of each phase of the A/B (reference, build, parity, warmup, timed, quality)
     phase_s: dict[str, float] = field(default_factory=dict)
     role: str = SELECTION  # SELECTION or CONFIRMATION, set by the search
-    num_steps: int | None = None  # timed steps per side, where the A/B says
+    num_steps: int | None = None  # timed steps per side it was asked for, where the A/B says
+    # timed steps per side it ran: fewer where an interim look found the ratio decided
+    # (levers.ab.looks); None where the A/B says nothing of them
+    timed_steps: int | None = None
     # its timed steps ran the programs its parity steps compiled, with eager's random draws
     # (AbConfig.time_parity_programs on a step that draws random numbers in a compiled model)
     timed_eager_random: bool = False
@@ -196,6 +200,7 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         tokens_differ=None not in per_step and per_step[0] != per_step[1],
         phase_s=dict(getattr(result, "phase_s", {}) or {}),
         num_steps=result.config.num_steps,
+        timed_steps=timed_pairs(getattr(result, "samples", None)) or None,
         timed_eager_random=bool(getattr(result, "timed_eager_random", False)),
         ab=result,
     )

@@ -1,0 +1,83 @@
+"""Interim looks (levers.ab.looks): an A/B that levers tune runs stops its timed steps once the
+step-time ratio is decided; a no-op is almost never decided early. Timing runs on the fake clock
+(conftest) or on seeded synthetic samples: every count here is deterministic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ab_helpers import side
+
+from levers.ab import looks
+from levers.ab.runner import AbConfig, run_ab
+from levers.ab.verdict import IMPROVED, PARITY
+
+FAST = dict(num_steps=40, num_warmup=2, num_parity_steps=3, num_resamples=1000)
+
+
+@pytest.mark.parametrize(("num_steps", "expected"), [
+    (20, (10, 15)), (40, (10, 20, 30)), (100, (25, 50, 75)), (10, ()), (2, ()),
+])
+def test_the_looks_are_at_quarters_with_enough_pairs(num_steps, expected):
+    assert looks.looks(num_steps) == expected
+
+
+def test_a_clear_difference_stops_at_the_first_look_and_says_so(clock):
+    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
+                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
+                    AbConfig(**FAST, stop_when_decided=True))
+    assert result.decision == IMPROVED
+    assert len(result.samples["baseline"].dur_ms) == len(result.samples["candidate"].dur_ms) == 10
+    assert result.read("step_time").ci.hi < 1.0
+    assert any("stopped after 10 of 40 per side" in w for w in result.warnings)
+
+
+def test_levers_ab_times_every_step_it_is_asked_for(clock):
+    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
+                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2), AbConfig(**FAST))
+    assert len(result.samples["candidate"].dur_ms) == 40
+    assert not any("stopped after" in w for w in result.warnings)
+
+
+def test_a_no_op_runs_every_step(clock):
+    # the same timing on both sides, jitter independent: nothing to decide early
+    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=3),
+                    side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=4),
+                    AbConfig(**FAST, stop_when_decided=True))
+    assert len(result.samples["candidate"].dur_ms) == 40
+    assert result.read("step_time").verdict == PARITY
+
+
+def _draw(n: int, seed: int, gain: float = 1.0) -> dict[str, list[float]]:
+    g = torch.Generator().manual_seed(seed)
+    # log-normal jitter of 10%, and now and then a slow step (a host hiccup), as GPU steps have
+    base = torch.exp(0.1 * torch.randn(n, generator=g, dtype=torch.float64))
+    cand = torch.exp(0.1 * torch.randn(n, generator=g, dtype=torch.float64)) / gain
+    base[torch.rand(n, generator=g) < 0.05] *= 3
+    cand[torch.rand(n, generator=g) < 0.05] *= 3
+    return {"baseline": base.tolist(), "candidate": cand.tolist()}
+
+
+def test_a_no_op_is_decided_at_a_look_in_far_fewer_than_one_in_a_hundred_draws():
+    # 300 seeded no-op A/Bs of 100 steps, looked at after 25, 50 and 75 pairs: each look's
+    # 99.9% interval excludes 1 by chance about once in a thousand
+    early = 0
+    for seed in range(300):
+        durations = _draw(100, seed)
+        early += any(looks.decided({k: v[:n] for k, v in durations.items()}, seed=seed)
+                     for n in looks.looks(100))
+    assert early <= 3
+
+
+def test_a_real_gain_is_decided_early_in_most_draws():
+    # a 15% faster candidate under 10% jitter is decided at the first or second look
+    decided = sum(
+        any(looks.decided({k: v[:n] for k, v in _draw(100, seed, 1.15).items()}, seed=seed)
+            for n in looks.looks(100)[:2])
+        for seed in range(40)
+    )
+    assert decided >= 36
+
+
+def test_too_few_pairs_decide_nothing():
+    assert not looks.decided({"baseline": [2.0] * 5, "candidate": [1.0] * 5})
