@@ -92,7 +92,10 @@ def found(command: str, report: dict[str, Any]) -> dict[str, Any]:
         return {"stack": report.get("stack"), "nothing_tried": report.get("nothing_tried"),
                 "trials": len(report.get("trials") or []),
                 "tried": sorted({",".join(t.get("stack") or ()) for t in report.get("trials") or []}),
-                "parity": sorted({t.get("parity") or "" for t in report.get("trials") or []})}
+                "parity": sorted({t.get("parity") or "" for t in report.get("trials") or []}),
+                # why each lever not A/B'd was left out (the first line of its reason)
+                "left_out": {o["lever"]: (o.get("reason") or "")[:160]
+                             for o in report.get("outcomes") or [] if o.get("trial") is None}}
     return {"peak_allocated_bytes": report.get("peak_allocated_bytes"),
             "peak_reserved_bytes": report.get("peak_reserved_bytes"),
             "peak_module": (report.get("peak") or {}).get("module")}
