@@ -37,8 +37,7 @@ from levers.ab.quality import QualityRead, held_out_losses, quality_from, qualit
 from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
-from levers.ab.looks import decided, stopped_note
-from levers.ab.looks import looks as interim_looks
+from levers.ab.looks import decided, stopped_note, looks as interim_looks
 from levers.ab.timing import SideSamples, run_timed, warm_up
 from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision, judged_reads

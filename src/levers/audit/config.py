@@ -10,7 +10,7 @@ prediction (:class:`PredictedMemory`) is made by the caller (``levers audit`` ru
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -216,12 +216,21 @@ def capture_on_gpu(capture: Capture) -> bool:
     return str(capture.env.get("device", "cpu")).startswith("cuda")
 
 
+def low_precision_autocasts(
+    states: Iterable[str], device_type: str | None = None
+) -> list[str]:
+    """The bf16/fp16 autocast states of a capture's ``settings["autocast"]`` (``"cuda:bfloat16"``),
+    those of ``device_type`` only where one is given."""
+    return [
+        state for state in states
+        if state.endswith(("bfloat16", "float16"))
+        and (device_type is None or state.startswith(f"{device_type}:"))
+    ]
+
+
 def ran_in_low_precision(capture: Capture) -> bool:
     """Whether the step computed in bf16/fp16 (autocast seen, or half-precision matmuls)."""
-    if any(
-        a.endswith(("bfloat16", "float16"))
-        for a in capture.settings.get("autocast", ())
-    ):
+    if low_precision_autocasts(capture.settings.get("autocast", ())):
         return True
     for op in capture.ops:
         if op.flops and op.inputs and op.inputs[0].dtype in ("bfloat16", "float16"):

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from levers.ab.record import append_event
+from levers.audit.config import low_precision_autocasts
 from levers.capture.step import run_step_or_error
 from levers.environment import environment
 from levers.errors import StepError
@@ -92,10 +93,7 @@ def step_autocasts(autocast_seen: Sequence[str], device: Any) -> str | None:
     (``"cuda:bfloat16"``), or None. A step that autocasts already gains nothing from
     ``autocast-bf16``: the step's own region, inside the lever's, sets the dtype its ops run
     in (the zoo's steps on a GPU, most training scripts)."""
-    kind = torch.device(device).type
-    return next((state for state in autocast_seen
-                 if state.startswith(f"{kind}:") and state.endswith(("bfloat16", "float16"))),
-                None)
+    return next(iter(low_precision_autocasts(autocast_seen, torch.device(device).type)), None)
 
 
 def applies_here(workload: Any, view: AuditView) -> Callable[[Any], str | None]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from levers.capture.records import Capture, OpRecord
-from levers.audit.config import RuleConfig
+from levers.audit.config import RuleConfig, low_precision_autocasts
 from levers.audit.finding import AlreadyRight, Finding, Part, Work
 from levers.audit.patterns import (
     base_name,
@@ -79,11 +79,7 @@ def tf32_on(capture: Capture) -> bool:
 
 def already_right_autocast(capture: Capture, config: RuleConfig) -> AlreadyRight | None:
     """Low-precision autocast, or most of the step's FLOPs in bf16/fp16."""
-    seen = [
-        a
-        for a in capture.settings.get("autocast", ())
-        if a.endswith(("bfloat16", "float16"))
-    ]
+    seen = low_precision_autocasts(capture.settings.get("autocast", ()))
     if seen:
         return AlreadyRight("DTYPE001", "mixed-precision autocast", ", ".join(seen))
     matmul = [op for op in capture.ops if op.flops and op.inputs]
