@@ -12,7 +12,8 @@
 
 ``transient_bytes`` allocates that much scratch for the duration of each step and
 ``resident_bytes`` keeps that much in a model buffer (memory attribution tests on a GPU).
-``unseeded`` adds noise drawn from the OS's entropy to each step's input (a model that reseeds
+``spin_cycles`` keeps the GPU busy that many clock cycles in each step (``torch.cuda._sleep``): a
+slower side on a GPU whose numbers are the reference's. ``unseeded`` adds noise drawn from the OS's entropy to each step's input (a model that reseeds
 from the OS: it never repeats itself). ``nan_at`` makes the loss NaN from that step on (1-based); ``raise_at`` makes the step raise.
 ``clock`` (a one-element list, seconds) makes every step advance a fake clock by ``step_ms``
 times (1 + ``noise`` * a standard normal draw from ``random.Random(noise_seed)``): timing tests
@@ -80,6 +81,7 @@ def build(
     returns="loss",
     interrupt_at=None,
     unseeded=False,
+    spin_cycles=0,
 ):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
@@ -115,6 +117,8 @@ def build(
         if nan_at is not None and num_steps[0] >= nan_at:
             loss = loss * float("nan")
         loss.backward()
+        if spin_cycles:
+            torch.cuda._sleep(spin_cycles)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         del scratch

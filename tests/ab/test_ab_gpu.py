@@ -98,3 +98,15 @@ def test_sides_one_at_a_time_hold_the_device_one_side_at_a_time():
     # neither side's gigabyte is left; what stays is the allocator's own (cuBLAS's workspaces are
     # allocated through it: 65 MiB were left on an H100, bench/results/tune_sweep_h100)
     assert torch.cuda.memory_allocated() < ballast // 4
+
+
+def test_a_decided_a_b_stops_its_timed_steps_at_a_look_on_the_device():
+    # the candidate spins ~2 ms more per step on the GPU, far beyond a step's jitter: the looks
+    # read the event times (one synchronize between steps) and stop at the first, 10 of 40
+    result = run_ab(side(device="cuda", dim=256), side(device="cuda", dim=256, spin_cycles=4_000_000),
+                    AbConfig(**{**CONFIG, "num_steps": 40}, stop_when_decided=True))
+    assert result.killed is None and result.read("parity").verdict == PARITY
+    base, cand = result.samples["baseline"], result.samples["candidate"]
+    assert len(base.dur_ms) == len(cand.dur_ms) == 10
+    assert result.read("step_time").ci.lo > 1.0
+    assert any("stopped after 10 of 40 per side" in w for w in result.warnings)
