@@ -39,6 +39,11 @@ class FakeAb:
     # stack -> its ratio against the baseline timed as the user runs it (as_run=True)
     as_run: dict[tuple[str, ...], float] = field(default_factory=dict)
     as_run_asked: list[tuple[str, ...]] = field(default_factory=list)
+    # stack -> (clock time, of which compiling) of its first A/B, a cold compile: the parity
+    # phase a real A/B records; the rest is its timed steps. Its later A/Bs take cost_s
+    cold_s: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict)
+    # an A/B that would outlast the kill line it is given is stopped there, as ab's runner does
+    kills: bool = False
 
     def factor(self, stack: tuple[str, ...]) -> float:
         out = 1.0
@@ -52,7 +57,15 @@ class FakeAb:
             self.as_run_asked.append(tuple(stack))
         self.steps_asked.append(steps)
         nth = len(self.calls) - 1
-        self.clock.now_s += self.costs_s[nth] if nth < len(self.costs_s) else self.cost_s
+        cost_s = self.costs_s[nth] if nth < len(self.costs_s) else self.cost_s
+        first = self.calls.count(self.calls[-1]) == 1
+        cost_s, compiling = self.cold_s.get(tuple(stack), (cost_s, 0.0)) if first else (cost_s, 0.0)
+        if self.kills and time_budget_s is not None and cost_s > time_budget_s:
+            self.clock.now_s += time_budget_s
+            return Trial(base=tuple(base), stack=tuple(stack), decision="KILLED",
+                         killed=f"time budget of {time_budget_s:g} s spent",
+                         killed_kind="time_budget", wall_s=time_budget_s)
+        self.clock.now_s += cost_s
         for lever in stack:
             if lever in self.broken:
                 return failed(base, stack, self.broken[lever])
@@ -79,6 +92,7 @@ class FakeAb:
             wall_s=self.cost_s,
             num_steps=steps,
             timed_eager_random=not as_run and any(lever in self.eager_random for lever in stack),
+            phase_s={"parity": compiling, "timed": cost_s - compiling},
         )
 
 

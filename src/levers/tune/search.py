@@ -28,7 +28,8 @@ than the baseline: a proven stack, or none ("nothing pays here", each lever's re
 as the median selection so far), the confirmation after it and, once the stack holds a lever,
 the proof of the stack (each as long as the median confirmation so far; before any, a selection
 less its compiles: the stack's programs are cached by then). Each A/B is given the time left as
-its kill line. When time runs out the search stops selecting and proves what it kept. When the caller says how many timed
+its kill line; once a form of a group paid, its other forms are given the time left less the
+confirmation of the one that paid (and the proof): they are stopped before it is starved. When time runs out the search stops selecting and proves what it kept. When the caller says how many timed
 steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
 left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
 so far (at most :data:`CONFIRM_MAX_FACTOR` times as many): a narrower CI from time that would
@@ -81,6 +82,12 @@ CONFIRM_MAX_FACTOR = 5
 # the share of its time that a confirmation's estimated length may fill: the rest is slack for a
 # host whose pace drifts (a confirmation cut short by its kill line confirms nothing)
 CONFIRM_TIME_SHARE = 0.6
+# what the confirmation of a lever that paid is given as a reserve while its group's other forms
+# are tried: the estimate of an A/B of a measured stack (``again_s``, which counts no compile)
+# and this share of the compiling its selection did: a confirmation re-traces the stack, and
+# finds only inductor's programs cached (swin's whole-model compile on an H100: 139.5 s of
+# compiling in its selection, 12.7 s in its confirmation, bench/results/tune_sweep_h100/s42)
+RETRACE_SHARE = 0.1
 # a selection whose CI95 holds 1 is timed once more, longer, when its point gain is at least this
 UNDECIDED_MIN_GAIN = 0.02
 
@@ -173,14 +180,15 @@ class _Search:
         return statistics.median(warm) if warm else self.typical_s
 
     def run(self, base: Stack, candidate: Stack, what: str, *, role: str = SELECTION,
-            steps: int | None = None, as_run: bool = False) -> Trial:
+            steps: int | None = None, as_run: bool = False, reserve_s: float = 0.0) -> Trial:
         """One A/B, recorded; once it is, raises KeyboardInterrupt if ab's runner ended it on
-        a Ctrl-C."""
+        a Ctrl-C. Its kill line is the time left less ``reserve_s`` (kept for A/Bs that must
+        run after it)."""
         self.say(f"tune: {what} (A/B {len(self.trials) + 1}, {format_duration(self.left_s())} "
                  "left)")
         before = self.clock()
         self.running = (base, candidate, role)
-        kill_s = max(self.left_s(), 1e-3)
+        kill_s = max(self.left_s() - reserve_s, 1e-3)
         if as_run:
             trial = self.measure(base, candidate, kill_s, steps=steps, as_run=True)
         elif steps is None:
@@ -281,15 +289,20 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 continue
             # this A/B, its confirmation, and the proof once the stack would hold two levers.
             # Not the end of the search: the estimate is the median A/B so far, which the first
-            # (cold) compile holds high until a confirmation, its programs cached, brings it down
-            needed_s = state.typical_s + state.again_s * (2 if stack else 1)
+            # (cold) compile holds high until a confirmation, its programs cached, brings it down.
+            # Once an alternative of the group paid, its confirmation (and the proof) is kept
+            # out of this A/B's time: at 3dad68e on T5 (H100) an alternative given all the time
+            # left ran out of it, and the whole-model compile that had paid 2.96x went unconfirmed
+            reserve_s = _paid_reserve_s(state, paid) if paid else 0.0
+            needed_s = state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s)
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
                 state.passed_over = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
                 continue
             on_top = f" on top of {','.join(stack)}" if stack else ""
             try:
-                trial = state.run(tuple(stack), (*stack, lever), f"trying {lever}{on_top}")
+                trial = state.run(tuple(stack), (*stack, lever), f"trying {lever}{on_top}",
+                                  reserve_s=reserve_s)
             except KeyboardInterrupt:
                 for member, _, why, index in paid:  # paid, but its group was not decided
                     outcomes[member.lever] = Outcome(
@@ -309,10 +322,18 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                         tuple(stack), (*stack, lever),
                         f"trying {lever}{on_top} again, {more} timed steps per side (the "
                         f"first {why.removeprefix('does not pay: ')})", steps=more,
+                        reserve_s=reserve_s,
                     )
                     pays, why = judge(trial)
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
+            elif trial.out_of_time and reserve_s > 0:
+                held = max(paid, key=lambda p: speed_of(p[1]))[0].lever
+                outcomes[lever] = Outcome(
+                    lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for "
+                    f"the confirmation of {held}, which paid)", len(state.trials) - 1,
+                    candidate.source,
+                )
             else:
                 outcomes[lever] = Outcome(lever, False, why, len(state.trials) - 1,
                                           candidate.source)
@@ -331,6 +352,14 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
         left = sum(len(g) for g in all_groups[number + 1:])
         later = left + (1 if stack or left else 0)
         _confirm_increment(state, best, later * state.typical_s)
+
+
+def _paid_reserve_s(state: _Search, paid: Sequence[tuple[Candidate, Trial, str, int]]) -> float:
+    """The time kept, while a group's other forms are tried, for the confirmation of the one
+    that paid most and, once the stack holds a lever, the proof after it."""
+    trial = max(paid, key=lambda p: speed_of(p[1]))[1]
+    compiling_s = trial.phase_s.get("parity", 0.0) + trial.phase_s.get("warmup", 0.0)
+    return state.again_s * (2 if state.stack else 1) + RETRACE_SHARE * compiling_s
 
 
 def _confirm_increment(
