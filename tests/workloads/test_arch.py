@@ -181,6 +181,21 @@ def test_a_vision_language_model_is_built_with_each_nested_config_shrunk_and_tra
     assert any("language_model" in n for n in moved)
 
 
+@pytest.mark.parametrize(("model", "positions"), [("ibert", 514), ("roberta", 514),
+                                                   ("xlm-roberta", 514), ("bert", 512)])
+def test_at_full_a_model_that_numbers_positions_from_its_padding_index_gets_room_for_them(
+        model, positions):
+    # the RoBERTa family numbers n tokens' positions from pad_token_id + 1 on: at 512 tokens its
+    # default configs' 512 positions ran a gather out of range (a device-side assert on an H100)
+    entry = arch.entry(model, "masked-lm")
+    full = entry.sizes["full"]
+    assert full["seq_len"] == 512
+    fields = config_fields(model, "masked-lm", full, "full")
+    assert fields.get("max_position_embeddings", 512) == positions
+    assert config_fields(model, "masked-lm", {**full, "seq_len": 64}, "full").get(
+        "max_position_embeddings", 512) == 512
+
+
 def test_a_model_whose_towers_need_their_inputs_says_so_through_the_capture():
     # GIT's captioner reads its image features: a text-only batch cannot train it
     from levers.capture.step import run_step_or_error
@@ -192,6 +207,25 @@ def test_a_model_whose_towers_need_their_inputs_says_so_through_the_capture():
         run_step_or_error(workload)
     assert "report it as a bug" not in str(raised.value)
     assert "build its text model by its own model type" in str(raised.value)
+
+
+def test_a_model_with_towers_whose_step_runs_out_of_memory_says_so_not_that_it_needs_towers():
+    # gemma3 at its full shape on an H100: the OOM was read as a missing tower input
+    entry = arch.entry("git", "causal-lm")
+
+    class Huge(torch.nn.Module):
+        def forward(self, **inputs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB.")
+
+    class Refuses(torch.nn.Module):
+        def forward(self, **inputs):
+            raise ValueError("pixel_values are required")
+
+    batch = {"input_ids": torch.zeros(1, 4, dtype=torch.long)}
+    with pytest.raises(LeversError, match="its config nests vision_config"):
+        entry.loss(Refuses(), batch)  # a refusal of the batch is still read as the towers'
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 16.00 GiB"):
+        entry.loss(Huge(), batch)
 
 
 def test_an_image_classifier_whose_config_nests_its_tower_is_built_from_the_tower():

@@ -30,6 +30,8 @@ reason.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -251,10 +253,34 @@ def text_fields(config_class: type, shape: Shape, default: Any = None) -> dict[s
     _experts(fields, declared, default, shape, layers)
     _vocabulary(fields, declared, default, shape.get("vocab_size"))
     longest = max(shape.get("seq_len", 0), shape.get("target_len", 0))
+    longest += position_offset(config_class, default)
     for name in _present(_POSITIONS, declared, default):
         if _ints(_value(default, name)) and _value(default, name) < longest:
             fields[name] = longest
     return fields
+
+
+# how transformers' RoBERTa family numbers positions: from the padding index up, so n tokens
+# take positions padding_idx + 1 ... padding_idx + n (its checkpoints ship 514 positions for 512
+# tokens; the default configs ship 512)
+_PADDED_POSITIONS = ("create_position_ids_from_input_ids", "padding_idx + 1")
+
+
+def position_offset(config_class: type, default: Any) -> int:
+    """How many positions past the sequence's length a model of ``config_class`` numbers:
+    ``pad_token_id + 1`` where its modeling code counts positions from the padding index (at
+    512 tokens and the 512 positions of ibert's default config, a gather out of range: a
+    device-side assert on a GPU), else 0."""
+    pad = getattr(default, "pad_token_id", None)
+    if not isinstance(pad, int) or pad < 0:
+        return 0
+    module = sys.modules.get(config_class.__module__)
+    path = getattr(module, "__file__", None) or ""
+    modeling = pathlib.Path(path.replace("configuration_", "modeling_"))
+    if "configuration_" not in path or not modeling.is_file():
+        return 0
+    source = modeling.read_text(encoding="utf-8", errors="replace")
+    return pad + 1 if any(marker in source for marker in _PADDED_POSITIONS) else 0
 
 
 def _head_fields(declared: dict[str, Any], default: Any, heads: list[str], heads0: int,
@@ -640,6 +666,11 @@ def _towers(config_class: type) -> list[str]:
             if sub is not None and not _text_sub(name, sub)]
 
 
+# errors of the device, not of the batch's inputs (both are RuntimeErrors)
+_DEVICE_ERRORS = tuple(e for e in (getattr(torch, "OutOfMemoryError", None),
+                                   getattr(torch, "AcceleratorError", None)) if e is not None)
+
+
 def _text_only_loss(model_type: str, towers: list[str]) -> Callable[..., torch.Tensor]:
     """hf_loss, with an error that says why where a model with towers refuses a text-only
     batch (GIT's captioner and the speech LMs read their image or audio features)."""
@@ -647,6 +678,8 @@ def _text_only_loss(model_type: str, towers: list[str]) -> Callable[..., torch.T
     def loss(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         try:
             return hf_loss(module, inputs)
+        except _DEVICE_ERRORS:
+            raise  # out of memory, a device-side assert: the step's size or data, not towers
         except (ValueError, RuntimeError, TypeError, IndexError, AttributeError) as exc:
             raise LeversError(
                 f"arch gives {model_type} text-only batches, and its config nests "
