@@ -62,6 +62,7 @@ import datetime
 import gc
 import importlib.util
 import json
+import math
 import random
 import statistics
 import sys
@@ -327,13 +328,26 @@ def _bootstrap(values_a: list[float], values_b: list[float] | None, stat, rng) -
     return [out[int(0.025 * len(out))], out[int(0.975 * len(out)) - 1]]
 
 
-def measure(workload, num_warmup: int, num_steps: int) -> dict[str, Any]:
+# the most steps min_timed_s may ask for
+MAX_TIMED_STEPS = 1000
+
+
+def measure(workload, num_warmup: int, num_steps: int, min_timed_s: float = 0.0) -> dict[str, Any]:
+    """``num_steps`` timed steps after ``num_warmup``; with ``min_timed_s``, as many more as
+    fill that long at the pace of the last warm-up step (at most MAX_TIMED_STEPS): ten steps of
+    5 ms are 50 ms of timing, too little to tell two variants 5% apart."""
     device = workload.device
     start = time.perf_counter()
+    last_s = 0.0
     for _ in range(num_warmup):
+        begin = time.perf_counter()
         workload.step()
+        _sync(device)
+        last_s = time.perf_counter() - begin
     _sync(device)
     warmup_s = time.perf_counter() - start
+    if min_timed_s > 0 and last_s > 0:
+        num_steps = min(max(num_steps, math.ceil(min_timed_s / last_s)), MAX_TIMED_STEPS)
     durations, peaks_allocated, peaks_reserved = [], [], []
     for _ in range(num_steps):
         if device.type == "cuda":

@@ -20,7 +20,8 @@ For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``z
    then per-layer compile, where torchao is installed; ``liger``: Liger Kernel's patch for the
    model type, where it has one) and tune's stack (``levers.apply``), each built fresh from the
    same seed after ``torch._dynamo.reset()`` and timed by ``bench/levers_vs_peers.py``'s
-   ``measure`` (3 warm-up and 10 timed steps; median tokens/s, bootstrap CI95 over steps). Every
+   ``measure`` (3 warm-up and 10 timed steps, more where 10 take under ``--min-timed-s``, 3 s;
+   median tokens/s, bootstrap CI95 over steps). Every
    peer runs with the model's KV cache off (``use_cache=False``, as levers' own compile levers
    run and as a training script sets it): a Hugging Face config ships it on, and per-layer
    compile then guards on each layer's cache slot and recompiles per layer past dynamo's limit,
@@ -135,7 +136,8 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
             handle = levers.apply(workload, stack, **compile_options)
             row["applied"] = list(handle.applied)
             cleanups = [handle.undo]
-        row.update(measure(workload, args.warmup, args.steps))
+        row.update(measure(workload, args.warmup, args.steps,
+                           getattr(args, "min_timed_s", 0.0)))
         row["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
@@ -284,6 +286,26 @@ def model_params(spec: str, model: str, size: str, device: str) -> dict[str, Any
     return params
 
 
+def fit_batch(spec: str, params: dict[str, Any], tune_error: str) -> dict[str, Any] | None:
+    """Where tune found the step out of this GPU's memory (an H100 lent for the H200's rows:
+    gemma3 and longcat_flash at full), the batch levers memory predicts to fit it, with what it
+    was; None where the step did not run out of memory, has a batch given, where none fits or
+    the prediction says its batch fits (tune would fail alike)."""
+    if ("ran out of the GPU's memory" not in tune_error or "batch_size" in params
+            or not torch.cuda.is_available()):
+        return None
+    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    step = levers.Step(spec, params={k: v for k, v in params.items() if k != "device"})
+    fit = step.fit("batch_size", gpu=f"{total_gib:.1f}GiB")
+    start = max((p.value for p in fit.curve if not p.fits), default=None)
+    if fit.best is None or start is None or fit.best >= start:
+        return None
+    return {"batch_size": fit.best, "from": start, "gpu_gib": round(total_gib, 1),
+            "predicted_reserved_gib": {p.value: round(p.peak_reserved_bytes / 2**30, 1)
+                                       for p in fit.curve},
+            "why": "the step ran out of this GPU's memory at its batch; levers memory's fit"}
+
+
 def row_key(row: dict[str, Any]) -> tuple:
     """What one row of a summary is of: its model, size and budget."""
     return row["model"], row["size"], row["budget_s"]
@@ -309,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="more parameters for every model (layers=8)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--min-timed-s", type=float, default=3.0,
+                        help="time each variant at least this long (more steps on short ones)")
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="start no model after this many seconds")
@@ -359,6 +383,14 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": entry, "size": args.size, "budget_s": budget_s, "params": params,
                    **_environment()}
             row.update(tune_row(spec, params, args))
+            fitted = fit_batch(spec, params, row.get("tune_error") or "")
+            if fitted is not None:  # the step ran out of this GPU's memory: at the batch that fits
+                print(f"{entry}: out of memory at its batch; again at batch_size="
+                      f"{fitted['batch_size']} (levers memory's fit for this GPU)", flush=True)
+                params = {**params, "batch_size": fitted["batch_size"]}
+                row = {"model": entry, "size": args.size, "budget_s": budget_s,
+                       "params": params, **_environment(), "fitted": fitted}
+                row.update(tune_row(spec, params, args))
         row["incomplete"] = "not timed yet: the default, the stack, the peers"
         atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
                                               default=str) + "\n", make_parents=True)

@@ -249,6 +249,25 @@ def test_step_error_carries_the_user_traceback(mark_line):
     assert "levers/capture" not in trace
 
 
+def test_a_step_that_runs_out_of_memory_is_told_how_to_find_the_batch_that_fits():
+    from levers import Workload
+    from levers.capture.step import run_step_or_error
+
+    model = torch.nn.Linear(4, 4)
+
+    def step():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has "
+                                     "a total capacity of 79.18 GiB of which 272.19 MiB is free.")
+
+    workload = Workload(model=model, step=step, name="big", params={"batch_size": 8})
+    with pytest.raises(StepError) as info:
+        run_step_or_error(workload)
+    message = str(info.value)
+    assert "ran out of the GPU's memory at its parameters (batch_size=8)" in message
+    assert "Tried to allocate 16.00 GiB" in message and "total capacity" not in message
+    assert "--fit" in message and "fix the step" not in message
+
+
 def test_negative_counts_rejected():
     with pytest.raises(ValueError, match="warmup and timed must be >= 0"):
         capture_step(fixture_models.linear(), warmup=-1)

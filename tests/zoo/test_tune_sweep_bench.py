@@ -144,3 +144,39 @@ def test_a_row_cut_short_keeps_the_stacks_timing_marked_incomplete(tmp_path, mon
     assert row["incomplete"] == "not timed yet: compile-model-ro"
     assert [r["variant"] for r in row["rows"]] == order
     assert row["same_run_ratio"] > 0 and set(row["peers"]) == {"compile-layers"}
+
+
+def test_a_step_out_of_the_gpus_memory_is_tuned_again_at_the_batch_levers_memory_fits(
+        monkeypatch):
+    from types import SimpleNamespace
+
+    from levers.memory.plan import FitPoint, FitResult
+
+    bench = _bench()
+    asked = {}
+
+    class Step:
+        def __init__(self, spec, params):
+            asked.update(spec=spec, params=params)
+
+        def fit(self, param, gpu):
+            asked.update(param=param, gpu=gpu)
+            # as levers memory's fit of gemma3 at full for an H100 searched it on the CPU
+            curve = tuple(FitPoint(b, 0, b * 2**30, b <= 4) for b in (1, 8, 6, 3, 5, 4))
+            return FitResult(param, best=4, budget_bytes=0, margin=0.05, curve=curve)
+
+    monkeypatch.setattr(bench.levers, "Step", Step)
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench.torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(total_memory=79.18 * 2**30))
+    params = {"model": "gemma3", "size": "full", "device": "cuda"}
+    oom = ("StepError: the step of workload 'arch-gemma3' ran out of the GPU's memory at its "
+           "parameters (...)")
+    fitted = bench.fit_batch("arch", params, oom)
+    assert fitted["batch_size"] == 4 and fitted["from"] == 8 and fitted["gpu_gib"] == 79.2
+    assert fitted["predicted_reserved_gib"][8] == 8.0
+    assert asked == {"spec": "arch", "params": {"model": "gemma3", "size": "full"},
+                     "param": "batch_size", "gpu": "79.2GiB"}
+    # another error, or a batch the caller set, is left as it is
+    assert bench.fit_batch("arch", params, "StepError: ... raised AcceleratorError") is None
+    assert bench.fit_batch("arch", {**params, "batch_size": 8}, oom) is None

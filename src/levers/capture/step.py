@@ -65,6 +65,15 @@ def run_step_or_error(workload: Workload) -> Any:
         return workload.step()
     except CaptureInternalError:
         raise
+    except torch.OutOfMemoryError as exc:
+        # not the step's code: its size on this device, whoever wrote it
+        raise StepError(
+            f"the step of workload {workload.name!r} ran out of the GPU's memory at its "
+            f"parameters ({_params_text(workload.params)}): {str(exc).split('. GPU')[0]}. "
+            "Lower batch_size or seq_len: `levers memory ... --gpu GPU --fit` finds the largest "
+            "batch that fits, predicted without allocating it; levers audits, A/Bs and tunes "
+            "the step you give it at the size you give it"
+        ) from exc
     except Exception as exc:
         if _raised_in_builtin(exc):
             if isinstance(exc, LeversError):
