@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # A device session of issue 33 (background, polled by bench/gpu_poll.sh), for a 30-minute budget,
-# as far as it goes, the goal table's gaps first: the GPU tests changed after s42 (ab's sides one
-# at a time; a compiled dropout trial compiles once; an A/B stops at a look once decided), then t5
-# at 3m (a miss in s42: two cold compiles per A/B, now one), then the seeded sample of
-# architectures outside the zoo (8:33) at 3m (none measured yet), then swin at 3m (cut by the
-# timeout in s42), then a probe of whole-model compile's max-autotune mode against its CUDA-graph
-# mode (bench/stack_probe.py), then llama at the default budget (10m: float8 on the compiled
-# model, which the 3m rows never reached), then the committed H200 rows timed again beside every
-# peer with the KV cache off (no search).
+# as far as it goes, the goal table's gaps first: the GPU tests (ab's sides one at a time; a
+# compiled dropout trial compiles once; an A/B stops at a look once decided), then t5 at 3m (a
+# miss in s45: the confirmation of compile-model's 2.96x starved by a third compile form, fixed
+# after it), then the sampled architectures outside the zoo (8:33) that have no row yet, at 3m
+# (ibert's positions fixed after s45; gemma3, longcat_flash and glm_moe_dsa tuned again at levers
+# memory's fit where the GPU is an H100), then test_efficientnet timed again (its s45 row timed
+# 10 steps of 5 ms a variant), then swin at 3m, the max-autotune probe, llama at 10m, and the
+# committed H200 rows timed again beside every peer with the KV cache off (no search).
 # Usage (repository root, on the device):
-#   LEVERS_COMMIT=<hash> bash bench/gpu_call_s45.sh /tmp/g
+#   LEVERS_COMMIT=<hash> bash bench/gpu_call_s46.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 bash bench/gpu_session_tests.sh "$D" 180 tests/ab/test_ab_gpu.py tests/tune/test_gpu_tune.py -k "one_at_a_time or compiles_once or stops_its_timed_steps"
 MODELS=zoo@t5 SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
-MODELS= SAMPLE=8:33 BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+MODELS=arch@squeezebert,arch@timm:inception_resnet_v2,arch@timm:hiera_tiny_224,arch@ibert,arch@gemma3,arch@glm_moe_dsa,arch@longcat_flash \
+    SAMPLE= BUDGET=3m ROW_TIMEOUT=900 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+MODELS=arch@timm:test_efficientnet SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 MODELS=zoo@swin SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 mkdir -p "$D/p/stack_probe"
 timeout 400 python bench/stack_probe.py --models zoo@llama,zoo@vit,zoo@gpt2 \
