@@ -6,8 +6,9 @@
 # after it), then the sampled architectures outside the zoo (8:33) that have no row yet, at 3m
 # (ibert's positions fixed after s45; gemma3, longcat_flash and glm_moe_dsa tuned again at levers
 # memory's fit where the GPU is an H100), then test_efficientnet timed again (its s45 row timed
-# 10 steps of 5 ms a variant), then swin at 3m, the max-autotune probe, llama at 10m, and the
-# committed H200 rows timed again beside every peer with the KV cache off (no search).
+# 10 steps of 5 ms a variant), then channels-last probed on three convnets (alone and under
+# whole-model compile: no lever yet), then swin at 3m, the max-autotune probe, llama at 10m, and
+# the committed H200 rows timed again beside every peer with the KV cache off (no search).
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s46.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
@@ -17,6 +18,12 @@ MODELS=zoo@t5 SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$
 MODELS=arch@squeezebert,arch@timm:inception_resnet_v2,arch@timm:hiera_tiny_224,arch@ibert,arch@gemma3,arch@glm_moe_dsa,arch@longcat_flash \
     SAMPLE= BUDGET=3m ROW_TIMEOUT=900 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 MODELS=arch@timm:test_efficientnet SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+# channels-last on convnets, alone and under whole-model compile (no lever yet: is one worth it?)
+mkdir -p "$D/c/channels_last_probe"
+timeout 300 python bench/stack_probe.py --models zoo@resnet,zoo@convnext,arch@timm:test_efficientnet \
+    --stacks "compile-model;channels-last+compile-model;channels-last" \
+    --out "$D/c/channels_last_probe" > "$D/c.out" 2>&1
+cp "$D/c.out" "$D/c/channels_last_probe/session.log"; (cd "$D/c" && tar -czf round.tgz channels_last_probe)
 MODELS=zoo@swin SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 mkdir -p "$D/p/stack_probe"
 timeout 400 python bench/stack_probe.py --models zoo@llama,zoo@vit,zoo@gpt2 \

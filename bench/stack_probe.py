@@ -12,6 +12,14 @@ so a form such as ``compile-model:mode=max-autotune`` is timed against ``compile
     PYTHONPATH=src python bench/stack_probe.py --models zoo@nanogpt --size tiny --device cpu \
         --stacks "compile-model" --out /tmp/sp
 
+A stack may also hold ``channels-last``, which is no lever yet: the model's parameters and
+buffers converted to ``torch.channels_last`` before the stack's levers are applied (the first
+convolution then runs NHWC, and its output carries the format on; the batch is left as the step
+draws it), to read what it adds on a convnet before a lever is written for it:
+
+    PYTHONPATH=src python bench/stack_probe.py --models zoo@resnet,zoo@convnext \
+        --stacks "compile-model;channels-last+compile-model;channels-last" --out $OUT/cl
+
 Writes ``OUT/summary.json`` after every stack: per model its timed rows, each stack's tokens/s
 ratio to the default (``ratios``) and to the first stack (``vs_first``), with the environment.
 """
@@ -26,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -34,6 +44,14 @@ from tune_sweep import (  # noqa: E402
 )
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers_vs_peers import _bootstrap  # noqa: E402
+
+
+def _channels_last(workload) -> None:
+    workload.model.to(memory_format=torch.channels_last)
+
+
+# stack elements that are no lever: a probe's transform of the built workload
+PROBE_TRANSFORMS = {"channels-last": _channels_last}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="K=V")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--min-timed-s", type=float, default=3.0,
+                        help="time each stack at least this long (more steps on short ones)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
@@ -62,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                "stacks": ["+".join(s) for s in stacks], "rows": [], **_environment()}
         for name, stack in [("default", []), *[("+".join(s), s) for s in stacks]]:
             started = time.perf_counter()
-            one = timed_row(spec, params, "default" if not stack else TUNED, stack, args)
+            levers_only = [lever for lever in stack if lever not in PROBE_TRANSFORMS]
+            prepare = [PROBE_TRANSFORMS[t] for t in stack if t in PROBE_TRANSFORMS]
+            one = timed_row(spec, params, "default" if not stack else TUNED, levers_only, args,
+                            prepare=(lambda w, fs=prepare: [f(w) for f in fs]) if prepare else None)
             one.pop("describe", None)
             one.update(variant=name, wall_s=round(time.perf_counter() - started, 1))
             row["rows"].append(one)

@@ -111,8 +111,11 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str], args) -> dict:
-    """One variant built fresh and timed; a variant that cannot run is a row that says why."""
+def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str], args,
+              prepare: Callable[[Any], None] | None = None) -> dict:
+    """One variant built fresh and timed; a variant that cannot run is a row that says why.
+    ``prepare`` (a probe's transform that is no lever yet) is called on the built workload
+    before tune's stack is applied."""
     row: dict[str, Any] = {"variant": variant}
     cleanups: list[Callable[[], None]] = []
     workload = None
@@ -133,9 +136,12 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
             cleanups += apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
             row["cache_off"] = True
         elif variant == TUNED:
-            handle = levers.apply(workload, stack, **compile_options)
-            row["applied"] = list(handle.applied)
-            cleanups = [handle.undo]
+            if prepare is not None:
+                prepare(workload)
+            if stack:  # a probe's transform alone has no lever to apply
+                handle = levers.apply(workload, stack, **compile_options)
+                row["applied"] = list(handle.applied)
+                cleanups = [handle.undo]
         row.update(measure(workload, args.warmup, args.steps,
                            getattr(args, "min_timed_s", 0.0)))
         row["status"] = "ok"
