@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             levers_only = [lever for lever in stack if lever not in PROBE_TRANSFORMS]
             prepare = [PROBE_TRANSFORMS[t] for t in stack if t in PROBE_TRANSFORMS]
             one = timed_row(spec, params, "default" if not stack else TUNED, levers_only, args,
-                            prepare=(lambda w, fs=prepare: [f(w) for f in fs]) if prepare else None)
+                            prepare=prepare)
             one.pop("describe", None)
             one.update(variant=name, wall_s=round(time.perf_counter() - started, 1))
             row["rows"].append(one)

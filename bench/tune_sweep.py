@@ -53,7 +53,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -112,9 +112,9 @@ def _free() -> None:
 
 
 def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str], args,
-              prepare: Callable[[Any], None] | None = None) -> dict:
+              prepare: Sequence[Callable[[Any], None]] = ()) -> dict:
     """One variant built fresh and timed; a variant that cannot run is a row that says why.
-    ``prepare`` (a probe's transform that is no lever yet) is called on the built workload
+    ``prepare`` (a probe's transforms that are no lever yet) are called on the built workload
     before tune's stack is applied."""
     row: dict[str, Any] = {"variant": variant}
     cleanups: list[Callable[[], None]] = []
@@ -136,14 +136,13 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
             cleanups += apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
             row["cache_off"] = True
         elif variant == TUNED:
-            if prepare is not None:
-                prepare(workload)
+            for transform in prepare:
+                transform(workload)
             if stack:  # a probe's transform alone has no lever to apply
                 handle = levers.apply(workload, stack, **compile_options)
                 row["applied"] = list(handle.applied)
                 cleanups = [handle.undo]
-        row.update(measure(workload, args.warmup, args.steps,
-                           getattr(args, "min_timed_s", 0.0)))
+        row.update(measure(workload, args.warmup, args.steps, args.min_timed_s))
         row["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
@@ -386,17 +385,15 @@ def main(argv: list[str] | None = None) -> int:
             row = retimed_row(prior[(entry, args.size, budget_s)])
         else:
             print(f"{entry}: tune --budget {args.budget}", flush=True)
-            row = {"model": entry, "size": args.size, "budget_s": budget_s, "params": params,
-                   **_environment()}
-            row.update(tune_row(spec, params, args))
-            fitted = fit_batch(spec, params, row.get("tune_error") or "")
+            tuned = tune_row(spec, params, args)
+            fitted = fit_batch(spec, params, tuned.get("tune_error") or "")
             if fitted is not None:  # the step ran out of this GPU's memory: at the batch that fits
                 print(f"{entry}: out of memory at its batch; again at batch_size="
                       f"{fitted['batch_size']} (levers memory's fit for this GPU)", flush=True)
                 params = {**params, "batch_size": fitted["batch_size"]}
-                row = {"model": entry, "size": args.size, "budget_s": budget_s,
-                       "params": params, **_environment(), "fitted": fitted}
-                row.update(tune_row(spec, params, args))
+                tuned = {"fitted": fitted, **tune_row(spec, params, args)}
+            row = {"model": entry, "size": args.size, "budget_s": budget_s, "params": params,
+                   **_environment(), **tuned}
         row["incomplete"] = "not timed yet: the default, the stack, the peers"
         atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
                                               default=str) + "\n", make_parents=True)

@@ -29,8 +29,9 @@ as the median selection so far), the confirmation after it and, once the stack h
 the proof of the stack (each as long as the median confirmation so far; before any, a selection
 less its compiles: the stack's programs are cached by then). Each A/B is given the time left as
 its kill line; once a form of a group paid, its other forms are given the time left less the
-confirmation of the one that paid (and the proof): they are stopped before it is starved. When time runs out the search stops selecting and proves what it kept. When the caller says how many timed
-steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
+confirmation of the one that paid (and the proof): they are stopped before it is starved. When
+time runs out the search stops selecting and proves what it kept. When the caller says how many
+timed steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
 left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
 so far (at most :data:`CONFIRM_MAX_FACTOR` times as many): a narrower CI from time that would
 otherwise be left over. A selection whose CI95 holds 1 while its point estimate gains at
@@ -328,7 +329,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
             elif trial.out_of_time and reserve_s > 0:
-                held = max(paid, key=lambda p: speed_of(p[1]))[0].lever
+                held = _fastest(paid)[0].lever
                 outcomes[lever] = Outcome(
                     lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for "
                     f"the confirmation of {held}, which paid)", len(state.trials) - 1,
@@ -339,7 +340,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                                           candidate.source)
         if not paid:
             continue
-        best = max(paid, key=lambda p: speed_of(p[1]))
+        best = _fastest(paid)
         for candidate, trial, why, index in paid:
             if candidate is not best[0]:
                 outcomes[candidate.lever] = Outcome(
@@ -354,10 +355,18 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
         _confirm_increment(state, best, later * state.typical_s)
 
 
-def _paid_reserve_s(state: _Search, paid: Sequence[tuple[Candidate, Trial, str, int]]) -> float:
+Paid = tuple[Candidate, Trial, str, int]  # a lever whose selection paid: its trial, why, index
+
+
+def _fastest(paid: Sequence[Paid]) -> Paid:
+    """Of a group's alternatives that paid, the fastest: the one to confirm."""
+    return max(paid, key=lambda p: speed_of(p[1]))
+
+
+def _paid_reserve_s(state: _Search, paid: Sequence[Paid]) -> float:
     """The time kept, while a group's other forms are tried, for the confirmation of the one
     that paid most and, once the stack holds a lever, the proof after it."""
-    trial = max(paid, key=lambda p: speed_of(p[1]))[1]
+    trial = _fastest(paid)[1]
     compiling_s = trial.phase_s.get("parity", 0.0) + trial.phase_s.get("warmup", 0.0)
     return state.again_s * (2 if state.stack else 1) + RETRACE_SHARE * compiling_s
 

@@ -30,6 +30,7 @@ reason.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import sys
 from collections.abc import Callable
@@ -276,11 +277,20 @@ def position_offset(config_class: type, default: Any) -> int:
         return 0
     module = sys.modules.get(config_class.__module__)
     path = getattr(module, "__file__", None) or ""
-    modeling = pathlib.Path(path.replace("configuration_", "modeling_"))
-    if "configuration_" not in path or not modeling.is_file():
+    if "configuration_" not in path:
         return 0
-    source = modeling.read_text(encoding="utf-8", errors="replace")
-    return pad + 1 if any(marker in source for marker in _PADDED_POSITIONS) else 0
+    return pad + 1 if _numbers_from_padding(path.replace("configuration_", "modeling_")) else 0
+
+
+@functools.cache
+def _numbers_from_padding(modeling: str) -> bool:
+    """Whether the modeling source at ``modeling`` numbers positions from the padding index (read
+    once a file: each entry's tiny and full shapes ask)."""
+    path = pathlib.Path(modeling)
+    if not path.is_file():
+        return False
+    source = path.read_text(encoding="utf-8", errors="replace")
+    return any(marker in source for marker in _PADDED_POSITIONS)
 
 
 def _head_fields(declared: dict[str, Any], default: Any, heads: list[str], heads0: int,
