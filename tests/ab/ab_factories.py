@@ -23,6 +23,7 @@ are then deterministic.
 from __future__ import annotations
 
 import random
+import time
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +83,8 @@ def build(
     interrupt_at=None,
     unseeded=False,
     spin_cycles=0,
+    stall_at=None,
+    stall_s=0.0,
 ):
     if fixed not in FIXES:
         raise ValueError(f"fixed must be one of {FIXES}, got {fixed!r}")
@@ -106,6 +109,8 @@ def build(
             raise RuntimeError("boom in the user's step")
         if interrupt_at is not None and num_steps[0] >= interrupt_at:
             raise KeyboardInterrupt
+        if stall_at is not None and num_steps[0] == stall_at:
+            time.sleep(stall_s)  # one long step in real time, as a first compile is
         scratch = torch.ones(transient_bytes, dtype=torch.uint8, device=device)
         inputs = x
         if unseeded:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import time
+
 import pytest
 from ab_helpers import side
 
+from levers.ab.killlines import KillLines
 from levers.ab.runner import AbConfig, run_ab
+from levers.ab.steps import _deadline
 from levers.ab.verdict import DAMAGED, KILLED, NOT_MEASURED
 
 FAST = dict(num_steps=10, num_warmup=2, num_parity_steps=3, num_resamples=500)
@@ -70,3 +75,37 @@ def test_a_step_that_raises_is_recorded_as_a_kill(clock):
     assert (kill.kind, kill.phase, kill.side, kill.step) == ("step_error", "warmup", "candidate", 2)
     assert kill.reason == "candidate warmup step 2 raised RuntimeError: boom in the user's step"
     assert "ab_factories.py" in kill.user_traceback
+
+
+
+def test_the_time_budget_stops_a_step_that_runs_past_it_inside_the_step(clock):
+    # the candidate's first parity step (its 1st call) blocks for 60 s, as a first compile of a
+    # big model does; on the fake clock no time passes between steps, so only the stop inside
+    # that step can end the A/B: 2 s into it, not 58 s after the budget
+    started = time.monotonic()
+    result = run_ab(side(), side(stall_at=1, stall_s=60.0), AbConfig(**FAST, time_budget_s=2.0))
+    assert time.monotonic() - started < 30.0
+    kill = result.killed
+    assert (kill.kind, kill.phase, kill.side, kill.step) == ("time_budget", "parity", "candidate", 1)
+    assert "during candidate parity step 1, which was stopped there" in kill.reason
+    assert result.decision == KILLED
+    # nothing of the alarm is left behind
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_users_own_alarm_handler_is_left_alone():
+    # a step that handles SIGALRM itself: levers arms no stop of its own (the kill line is then
+    # checked between steps only, as before)
+    lines = KillLines(time_budget_s=5.0, started_s=time.perf_counter())
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    try:
+        with _deadline(lines) as armed:
+            assert not armed
+            assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        handler = signal.signal(signal.SIGALRM, previous)
+    assert handler is not signal.SIG_DFL  # the user's, untouched
+    with _deadline(lines) as armed:  # without one, the stop is armed for the time left
+        assert armed and 0.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 5.0
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

@@ -171,17 +171,25 @@ def test_on_a_gpu_the_peers_forms_come_first_whatever_the_estimates():
     ordered, _ = candidates(
         PEERS_REGISTRY, _applies, on_gpu=True,
         findings=[_finding("LOSS002", "fused-loss", 11.7)], step_ms=100.0,
-        forms={"compile-model": ("compile-model:mode=default",)},
+        forms={"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs")},
     )
     assert [c.lever for c in ordered] == [
-        "compile-model", "compile-blocks", "compile-model:mode=default", "float8", "fused-loss",
-        "ac-full",
+        "compile-model", "compile-blocks", "compile-model:mode=default",
+        "compile-model:backend=cudagraphs", "float8", "fused-loss", "ac-full",
     ]
     assert ordered[0].source.startswith("a peer's form")
     assert ordered[2].source.startswith("another form of compile-model")
-    # the two forms of compile-model and compile-blocks are one group of alternatives
+    # the fallback says what it is and when it is tried
+    assert ordered[3].source.startswith(
+        "another form of compile-model: the step's own kernels replayed as CUDA graphs, "
+        "without inductor")
+    assert ordered[3].source.endswith("tried where no inductor form of compile paid in the time "
+                                      "it had")
+    # the forms of compile-model and compile-blocks are one group of alternatives, the
+    # fallback last
     assert [[c.lever for c in g] for g in groups(ordered)][0] == [
         "compile-model", "compile-blocks", "compile-model:mode=default",
+        "compile-model:backend=cudagraphs",
     ]
 
 

@@ -224,6 +224,46 @@ def test_an_alternative_tried_beside_a_paid_one_is_stopped_where_its_confirmatio
         result, "compile-model:mode=default")
 
 
+GRAPHS = "compile-model:backend=cudagraphs"
+COMPILE_FORMS = [*T5_FORMS, GRAPHS]
+
+
+def _inception_like(**kw) -> FakeAb:
+    # as timm's inception_resnet_v2 on an H200 at e029f3b: inductor's first compile takes
+    # ~205 s (more than a 3-minute budget), reduce-overhead compile then runs 3.10x; the step's
+    # CUDA graphs without inductor trace in ~20 s; a confirmation takes 15 s
+    return FakeAb({"compile-model": 3.1, "compile-blocks": 0.7, "compile-model:mode=default": 0.97,
+                   GRAPHS: 2.6},
+                  cold_s={("compile-model",): (205.0, 200.0), ("compile-blocks",): (60.0, 55.0),
+                          ("compile-model:mode=default",): (205.0, 200.0), (GRAPHS,): (25.0, 20.0)},
+                  cost_s=15.0, kills=True, **kw)
+
+
+def test_a_compile_longer_than_the_budget_is_stopped_where_the_fallback_s_time_starts():
+    # inductor's compile would take the whole budget and more (the H200 row kept nothing where
+    # the best peer ran 3.10x): its kill line keeps 40% of the time for the CUDA-graph form,
+    # which is tried and confirmed in it
+    fake = _inception_like()
+    result = _run(fake, COMPILE_FORMS, budget_s=180.0)
+    assert result.stack == (GRAPHS,)
+    assert fake.calls == [((), ("compile-model",)), ((), (GRAPHS,)), ((), (GRAPHS,))]
+    assert result.trials[0].out_of_time and result.trials[0].wall_s == 108.0
+    assert f"its kill line kept 1m12s for {GRAPHS}" in _reason(result, "compile-model")
+    assert _reason(result, "compile-blocks") == OUT_OF_BUDGET
+    assert result.spent_s <= 180.0
+
+
+def test_the_fallback_is_not_tried_where_an_inductor_form_paid():
+    # T5's first compile (76.5 s) ends before the line that keeps 72 s for the fallback
+    fake = _t5_like(kills=True)
+    result = _run(fake, [*T5_FORMS, GRAPHS], budget_s=180.0)
+    assert result.stack == ("compile-model",) and not result.trials[0].out_of_time
+    assert all(GRAPHS not in stack for _, stack in fake.calls)
+    assert _reason(result, GRAPHS) == (
+        "not tried: compile-model paid, and this form is only its fallback (no fusion) where no "
+        "other form pays in the time")
+
+
 def test_a_lever_that_a_kept_one_covers_is_not_tried():
     fake = FakeAb({"compile-blocks": 1.3, "rms-norm-fused": 1.1})
     result = _run(fake, ["compile-blocks", "rms-norm-fused"])
@@ -231,6 +271,13 @@ def test_a_lever_that_a_kept_one_covers_is_not_tried():
     assert "compile-blocks, which was kept, already does what it does" in _reason(
         result, "rms-norm-fused"
     )
+
+
+def test_the_cuda_graph_form_covers_no_fused_kernel():
+    # it replays eager's kernels: a fused norm still has work to do on top of it
+    fake = FakeAb({GRAPHS: 2.0, "rms-norm-fused": 1.1})
+    result = _run(fake, [GRAPHS, "rms-norm-fused"])
+    assert result.stack == (GRAPHS, "rms-norm-fused")
 
 
 def test_a_lever_whose_fresh_a_b_does_not_pay_is_not_kept():

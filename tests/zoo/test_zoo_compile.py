@@ -162,6 +162,35 @@ def test_compile_model_with_cuda_graphs_marks_each_step_and_its_undo_restores_ev
     assert marks == [1]
 
 
+def test_compile_model_s_cuda_graphs_without_inductor_form(monkeypatch):
+    from levers.levers import compile_model
+
+    workload = zoo.build(model="gpt2", layers=2)
+    with pytest.raises(NotApplicable, match="backend=cudagraphs replays CUDA graphs, but CUDA "
+                       "graphs need the parameters on a GPU"):
+        levers.apply(workload, "compile-model", backend="cudagraphs")
+    with pytest.raises(ValueError, match="mode=default is inductor's; backend=cudagraphs takes"):
+        levers.apply(workload, "compile-model", backend="cudagraphs", mode="default")
+    # a static step as compile-model sees it on a GPU: torch.compile is asked for the
+    # cudagraphs backend and no inductor mode, and each step is marked as a graph's step (on
+    # a CPU the backend itself runs the traced program without graphs)
+    monkeypatch.setattr(compile_model, "static_step_reasons", lambda model: [])
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    asked = []
+    compile_ = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile",
+                        lambda self, **kw: (asked.append(kw), compile_(self, **kw)))
+    torch._dynamo.reset()
+    step = workload.step
+    handle = levers.apply(workload, "compile-model", backend="cudagraphs")
+    assert asked == [{"backend": "cudagraphs"}]
+    assert handle._undos[0].__defaults__[0].mode == "cudagraphs"
+    assert torch.isfinite(workload.step()) and marks == [1]
+    handle.undo()
+    assert workload.step is step and "_compiled_call_impl" not in vars(workload.model)
+
+
 def test_the_two_compile_levers_refuse_each_other():
     workload = zoo.build(model="llama")
     with levers.apply(workload, "compile-blocks", backend="eager"):

@@ -46,6 +46,13 @@ class KillLines:
     started_s: float = 0.0  # time.perf_counter() when the run started
 
 
+def time_left_s(lines: KillLines) -> float | None:
+    """What is left of the time budget now (negative once spent); None without one."""
+    if lines.time_budget_s is None:
+        return None
+    return lines.time_budget_s - (time.perf_counter() - lines.started_s)
+
+
 def check_time(lines: KillLines, phase: str, side: str | None, step: int | None) -> None:
     if lines.time_budget_s is None:
         return
@@ -63,6 +70,24 @@ def check_time(lines: KillLines, phase: str, side: str | None, step: int | None)
                 step=step,
             )
         )
+
+
+def over_time(lines: KillLines, phase: str, side: str | None, step: int | None) -> KillSignal:
+    """The time budget ended inside a step (:mod:`levers.ab.steps` stops it there)."""
+    elapsed_s = time.perf_counter() - lines.started_s
+    return KillSignal(
+        Kill(
+            kind="time_budget",
+            reason=(
+                f"time budget of {lines.time_budget_s:g} s spent ({elapsed_s:.1f} s) during "
+                f"{side or 'the'} {phase} step {step}, which was stopped there (a first step "
+                "compiles); raise --time-budget-s"
+            ),
+            phase=phase,
+            side=side,
+            step=step,
+        )
+    )
 
 
 def check_loss(loss: float | None, phase: str, side: str, step: int) -> None:

@@ -362,7 +362,7 @@ def run_parity_steps(
                 for side, workload in sides:
                     check_time(lines, "parity", side, step)
                     torch.manual_seed(seed + step)  # same batches and dropout on every side
-                    loss = _as_float(run_step(workload, "parity", side, step))
+                    loss = _as_float(run_step(workload, "parity", side, step, lines))
                     losses[side].append(loss)
                     norms[side].append(_as_float(takes[side]()))
                     check_loss(loss, "parity", side, step)

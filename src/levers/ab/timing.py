@@ -91,7 +91,7 @@ def warm_up(sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLi
         for step in range(1, num_steps + 1):
             for side, workload in sides:
                 check_time(lines, "warmup", side, step)
-                loss = run_step(workload, "warmup", side, step)
+                loss = run_step(workload, "warmup", side, step, lines)
                 losses[side].append(loss)
                 if device.type != "cuda":
                     check_loss(None if loss is None else float(loss), "warmup", side, step)

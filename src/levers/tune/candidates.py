@@ -27,7 +27,10 @@ the lever worth 1.56x was never reached):
 Levers that exclude each other (two forms of compile, two checkpointing policies, a pair that
 fails together) form one *group*: the search tries the members as alternatives at the place of
 the group's first member and keeps at most one of them. A candidate may carry options
-(``compile-model:mode=default``): its lever id is the part before the first ``:``.
+(``compile-model:mode=default``): its lever id is the part before the first ``:``. A group may
+end with a *fallback* form (:data:`FALLBACK_FORMS`: compile-model's CUDA graphs without
+inductor), tried only where none of the group's other forms paid; until one does, their kill
+line keeps :data:`FALLBACK_SHARE` of the time for it.
 
 A script (``levers tune -- python train.py``) has no factory: a lever that changes the
 factory's parameters (raise-batch, the batch) is left out there as needing one.
@@ -67,9 +70,24 @@ EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 # whole-model compile (compile-model picks CUDA graphs where the step is static; its default
 # mode is tried beside it there), per-block compile, float8 on the compiled blocks
 PEER_FORMS: tuple[str, ...] = (
-    "compile-model", "compile-blocks", "compile-model:mode=default", "float8", "float8-rowwise",
+    "compile-model", "compile-blocks", "compile-model:mode=default",
+    "compile-model:backend=cudagraphs", "float8", "float8-rowwise",
 )
 PEER_SOURCE = "a peer's form (whole-model or per-block compile, float8 on it): tried first"
+# forms tried only where no other form of their group paid, each with what it is: the step's
+# CUDA graphs without inductor, whose first step traces in seconds where inductor may compile
+# for minutes (timm's inception_resnet_v2 on an H200: ~210 s, more than a 3-minute budget,
+# where reduce-overhead compile ran 3.10x, nearly all of it from the graphs)
+FALLBACK_FORMS: dict[str, str] = {
+    "compile-model:backend=cudagraphs": (
+        "the step's own kernels replayed as CUDA graphs, without inductor (a trace of seconds "
+        "rather than a compile of minutes, but no fusion): tried where no inductor form of "
+        "compile paid in the time it had"
+    ),
+}
+# the share of the time left when a group with a fallback form starts that its other forms'
+# kill line keeps for the fallback's selection and confirmation, while none of them has paid
+FALLBACK_SHARE = 0.4
 MEASURED_SLOWER_PREFIX = "measured slower"
 GPU_ONLY_PREFIX = "its speed-up exists only on a GPU"
 OBSERVES_ONLY = (
@@ -128,9 +146,11 @@ def exclusive_with(lever: str, others: Iterable[str]) -> str | None:
 
 def covered_by(lever: str, stack: Iterable[str]) -> str | None:
     """The lever of ``stack`` that already does what ``lever`` does (a regional compile fuses
-    the norms a fused-norm lever targets), or None: the audit's table."""
+    the norms a fused-norm lever targets), or None: the audit's table. A fallback form
+    (compile-model's CUDA graphs without inductor) fuses nothing, so covers nothing."""
     ident = lever_id_of(lever)
-    return next((other for other in stack if ident in COVERS.get(lever_id_of(other), ())), None)
+    return next((other for other in stack if other not in FALLBACK_FORMS
+                 and ident in COVERS.get(lever_id_of(other), ())), None)
 
 
 def audit_expectations(
@@ -272,8 +292,11 @@ def candidates(
             # a peer's form at its place among them (inductor's default mode after the
             # per-block compile: on most steps it is the CUDA-graph form less its replay)
             form_key = (0, PEER_FORMS.index(form)) if peer and form in PEER_FORMS else (*key, rank)
-            tried.append((form_key, Candidate(form, share, f"another form of {lever_id}; "
-                                              f"{source}")))
+            what = FALLBACK_FORMS.get(form)
+            tried.append((form_key, Candidate(
+                form, share, f"another form of {lever_id}: {what}" if what else
+                f"another form of {lever_id}; {source}",
+            )))
     ordered = [c for _, c in sorted(tried, key=lambda kc: kc[0])]
     return after_their_base(ordered, registry), skipped
 

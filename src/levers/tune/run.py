@@ -163,14 +163,17 @@ def gpu_only_note(skipped: Sequence[Any], device: str) -> str | None:
 def lever_forms(model: Any, on_gpu: bool) -> dict[str, tuple[str, ...]]:
     """Other forms of a lever to try beside it: whole-model compile in inductor's default mode
     where compile-model's own choice is CUDA graphs (a static step on a GPU); the peers time
-    both, and which pays more depends on the step."""
+    both, and which pays more depends on the step. There too, the step's CUDA graphs without
+    inductor, a fallback where no inductor form pays in the time (its compile too long)."""
     if not on_gpu:
         return {}
     # imported here: a lever module registers itself on import, and the catalogue's order is
     # the order its modules are first imported in (levers.levers.load_all)
     from levers.levers.compile_model import static_step_reasons
 
-    return {} if static_step_reasons(model) else {"compile-model": ("compile-model:mode=default",)}
+    if static_step_reasons(model):
+        return {}
+    return {"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs")}
 
 
 def _free_device(on_gpu: bool) -> None:

@@ -29,7 +29,11 @@ as the median selection so far), the confirmation after it and, once the stack h
 the proof of the stack (each as long as the median confirmation so far; before any, a selection
 less its compiles: the stack's programs are cached by then). Each A/B is given the time left as
 its kill line; once a form of a group paid, its other forms are given the time left less the
-confirmation of the one that paid (and the proof): they are stopped before it is starved. When
+confirmation of the one that paid (and the proof): they are stopped before it is starved. A group
+with a fallback form (compile-model's CUDA graphs without inductor) keeps
+:data:`~levers.tune.candidates.FALLBACK_SHARE` of the time left for it until a form pays: the
+other forms' kill line is drawn short of it (ab stops a first step that compiles past its kill
+line inside the step), and the fallback is tried in what is left, only where none paid. When
 time runs out the search stops selecting and proves what it kept. When the caller says how many
 timed steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
 left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
@@ -63,7 +67,15 @@ from dataclasses import dataclass, field, replace
 
 from levers.ab.verdict import KILLED, PARITY
 from levers.tune.budget import format_duration
-from levers.tune.candidates import Candidate, Skipped, covered_by, exclusive_with, groups
+from levers.tune.candidates import (
+    FALLBACK_FORMS,
+    FALLBACK_SHARE,
+    Candidate,
+    Skipped,
+    covered_by,
+    exclusive_with,
+    groups,
+)
 from levers.tune.trial import (
     AS_RUN,
     CONFIRMATION,
@@ -202,7 +214,7 @@ class _Search:
         self.durations_s.append(self.clock() - before)
         if role != AS_RUN and (steps is None or steps == self.steps):
             self.selection_s.append(self.durations_s[-1])
-        if trial.out_of_time:
+        if trial.out_of_time and reserve_s <= 0:  # a kill at a reserve's line leaves that time
             self.stopped = True
         self.on_trial(trial)
         if trial.interrupted:
@@ -272,8 +284,17 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
     all_groups = groups(ordered)
     for number, group in enumerate(all_groups):
         paid: list[tuple[Candidate, Trial, str, int]] = []
+        fallback = next((c.lever for c in group if c.lever in FALLBACK_FORMS), None)
+        fallback_reserve_s = FALLBACK_SHARE * state.left_s() if fallback else 0.0
         for candidate in group:
             lever = candidate.lever
+            if lever == fallback and paid:
+                outcomes[lever] = Outcome(
+                    lever, False, f"not tried: {_fastest(paid)[0].lever} paid, and this form is "
+                    "only its fallback (no fusion) where no other form pays in the time",
+                    source=candidate.source,
+                )
+                continue
             clash = exclusive_with(lever, stack)
             if clash is not None:
                 outcomes[lever] = Outcome(
@@ -295,7 +316,15 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
             # out of this A/B's time: at 3dad68e on T5 (H100) an alternative given all the time
             # left ran out of it, and the whole-model compile that had paid 2.96x went unconfirmed
             reserve_s = _paid_reserve_s(state, paid) if paid else 0.0
+            # until a form paid, the others keep the fallback's time (a first compile that
+            # would take it all is stopped inside its step), and the fallback, which traces
+            # rather than compiles, is tried in whatever is left
+            keeps_fallback = lever != fallback and not paid and fallback_reserve_s > 0
+            if keeps_fallback:
+                reserve_s = fallback_reserve_s
             needed_s = state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s)
+            if lever == fallback:
+                needed_s = 0.0
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
                 state.passed_over = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
@@ -328,6 +357,12 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                     pays, why = judge(trial)
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
+            elif trial.out_of_time and keeps_fallback:
+                outcomes[lever] = Outcome(
+                    lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for "
+                    f"{fallback}, tried where no form of the group pays in the time)",
+                    len(state.trials) - 1, candidate.source,
+                )
             elif trial.out_of_time and reserve_s > 0:
                 held = _fastest(paid)[0].lever
                 outcomes[lever] = Outcome(
