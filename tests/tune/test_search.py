@@ -251,6 +251,9 @@ def test_a_compile_longer_than_the_budget_is_stopped_where_the_fallback_s_time_s
     assert f"its kill line kept 1m12s for {GRAPHS}" in _reason(result, "compile-model")
     assert _reason(result, "compile-blocks") == OUT_OF_BUDGET
     assert result.spent_s <= 180.0
+    assert result.notes == ("compile-model did not finish in the 1m48s it was given (a first "
+                            "step compiles the model); a --budget of 6m00s or more gives it "
+                            "longer",)
 
 
 def test_the_fallback_is_not_tried_where_an_inductor_form_paid():

@@ -363,6 +363,11 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                     f"{fallback}, tried where no form of the group pays in the time)",
                     len(state.trials) - 1, candidate.source,
                 )
+                state.notes.append(
+                    f"{lever} did not finish in the {format_duration(state.durations_s[-1])} "
+                    f"it was given (a first step compiles the model); a --budget of "
+                    f"{format_duration(2 * state.budget_s)} or more gives it longer"
+                )
             elif trial.out_of_time and reserve_s > 0:
                 held = _fastest(paid)[0].lever
                 outcomes[lever] = Outcome(
