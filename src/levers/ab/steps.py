@@ -50,22 +50,31 @@ class _OverTime(BaseException):
 
 
 def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_initialized() and \
-        torch.cuda.is_current_stream_capturing()
+    return (
+        torch.cuda.is_available()
+        and torch.cuda.is_initialized()
+        and torch.cuda.is_current_stream_capturing()
+    )
+
+
+def _can_arm() -> bool:
+    """A timer can stop a step here: SIGALRM exists, this is the main thread (only it runs
+    signal handlers), and nothing else handles the signal (a user's own alarm is theirs)."""
+    return (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+    )
 
 
 @contextmanager
 def _deadline(lines: KillLines | None) -> Iterator[bool]:
     """Raise :class:`_OverTime` inside the block once ``lines``' time budget ends; yields
-    whether a stop is armed (it is not off the main thread, without SIGALRM, without a time
-    budget, or where something else handles the signal)."""
-    if lines is None or lines.time_budget_s is None or not hasattr(signal, "setitimer") \
-            or threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+    whether a stop is armed (not without a time budget, nor where :func:`_can_arm` says no)."""
+    left_s = time_left_s(lines) if lines is not None else None
+    if left_s is None or not _can_arm():
         yield False
         return
-    left_s = time_left_s(lines)
-    assert left_s is not None
 
     def stop(signum: int, frame: Any) -> None:
         if _capturing():
