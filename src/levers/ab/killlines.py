@@ -54,35 +54,31 @@ def time_left_s(lines: KillLines) -> float | None:
 
 
 def check_time(lines: KillLines, phase: str, side: str | None, step: int | None) -> None:
-    if lines.time_budget_s is None:
-        return
-    elapsed_s = time.perf_counter() - lines.started_s
-    if elapsed_s > lines.time_budget_s:
-        raise KillSignal(
-            Kill(
-                kind="time_budget",
-                reason=(
-                    f"time budget of {lines.time_budget_s:g} s spent ({elapsed_s:.1f} s) before "
-                    f"{side or 'the'} {phase} step {step}; raise --time-budget-s or lower --steps"
-                ),
-                phase=phase,
-                side=side,
-                step=step,
-            )
+    left_s = time_left_s(lines)
+    if left_s is not None and left_s < 0:
+        raise _time_budget_kill(
+            lines, f"before {side or 'the'} {phase} step {step}",
+            "raise --time-budget-s or lower --steps", phase, side, step,
         )
 
 
 def over_time(lines: KillLines, phase: str, side: str | None, step: int | None) -> KillSignal:
     """The time budget ended inside a step (:mod:`levers.ab.steps` stops it there)."""
+    return _time_budget_kill(
+        lines, f"during {side or 'the'} {phase} step {step}, which was stopped there (a first "
+        "step compiles)", "raise --time-budget-s", phase, side, step,
+    )
+
+
+def _time_budget_kill(
+    lines: KillLines, where: str, advice: str, phase: str, side: str | None, step: int | None
+) -> KillSignal:
     elapsed_s = time.perf_counter() - lines.started_s
     return KillSignal(
         Kill(
             kind="time_budget",
-            reason=(
-                f"time budget of {lines.time_budget_s:g} s spent ({elapsed_s:.1f} s) during "
-                f"{side or 'the'} {phase} step {step}, which was stopped there (a first step "
-                "compiles); raise --time-budget-s"
-            ),
+            reason=f"time budget of {lines.time_budget_s:g} s spent ({elapsed_s:.1f} s) {where}; "
+            f"{advice}",
             phase=phase,
             side=side,
             step=step,

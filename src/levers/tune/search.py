@@ -322,9 +322,8 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
             keeps_fallback = lever != fallback and not paid and fallback_reserve_s > 0
             if keeps_fallback:
                 reserve_s = fallback_reserve_s
-            needed_s = state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s)
-            if lever == fallback:
-                needed_s = 0.0
+            needed_s = 0.0 if lever == fallback else (
+                state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s))
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
                 state.passed_over = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
