@@ -17,20 +17,7 @@ bash bench/gpu_session_tests.sh "$D" 180 tests/ab/test_ab_gpu.py tests/tune/test
 MODELS=zoo@t5 SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 MODELS=arch@squeezebert,arch@timm:inception_resnet_v2,arch@timm:hiera_tiny_224,arch@ibert,arch@gemma3,arch@glm_moe_dsa,arch@longcat_flash \
     SAMPLE= BUDGET=3m ROW_TIMEOUT=900 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
-MODELS=arch@timm:test_efficientnet SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
-# channels-last on convnets, alone and under whole-model compile (no lever yet: is one worth it?)
-mkdir -p "$D/c/channels_last_probe"
-timeout 300 python bench/stack_probe.py --models zoo@resnet,zoo@convnext,arch@timm:test_efficientnet \
-    --stacks "compile-model;channels-last+compile-model;channels-last" \
-    --out "$D/c/channels_last_probe" > "$D/c.out" 2>&1
-cp "$D/c.out" "$D/c/channels_last_probe/session.log"; (cd "$D/c" && tar -czf round.tgz channels_last_probe)
-MODELS=zoo@swin SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
-mkdir -p "$D/p/stack_probe"
-timeout 400 python bench/stack_probe.py --models zoo@llama,zoo@vit,zoo@gpt2 \
-    --stacks "compile-model;compile-model:mode=max-autotune" --out "$D/p/stack_probe" > "$D/p.out" 2>&1
-cp "$D/p.out" "$D/p/stack_probe/session.log"; (cd "$D/p" && tar -czf round.tgz stack_probe)
-# the default budget, and its peers after it
-MODELS=zoo@llama SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+bash bench/gpu_session_queue.sh "$D"  # test_efficientnet, the probes, swin, llama at 10m
 summary=bench/results/tune_sweep_h200/summary.json
 # every committed row, timed again beside every peer with the KV cache off (up to s42 per-layer
 # compile recompiled per layer on the HF decoders and ran half of their layers eager): the HF
