@@ -75,6 +75,29 @@ def test_blocks_that_differ_by_stochastic_depth_compile_one_program_each_up_to_t
         levers.apply(zoo.build(model="swin", layers=5), "compile-blocks")
 
 
+class _ConvBlock(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(width, width + 1, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(width + 1)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x)))
+
+
+def test_blocks_of_one_class_in_many_widths_are_refused_with_the_widths_named():
+    """timm's inception_resnet_v2: 57 blocks of 4 classes, its ConvNormAct in 14 widths, with no
+    attribute that differs; the refusal names the classes and widths, not an empty attribute."""
+    from levers.levers import compile_blocks
+    from levers.levers.lever import Target
+
+    model = torch.nn.Sequential(*[_ConvBlock(width) for width in range(1, 11)])
+    reason = compile_blocks.applies(Target(model=model))
+    assert reason is not None
+    assert "the 10 blocks are of 1 class, _ConvBlock in 10 shapes" in reason
+    assert "10 programs" in reason and "compile-model" in reason and "differ in  " not in reason
+
+
 def test_gpt2_as_shipped_compiles_its_blocks_once_and_gets_its_cache_back():
     # issue 20: 12 blocks hit the recompile limit (8) through the KV cache's layer_idx
     torch._dynamo.reset()

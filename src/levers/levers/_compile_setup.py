@@ -84,6 +84,15 @@ def block_programs(units: list[torch.nn.Module]) -> tuple[int, list[str]]:
     return programs, sorted(differing)
 
 
+def shapes_per_class(units: list[torch.nn.Module]) -> dict[str, int]:
+    """How many parameter shapes the units of each class come in (``{"ConvNormAct": 14}``):
+    each is a program of its own, whatever their attributes."""
+    shapes: dict[str, set[tuple]] = {}
+    for unit in units:
+        shapes.setdefault(type(unit).__name__, set()).add(_parameter_shapes(unit))
+    return {name: len(seen) for name, seen in shapes.items()}
+
+
 def _traits(unit: torch.nn.Module) -> dict[str, str]:
     """What dynamo guards by value in a block besides its shapes: submodule classes and the
     float, bool and string attributes (as their repr)."""

@@ -39,6 +39,7 @@ from levers.levers._compile_setup import (
     liger_patched,
     recompile_limit,
     recompile_limit_at_least,
+    shapes_per_class,
     stages_differ_in_shape,
     unspecialised_int_attributes,
 )
@@ -64,12 +65,18 @@ def applies(target: Target) -> str | None:
         )
     programs, differing = block_programs(blocks)
     if programs > recompile_limit():
-        shown = ", ".join(differing[:3]) + (", ..." if len(differing) > 3 else "")
+        if differing:
+            shown = ", ".join(differing[:3]) + (", ..." if len(differing) > 3 else "")
+            why = f"differ in {shown} (stochastic depth, say), which dynamo guards by value"
+        else:  # of several classes, or one class in several widths: no attribute to name
+            shapes = shapes_per_class(blocks)
+            widths = [f"{name} in {n} shapes" for name, n in sorted(shapes.items()) if n > 1]
+            why = f"are of {len(shapes)} class{'es' if len(shapes) > 1 else ''}" + (
+                f", {', '.join(widths[:3])}" if widths else "")
         return (
-            f"the {len(blocks)} blocks differ in {shown} (stochastic depth, say), which dynamo "
-            f"guards by value: compiled one by one they need {programs} programs, past its "
-            f"recompile limit ({recompile_limit()}), and the blocks after it would run "
-            "uncompiled; use compile-model (one program for the whole model)"
+            f"the {len(blocks)} blocks {why}: compiled one by one they need {programs} programs, "
+            f"more than dynamo's recompile limit ({recompile_limit()}), each a compile of its "
+            "own; use compile-model (one program for the whole model)"
         )
     return None
 
