@@ -1,8 +1,8 @@
 """Benchmark probe: why compile-model's CUDA-graph form (``backend=cudagraphs``) pays what it pays
 on a model, beside the eager step, in one process.
 
-For each model and variant (``eager``, then each ``--stacks`` entry, which may hold
-``bench/stack_probe.py``'s ``channels-last``) it builds the workload fresh,
+For each model and variant (``eager``, then each ``--stacks`` entry: levers joined by ``+``,
+``channels-last+compile-model:backend=cudagraphs``) it builds the workload fresh,
 runs warm-up and timed steps (synchronised, per-step wall times), then reads what dynamo did
 (graphs, graph breaks, recompiles, CUDA-graph skips and their reasons) and profiles one more step:
 its host wall time, the GPU's kernel time and the number of kernel launches outside a graph
@@ -30,7 +30,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
-from stack_probe import PROBE_TRANSFORMS  # noqa: E402
 from tune_sweep import _environment, _free, model_params  # noqa: E402
 
 
@@ -77,10 +76,9 @@ def run(spec: str, params: dict, stack: list[str], warmup: int, steps: int) -> d
         torch.manual_seed(0)
         workload = levers.Step(spec, params=params).workload()
         row["tokens_per_step"] = workload.tokens_per_step
-        for transform in [s for s in stack if s in PROBE_TRANSFORMS]:
-            PROBE_TRANSFORMS[transform](workload)
-        stack = [s for s in stack if s not in PROBE_TRANSFORMS]
-        handle = levers.apply(workload, stack) if stack else None
+        # a CPU run checks the path: dynamo's eager backend, not a C++ compile
+        options = {"backend": "eager"} if workload.device.type != "cuda" else {}
+        handle = levers.apply(workload, stack, **options) if stack else None
         device = workload.device
         first = []
         for _ in range(warmup):

@@ -8,12 +8,7 @@
 # Usage (on the device, after bench/gpu_session_setup.sh): bash bench/gpu_session_queue.sh D
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-# probe LETTER FOLDER TIMEOUT_S MODELS STACKS: bench/stack_probe.py, its log beside its summary
-probe() {
-    mkdir -p "$D/$1/$2"
-    timeout "$3" python bench/stack_probe.py --models "$4" --stacks "$5" --out "$D/$1/$2" > "$D/$1.out" 2>&1
-    cp "$D/$1.out" "$D/$1/$2/session.log"; (cd "$D/$1" && tar -czf round.tgz "$2")
-}
+source bench/gpu_session_probe.sh  # probe LETTER FOLDER TIMEOUT_S MODELS STACKS
 MODELS=arch@timm:test_efficientnet SAMPLE= BUDGET=3m KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 probe c channels_last_probe 300 zoo@resnet,zoo@convnext,arch@timm:test_efficientnet \
     "compile-model;channels-last+compile-model;channels-last"

@@ -12,10 +12,8 @@ so a form such as ``compile-model:mode=max-autotune`` is timed against ``compile
     PYTHONPATH=src python bench/stack_probe.py --models zoo@nanogpt --size tiny --device cpu \
         --stacks "compile-model" --out /tmp/sp
 
-A stack may also hold ``channels-last``, which is no lever yet: the model's parameters and
-buffers converted to ``torch.channels_last`` before the stack's levers are applied (the first
-convolution then runs NHWC, and its output carries the format on; the batch is left as the step
-draws it), to read what it adds on a convnet before a lever is written for it:
+A stack may hold any lever spec; ``channels-last`` (a lever since s47, a probe's transform of the
+model before) is timed alone and under whole-model compile on convnets:
 
     PYTHONPATH=src python bench/stack_probe.py --models zoo@resnet,zoo@convnext \
         --stacks "compile-model;channels-last+compile-model;channels-last" --out $OUT/cl
@@ -46,14 +44,6 @@ from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers_vs_peers import _bootstrap  # noqa: E402
 
 
-def _channels_last(workload) -> None:
-    workload.model.to(memory_format=torch.channels_last)
-
-
-# stack elements that are no lever: a probe's transform of the built workload
-PROBE_TRANSFORMS = {"channels-last": _channels_last}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", required=True, help="SPEC@MODEL, comma-separated")
@@ -82,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                "stacks": ["+".join(s) for s in stacks], "rows": [], **_environment()}
         for name, stack in [("default", []), *[("+".join(s), s) for s in stacks]]:
             started = time.perf_counter()
-            levers_only = [lever for lever in stack if lever not in PROBE_TRANSFORMS]
-            prepare = [PROBE_TRANSFORMS[t] for t in stack if t in PROBE_TRANSFORMS]
-            one = timed_row(spec, params, "default" if not stack else TUNED, levers_only, args,
-                            prepare=prepare)
+            one = timed_row(spec, params, "default" if not stack else TUNED, stack, args)
             one.pop("describe", None)
             one.update(variant=name, wall_s=round(time.perf_counter() - started, 1))
             row["rows"].append(one)

@@ -53,7 +53,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -111,11 +111,8 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str], args,
-              prepare: Sequence[Callable[[Any], None]] = ()) -> dict:
-    """One variant built fresh and timed; a variant that cannot run is a row that says why.
-    ``prepare`` (a probe's transforms that are no lever yet) are called on the built workload
-    before tune's stack is applied."""
+def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str], args) -> dict:
+    """One variant built fresh and timed; a variant that cannot run is a row that says why."""
     row: dict[str, Any] = {"variant": variant}
     cleanups: list[Callable[[], None]] = []
     workload = None
@@ -136,9 +133,7 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
             cleanups += apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
             row["cache_off"] = True
         elif variant == TUNED:
-            for transform in prepare:
-                transform(workload)
-            if stack:  # a probe's transform alone has no lever to apply
+            if stack:
                 handle = levers.apply(workload, stack, **compile_options)
                 row["applied"] = list(handle.applied)
                 cleanups = [handle.undo]

@@ -193,6 +193,23 @@ def test_on_a_gpu_the_peers_forms_come_first_whatever_the_estimates():
     ]
 
 
+def test_on_a_gpu_convnet_channels_last_comes_first_and_the_compile_forms_follow_on_top():
+    """timm's --channels-last is a peer's form too: no compile, so it is cheap to try first, and
+    the compile forms (the CUDA-graph fallback among them) are then tried on top of it."""
+    registry = {**PEERS_REGISTRY, "channels-last": _gpu_lever("channels-last")}
+    ordered, _ = candidates(
+        registry, _applies, on_gpu=True,
+        forms={"compile-model": ("compile-model:backend=cudagraphs",)},
+    )
+    assert [c.lever for c in ordered][:3] == [
+        "channels-last", "compile-model", "compile-blocks",
+    ]
+    assert ordered[0].source.startswith("a peer's form (a convnet's channels-last")
+    first, second = [[c.lever for c in g] for g in groups(ordered)][:2]
+    assert first == ["channels-last"]  # its own group: kept, the compile group goes on top
+    assert second[0] == "compile-model" and second[-1] == "compile-model:backend=cudagraphs"
+
+
 def test_on_a_cpu_the_estimates_order_as_before():
     registry = {k: SimpleNamespace(**{**vars(v), "needs_gpu": False})
                 for k, v in PEERS_REGISTRY.items()}

@@ -1,5 +1,6 @@
 """compile-model's CUDA graphs without inductor (backend=cudagraphs) on a GPU: a convnet that
-trains its BatchNorm statistics is replayed as graphs, not skipped, and keeps eager's numbers."""
+trains its BatchNorm statistics is replayed as graphs, not skipped, and keeps eager's numbers;
+so does channels-last, alone and under those graphs, its activations in NHWC."""
 
 from __future__ import annotations
 
@@ -15,12 +16,18 @@ pytestmark = [
 ]
 
 
-def _losses(lever: str | None, steps: int = 4) -> tuple[list[float], torch.Tensor]:
+def _losses(lever: str | None, steps: int = 4, seen: list | None = None
+            ) -> tuple[list[float], torch.Tensor]:
     torch._dynamo.reset()
     torch.manual_seed(0)
     workload = zoo.build(model="resnet", size="tiny", device="cuda")
     handle = levers.apply(workload, lever) if lever else None
+    last = [m for m in workload.model.modules() if isinstance(m, torch.nn.Conv2d)][-1]
+    hook = None if seen is None else last.register_forward_hook(
+        lambda module, args, out: seen.append(out.is_contiguous(memory_format=torch.channels_last)))
     losses = [float(workload.step()) for _ in range(steps)]
+    if hook is not None:
+        hook.remove()
     stats = next(m for m in workload.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     running = stats.running_mean.detach().clone()
     if handle is not None:
@@ -40,3 +47,20 @@ def test_the_cuda_graph_form_replays_a_batchnorm_convnet_with_eager_s_numbers():
     # the BatchNorm statistics move in the graphs as they do eagerly (a replay that dropped
     # their update would leave them where the first capture left them)
     assert torch.allclose(graphed_running, eager_running, rtol=2e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("lever", ["channels-last", "channels-last,compile-model:backend=cudagraphs"])
+def test_channels_last_keeps_eager_s_numbers_with_nhwc_activations(lever):
+    from torch._dynamo.utils import counters
+
+    eager, eager_running = _losses(None)
+    counters.clear()
+    # a hook inside a compiled model would be traced into its program: eager only
+    seen: list[bool] | None = None if "compile-model" in lever else []
+    got, got_running = _losses(lever, seen=seen)
+    print(lever, "eager", eager, "got", got, "channels-last outputs", seen)
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert torch.allclose(torch.tensor(got), torch.tensor(eager), rtol=2e-2, atol=1e-3)
+    assert torch.allclose(got_running, eager_running, rtol=2e-2, atol=1e-3)
+    if seen is not None:
+        assert seen and all(seen), "the last convolution's output is not channels-last"

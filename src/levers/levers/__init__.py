@@ -30,6 +30,7 @@ _MODULES: tuple[str, ...] = (
     "autocast_bf16",
     "fused_linear_cross_entropy",
     "liger_kernels",
+    "channels_last",
     "compile_blocks",
     "compile_model",
     "float8",

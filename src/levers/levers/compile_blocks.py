@@ -119,6 +119,8 @@ LEVER = register(
         applies=applies,
         patch=patch,
         needs_gpu=True,
+        # the weights' layout is traced into the program: a layout lever goes first
+        after=("channels-last",),
         known_problems=(
             "fails over Liger-patched modules (dynamo, torch 2.11); the first steps pay the "
             "compile time (one block's); a new input shape recompiles; blocks that differ in "

@@ -162,6 +162,8 @@ LEVER = register(
         applies=applies,
         patch=patch,
         needs_gpu=True,
+        # the weights' layout is traced into the program: a layout lever goes first
+        after=("channels-last",),
         known_problems=(
             "on the ViT-B/16 at batch 64 it equals whole-model compile with reduce-overhead (it is "
             "that recipe), no more; the first step pays the whole model's compile time; a graph break splits the program (COMP001 finds them); "

@@ -4,10 +4,12 @@ The order puts first what was measured, not what was estimated (a roofline estim
 saved by a fused loss ran 0.36x on an H200 at a 250k vocabulary and took half the budget, while
 the lever worth 1.56x was never reached):
 
-1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile (CUDA graphs
-   where the step is static), per-block compile, whole-model compile in inductor's default mode,
-   then float8 on the compiled blocks: what a performance engineer and the peers (``model.compile()``,
-   torchtitan's recipe) reach for first, and what pays most often, by the catalogue's rows. They
+1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): a convnet's convolutions in
+   channels-last (timm's ``--channels-last``; no compile, so it is cheap to try, and the compile
+   forms are then tried on top of it), whole-model compile (CUDA graphs where the step is
+   static), per-block compile, whole-model compile in inductor's default mode, then float8 on the
+   compiled blocks: what a performance engineer and the peers (``model.compile()``, torchtitan's
+   recipe, timm's) reach for first, and what pays most often, by the catalogue's rows. They
    are tried first, in that order, whatever the audit estimated.
 2. **Then the others by evidence**: the audit's findings on this step (each finding names the
    levers that fix it; its expected saving is the finding's priced saving as a share of the
@@ -70,10 +72,13 @@ EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 # whole-model compile (compile-model picks CUDA graphs where the step is static; its default
 # mode is tried beside it there), per-block compile, float8 on the compiled blocks
 PEER_FORMS: tuple[str, ...] = (
-    "compile-model", "compile-blocks", "compile-model:mode=default",
+    "channels-last", "compile-model", "compile-blocks", "compile-model:mode=default",
     "compile-model:backend=cudagraphs", "float8", "float8-rowwise",
 )
-PEER_SOURCE = "a peer's form (whole-model or per-block compile, float8 on it): tried first"
+PEER_SOURCE = (
+    "a peer's form (a convnet's channels-last, whole-model or per-block compile, float8 on it): "
+    "tried first"
+)
 # forms tried only where no other form of their group paid, each with what it is: the step's
 # CUDA graphs without inductor, whose first step traces in seconds where inductor may compile
 # for minutes (timm's inception_resnet_v2 on an H200: ~210 s, more than a 3-minute budget,
