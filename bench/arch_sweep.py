@@ -47,7 +47,8 @@ On a CPU the compile levers trace without inductor (compile-blocks ``aot_eager``
 for this very workload (``budget=0.9:workload=arch``) and the fused loss uses its chunked kernel.
 
 Writes ``OUT/results.jsonl`` (one row per architecture and lever, plus one ``lever: null`` row
-per architecture for its build; rows of architectures run again replace theirs) and
+per architecture for its build; the rows of the architectures and levers run again replace
+theirs, so a new lever is swept alone) and
 ``OUT/summary.md`` (the counts, failures grouped). Each row carries the git commit, torch,
 transformers and timm versions, so rows from two environments sit in one file. timm imports
 torchvision, whose compiled operators PyPI's wheel (built for a CUDA torch) cannot load beside a
@@ -567,9 +568,13 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``old`` without the architectures ``new`` ran again, then ``new``."""
-    again = {r["arch"] for r in new}
-    return [r for r in old if r["arch"] not in again] + new
+    """``old`` without the rows ``new`` ran again, then ``new``: an architecture's build row and
+    the levers run again replace theirs, its other levers' rows are kept (a lever added to the
+    catalogue is swept alone); an architecture that no longer builds keeps none of its rows."""
+    again = {(r["arch"], r.get("lever")) for r in new}
+    unbuilt = {r["arch"] for r in new if r.get("lever") is None and not r.get("built")}
+    return [r for r in old if r["arch"] not in unbuilt
+            and (r["arch"], r.get("lever")) not in again] + new
 
 
 # --- summary -------------------------------------------------------------------------------------

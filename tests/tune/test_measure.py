@@ -72,6 +72,32 @@ def test_a_compiled_trial_is_timed_on_its_parity_programs_and_says_so(p):
     assert (EAGER_RANDOM_WORDS in proof_lines(trial)) is (p > 0)
 
 
+def test_a_trial_compiled_without_inductor_draws_as_eager_and_claims_nothing_else():
+    # compile-model's CUDA-graph form replays eager's kernels: whatever fallback_random said
+    # while its parity steps compiled, its timed steps draw random numbers as the user's run
+    # does; aot_eager is that backend on a CPU
+    import torch._inductor.config  # noqa: F401 - ab turns fallback_random on where it is loaded
+
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    spec = f"{Path(__file__).parent / 'dropout_factory.py'}:build"
+    trial = ab_measure(spec, {"p": 0.1}, DESIGN)((), ("compile-model:backend=aot_eager",), None)
+    assert trial.error is None and trial.parity == PARITY, (trial.error, trial.parity_note)
+    assert counters["stats"]["unique_graphs"] - before == 1  # compiled while drawn alike
+    assert trial.ab.timed_eager_random is True  # ab counts the program, whatever its backend
+    assert trial.timed_eager_random is False
+    assert EAGER_RANDOM_WORDS not in proof_lines(trial)
+
+
+def test_only_a_stack_whose_compile_levers_all_skip_inductor_compiles_without_it():
+    from levers.tune.trial import compiles_without_inductor
+
+    assert compiles_without_inductor(("compile-model:backend=cudagraphs", "channels-last"))
+    assert not compiles_without_inductor(("compile-model",))
+    assert not compiles_without_inductor(("compile-blocks", "compile-model:backend=cudagraphs"))
+    assert not compiles_without_inductor(("channels-last",))  # nothing compiled by the stack
+
+
 @pytest.mark.skipif(
     shutil.which("g++") is None and shutil.which("c++") is None,
     reason="inductor on the CPU needs a C++ compiler",

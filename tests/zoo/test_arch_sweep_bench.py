@@ -38,6 +38,13 @@ def test_a_run_writes_a_row_per_architecture_and_lever_and_a_summary(tmp_path):
     bench.main(["--only", "imagegpt", "--levers", "ac-full", "--out", str(tmp_path)])
     again = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(again) == len(rows) and {r["arch"] for r in again} == {"bloom", "imagegpt"}
+    # one lever run again (a lever new to the catalogue) replaces its rows and the build row
+    # only: the other levers' rows of that architecture stay
+    bench.main(["--only", "bloom", "--levers", "fused-optimizer", "--out", str(tmp_path)])
+    third = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["arch"], r["lever"] or "") for r in third) == sorted(
+        (r["arch"], r["lever"] or "") for r in rows)
+    assert by[("bloom", "ac-full")] in third
 
 
 def test_an_architecture_that_runs_out_of_time_is_a_row_not_a_crash(tmp_path):

@@ -22,12 +22,16 @@ from typing import Any, Protocol
 
 from levers.ab.looks import timed_pairs
 from levers.ab.verdict import DAMAGED, NOT_MEASURED, PARITY
+from levers.levers.lever import lever_id_of, parse_lever_spec
 
 Stack = tuple[str, ...]
 # what a trial was for: selecting a lever (an increment over the stack so far), or confirming a
 # selected stack against the baseline by a fresh A/B that selected none of its levers
 SELECTION = "selection"
 CONFIRMATION = "confirmation"
+# the levers that compile the model, by default with inductor, whose programs draw their own
+# random numbers unless inductor's fallback_random is on while they compile
+COMPILE_LEVERS = ("compile-model", "compile-blocks")
 # the proven stack timed again against the baseline as the user runs it, where the proof timed
 # the programs its parity steps compiled (random numbers drawn as eager draws them)
 AS_RUN = "as-run"
@@ -201,6 +205,18 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         phase_s=dict(getattr(result, "phase_s", {}) or {}),
         num_steps=result.config.num_steps,
         timed_steps=timed_pairs(getattr(result, "samples", None)) or None,
-        timed_eager_random=bool(getattr(result, "timed_eager_random", False)),
+        timed_eager_random=bool(getattr(result, "timed_eager_random", False))
+        and not compiles_without_inductor(stack),
         ab=result,
     )
+
+
+def compiles_without_inductor(stack: Stack) -> bool:
+    """Whether the stack compiles and none of its compile levers uses inductor
+    (``compile-model:backend=cudagraphs`` replays eager's kernels): its programs draw random
+    numbers with eager's ops whatever inductor's ``fallback_random`` said while they compiled,
+    so timing its parity steps' programs times what the user runs (ab counts every program
+    compiled meanwhile, whatever its backend)."""
+    backends = [parse_lever_spec(spec)[1].get("backend", "inductor")
+                for spec in stack if lever_id_of(spec) in COMPILE_LEVERS]
+    return bool(backends) and "inductor" not in backends
