@@ -277,51 +277,26 @@ def search(
     )
 
 
+Paid = tuple[Candidate, Trial, str, int]  # a lever whose selection paid: its trial, why, index
+
+
 def _select(ordered: Sequence[Candidate], state: _Search) -> None:
     """Greedy forward selection: ``state.stack`` grows by the fastest alternative of each group
     whose increment paid, when a fresh A/B of it pays too."""
     stack, outcomes = state.stack, state.outcomes
     all_groups = groups(ordered)
     for number, group in enumerate(all_groups):
-        paid: list[tuple[Candidate, Trial, str, int]] = []
+        paid: list[Paid] = []
         fallback = next((c.lever for c in group if c.lever in FALLBACK_FORMS), None)
         fallback_reserve_s = FALLBACK_SHARE * state.left_s() if fallback else 0.0
         for candidate in group:
             lever = candidate.lever
-            if lever == fallback and paid:
-                outcomes[lever] = Outcome(
-                    lever, False, f"not tried: {_fastest(paid)[0].lever} paid, and this form is "
-                    "only its fallback (no fusion) where no other form pays in the time",
-                    source=candidate.source,
-                )
+            skip = _not_tried(lever, stack, paid, fallback)
+            if skip is not None:
+                outcomes[lever] = Outcome(lever, False, skip, source=candidate.source)
                 continue
-            clash = exclusive_with(lever, stack)
-            if clash is not None:
-                outcomes[lever] = Outcome(
-                    lever, False, f"not tried: it does not stack with {clash}, which was kept",
-                    source=candidate.source,
-                )
-                continue
-            cover = covered_by(lever, stack)
-            if cover is not None:
-                outcomes[lever] = Outcome(
-                    lever, False, f"not tried: {cover}, which was kept, already does what it does",
-                    source=candidate.source,
-                )
-                continue
-            # this A/B, its confirmation, and the proof once the stack would hold two levers.
-            # Not the end of the search: the estimate is the median A/B so far, which the first
-            # (cold) compile holds high until a confirmation, its programs cached, brings it down.
-            # Once an alternative of the group paid, its confirmation (and the proof) is kept
-            # out of this A/B's time: at 3dad68e on T5 (H100) an alternative given all the time
-            # left ran out of it, and the whole-model compile that had paid 2.96x went unconfirmed
-            reserve_s = _paid_reserve_s(state, paid) if paid else 0.0
-            # until a form paid, the others keep the fallback's time (a first compile that
-            # would take it all is stopped inside its step), and the fallback, which traces
-            # rather than compiles, is tried in whatever is left
-            keeps_fallback = lever != fallback and not paid and fallback_reserve_s > 0
-            if keeps_fallback:
-                reserve_s = fallback_reserve_s
+            reserve_s, keeps_fallback = _kill_reserve(state, lever, paid, fallback,
+                                                      fallback_reserve_s)
             needed_s = 0.0 if lever == fallback else (
                 state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s))
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
@@ -341,60 +316,110 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 raise
             pays, why = judge(trial)
             if not pays and _undecided(trial):
-                # the CI is too wide to tell (a step whose times jitter): once more, longer,
-                # where the time left holds it beside the A/Bs still to run
+                # A/Bs still to run after this one: the rest of this group and the later ones
                 left = sum(len(g) for g in all_groups[number:]) - group.index(candidate) - 1
-                reserve_s = left * state.typical_s + state.again_s * (2 if stack else 1)
-                more = _confirm_steps(state, state.left_s() - reserve_s)
-                if more is not None and more > (state.steps or 0):
-                    trial = state.run(
-                        tuple(stack), (*stack, lever),
-                        f"trying {lever}{on_top} again, {more} timed steps per side (the "
-                        f"first {why.removeprefix('does not pay: ')})", steps=more,
-                        reserve_s=reserve_s,
-                    )
-                    pays, why = judge(trial)
+                trial, pays, why = _once_more(state, lever, on_top, trial, why, left)
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
-            elif trial.out_of_time and keeps_fallback:
-                outcomes[lever] = Outcome(
-                    lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for "
-                    f"{fallback}, tried where no form of the group pays in the time)",
-                    len(state.trials) - 1, candidate.source,
-                )
-                state.notes.append(
-                    f"{lever} did not finish in the {format_duration(state.durations_s[-1])} "
-                    f"it was given (a first step compiles the model); a --budget of "
-                    f"{format_duration(2 * state.budget_s)} or more gives it longer"
-                )
-            elif trial.out_of_time and reserve_s > 0:
-                held = _fastest(paid)[0].lever
-                outcomes[lever] = Outcome(
-                    lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for "
-                    f"the confirmation of {held}, which paid)", len(state.trials) - 1,
-                    candidate.source,
-                )
             else:
-                outcomes[lever] = Outcome(lever, False, why, len(state.trials) - 1,
-                                          candidate.source)
-        if not paid:
-            continue
-        best = _fastest(paid)
-        for candidate, trial, why, index in paid:
-            if candidate is not best[0]:
-                outcomes[candidate.lever] = Outcome(
-                    candidate.lever, False,
-                    f"{why}, but its alternative {best[0].lever} paid more "
-                    f"({speed_of(best[1]):.3f}x against {speed_of(trial):.3f}x)",
-                    index, candidate.source,
-                )
-        # the A/Bs that may run after this one: a selection per lever left, and the proof
-        left = sum(len(g) for g in all_groups[number + 1:])
-        later = left + (1 if stack or left else 0)
-        _confirm_increment(state, best, later * state.typical_s)
+                outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s,
+                                          fallback if keeps_fallback else None, paid)
+        if paid:
+            _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
 
 
-Paid = tuple[Candidate, Trial, str, int]  # a lever whose selection paid: its trial, why, index
+def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
+               fallback: str | None) -> str | None:
+    """Why ``lever`` is not tried on top of ``stack``, or None: a fallback form once another
+    form of its group paid, an alternative of a lever kept, a lever a kept one covers."""
+    if lever == fallback and paid:
+        return (f"not tried: {_fastest(paid)[0].lever} paid, and this form is only its fallback "
+                "(no fusion) where no other form pays in the time")
+    clash = exclusive_with(lever, stack)
+    if clash is not None:
+        return f"not tried: it does not stack with {clash}, which was kept"
+    cover = covered_by(lever, stack)
+    if cover is not None:
+        return f"not tried: {cover}, which was kept, already does what it does"
+    return None
+
+
+def _kill_reserve(state: _Search, lever: str, paid: Sequence[Paid], fallback: str | None,
+                  fallback_reserve_s: float) -> tuple[float, bool]:
+    """The time this A/B's kill line keeps for what must follow it, and whether that is the
+    fallback's time.
+
+    Once an alternative of the group paid, its confirmation (and the proof once the stack would
+    hold two levers) is kept out of this A/B's time: at 3dad68e on T5 (H100) an alternative
+    given all the time left ran out of it, and the whole-model compile that had paid 2.96x went
+    unconfirmed. Until a form paid, the others keep the fallback's time (a first compile that
+    would take it all is stopped inside its step), and the fallback, which traces rather than
+    compiles, is tried in whatever is left. Not the end of the search: the A/B's own estimate
+    is the median A/B so far, which the first (cold) compile holds high until a confirmation,
+    its programs cached, brings it down."""
+    if lever != fallback and not paid and fallback_reserve_s > 0:
+        return fallback_reserve_s, True
+    return (_paid_reserve_s(state, paid) if paid else 0.0), False
+
+
+def _once_more(state: _Search, lever: str, on_top: str, first: Trial, why: str,
+               left: int) -> tuple[Trial, bool, str]:
+    """An A/B whose CI was too wide to tell (``first``: a step whose times jitter) run once
+    more, longer, where the time left holds it beside the ``left`` A/Bs still to run; else
+    ``first`` as it was judged."""
+    stack = tuple(state.stack)
+    reserve_s = left * state.typical_s + state.again_s * (2 if stack else 1)
+    more = _confirm_steps(state, state.left_s() - reserve_s)
+    if more is None or more <= (state.steps or 0):
+        return first, False, why
+    trial = state.run(
+        stack, (*stack, lever),
+        f"trying {lever}{on_top} again, {more} timed steps per side (the "
+        f"first {why.removeprefix('does not pay: ')})", steps=more, reserve_s=reserve_s,
+    )
+    pays, why = judge(trial)
+    return trial, pays, why
+
+
+def _unpaid(state: _Search, candidate: Candidate, trial: Trial, why: str, reserve_s: float,
+            kept_for: str | None, paid: Sequence[Paid]) -> Outcome:
+    """The outcome of a lever that did not pay, saying what its kill line kept time for where
+    it ran out of time: the fallback ``kept_for`` (with a note of the budget that gives the
+    form longer), or the confirmation of an alternative that paid."""
+    lever, index = candidate.lever, len(state.trials) - 1
+    if trial.out_of_time and kept_for is not None:
+        state.notes.append(
+            f"{lever} did not finish in the {format_duration(state.durations_s[-1])} "
+            f"it was given (a first step compiles the model); a --budget of "
+            f"{format_duration(2 * state.budget_s)} or more gives it longer"
+        )
+        return Outcome(
+            lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for "
+            f"{kept_for}, tried where no form of the group pays in the time)", index,
+            candidate.source,
+        )
+    if trial.out_of_time and reserve_s > 0:
+        return Outcome(
+            lever, False, f"{why} (its kill line kept {format_duration(reserve_s)} for the "
+            f"confirmation of {_fastest(paid)[0].lever}, which paid)", index, candidate.source,
+        )
+    return Outcome(lever, False, why, index, candidate.source)
+
+
+def _keep_fastest(state: _Search, paid: Sequence[Paid], later: int) -> None:
+    """Of a group's alternatives that paid, the fastest confirmed (:func:`_confirm_increment`),
+    the others said to have paid less; ``later`` selections may run after it, then the proof."""
+    best = _fastest(paid)
+    for candidate, trial, why, index in paid:
+        if candidate is not best[0]:
+            state.outcomes[candidate.lever] = Outcome(
+                candidate.lever, False,
+                f"{why}, but its alternative {best[0].lever} paid more "
+                f"({speed_of(best[1]):.3f}x against {speed_of(trial):.3f}x)",
+                index, candidate.source,
+            )
+    after = later + (1 if state.stack or later else 0)
+    _confirm_increment(state, best, after * state.typical_s)
 
 
 def _fastest(paid: Sequence[Paid]) -> Paid:
