@@ -81,8 +81,9 @@ PEER_SOURCE = (
 )
 # forms tried only where no other form of their group paid, each with what it is: the step's
 # CUDA graphs without inductor, whose first step traces in seconds where inductor may compile
-# for minutes (timm's inception_resnet_v2 on an H200: ~210 s, more than a 3-minute budget,
-# where reduce-overhead compile ran 3.10x, nearly all of it from the graphs)
+# for minutes (timm's inception_resnet_v2: ~210 s, more than a 3-minute budget). It pays where
+# eager's launches bound the step; on inception_resnet_v2 they do not (H100, s47: 1.045x
+# [0.974, 1.167] where reduce-overhead compile ran 3.2x, inductor's kernels under its graphs)
 FALLBACK_FORMS: dict[str, str] = {
     "compile-model:backend=cudagraphs": (
         "the step's own kernels replayed as CUDA graphs, without inductor (a trace of seconds "
