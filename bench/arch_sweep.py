@@ -88,6 +88,7 @@ from levers.ab.killlines import KillLines  # noqa: E402
 from levers.ab.parity import reference_for, run_parity  # noqa: E402
 from levers.ab.reads import parity_read  # noqa: E402
 from levers.ab.repeat import check_repeatable  # noqa: E402
+from levers.ab.rounding import check_rounding  # noqa: E402
 from levers.ab.reference import Reference  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers import load_all  # noqa: E402
@@ -242,6 +243,12 @@ def check_undo_after_steps(candidate: Workload, baseline: Workload, seed: int) -
     return bitwise_differences(candidate, baseline, seed + 1000, params=False)
 
 
+def _applied(workload: Workload, lever: Lever, options: dict[str, Any]) -> Workload:
+    """``workload`` with ``lever`` applied (the candidate's build, for its float64 run)."""
+    levers.apply(workload, lever.id, **options)
+    return workload
+
+
 def check_undo_before_steps(build: Callable[[], Workload], lever: Lever,
                             options: dict[str, Any], seed: int) -> list[str]:
     """Patched and undone before any step: one step is bitwise a never-patched twin's."""
@@ -303,6 +310,11 @@ def contract(
         if kill is None:  # a failed gate: does the baseline repeat itself?
             result, kill = check_repeatable(lambda: seeded(build, seed), result, seed=seed,
                                             lines=KillLines())
+        if kill is None:  # ... and is the difference the lever's math, or amplified rounding?
+            result, kill = check_rounding(
+                lambda: _applied(seeded(build, seed), lever, options), result,
+                faithful=lever.float64_faithful, seed=seed, lines=KillLines(),
+            )
         read = parity_read(result)
         row["parity"] = parity_record(result, read)
         if kill is not None:

@@ -36,6 +36,9 @@ QUANTITIES = ("loss", "grad_norm")
 # a second baseline that computed "as the candidate did" must match it this closely (a share of
 # the tolerance): the same computation repeats to rounding, a noisy step's runs only by chance
 SAME_AS_CANDIDATE = 0.01
+# how a failed gate's note begins once the baseline repeated itself: the difference is the
+# candidate's (levers.ab.rounding then asks whether it is its math or the step's rounding)
+REPEATED = "the baseline repeated itself from the same seed"
 
 
 def _series(result: ParityResult, side: str) -> dict[str, tuple[float | None, ...]]:
@@ -114,7 +117,7 @@ def _judged(result: ParityResult, again: dict[str, list[float | None]]) -> Parit
             f"differed at most {ratio:.2g}x the tolerance")
         return _noted(
             result,
-            f"the baseline repeated itself from the same seed (a second run {how}): the "
+            f"{REPEATED} (a second run {how}): the "
             "difference is the candidate's",
         )
     candidate = _largest(_series(result, "candidate"), again, result)

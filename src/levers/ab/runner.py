@@ -32,6 +32,7 @@ from levers.ab.parity import (
 )
 from levers.ab.precision import LOW_PRECISION, autocast_probe
 from levers.ab.repeat import check_repeatable
+from levers.ab.rounding import check_rounding
 from levers.ab.reference import Reference, unavailable
 from levers.ab.quality import QualityRead, held_out_losses, quality_from, quality_read
 from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
@@ -316,10 +317,8 @@ def run_ab(
                 floor=config.parity_floor,
                 floor_of=config.parity_floor_of,
             )
-            if kill is None:  # a failed gate: the baseline run again tells whose difference it is
-                parity, kill = check_repeatable(
-                    lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
-                )
+            if kill is None:
+                parity, kill = _failed_gate(baseline, candidate, parity, config, lines)
         eager_random = _programs_for_timing(config, compiled, reference.draws_random)
     samples = None
     if kill is None:
@@ -336,6 +335,38 @@ def run_ab(
             )
     return _result(config, (_info(baseline, a), _info(candidate, b)), (_facts(a), _facts(b)),
                    parity, samples, quality, kill, started_at, lines, phase_s, eager_random)
+
+
+def _failed_gate(
+    baseline: Side, candidate: Side, parity: ParityResult, config: AbConfig, lines: KillLines
+) -> tuple[ParityResult, Kill | None]:
+    """A gate that failed, asked twice more (any other is returned as it is): the baseline run
+    again tells whose difference it is (:mod:`levers.ab.repeat`), then, where it is the
+    candidate's, the candidate's own float64 run tells its math from its rounding
+    (:mod:`levers.ab.rounding`, for levers whose change a float64 run keeps)."""
+    parity, kill = check_repeatable(
+        lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
+    )
+    if kill is not None:
+        return parity, kill
+    return check_rounding(
+        lambda: _build(candidate, config.seed), parity,
+        faithful=_float64_faithful(baseline, candidate), seed=config.seed, lines=lines,
+    )
+
+
+def _float64_faithful(baseline: Side, candidate: Side) -> bool:
+    """Whether the sides differ only by levers and every lever of both keeps its change in a
+    float64 run (``Lever.float64_faithful``)."""
+    if not candidate.levers or (candidate.spec, candidate.params) != (baseline.spec,
+                                                                     baseline.params):
+        return False
+    from levers.levers import load_all
+    from levers.levers.lever import lever_id_of
+
+    registry = load_all()
+    return all(getattr(registry.get(lever_id_of(spec)), "float64_faithful", False)
+               for spec in (*baseline.levers, *candidate.levers))
 
 
 def _looks(config: AbConfig) -> dict[str, Any]:
@@ -499,11 +530,9 @@ def _one_at_a_time(
             config.parity_floor_of,
         )
         parity = judge(tolerance, losses, norms, config.num_parity_steps, kill, reference)
-        if kill is None:  # a failed gate: the baseline run again tells whose difference it is
+        if kill is None:
             with clock("parity"):
-                parity, kill = check_repeatable(
-                    lambda: _build(baseline, config.seed), parity, seed=config.seed, lines=lines
-                )
+                parity, kill = _failed_gate(baseline, candidate, parity, config, lines)
             _free(torch.device(runs["baseline"].facts.device))
     samples = None
     if len(runs) == 2 and all(r.samples is not None for r in runs.values()):

@@ -124,6 +124,7 @@ LEVER = register(
         applies=applies,
         patch=patch,
         needs_gpu=True,
+        float64_faithful=True,  # model.to(torch.float64) keeps the weights channels-last
         known_problems=(
             "a model that calls .view() on a convolution's output (rather than .reshape()) "
             "fails on channels-last activations (the A/B then reports the error); inductor "

@@ -132,6 +132,11 @@ class Lever:
     # the part of ``applies`` about the model alone, for a lever that also needs options to act
     # (ac-budget needs a budget): what the audit asks of a captured model
     applies_to_model: Callable[[Target], str | None] | None = None
+    # a float64 run of the model keeps this lever's change (channels-last's layout): where the
+    # parity gate fails on a step that amplifies rounding, ab runs the candidate in float64 to
+    # tell its math from its rounding (levers.ab.rounding). Not compile (the float64 run is
+    # eager) nor autocast (it leaves float64 alone)
+    float64_faithful: bool = False
 
     def __post_init__(self) -> None:
         if self.safety not in FIX_SAFETIES:
