@@ -43,6 +43,8 @@ from levers.ab.timing import SideSamples, run_timed, warm_up
 from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision, judged_reads
 from levers.errors import LeversError
+from levers.levers import load_all
+from levers.levers.lever import lever_id_of
 from levers.workload import Workload
 from levers.vocab import CHANGES_NUMERICS, EXACT, fix_safety
 
@@ -361,9 +363,6 @@ def _float64_faithful(baseline: Side, candidate: Side) -> bool:
     if not candidate.levers or (candidate.spec, candidate.params) != (baseline.spec,
                                                                      baseline.params):
         return False
-    from levers.levers import load_all
-    from levers.levers.lever import lever_id_of
-
     registry = load_all()
     return all(getattr(registry.get(lever_id_of(spec)), "float64_faithful", False)
                for spec in (*baseline.levers, *candidate.levers))
