@@ -20,9 +20,11 @@ module attributes unspecialised (:mod:`levers.levers._compile_setup`).
 ``backend=cudagraphs`` replays the step's own (eager) kernels as CUDA graphs, through dynamo and
 AOTAutograd, without inductor: no fusion, but a first step that traces rather than compiles
 (timm's inception_resnet_v2 on this project's CPU: 19 s against inductor's 122 s; on an H200
-inductor's took ~210 s, more than a 3-minute tune budget, while reduce-overhead compile ran it
-3.10x faster, nearly all of it from the graphs). ``levers tune`` tries it where no inductor form
-paid in the time it had. Its numerics are eager's kernels', in the order eager runs them.
+inductor's took ~210 s, more than a 3-minute tune budget). It pays where eager's launches bound
+the step, not where its kernels do: on inception_resnet_v2 (H100) it ran 1.045x where
+reduce-overhead compile, inductor's kernels under graphs, ran 3.2x. ``levers tune`` tries it
+where no inductor form paid in the time it had. Its numerics are eager's kernels', in the order
+eager runs them.
 
 Options: ``mode`` (auto | default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs;
 inductor's only), ``backend`` (default "inductor"; "cudagraphs" as above), ``dynamic``,
