@@ -30,12 +30,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
+from levers_vs_peers import _sync  # noqa: E402
 from tune_sweep import _environment, _free, model_params  # noqa: E402
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _counters() -> dict:
@@ -66,10 +62,20 @@ def _profile(workload) -> dict:
             "graph_launches": len(replays)}
 
 
+def _step_times(workload, count: int) -> list[float]:
+    """Wall seconds of ``count`` steps, each synchronised."""
+    times = []
+    for _ in range(count):
+        begin = time.perf_counter()
+        workload.step()
+        _sync(workload.device)
+        times.append(time.perf_counter() - begin)
+    return times
+
+
 def run(spec: str, params: dict, stack: list[str], warmup: int, steps: int) -> dict:
     row: dict = {"stack": stack}
-    _free()
-    torch._dynamo.reset()
+    _free()  # dynamo reset with it
     from torch._dynamo.utils import counters
     counters.clear()
     try:
@@ -79,19 +85,8 @@ def run(spec: str, params: dict, stack: list[str], warmup: int, steps: int) -> d
         # a CPU run checks the path: dynamo's eager backend, not a C++ compile
         options = {"backend": "eager"} if workload.device.type != "cuda" else {}
         handle = levers.apply(workload, stack, **options) if stack else None
-        device = workload.device
-        first = []
-        for _ in range(warmup):
-            begin = time.perf_counter()
-            workload.step()
-            _sync(device)
-            first.append(time.perf_counter() - begin)
-        durations = []
-        for _ in range(steps):
-            begin = time.perf_counter()
-            workload.step()
-            _sync(device)
-            durations.append(time.perf_counter() - begin)
+        first = _step_times(workload, warmup)
+        durations = _step_times(workload, steps)
         row.update(warmup_s=first, dur_s=durations, median_ms=1e3 * statistics.median(durations),
                    counters=_counters())
         row.update(_profile(workload))

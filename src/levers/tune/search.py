@@ -295,8 +295,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
             if skip is not None:
                 outcomes[lever] = Outcome(lever, False, skip, source=candidate.source)
                 continue
-            reserve_s, keeps_fallback = _kill_reserve(state, lever, paid, fallback,
-                                                      fallback_reserve_s)
+            reserve_s, kept_for = _kill_reserve(state, lever, paid, fallback, fallback_reserve_s)
             needed_s = 0.0 if lever == fallback else (
                 state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s))
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
@@ -322,8 +321,8 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
             else:
-                outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s,
-                                          fallback if keeps_fallback else None, paid)
+                outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s, kept_for,
+                                          paid)
         if paid:
             _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
 
@@ -345,9 +344,9 @@ def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
 
 
 def _kill_reserve(state: _Search, lever: str, paid: Sequence[Paid], fallback: str | None,
-                  fallback_reserve_s: float) -> tuple[float, bool]:
-    """The time this A/B's kill line keeps for what must follow it, and whether that is the
-    fallback's time.
+                  fallback_reserve_s: float) -> tuple[float, str | None]:
+    """The time this A/B's kill line keeps for what must follow it, and the fallback form where
+    that is the fallback's time (None where it is a paid form's confirmation, or nothing).
 
     Once an alternative of the group paid, its confirmation (and the proof once the stack would
     hold two levers) is kept out of this A/B's time: at 3dad68e on T5 (H100) an alternative
@@ -358,8 +357,8 @@ def _kill_reserve(state: _Search, lever: str, paid: Sequence[Paid], fallback: st
     is the median A/B so far, which the first (cold) compile holds high until a confirmation,
     its programs cached, brings it down."""
     if lever != fallback and not paid and fallback_reserve_s > 0:
-        return fallback_reserve_s, True
-    return (_paid_reserve_s(state, paid) if paid else 0.0), False
+        return fallback_reserve_s, fallback
+    return (_paid_reserve_s(state, paid) if paid else 0.0), None
 
 
 def _once_more(state: _Search, lever: str, on_top: str, first: Trial, why: str,
