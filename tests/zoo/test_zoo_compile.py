@@ -85,9 +85,21 @@ class _ConvBlock(torch.nn.Module):
         return torch.relu(self.norm(self.conv(x)))
 
 
+class _TwoConvBlock(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.first, self.second = _ConvBlock(width), _ConvBlock(width + 1)
+        self.back = torch.nn.Conv2d(width + 2, width, 1)
+
+    def forward(self, x):
+        return x + self.back(self.second(self.first(x)))
+
+
 def test_blocks_of_one_class_in_many_widths_are_refused_with_the_widths_named():
-    """timm's inception_resnet_v2: 57 blocks of 4 classes, its ConvNormAct in 14 widths, with no
-    attribute that differs; the refusal names the classes and widths, not an empty attribute."""
+    """A pipeline of single convolutions in 10 widths (timm's inception_v4: 91 ConvNormActs in
+    20 shapes) and of two-convolution blocks in 10 widths, no attribute differing: the refusal
+    names the classes and widths, not an empty attribute, and says what leaving eager the
+    single layers would (not) bring."""
     from levers.levers import compile_blocks
     from levers.levers.lever import Target
 
@@ -96,6 +108,48 @@ def test_blocks_of_one_class_in_many_widths_are_refused_with_the_widths_named():
     assert reason is not None
     assert "the 10 blocks are of 1 class, _ConvBlock in 10 shapes" in reason
     assert "10 programs" in reason and "compile-model" in reason and "differ in  " not in reason
+    assert "each a single convolution or linear layer" in reason
+    model = torch.nn.Sequential(*[_TwoConvBlock(width) for width in range(1, 11)])
+    reason = compile_blocks.applies(Target(model=model))
+    assert reason is not None and "_TwoConvBlock in 10 shapes" in reason
+    assert "single convolution" not in reason  # none of them is one
+
+
+class _InceptionLike(torch.nn.Module):
+    """timm's inception_resnet_v2 in miniature: repeated blocks (its Block35s) after a branch of
+    single ConvNormActs in as many widths (its mixed_5b's): 10 programs compiled one by one, past
+    dynamo's limit of 8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.branch = torch.nn.Sequential(*[_ConvBlock(width) for width in range(3, 12)])
+        self.repeat = torch.nn.Sequential(*[_TwoConvBlock(12) for _ in range(4)])
+
+    def forward(self, x):
+        return self.repeat(self.branch(x)).mean()
+
+
+def test_single_layers_past_the_limit_stay_eager_and_the_blocks_compile():
+    from levers.levers import compile_blocks
+    from levers.levers._compile_setup import block_programs, compile_units, is_compiled
+    from levers.levers.lever import Target
+
+    torch.manual_seed(0)
+    model = _InceptionLike()
+    units = compile_units(model)
+    assert block_programs(units)[0] == 10 and compile_blocks.applies(Target(model=model)) is None
+    x = torch.randn(2, 3, 6, 6)
+    expected = torch.autograd.grad(model(x), list(model.parameters()))
+    torch._dynamo.reset()
+    counters.clear()
+    with levers.apply(model, "compile-blocks", backend="eager") as handle:
+        compiled = [is_compiled(unit) for unit in units]
+        got = torch.autograd.grad(model(x), list(model.parameters()))
+        assert handle._undos[0].__defaults__[0].left_eager == 9
+    assert compiled == [False] * 9 + [True] * 4  # the two-convolution blocks only
+    assert counters["frames"]["ok"] == 1  # one program, shared by the four blocks
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    assert not any(is_compiled(unit) for unit in units)
 
 
 def test_gpt2_as_shipped_compiles_its_blocks_once_and_gets_its_cache_back():

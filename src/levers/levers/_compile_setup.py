@@ -36,12 +36,15 @@ that a model as shipped compiles once, not once per block; each returns its undo
   depth (a Swin's or timm ViT's ``drop_path.drop_prob``, 0.0 to 0.1 across the blocks, and an
   ``Identity`` in the first block's place) is guarded by value and by type. Past dynamo's
   ``recompile_limit`` (8) the blocks after it would run uncompiled, silently; compile-blocks
-  refuses instead (:func:`block_programs`) and names the attribute, and compile-model (one
-  program for the whole model) is the form that applies.
+  leaves eager the units that hold a single convolution or linear layer instead, where the rest
+  are within the limit (:func:`plan_programs`: the ConvNormActs of an Inception block's branches),
+  and otherwise refuses (:func:`block_programs`) and names the attribute: compile-model (one
+  program for the whole model) is the form that applies there.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -49,6 +52,7 @@ import torch
 from levers.blocks import repeated_blocks
 
 Undo = Callable[[], None]
+
 
 
 def compile_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -75,13 +79,64 @@ def block_programs(units: list[torch.nn.Module]) -> tuple[int, list[str]]:
     groups: dict[tuple, list[dict[str, str]]] = {}  # by class and parameter shapes
     for unit in units:
         groups.setdefault(_parameter_shapes(unit), []).append(_traits(unit))
-    programs = 0
     differing: set[str] = set()
     for group in groups.values():
-        programs += len({tuple(sorted(traits.items())) for traits in group})
         names = set().union(*group)
         differing |= {name for name in names if len({t.get(name) for t in group}) > 1}
-    return programs, sorted(differing)
+    return len(_by_program(units)), sorted(differing)
+
+
+def _by_program(units: list[torch.nn.Module]) -> dict[tuple, list[torch.nn.Module]]:
+    """The units grouped by the program dynamo builds for them (see :func:`block_programs`)."""
+    programs: dict[tuple, list[torch.nn.Module]] = {}
+    for unit in units:
+        key = (_parameter_shapes(unit), tuple(sorted(_traits(unit).items())))
+        programs.setdefault(key, []).append(unit)
+    return programs
+
+
+@dataclass(frozen=True)
+class ProgramPlan:
+    """Which units compile-blocks compiles and which it leaves eager (:func:`plan_programs`)."""
+
+    compiled: list[torch.nn.Module]
+    eager: list[torch.nn.Module]
+    needed: int  # programs all the units would need
+    of_layers: int  # programs the units of more than one convolution or linear layer need
+
+    @property
+    def programs(self) -> int:  # the programs the compiled units need
+        return self.needed if not self.eager else self.of_layers
+
+    @property
+    def fits(self) -> bool:
+        return self.programs <= recompile_limit()
+
+
+def plan_programs(units: list[torch.nn.Module]) -> ProgramPlan:
+    """The units compiled: all of them where their programs are within dynamo's recompile limit;
+    past it, the units that hold a single convolution or linear layer (the ConvNormActs of an
+    Inception block's branches, each of another width) stay eager, since inductor adds little
+    around one layer's kernel, and the rest compile. Where the rest still need more programs
+    than the limit (or are none), the plan does not fit and the lever refuses."""
+    by_program = list(_by_program(units).values())
+    of_layers = [group for group in by_program if not _one_layer(group[0])]
+    if len(by_program) <= recompile_limit() or not 0 < len(of_layers) <= recompile_limit():
+        return ProgramPlan(list(units), [], len(by_program), len(of_layers))
+    compiled_ids = {id(unit) for group in of_layers for unit in group}
+    return ProgramPlan(
+        compiled=[unit for unit in units if id(unit) in compiled_ids],
+        eager=[unit for unit in units if id(unit) not in compiled_ids],
+        needed=len(by_program),
+        of_layers=len(of_layers),
+    )
+
+
+_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def _one_layer(unit: torch.nn.Module) -> bool:
+    return sum(isinstance(module, _LAYERS) for module in unit.modules()) <= 1
 
 
 def shapes_per_class(units: list[torch.nn.Module]) -> dict[str, int]:

@@ -13,7 +13,10 @@ lever is on (``use_cache=False``, as Hugging Face's gradient checkpointing does 
 put back by the undo), and integer module attributes that differ between blocks (``layer_idx``)
 are traced unspecialised. Blocks that differ in what dynamo guards by value (stochastic depth's
 ``drop_prob``, different per block) would need a program each: past dynamo's recompile limit the
-lever does not apply and says which attribute differs (compile-model applies there). Blocks that
+lever does not apply and says which attribute differs (compile-model applies there). Where the
+programs past the limit are single layers (timm's inception_resnet_v2: its 39 repeated
+Inception-ResNet blocks are 3 programs, the single ConvNormActs of its branches 14 more), the units
+of one convolution or linear layer stay eager and the rest compile. Blocks that
 differ in what no attribute shows (the dtype of their input: a ConvNeXt stage's first layer gets
 bf16 under autocast, the rest fp32) get dynamo's recompile limit raised to the number of blocks
 while the lever is on, so none of them runs uncompiled.
@@ -37,6 +40,8 @@ from levers.levers._compile_setup import (
     differing_int_attributes,
     is_compiled,
     liger_patched,
+    ProgramPlan,
+    plan_programs,
     recompile_limit,
     recompile_limit_at_least,
     shapes_per_class,
@@ -63,8 +68,9 @@ def applies(target: Target) -> str | None:
             "the model runs Liger Kernel's kernels: torch.compile over them fails in dynamo "
             "(torch 2.11); use compile-blocks or liger-kernels, not both"
         )
-    programs, differing = block_programs(blocks)
-    if programs > recompile_limit():
+    plan = plan_programs(blocks)
+    if not plan.fits:
+        programs, differing = block_programs(blocks)
         if differing:
             shown = ", ".join(differing[:3]) + (", ..." if len(differing) > 3 else "")
             why = f"differ in {shown} (stochastic depth, say), which dynamo guards by value"
@@ -76,14 +82,25 @@ def applies(target: Target) -> str | None:
         return (
             f"the {len(blocks)} blocks {why}: compiled one by one they need {programs} programs, "
             f"more than dynamo's recompile limit ({recompile_limit()}), each a compile of its "
-            "own; use compile-model (one program for the whole model)"
+            f"own{_without_single_layers(plan)}; use compile-model (one program for the whole "
+            "model)"
         )
     return None
 
 
+def _without_single_layers(plan: ProgramPlan) -> str:
+    if plan.of_layers == plan.needed:  # no unit of a single layer to leave eager
+        return ""
+    if plan.of_layers == 0:
+        return ", each a single convolution or linear layer, which inductor adds little to"
+    return (f", and {plan.of_layers} without those of a single convolution or linear layer "
+            "(left eager where that brings them within it)")
+
+
 def patch(target: Target) -> Callable[[], None]:
     options = {k: v for k, v in target.options.items() if k in OPTIONS}
-    blocks = compile_units(target.model)
+    plan = plan_programs(compile_units(target.model))
+    blocks = plan.compiled
     undo_cache = training_cache_off(target.model)
     differing = differing_int_attributes(blocks)
     undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
@@ -105,6 +122,7 @@ def patch(target: Target) -> Callable[[], None]:
 
     undo.differing_int_attributes = differing  # type: ignore[attr-defined]
     undo.dynamic = options.get("dynamic")  # type: ignore[attr-defined]
+    undo.left_eager = len(plan.eager)  # type: ignore[attr-defined]
     return undo
 
 
