@@ -63,6 +63,10 @@ def test_the_time_budget_stops_the_run(clock):
     kill = result.killed
     assert (kill.kind, kill.phase, kill.side, kill.step) == ("time_budget", "timed", "candidate", 3)
     assert "time budget of 17.5 s spent" in kill.reason
+    # ab's advice names ab's own option, apart from the reason: levers tune, which sets the
+    # line itself, quotes the reason alone and says what to do in its own words
+    assert kill.advice == "raise --time-budget-s or lower --steps"
+    assert "--time-budget-s" not in kill.reason and kill.message.endswith(kill.advice)
     assert len(result.samples["baseline"].dur_ms) == 3
     assert len(result.samples["candidate"].dur_ms) == 2
     # only complete pairs enter the ratio

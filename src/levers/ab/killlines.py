@@ -27,13 +27,21 @@ class Kill:
     side: str | None  # "baseline", "candidate" or None
     step: int | None  # 1-based step of that phase
     user_traceback: str | None = None  # step_error: the frames of the user's code
+    # what to do about it in ab's own words ("raise --time-budget-s"); a caller that set the
+    # line itself (levers tune gives each A/B the time left) says its own instead
+    advice: str = ""
+
+    @property
+    def message(self) -> str:
+        """The reason with ab's advice, as ab prints it."""
+        return f"{self.reason}; {self.advice}" if self.advice else self.reason
 
 
 class KillSignal(Exception):
     """Carries a Kill out of nested loops; never escapes the runner."""
 
     def __init__(self, kill: Kill) -> None:
-        super().__init__(kill.reason)
+        super().__init__(kill.message)
         self.kill = kill
 
 
@@ -77,8 +85,8 @@ def _time_budget_kill(
     return KillSignal(
         Kill(
             kind="time_budget",
-            reason=f"time budget of {lines.time_budget_s:g} s spent ({elapsed_s:.1f} s) {where}; "
-            f"{advice}",
+            reason=f"time budget of {lines.time_budget_s:g} s spent ({elapsed_s:.1f} s) {where}",
+            advice=advice,
             phase=phase,
             side=side,
             step=step,

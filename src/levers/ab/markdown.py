@@ -109,5 +109,5 @@ def to_markdown(
     for note in result.warnings:
         lines.append(f"\n> warning: {note}")
     if result.killed is not None:
-        lines.append(f"\n> **KILLED** ({result.killed.kind}): {result.killed.reason}")
+        lines.append(f"\n> **KILLED** ({result.killed.kind}): {result.killed.message}")
     return "\n".join(lines) + "\n"

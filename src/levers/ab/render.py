@@ -56,7 +56,7 @@ def print_result(
         console.print(f"warning: {note}", style="yellow", highlight=False, markup=False)
     if result.killed is not None:
         console.print(
-            f"KILLED ({result.killed.kind}): {result.killed.reason}",
+            f"KILLED ({result.killed.kind}): {result.killed.message}",
             style="bold red",
             highlight=False,
             markup=False,

@@ -340,7 +340,7 @@ def _finish(args: argparse.Namespace, result: Any, prereg: Any, state: Any) -> i
         return EXIT_INTERRUPTED
     if result.killed.kind == "step_error":
         raise StepError(
-            f"{result.killed.reason} (what was measured before it is written)",
+            f"{result.killed.message} (what was measured before it is written)",
             user_traceback=result.killed.user_traceback,
         )
     return EXIT_KILLED
