@@ -54,7 +54,6 @@ from levers.blocks import repeated_blocks
 Undo = Callable[[], None]
 
 
-
 def compile_units(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The modules compile-blocks compiles: the repeated blocks; where those are stages of
     different widths, the repeated layers inside each stage (a stage of one layer stays whole)."""

@@ -35,12 +35,12 @@ import torch
 
 from levers.levers import register
 from levers.levers._compile_setup import (
+    ProgramPlan,
     block_programs,
     compile_units,
     differing_int_attributes,
     is_compiled,
     liger_patched,
-    ProgramPlan,
     plan_programs,
     recompile_limit,
     recompile_limit_at_least,
