@@ -72,14 +72,15 @@ def check_rounding(
         value = _float64_value(run, check)
         if value is None:
             return _noted(result, "the candidate's float64 run has no value to compare"), None
-        share = rel_diff(check.reference, value) / check.candidate_error
-        worst = max(worst, (rel_diff(check.reference, value), share))
+        difference = rel_diff(check.reference, value)
+        share = difference / check.candidate_error
+        worst = max(worst, (difference, share))
         if share > ROUNDING_SHARE:
             return _noted(
                 result,
                 f"in float64 too the candidate differs from the baseline ({check.quantity} after "
-                f"step {check.step} by {rel_diff(check.reference, value):.3g}, {share:.2g} of its "
-                "fp32 difference): its math differs, not only its rounding",
+                f"step {check.step} by {difference:.3g}, {share:.2g} of its fp32 difference): its "
+                "math differs, not only its rounding",
             ), None
     return replace(
         result,
