@@ -163,6 +163,8 @@ def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
         proof = result.proof
         row.update(
             stack=list(result.stack),
+            # paid where selected, but the budget cut its confirmation: not kept, not refuted
+            unconfirmed=list(result.unconfirmed),
             tokens_per_s_ratio=getattr(proof, "tokens_per_s_ratio", None),
             tokens_per_s_ratio_ci95=getattr(proof, "tokens_per_s_ci95", None),
             parity=getattr(proof, "parity", None),

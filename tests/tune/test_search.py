@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fakes import Clock, FakeAb, ordered
 
-from levers.tune.search import OUT_OF_BUDGET, search
+from levers.tune.search import OUT_OF_BUDGET, UNCONFIRMED, search
 from levers.tune.trial import AS_RUN, CONFIRMATION, SELECTION
 
 
@@ -143,8 +143,10 @@ def test_a_budget_too_small_for_one_more_a_b_returns_nothing_slower():
     # a paid once, but no time is left for the fresh A/B that would confirm it
     assert len(fake.calls) == 1 and result.out_of_budget
     assert result.stack == () and result.proof is None
-    assert _reason(result, "a").endswith("but no time was left to confirm it by a fresh A/B")
+    assert _reason(result, "a").endswith("but no time was left to confirm it by a fresh A/B "
+                                         f"({UNCONFIRMED})")
     assert _reason(result, "b") == OUT_OF_BUDGET
+    assert result.unconfirmed == ("a",)
 
 
 def test_a_trial_killed_by_the_budget_stops_the_search():
@@ -502,3 +504,69 @@ def test_without_the_time_for_one_more_cold_compile_the_proof_stands_and_says_so
     assert fake.as_run_asked == []
     assert result.stack == ("compiled",) and result.proof.timed_eager_random
     assert "no time was left to time it again as you run it" in " ".join(result.notes)
+
+
+def _moe_like(**kw) -> FakeAb:
+    # as glm_moe_dsa on an H100 at c7a70a5 (sides one at a time, 64 GiB a step): whole-model
+    # compile paid 1.435x [1.431, 1.438] in an A/B of 148 s, of which ~99 s parity (its first
+    # compile); its confirmation needed longer than the 32 s left
+    return FakeAb({"compile-model": 1.435, "compile-blocks": 1.3},
+                  cold_s={("compile-model",): (148.0, 99.0)}, cost_s=60.0, kills=True, **kw)
+
+
+def test_a_lever_whose_confirmation_the_budget_cuts_is_unconfirmed_not_refuted():
+    """At c7a70a5 tune printed "nothing pays here ... none faster with parity held" where
+    whole-model compile had paid 1.435x and only the budget had stopped its confirmation."""
+    fake = _moe_like()
+    result = _run(fake, ["compile-model", "compile-blocks"], budget_s=180.0)
+    assert fake.calls == [((), ("compile-model",)), ((), ("compile-model",))]
+    assert result.trials[1].role == CONFIRMATION and result.trials[1].out_of_time
+    assert result.stack == () and result.proof is None  # a selection is no proof
+    assert result.unconfirmed == ("compile-model",)
+    reason = _reason(result, "compile-model")
+    assert reason.startswith("pays: tokens/s 1.435x")
+    assert "but the budget ran out during its confirmation (A/B 2: time budget of 32 s spent)"\
+        in reason and reason.endswith(f"({UNCONFIRMED})")
+    # the note: what it paid, and a budget that holds its confirmation (148 s spent, an A/B of
+    # a measured stack expected at 148 - (99 - 49) = 98 s: 1.25 x 246 s, in whole minutes)
+    assert result.notes == (
+        "compile-model paid where it was selected (tokens/s 1.435x [1.425, 1.445]), but the "
+        "budget ran out before a fresh A/B could confirm it: it is not kept, and not refuted "
+        "either; a --budget of 6m00s or more gives its confirmation time",
+    )
+
+
+def test_a_lever_whose_confirmation_ran_and_did_not_pay_is_refuted_not_unconfirmed():
+    fake = FakeAb({"a": 1.3}, again={("a",): 1.0})
+    result = _run(fake, ["a"])
+    assert result.stack == () and result.unconfirmed == ()
+    assert "did not confirm it" in _reason(result, "a")
+
+
+def test_an_unconfirmed_lever_is_printed_and_recorded_as_such_not_as_nothing_pays():
+    import io
+
+    from rich.console import Console
+
+    from levers.tune.measure import TrialDesign
+    from levers.tune.render import print_tune
+    from levers.tune.result import TuneResult
+
+    searched = _run(_moe_like(), ["compile-model", "compile-blocks"], budget_s=180.0)
+    result = TuneResult(workload="arch", params={"model": "glm_moe_dsa"},
+                        set_items=("model=glm_moe_dsa",), design=TrialDesign(), device="cuda",
+                        search=searched)
+    assert not result.nothing_pays and result.unconfirmed == ("compile-model",)
+    assert result.confirm_command == "levers ab arch --set model=glm_moe_dsa --lever compile-model"
+    record = result.to_dict()
+    assert (record["nothing_pays"], record["unconfirmed"], record["stack"]) == (
+        False, ["compile-model"], [])
+    shown = io.StringIO()
+    print_tune(result, Console(file=shown, width=400))
+    text = shown.getvalue()
+    assert "nothing pays here" not in text
+    assert ("nothing proven in the budget: compile-model paid where selected, but the budget ran "
+            "out before a fresh A/B could confirm it") in text
+    assert "confirm it by hand:\n  levers ab arch --set model=glm_moe_dsa --lever compile-model\n" \
+        in text
+    assert "--budget of 6m00s or more gives its confirmation time" in text

@@ -78,7 +78,15 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
             style="bold red")
     if result.why_nothing_tried is not None:
         say(f"nothing tried: {result.why_nothing_tried}", style="bold")
-    elif result.nothing_pays:
+    elif not result.stack and result.unconfirmed and not result.interrupted:
+        paid = ",".join(result.unconfirmed)
+        say(f"nothing proven in the budget: {paid} paid where selected, but the budget ran out "
+            "before a fresh A/B could confirm it (not kept, not refuted; the notes below say "
+            "the budget that gives it time)", style="bold")
+        if result.confirm_command is not None:
+            say("confirm it by hand:")
+            say(f"  {result.confirm_command}")
+    elif not result.stack:
         if result.interrupted:
             say("no stack was confirmed before the interrupt"
                 + (f" (selected, not confirmed: {','.join(search.selected)})"

@@ -54,7 +54,23 @@ class TuneResult:
 
     @property
     def nothing_pays(self) -> bool:
-        return not self.stack
+        """No stack, and no lever paid where it was selected either (one that did, but whose
+        confirmation the budget cut short, is :attr:`unconfirmed`: not "nothing pays")."""
+        return not self.stack and not self.search.unconfirmed
+
+    @property
+    def unconfirmed(self) -> Stack:
+        """Levers that paid where they were selected but that the budget left unconfirmed."""
+        return self.search.unconfirmed
+
+    @property
+    def confirm_command(self) -> str | None:
+        """``levers ab ... --lever X`` that confirms the first unconfirmed lever by hand (on top
+        of the stack); None where none is, or for a script."""
+        if not self.unconfirmed or self.script is not None:
+            return None
+        stack = ",".join((*self.stack, self.unconfirmed[0]))
+        return f"{ab_prefix(self.workload, self.set_items)} {shlex.join(['--lever', stack])}"
 
     @property
     def interrupted(self) -> bool:
@@ -151,6 +167,7 @@ class TuneResult:
             "design": dict(self.design.__dict__),
             "stack": list(self.stack),
             "nothing_pays": self.nothing_pays,
+            "unconfirmed": list(self.unconfirmed),
             "nothing_tried": self.why_nothing_tried,
             "interrupted": self.interrupted,
             "proof": self.proof.to_dict() if self.proof is not None else None,

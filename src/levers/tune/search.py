@@ -89,6 +89,8 @@ from levers.tune.trial import (
 )
 
 OUT_OF_BUDGET = "not tried: the time budget ran out"
+# a lever whose selection paid but whose confirmation the budget did not hold
+UNCONFIRMED = "unconfirmed: not kept, not refuted"
 NOT_TRIED_INTERRUPTED = "not tried: the search was interrupted (Ctrl-C)"
 # a confirmation times at most this many times the selection A/Bs' steps
 CONFIRM_MAX_FACTOR = 5
@@ -130,6 +132,9 @@ class SearchResult:
     selected: Stack = ()  # every lever kept, each confirmed on top of those before it
     confirmed_by: int | None = None  # index of the proof in trials
     interrupted: bool = False  # Ctrl-C ended the search
+    # levers whose selection paid but whose confirmation the budget cut short (or had no time
+    # for): not kept, not refuted either
+    unconfirmed: Stack = ()
 
 
 def _ignore(_: object) -> None:
@@ -159,6 +164,7 @@ class _Search:
     # next one may fit once a cheap confirmation has lowered the estimate of an A/B)
     passed_over: bool = False
     running: tuple[Stack, Stack, str] | None = None  # the A/B in progress, and its role
+    unconfirmed: list[str] = field(default_factory=list)  # paid, but the budget cut its confirmation
 
     def left_s(self) -> float:
         return self.budget_s - (self.clock() - self.start_s)
@@ -274,6 +280,7 @@ def search(
         selected=tuple(state.stack),
         confirmed_by=proof,
         interrupted=interrupted,
+        unconfirmed=tuple(state.unconfirmed),
     )
 
 
@@ -441,11 +448,15 @@ def _confirm_increment(
     candidate, _, why, index = best
     lever, base = candidate.lever, tuple(state.stack)
     on_top = f" on top of {','.join(base)}" if base else " against the baseline"
+    # the time the search would have needed to confirm it: what it spent, and an A/B of a
+    # measured stack as estimated before this one (a killed confirmation's time says less)
+    needed_s = state.budget_s - state.left_s() + state.again_s
     if state.left_s() <= 0:
         state.outcomes[lever] = Outcome(
-            lever, False, f"{why}, but no time was left to confirm it by a fresh A/B", index,
-            candidate.source,
+            lever, False, f"{why}, but no time was left to confirm it by a fresh A/B "
+            f"({UNCONFIRMED})", index, candidate.source,
         )
+        _unconfirmed(state, lever, why, needed_s)
         return
     try:
         trial = state.confirm(base, (*base, lever), f"confirming {lever}{on_top}", reserve_s)
@@ -463,11 +474,32 @@ def _confirm_increment(
             lever, True, f"{why}; confirmed by a fresh A/B (A/B {conf + 1}): "
             f"{confirmed.removeprefix('pays: ')}", index, candidate.source, conf,
         )
+    elif trial.out_of_time:
+        state.outcomes[lever] = Outcome(
+            lever, False, f"{why}, but the budget ran out during its confirmation (A/B "
+            f"{conf + 1}: {trial.killed}) ({UNCONFIRMED})", index, candidate.source, conf,
+        )
+        _unconfirmed(state, lever, why, needed_s)
     else:
         state.outcomes[lever] = Outcome(
             lever, False, f"{why}, but a fresh A/B (A/B {conf + 1}) did not confirm it: "
             f"{confirmed}", index, candidate.source, conf,
         )
+
+
+def _unconfirmed(state: _Search, lever: str, why: str, needed_s: float) -> None:
+    """``lever`` paid where it was selected (``why``), but the budget held no confirmation of
+    it: it is not kept (a selection is no proof), and a note says what it paid and the budget
+    that would give its confirmation time (``needed_s``, the time spent before it and the
+    confirmation's estimate, with a quarter more for slack; in whole minutes)."""
+    state.unconfirmed.append(lever)
+    minutes = 60.0 * math.ceil(1.25 * needed_s / 60.0)
+    budget = format_duration(max(minutes, state.budget_s + 60.0))
+    state.notes.append(
+        f"{lever} paid where it was selected ({why.removeprefix('pays: ')}), but the budget ran "
+        f"out before a fresh A/B could confirm it: it is not kept, and not refuted either; a "
+        f"--budget of {budget} or more gives its confirmation time"
+    )
 
 
 def _prove(state: _Search) -> tuple[Stack, int | None]:
