@@ -9,6 +9,15 @@ if [ ! -d "$D" ]; then  # a fresh machine: the one that ran the session was take
 fi
 t0=$SECONDS
 while [ $((SECONDS - t0)) -lt "$LIMIT" ] && [ ! -f "$D/DONE" ]; do sleep 10; done
-for x in "$D"/*/; do n=$(basename "$x"); [ -f "$x/round.tgz" ] && cp "$x/round.tgz" "$OUT/$n.tgz"; done
+# a tune-rows folder is packed as it stands (its summary.json is rewritten after each variant,
+# atomically): a row the session's end cuts keeps the variants it timed, marked incomplete
+for x in "$D"/*/; do
+    n=$(basename "$x")
+    if [ -d "$x/tune_sweep_h200" ]; then
+        (cd "$x" && tar -czf "$OUT/$n.tgz" tune_sweep_h200)
+    elif [ -f "$x/round.tgz" ]; then
+        cp "$x/round.tgz" "$OUT/$n.tgz"
+    fi
+done
 tail -n 25 "$D"/*.out
 ls "$D"; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader

@@ -81,3 +81,29 @@ def test_a_real_gain_is_decided_early_in_most_draws():
 
 def test_too_few_pairs_decide_nothing():
     assert not looks.decided({"baseline": [2.0] * 5, "candidate": [1.0] * 5})
+
+
+def test_sides_one_at_a_time_stop_the_candidate_s_steps_at_a_look_against_the_baseline_s(clock):
+    # the baseline is timed first, all its steps (nothing to compare them with yet); the
+    # candidate's are looked at against as many of the baseline's, and stop once decided
+    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
+                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
+                    AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    assert result.decision == IMPROVED
+    assert len(result.samples["baseline"].dur_ms) == 40
+    assert len(result.samples["candidate"].dur_ms) == 10
+    assert result.read("step_time").ci.hi < 1.0
+    assert any(w.startswith("the candidate's timed steps stopped after 10 of 40: ") and
+               w.endswith("the reads pair them with the baseline's first 10")
+               for w in result.warnings)
+
+
+def test_sides_one_at_a_time_time_every_candidate_step_of_a_no_op_or_of_levers_ab(clock):
+    no_op = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=3),
+                   side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=4),
+                   AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    assert len(no_op.samples["candidate"].dur_ms) == 40
+    asked = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
+                   side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
+                   AbConfig(**FAST, sides="one-at-a-time"))
+    assert len(asked.samples["candidate"].dur_ms) == 40

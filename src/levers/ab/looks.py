@@ -55,11 +55,17 @@ def timed_pairs(samples: Mapping[str, Any] | None) -> int:
     return min((len(s.dur_ms) for s in (samples or {}).values()), default=0)
 
 
-def stopped_note(num_steps: int, samples: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The note of an A/B whose timed steps stopped at a look, or none."""
+def stopped_note(num_steps: int, samples: Mapping[str, Any] | None,
+                 one_at_a_time: bool = False) -> tuple[str, ...]:
+    """The note of an A/B whose timed steps stopped at a look, or none. ``one_at_a_time``: only
+    the candidate's steps stopped (the baseline's were timed first, all of them), and the reads
+    pair as many of the baseline's."""
     timed = timed_pairs(samples)
     if not 0 < timed < num_steps:
         return ()
-    return (f"the timed steps stopped after {timed} of {num_steps} per side: the step-time "
-            f"ratio was decided there ({INTERIM_CONFIDENCE:.1%} interval clear of 1 at an "
-            "interim look, levers.ab.looks)",)
+    decided_there = (f"the step-time ratio was decided there ({INTERIM_CONFIDENCE:.1%} interval "
+                     "clear of 1 at an interim look, levers.ab.looks)")
+    if one_at_a_time:
+        return (f"the candidate's timed steps stopped after {timed} of {num_steps}: "
+                f"{decided_there}; the reads pair them with the baseline's first {timed}",)
+    return (f"the timed steps stopped after {timed} of {num_steps} per side: {decided_there}",)

@@ -368,12 +368,20 @@ def _float64_faithful(baseline: Side, candidate: Side) -> bool:
                for spec in (*baseline.levers, *candidate.levers))
 
 
-def _looks(config: AbConfig) -> dict[str, Any]:
-    """run_timed's interim looks where the config asks to stop once decided, else none."""
+def _looks(config: AbConfig, against: SideSamples | None = None) -> dict[str, Any]:
+    """run_timed's interim looks where the config asks to stop once decided, else none. With
+    ``against`` (the baseline's steps, timed before: sides one at a time), the candidate's
+    steps so far are looked at against as many of the baseline's, paired in step order as the
+    reads pair them."""
     if not config.stop_when_decided:
         return {}
+    if against is None:
+        return {"looks": interim_looks(config.num_steps),
+                "decided": lambda durations: decided(durations, seed=config.seed)}
+    base = list(against.dur_ms)
     return {"looks": interim_looks(config.num_steps),
-            "decided": lambda durations: decided(durations, seed=config.seed)}
+            "decided": lambda durations: decided(
+                {"baseline": base, "candidate": durations["candidate"]}, seed=config.seed)}
 
 
 def _result(
@@ -412,8 +420,8 @@ def _result(
         decision=decision(judged_reads(verdicts, _tokens_differ(a, b)), killed=kill is not None),
         killed=kill,
         warnings=tuple(_warnings(config, a, b, samples)) + tuple(
-            stopped_note(config.num_steps, samples) if kill is None and config.stop_when_decided
-            else ()),
+            stopped_note(config.num_steps, samples, config.sides == "one-at-a-time")
+            if kill is None and config.stop_when_decided else ()),
         started_at=started_at,
         wall_s=time.perf_counter() - lines.started_s,
         quality=quality,
@@ -443,9 +451,11 @@ def _run_side(
     lines: KillLines,
     clock: _PhaseClock,
     series: tuple[dict[str, list[float | None]], dict[str, list[float | None]]],
+    against: SideSamples | None = None,
 ) -> tuple[_SideRun, Kill | None]:
     """Build one side, run its parity steps (into ``series``), warm-up, timed steps and
-    held-out losses, then free it: the device holds one side at a time."""
+    held-out losses, then free it: the device holds one side at a time. ``against``: the
+    baseline's timed steps, for the candidate's interim looks (``config.stop_when_decided``)."""
     with clock("build"):
         workload = _build(side, config.seed)
     run = _SideRun(_info(side, workload), is_low_precision(workload))
@@ -462,7 +472,8 @@ def _run_side(
             kill = warm_up([(name, workload)], config.num_warmup, lines)
     if kill is None:
         with clock("timed"):
-            samples, kill = run_timed([(name, workload)], config.num_steps, lines)
+            looks = _looks(config, against) if against is not None else {}
+            samples, kill = run_timed([(name, workload)], config.num_steps, lines, **looks)
         run.samples = samples[name]
     if kill is None and config.exactness != EXACT:
         with clock("quality"):
@@ -506,14 +517,19 @@ def _one_at_a_time(
     started_at: str,
 ) -> AbResult:
     """An A/B whose sides do not fit the device together: each side alone, the baseline first
-    (:data:`ONE_AT_A_TIME_NOTE` says what that costs the comparison)."""
+    (:data:`ONE_AT_A_TIME_NOTE` says what that costs the comparison). With
+    ``config.stop_when_decided`` the candidate's timed steps stop at an interim look that finds
+    the ratio against the baseline's steps decided (the baseline's, timed first, cannot: there
+    is nothing yet to compare them with); the reads then pair as many of the baseline's."""
     losses: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
     norms: dict[str, list[float | None]] = {"baseline": [], "candidate": []}
     runs: dict[str, _SideRun] = {}
     for name, side in (("baseline", baseline), ("candidate", candidate)):
         if kill is not None:
             break
-        run, kill = _run_side(name, side, config, reference, lines, clock, (losses, norms))
+        base = runs["baseline"].samples if name == "candidate" else None
+        run, kill = _run_side(name, side, config, reference, lines, clock, (losses, norms),
+                              against=base)
         runs[name] = run
     if "candidate" in runs:
         _check_one_device(runs["baseline"].facts, runs["candidate"].facts)
