@@ -4,6 +4,14 @@ The order puts first what was measured, not what was estimated (a roofline estim
 saved by a fused loss ran 0.36x on an H200 at a 250k vocabulary and took half the budget, while
 the lever worth 1.56x was never reached):
 
+0. **The precision of the step's matmuls, on a GPU** (:data:`PRECISION_FIRST`): bf16 autocast
+   on a step that runs none, an MoE's expert GEMMs cast to autocast's dtype where they run in
+   fp32. What a performance engineer sets before compiling, because it changes what the compile
+   forms compile: on a mixture of experts with fp32 expert weights, transformers sends the
+   compiled step's expert matmuls to a per-expert fallback (glm_moe_dsa on an H100, s50: graph
+   breaks where inductor failed on its ``.item()``; the cast measured 2.22x tokens/s on the
+   zoo's mixtral, eager, on an H200). Their A/Bs are eager, so cheap; each applies only where
+   its precision is not set already.
 1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile (CUDA graphs
    where the step is static), per-block compile, whole-model compile in inductor's default mode,
    then a convnet's convolutions in channels-last (timm's ``--channels-last``, tried on top of
@@ -78,6 +86,13 @@ EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 PEER_FORMS: tuple[str, ...] = (
     "compile-model", "compile-blocks", "compile-model:mode=default",
     "compile-model:backend=cudagraphs", "channels-last", "float8", "float8-rowwise",
+)
+# the levers that set the precision of the step's matmuls, tried before the peers' forms on a GPU
+# (the compile forms then compile the step at that precision), in this order
+PRECISION_FIRST: tuple[str, ...] = ("autocast-bf16", "grouped-mm-autocast")
+PRECISION_SOURCE = (
+    "sets the precision of the step's matmuls: tried before the compile forms, which then "
+    "compile the step at that precision"
 )
 PEER_SOURCE = (
     "a peer's form (whole-model or per-block compile, a convnet's channels-last, float8 on it): "
@@ -290,7 +305,11 @@ def candidates(
         else:
             share, source, tier = None, "no audit finding or catalogue measurement", 2
         peer = on_gpu and lever_id in PEER_FORMS
-        if peer:
+        if on_gpu and lever_id in PRECISION_FIRST:
+            # before the peers' forms, in their own order
+            key = (0, PRECISION_FIRST.index(lever_id) - len(PRECISION_FIRST))
+            source = f"{PRECISION_SOURCE}; {source}"
+        elif peer:
             # first, in the peers' order, whatever was estimated
             key: tuple = (0, PEER_FORMS.index(lever_id))
             source = f"{PEER_SOURCE}; {source}"
