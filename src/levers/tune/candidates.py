@@ -307,11 +307,11 @@ def candidates(
         peer = on_gpu and lever_id in PEER_FORMS
         if on_gpu and lever_id in PRECISION_FIRST:
             # before the peers' forms, in their own order
-            key = (0, PRECISION_FIRST.index(lever_id) - len(PRECISION_FIRST))
+            key: tuple = (0, PRECISION_FIRST.index(lever_id) - len(PRECISION_FIRST))
             source = f"{PRECISION_SOURCE}; {source}"
         elif peer:
             # first, in the peers' order, whatever was estimated
-            key: tuple = (0, PEER_FORMS.index(lever_id))
+            key = (0, PEER_FORMS.index(lever_id))
             source = f"{PEER_SOURCE}; {source}"
         else:
             # the largest expected saving first; on a tie the audit's (of this step) first

@@ -164,7 +164,8 @@ class _Search:
     # next one may fit once a cheap confirmation has lowered the estimate of an A/B)
     passed_over: bool = False
     running: tuple[Stack, Stack, str] | None = None  # the A/B in progress, and its role
-    unconfirmed: list[str] = field(default_factory=list)  # paid, but the budget cut its confirmation
+    # paid where selected, but the budget cut its confirmation short
+    unconfirmed: list[str] = field(default_factory=list)
 
     def left_s(self) -> float:
         return self.budget_s - (self.clock() - self.start_s)
