@@ -213,29 +213,32 @@ def test_on_a_gpu_convnet_the_compile_forms_come_first_and_channels_last_follows
     assert second == ["channels-last"]  # its own group: tried on top of the compile form kept
 
 
-def test_on_a_gpu_the_precision_levers_come_before_the_compile_forms():
-    """bf16 autocast and the MoE experts' cast set the precision the compile forms then compile
-    at (an MoE with fp32 experts sent its compiled expert matmuls to transformers' per-expert
-    fallback): tried first, before any peer's form, whatever the estimates say."""
+def test_on_a_gpu_what_compile_would_compile_is_set_before_the_compile_forms():
+    """bf16 autocast, an MoE's experts as grouped matmuls and their cast to bf16 change what the
+    compile forms compile (an MoE with fp32 experts sent its compiled expert matmuls to
+    transformers' per-expert fallback): tried first, before any peer's form, whatever the
+    estimates say."""
     registry = {**PEERS_REGISTRY, "grouped-mm-autocast": _gpu_lever("grouped-mm-autocast"),
-                "autocast-bf16": _gpu_lever("autocast-bf16")}
+                "autocast-bf16": _gpu_lever("autocast-bf16"),
+                "experts-grouped-mm": _gpu_lever("experts-grouped-mm")}
     ordered, _ = candidates(
         registry, _applies, on_gpu=True,
         findings=[_finding("LOSS002", "fused-loss", 90.0)], step_ms=100.0,
     )
     levers = [c.lever for c in ordered]
-    assert levers[:4] == ["autocast-bf16", "grouped-mm-autocast", "compile-model",
-                          "compile-blocks"]
-    assert ordered[1].source.startswith("sets the precision of the step's matmuls: tried before "
+    assert levers[:5] == ["autocast-bf16", "experts-grouped-mm", "grouped-mm-autocast",
+                          "compile-model", "compile-blocks"]
+    assert ordered[2].source.startswith("it changes what compile compiles (the precision of the "
+                                        "matmuls, the experts' implementation): tried before "
                                         "the compile forms")
     # each its own group: kept, the compile forms are tried on top of it
-    assert [[c.lever for c in g] for g in groups(ordered)][:2] == [["autocast-bf16"],
-                                                                   ["grouped-mm-autocast"]]
+    assert [[c.lever for c in g] for g in groups(ordered)][:3] == [
+        ["autocast-bf16"], ["experts-grouped-mm"], ["grouped-mm-autocast"]]
     # where one does not apply (the step runs under autocast already), it is left out
     registry["autocast-bf16"] = SimpleNamespace(**{**vars(registry["autocast-bf16"]),
                                                     "applies_reason": "already under autocast"})
     ordered, skipped = candidates(registry, _applies, on_gpu=True)
-    assert [c.lever for c in ordered][:2] == ["grouped-mm-autocast", "compile-model"]
+    assert [c.lever for c in ordered][:2] == ["experts-grouped-mm", "grouped-mm-autocast"]
     assert ("autocast-bf16", "does not apply: already under autocast") in [
         (k.lever, k.reason) for k in skipped]
 

@@ -4,14 +4,16 @@ The order puts first what was measured, not what was estimated (a roofline estim
 saved by a fused loss ran 0.36x on an H200 at a 250k vocabulary and took half the budget, while
 the lever worth 1.56x was never reached):
 
-0. **The precision of the step's matmuls, on a GPU** (:data:`PRECISION_FIRST`): bf16 autocast
-   on a step that runs none, an MoE's expert GEMMs cast to autocast's dtype where they run in
-   fp32. What a performance engineer sets before compiling, because it changes what the compile
-   forms compile: on a mixture of experts with fp32 expert weights, transformers sends the
-   compiled step's expert matmuls to a per-expert fallback (glm_moe_dsa on an H100, s50: graph
-   breaks where inductor failed on its ``.item()``; the cast measured 2.22x tokens/s on the
-   zoo's mixtral, eager, on an H200). Their A/Bs are eager, so cheap; each applies only where
-   its precision is not set already.
+0. **What the compile forms would compile, on a GPU** (:data:`BEFORE_COMPILE`): the precision
+   of the step's matmuls (bf16 autocast on a step that runs none; an MoE's expert GEMMs cast to
+   autocast's dtype where they run in fp32) and an MoE's experts as grouped matmuls where they
+   loop over the experts. What a performance engineer sets before compiling, because it changes
+   what compile compiles: on a mixture of experts with fp32 expert weights, transformers sends
+   the compiled step's expert matmuls to a per-expert fallback (glm_moe_dsa on an H100, s50:
+   graph breaks where inductor failed on its ``.item()``). Measured eager on the zoo's mixtral
+   (H200): the cast 2.22x tokens/s, the grouped matmuls 1.52x; ``model.compile()`` ran 1.08x on
+   that model in another run, and tune's row, trying compile first, never reached the cast.
+   Their A/Bs are eager, so cheap; each applies only where the step is not so already.
 1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile (CUDA graphs
    where the step is static), per-block compile, whole-model compile in inductor's default mode,
    then a convnet's convolutions in channels-last (timm's ``--channels-last``, tried on top of
@@ -87,12 +89,13 @@ PEER_FORMS: tuple[str, ...] = (
     "compile-model", "compile-blocks", "compile-model:mode=default",
     "compile-model:backend=cudagraphs", "channels-last", "float8", "float8-rowwise",
 )
-# the levers that set the precision of the step's matmuls, tried before the peers' forms on a GPU
-# (the compile forms then compile the step at that precision), in this order
-PRECISION_FIRST: tuple[str, ...] = ("autocast-bf16", "grouped-mm-autocast")
-PRECISION_SOURCE = (
-    "sets the precision of the step's matmuls: tried before the compile forms, which then "
-    "compile the step at that precision"
+# the levers that change what the compile forms would compile (the precision of the step's
+# matmuls, an MoE's experts as grouped matmuls), tried before the peers' forms on a GPU, in this
+# order (the experts' cast applies to grouped matmuls)
+BEFORE_COMPILE: tuple[str, ...] = ("autocast-bf16", "experts-grouped-mm", "grouped-mm-autocast")
+BEFORE_COMPILE_SOURCE = (
+    "it changes what compile compiles (the precision of the matmuls, the experts' "
+    "implementation): tried before the compile forms, which then compile the step so"
 )
 PEER_SOURCE = (
     "a peer's form (whole-model or per-block compile, a convnet's channels-last, float8 on it): "
@@ -305,10 +308,10 @@ def candidates(
         else:
             share, source, tier = None, "no audit finding or catalogue measurement", 2
         peer = on_gpu and lever_id in PEER_FORMS
-        if on_gpu and lever_id in PRECISION_FIRST:
+        if on_gpu and lever_id in BEFORE_COMPILE:
             # before the peers' forms, in their own order
-            key: tuple = (0, PRECISION_FIRST.index(lever_id) - len(PRECISION_FIRST))
-            source = f"{PRECISION_SOURCE}; {source}"
+            key: tuple = (0, BEFORE_COMPILE.index(lever_id) - len(BEFORE_COMPILE))
+            source = f"{BEFORE_COMPILE_SOURCE}; {source}"
         elif peer:
             # first, in the peers' order, whatever was estimated
             key = (0, PEER_FORMS.index(lever_id))
