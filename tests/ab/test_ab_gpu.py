@@ -110,3 +110,17 @@ def test_a_decided_a_b_stops_its_timed_steps_at_a_look_on_the_device():
     assert len(base.dur_ms) == len(cand.dur_ms) == 10
     assert result.read("step_time").ci.lo > 1.0
     assert any("stopped after 10 of 40 per side" in w for w in result.warnings)
+
+
+def test_sides_one_at_a_time_stop_the_candidate_s_steps_at_a_look_on_the_device():
+    # the baseline's 40 steps are timed first; the candidate, ~2 ms slower a step, is looked at
+    # against as many of them (its event times read between steps) and stops at the first look
+    result = run_ab(side(device="cuda", dim=256), side(device="cuda", dim=256, spin_cycles=4_000_000),
+                    AbConfig(**{**CONFIG, "num_steps": 40}, stop_when_decided=True,
+                             sides="one-at-a-time"))
+    assert result.killed is None and result.read("parity").verdict == PARITY
+    assert len(result.samples["baseline"].dur_ms) == 40
+    assert len(result.samples["candidate"].dur_ms) == 10
+    assert result.read("step_time").ci.lo > 1.0
+    assert any(w.startswith("the candidate's timed steps stopped after 10 of 40") for w in
+               result.warnings)
