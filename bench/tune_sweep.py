@@ -27,6 +27,12 @@ For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``z
    compile then guards on each layer's cache slot and recompiles per layer past dynamo's limit,
    so that half of llama's 16 layers ran eager in the peer rows up to s42 (``cache_off`` on
    a peer's timed row says which rows had it).
+3. Tune's stack and the best peer once more, built side by side and timed in alternation (one
+   step of each, the order swapped every pair; ``head_to_head``, ``--no-head-to-head`` leaves it
+   out): step 2 times each variant in its own block, and a host that drifts between blocks lands
+   on ``vs_best_peer`` (ibert at c7a70a5 on an H100: tune's stack and ``model.compile()``, the
+   same program, 4% apart). ``vs_best_peer_paired`` is the median of the stack's tokens/s over
+   the peer's across the pairs, with a CI95 by a bootstrap of the pairs.
 
 Writes ``OUT/summary.json`` after every model (rows merged by model, size and budget): per row
 ``model``, ``family``, ``shape``, ``budget_s``, ``spent_s``, ``stack``,
@@ -47,6 +53,7 @@ import argparse
 import datetime
 import gc
 import json
+import math
 import random
 import statistics
 import sys
@@ -118,25 +125,14 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
     workload = None
     _free()
     try:
-        torch.manual_seed(0)
-        workload = levers.Step(spec, params=params).workload()
+        workload, built = _built(spec, params, variant, stack, cleanups)
         row["tokens_per_step"] = workload.tokens_per_step
         if variant == "default":
             row["describe"] = describe(spec, params.get("model", ""), workload)
-        compile_options = {"backend": "eager"} if workload.device.type != "cuda" else {}
-        if variant in PEER_TRANSFORMS:
-            missing = _peer_missing(variant, workload)
-            if missing is not None:
-                row.update(status="not-applicable", error=missing)
-                return row
-            cleanups = [training_cache_off(workload.model)]
-            cleanups += apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
-            row["cache_off"] = True
-        elif variant == TUNED:
-            if stack:
-                handle = levers.apply(workload, stack, **compile_options)
-                row["applied"] = list(handle.applied)
-                cleanups = [handle.undo]
+        if "missing" in built:
+            row.update(status="not-applicable", error=built["missing"])
+            return row
+        row.update(built)
         row.update(measure(workload, args.warmup, args.steps, args.min_timed_s))
         row["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
@@ -149,6 +145,100 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
         workload = None
         _free()
     return row
+
+
+def _built(spec: str, params: dict[str, Any], variant: str, stack: list[str],
+           cleanups: list[Callable[[], None]]) -> tuple[Any, dict[str, Any]]:
+    """The workload of ``variant`` (the default, tune's stack or a peer) built from seed 0, its
+    undos appended to ``cleanups``, and what the row records of it: the levers applied, the
+    peer's KV cache turned off, or why the peer cannot run here (``missing``)."""
+    torch.manual_seed(0)
+    workload = levers.Step(spec, params=params).workload()
+    compile_options = {"backend": "eager"} if workload.device.type != "cuda" else {}
+    if variant in PEER_TRANSFORMS:
+        missing = _peer_missing(variant, workload)
+        if missing is not None:
+            return workload, {"missing": missing}
+        cleanups.append(training_cache_off(workload.model))
+        cleanups += apply_peer(PEER_TRANSFORMS[variant], workload, compile_options)
+        return workload, {"cache_off": True}
+    if variant == TUNED and stack:
+        handle = levers.apply(workload, stack, **compile_options)
+        cleanups.append(handle.undo)
+        return workload, {"applied": list(handle.applied)}
+    return workload, {}
+
+
+def _one_step_s(workload: Any) -> float:
+    device = workload.device
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # sync point: the step's start, for its wall time
+    begin = time.perf_counter()
+    workload.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # sync point: the step's end
+    return time.perf_counter() - begin
+
+
+def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str, args,
+                 rng: random.Random) -> dict[str, Any]:
+    """tune's stack and ``peer`` built side by side and timed in alternation (one step of each,
+    the order swapped every pair), so that the process's drift lands on both: the variant rows
+    time each in its own block, and at c7a70a5 on an H100 ibert's stack and ``model.compile()``,
+    the same program, read 4% apart that way (eager's own block drifted 165-195 ms a step).
+    ``ratio``: the median of tune's tokens/s over the peer's, CI95 by a bootstrap of the pairs;
+    as many pairs as fill ``args.min_timed_s`` a side (at least ``args.steps``)."""
+    out: dict[str, Any] = {"peer": peer}
+    cleanups: list[Callable[[], None]] = []
+    sides: dict[str, Any] = {}
+    _free()
+    try:
+        for variant in (TUNED, peer):
+            sides[variant], built = _built(spec, params, variant, stack, cleanups)
+            if "missing" in built:
+                raise RuntimeError(built["missing"])
+        last_s = 0.0
+        for _ in range(args.warmup):
+            last_s = max(_one_step_s(w) for w in sides.values())
+        pairs = max(args.steps, min(math.ceil(args.min_timed_s / last_s), MAX_PAIRS)
+                    if last_s > 0 else args.steps)
+        tokens = {v: w.tokens_per_step or 0 for v, w in sides.items()}
+        rates: dict[str, list[float]] = {TUNED: [], peer: []}
+        for i in range(pairs):
+            for variant in ((TUNED, peer) if i % 2 == 0 else (peer, TUNED)):
+                rates[variant].append(tokens[variant] / _one_step_s(sides[variant]))
+        ratio = lambda a, b: statistics.median(a) / statistics.median(b)  # noqa: E731
+        paired = list(zip(rates[TUNED], rates[peer]))
+        out.update(
+            status="ok", pairs=pairs, ratio=ratio(rates[TUNED], rates[peer]),
+            ci95=_paired_bootstrap(paired, ratio, rng),
+            tokens_per_s={v: statistics.median(r) for v, r in rates.items()},
+        )
+    except Exception as exc:  # noqa: BLE001 - a pair that cannot run together is a result
+        out.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
+        if args.debug:
+            traceback.print_exc()
+    finally:
+        for cleanup in reversed(cleanups):
+            cleanup()
+        sides.clear()
+        _free()
+    return out
+
+
+# the most alternated pairs min_timed_s may ask for
+MAX_PAIRS = 500
+
+
+def _paired_bootstrap(pairs: list[tuple[float, float]], stat, rng: random.Random,
+                      resamples: int = 2000) -> list[float]:
+    """The 95% percentile interval of ``stat(a, b)`` over resamples of whole pairs."""
+    out = []
+    for _ in range(resamples):
+        drawn = [rng.choice(pairs) for _ in pairs]
+        out.append(stat([a for a, _ in drawn], [b for _, b in drawn]))
+    out.sort()
+    return [out[int(0.025 * resamples)], out[int(0.975 * resamples) - 1]]
 
 
 def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
@@ -341,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retime", type=Path, metavar="SUMMARY",
                         help="search nothing: take each model's stack from this summary.json "
                              "(same size and budget) and time it again beside the peers")
+    parser.add_argument("--head-to-head", action=argparse.BooleanOptionalAction, default=True,
+                        help="after the variants, time tune's stack and the best peer again, "
+                             "alternated step by step (vs_best_peer_paired, with a CI95)")
     parser.add_argument("--list", action="store_true", help="print the models (of --part) and exit")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--debug", action="store_true")
@@ -419,6 +512,17 @@ def main(argv: list[str] | None = None) -> int:
             rows = _merge(summary, row)
             atomic_write_text(summary, json.dumps({"rows": rows}, indent=1, default=str) + "\n",
                               make_parents=True)
+        best = row.get("best_peer")
+        ran = {r["variant"] for r in timed if r.get("status") == "ok"}
+        if args.head_to_head and best and {TUNED, best} <= ran:
+            # the stack and the best peer once more, alternated step by step (head_to_head)
+            row["head_to_head"] = head_to_head(spec, params, row["stack"], best, args, rng)
+            if row["head_to_head"]["status"] == "ok":
+                row["vs_best_peer_paired"] = row["head_to_head"]["ratio"]
+                row["vs_best_peer_paired_ci95"] = row["head_to_head"]["ci95"]
+            print(f"  {entry}: head to head with {best}: {row['head_to_head']}", flush=True)
+            atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
+                                                  default=str) + "\n", make_parents=True)
         print(f"{entry}: stack {row.get('stack')} same-run {row.get('same_run_ratio')} "
               f"best peer {row.get('best_peer')} vs_best_peer {row.get('vs_best_peer')} "
               f"spent {row.get('spent_s', 0):.0f}s", flush=True)

@@ -87,6 +87,12 @@ def test_retime_times_an_earlier_stack_beside_the_peers_and_names_the_peers_left
     assert missing["compile-model-ro"] == "reduce-overhead (CUDA graphs) needs a GPU"
     assert missing["compile-model"].startswith("not run")
     assert set(missing) == set(bench.PEERS) - {"compile-layers"}
+    # then the stack and the best peer again, side by side, alternated step by step
+    duel = row["head_to_head"]
+    assert (duel["status"], duel["peer"]) == ("ok", "compile-layers") and duel["pairs"] >= 2
+    assert row["vs_best_peer_paired"] == duel["ratio"] > 0
+    low, high = row["vs_best_peer_paired_ci95"]
+    assert low <= duel["ratio"] <= high
 
 
 def test_retime_without_an_earlier_row_stops_before_any_work(tmp_path, capsys):
@@ -180,3 +186,54 @@ def test_a_step_out_of_the_gpus_memory_is_tuned_again_at_the_batch_levers_memory
     # another error, or a batch the caller set, is left as it is
     assert bench.fit_batch("arch", params, "StepError: ... raised AcceleratorError") is None
     assert bench.fit_batch("arch", {**params, "batch_size": 8}, oom) is None
+
+
+class _Side:
+    """A built variant whose steps append its name to a shared log and take its own time."""
+
+    def __init__(self, name, log, clock, step_s, tokens=100):
+        self.name, self.log, self.clock, self.step_s = name, log, clock, step_s
+        self.tokens_per_step = tokens
+        self.device = __import__("torch").device("cpu")
+
+    def step(self):
+        self.log.append(self.name)
+        self.clock.now += self.step_s
+
+
+def test_head_to_head_alternates_the_stack_and_the_best_peer_step_by_step(monkeypatch):
+    # a pair's order swaps each pair, so a drift lands on both; the ratio is of the medians
+    import random
+    from types import SimpleNamespace
+
+    bench = _bench()
+    log, clock = [], SimpleNamespace(now=0.0)
+    speeds = {bench.TUNED: 0.010, "compile-model": 0.0125}
+    undone = []
+
+    def built(spec, params, variant, stack, cleanups):
+        cleanups.append(lambda: undone.append(variant))
+        return _Side(variant, log, clock, speeds[variant]), {}
+
+    monkeypatch.setattr(bench, "_built", built)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock.now)
+    args = SimpleNamespace(warmup=1, steps=4, min_timed_s=0.0, debug=False)
+    out = bench.head_to_head("zoo", {}, ["compile-model:mode=default"], "compile-model", args,
+                             random.Random(0))
+    assert out["status"] == "ok" and out["pairs"] == 4 and out["peer"] == "compile-model"
+    timed = log[2:]  # after one warm-up step of each
+    assert timed == [bench.TUNED, "compile-model", "compile-model", bench.TUNED] * 2
+    assert abs(out["ratio"] - 1.25) < 1e-9 and out["ci95"][0] <= 1.25 <= out["ci95"][1]
+    assert undone == ["compile-model", bench.TUNED]  # the peer's undo first, then the stack's
+
+
+def test_head_to_head_of_a_peer_that_cannot_run_says_why():
+    import random
+    from types import SimpleNamespace
+
+    bench = _bench()
+    args = SimpleNamespace(warmup=1, steps=2, min_timed_s=0.0, debug=False)
+    out = bench.head_to_head("zoo", bench.model_params("zoo", "nanogpt", "tiny", "cpu"), [],
+                             "compile-model-ro", args, random.Random(0))
+    assert out == {"peer": "compile-model-ro", "status": "failed",
+                   "error": "RuntimeError: reduce-overhead (CUDA graphs) needs a GPU"}
