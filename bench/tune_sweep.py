@@ -226,6 +226,19 @@ def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
     return out
 
 
+def _two_do_not_fit(timed: list[dict[str, Any]], variants: tuple[str, str]) -> str | None:
+    """Why ``variants`` cannot be held side by side on this GPU (their timed rows' reserved
+    peaks add up to more than nine tenths of it), or None."""
+    if not torch.cuda.is_available():
+        return None
+    peaks = [r.get("peak_reserved_bytes") or 0 for r in timed if r["variant"] in variants]
+    total = torch.cuda.get_device_properties(0).total_memory
+    if sum(peaks) > 0.9 * total:
+        return (f"their steps reserve {sum(peaks) / 2**30:.1f} GiB together of the GPU's "
+                f"{total / 2**30:.0f} GiB")
+    return None
+
+
 # the most alternated pairs min_timed_s may ask for
 MAX_PAIRS = 500
 
@@ -515,8 +528,12 @@ def main(argv: list[str] | None = None) -> int:
         best = row.get("best_peer")
         ran = {r["variant"] for r in timed if r.get("status") == "ok"}
         if args.head_to_head and best and {TUNED, best} <= ran:
-            # the stack and the best peer once more, alternated step by step (head_to_head)
-            row["head_to_head"] = head_to_head(spec, params, row["stack"], best, args, rng)
+            # the stack and the best peer once more, alternated step by step (head_to_head),
+            # where two of their steps fit the device
+            too_big = _two_do_not_fit(timed, (TUNED, best))
+            row["head_to_head"] = ({"peer": best, "status": "not-run", "error": too_big}
+                                   if too_big else
+                                   head_to_head(spec, params, row["stack"], best, args, rng))
             if row["head_to_head"]["status"] == "ok":
                 row["vs_best_peer_paired"] = row["head_to_head"]["ratio"]
                 row["vs_best_peer_paired_ci95"] = row["head_to_head"]["ci95"]
