@@ -59,6 +59,8 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -122,29 +124,39 @@ def timed_row(spec: str, params: dict[str, Any], variant: str, stack: list[str],
     """One variant built fresh and timed; a variant that cannot run is a row that says why."""
     row: dict[str, Any] = {"variant": variant}
     cleanups: list[Callable[[], None]] = []
-    workload = None
-    _free()
-    try:
-        workload, built = _built(spec, params, variant, stack, cleanups)
-        row["tokens_per_step"] = workload.tokens_per_step
+    held: dict[str, Any] = {}  # the workload, dropped before the device's memory is freed
+    with _variant_run(row, args, cleanups, held):
+        held[variant], built = _built(spec, params, variant, stack, cleanups)
+        row["tokens_per_step"] = held[variant].tokens_per_step
         if variant == "default":
-            row["describe"] = describe(spec, params.get("model", ""), workload)
+            row["describe"] = describe(spec, params.get("model", ""), held[variant])
         if "missing" in built:
             row.update(status="not-applicable", error=built["missing"])
             return row
         row.update(built)
-        row.update(measure(workload, args.warmup, args.steps, args.min_timed_s))
+        row.update(measure(held[variant], args.warmup, args.steps, args.min_timed_s))
         row["status"] = "ok"
+    return row
+
+
+@contextmanager
+def _variant_run(out: dict[str, Any], args, cleanups: list[Callable[[], None]],
+                 held: dict[str, Any]) -> Iterator[None]:
+    """Around a build and its timing: an exception is recorded in ``out`` (a failing variant is
+    a result, not a crash); then the undos run and the ``held`` workloads are dropped before
+    the device's memory is freed."""
+    _free()
+    try:
+        yield
     except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
-        row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
+        out.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
         if args.debug:
             traceback.print_exc()
     finally:
         for cleanup in reversed(cleanups):
             cleanup()
-        workload = None
+        held.clear()
         _free()
-    return row
 
 
 def _built(spec: str, params: dict[str, Any], variant: str, stack: list[str],
@@ -191,8 +203,7 @@ def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
     out: dict[str, Any] = {"peer": peer}
     cleanups: list[Callable[[], None]] = []
     sides: dict[str, Any] = {}
-    _free()
-    try:
+    with _variant_run(out, args, cleanups, sides):
         for variant in (TUNED, peer):
             sides[variant], built = _built(spec, params, variant, stack, cleanups)
             if "missing" in built:
@@ -214,15 +225,6 @@ def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
             ci95=_paired_bootstrap(paired, ratio, rng),
             tokens_per_s={v: statistics.median(r) for v, r in rates.items()},
         )
-    except Exception as exc:  # noqa: BLE001 - a pair that cannot run together is a result
-        out.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:600])
-        if args.debug:
-            traceback.print_exc()
-    finally:
-        for cleanup in reversed(cleanups):
-            cleanup()
-        sides.clear()
-        _free()
     return out
 
 
