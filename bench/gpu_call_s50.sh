@@ -5,8 +5,8 @@
 # experts to bf16 before it tries the compile forms; test_efficientnet's again, since tune tries
 # channels-last after the compile forms (s45's 0.951 was channels-last kept first, compile on
 # top); the next architectures of the seeded sample (SAMPLE=14:33 lists them after s46's eight;
-# longcat_flash does not fit an H100); gemma3 (its s50 row was cut by the session's end); a
-# default-budget row (none yet); two more sampled.
+# longcat_flash does not fit an H100); ibert's row timed again, head to head; gemma3 (its s50 row
+# was cut by the session's end); a default-budget row (none yet); two more sampled.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s50.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
