@@ -332,6 +332,14 @@ def _bootstrap(values_a: list[float], values_b: list[float] | None, stat, rng) -
 MAX_TIMED_STEPS = 1000
 
 
+def steps_to_fill(num_steps: int, min_timed_s: float, step_s: float, most: int) -> int:
+    """``num_steps``, or as many more as fill ``min_timed_s`` at ``step_s`` a step (at most
+    ``most``); ``num_steps`` where either is not positive."""
+    if min_timed_s > 0 and step_s > 0:
+        return min(max(num_steps, math.ceil(min_timed_s / step_s)), most)
+    return num_steps
+
+
 def measure(workload, num_warmup: int, num_steps: int, min_timed_s: float = 0.0) -> dict[str, Any]:
     """``num_steps`` timed steps after ``num_warmup``; with ``min_timed_s``, as many more as
     fill that long at the pace of the last warm-up step (at most MAX_TIMED_STEPS): ten steps of
@@ -346,8 +354,7 @@ def measure(workload, num_warmup: int, num_steps: int, min_timed_s: float = 0.0)
         last_s = time.perf_counter() - begin
     _sync(device)
     warmup_s = time.perf_counter() - start
-    if min_timed_s > 0 and last_s > 0:
-        num_steps = min(max(num_steps, math.ceil(min_timed_s / last_s)), MAX_TIMED_STEPS)
+    num_steps = steps_to_fill(num_steps, min_timed_s, last_s, MAX_TIMED_STEPS)
     durations, peaks_allocated, peaks_reserved = [], [], []
     for _ in range(num_steps):
         if device.type == "cuda":

@@ -53,7 +53,6 @@ import argparse
 import datetime
 import gc
 import json
-import math
 import random
 import statistics
 import sys
@@ -71,6 +70,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
+from levers.ab.stats import paired_ratio_ci  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers._find import training_cache_off  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
@@ -78,7 +78,7 @@ from levers.tune.budget import parse_duration_s  # noqa: E402
 from levers.workloads.arch import entry as arch_entry  # noqa: E402
 from levers.workloads.zoo import MODELS as ZOO_MODELS  # noqa: E402
 
-from levers_vs_peers import _bootstrap, apply_peer, measure  # noqa: E402
+from levers_vs_peers import _bootstrap, _sync, apply_peer, measure, steps_to_fill  # noqa: E402
 
 PEERS = ("compile-model", "compile-model-ro", "compile-layers", "torchtitan-float8", "liger")
 PEER_TRANSFORMS = {
@@ -182,24 +182,23 @@ def _built(spec: str, params: dict[str, Any], variant: str, stack: list[str],
 
 
 def _one_step_s(workload: Any) -> float:
-    device = workload.device
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # sync point: the step's start, for its wall time
+    """One step's wall time, the device idle at its start and at its end."""
+    _sync(workload.device)
     begin = time.perf_counter()
     workload.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # sync point: the step's end
+    _sync(workload.device)
     return time.perf_counter() - begin
 
 
-def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str, args,
-                 rng: random.Random) -> dict[str, Any]:
+def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
+                 args) -> dict[str, Any]:
     """tune's stack and ``peer`` built side by side and timed in alternation (one step of each,
     the order swapped every pair), so that the process's drift lands on both: the variant rows
     time each in its own block, and at c7a70a5 on an H100 ibert's stack and ``model.compile()``,
     the same program, read 4% apart that way (eager's own block drifted 165-195 ms a step).
-    ``ratio``: the median of tune's tokens/s over the peer's, CI95 by a bootstrap of the pairs;
-    as many pairs as fill ``args.min_timed_s`` a side (at least ``args.steps``)."""
+    ``ratio``: the median of tune's tokens/s over the peer's, CI95 by ab's paired bootstrap
+    (:func:`levers.ab.stats.paired_ratio_ci`); as many pairs as fill ``args.min_timed_s`` a side
+    (at least ``args.steps``, at most :data:`MAX_PAIRS`)."""
     out: dict[str, Any] = {"peer": peer}
     cleanups: list[Callable[[], None]] = []
     sides: dict[str, Any] = {}
@@ -211,18 +210,15 @@ def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
         last_s = 0.0
         for _ in range(args.warmup):
             last_s = max(_one_step_s(w) for w in sides.values())
-        pairs = max(args.steps, min(math.ceil(args.min_timed_s / last_s), MAX_PAIRS)
-                    if last_s > 0 else args.steps)
+        pairs = steps_to_fill(args.steps, args.min_timed_s, last_s, MAX_PAIRS)
         tokens = {v: w.tokens_per_step or 0 for v, w in sides.items()}
         rates: dict[str, list[float]] = {TUNED: [], peer: []}
         for i in range(pairs):
             for variant in ((TUNED, peer) if i % 2 == 0 else (peer, TUNED)):
                 rates[variant].append(tokens[variant] / _one_step_s(sides[variant]))
-        ratio = lambda a, b: statistics.median(a) / statistics.median(b)  # noqa: E731
-        paired = list(zip(rates[TUNED], rates[peer]))
+        ci = paired_ratio_ci(rates[peer], rates[TUNED], num_resamples=2000, seed=0)
         out.update(
-            status="ok", pairs=pairs, ratio=ratio(rates[TUNED], rates[peer]),
-            ci95=_paired_bootstrap(paired, ratio, rng),
+            status="ok", pairs=pairs, ratio=ci.ratio, ci95=[ci.lo, ci.hi],
             tokens_per_s={v: statistics.median(r) for v, r in rates.items()},
         )
     return out
@@ -243,17 +239,6 @@ def _two_do_not_fit(timed: list[dict[str, Any]], variants: tuple[str, str]) -> s
 
 # the most alternated pairs min_timed_s may ask for
 MAX_PAIRS = 500
-
-
-def _paired_bootstrap(pairs: list[tuple[float, float]], stat, rng: random.Random,
-                      resamples: int = 2000) -> list[float]:
-    """The 95% percentile interval of ``stat(a, b)`` over resamples of whole pairs."""
-    out = []
-    for _ in range(resamples):
-        drawn = [rng.choice(pairs) for _ in pairs]
-        out.append(stat([a for a, _ in drawn], [b for _, b in drawn]))
-    out.sort()
-    return [out[int(0.025 * resamples)], out[int(0.975 * resamples) - 1]]
 
 
 def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
@@ -535,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             too_big = _two_do_not_fit(timed, (TUNED, best))
             row["head_to_head"] = ({"peer": best, "status": "not-run", "error": too_big}
                                    if too_big else
-                                   head_to_head(spec, params, row["stack"], best, args, rng))
+                                   head_to_head(spec, params, row["stack"], best, args))
             if row["head_to_head"]["status"] == "ok":
                 row["vs_best_peer_paired"] = row["head_to_head"]["ratio"]
                 row["vs_best_peer_paired_ci95"] = row["head_to_head"]["ci95"]

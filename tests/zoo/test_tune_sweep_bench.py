@@ -203,7 +203,6 @@ class _Side:
 
 def test_head_to_head_alternates_the_stack_and_the_best_peer_step_by_step(monkeypatch):
     # a pair's order swaps each pair, so a drift lands on both; the ratio is of the medians
-    import random
     from types import SimpleNamespace
 
     bench = _bench()
@@ -218,8 +217,7 @@ def test_head_to_head_alternates_the_stack_and_the_best_peer_step_by_step(monkey
     monkeypatch.setattr(bench, "_built", built)
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock.now)
     args = SimpleNamespace(warmup=1, steps=4, min_timed_s=0.0, debug=False)
-    out = bench.head_to_head("zoo", {}, ["compile-model:mode=default"], "compile-model", args,
-                             random.Random(0))
+    out = bench.head_to_head("zoo", {}, ["compile-model:mode=default"], "compile-model", args)
     assert out["status"] == "ok" and out["pairs"] == 4 and out["peer"] == "compile-model"
     timed = log[2:]  # after one warm-up step of each
     assert timed == [bench.TUNED, "compile-model", "compile-model", bench.TUNED] * 2
@@ -228,12 +226,11 @@ def test_head_to_head_alternates_the_stack_and_the_best_peer_step_by_step(monkey
 
 
 def test_head_to_head_of_a_peer_that_cannot_run_says_why():
-    import random
     from types import SimpleNamespace
 
     bench = _bench()
     args = SimpleNamespace(warmup=1, steps=2, min_timed_s=0.0, debug=False)
     out = bench.head_to_head("zoo", bench.model_params("zoo", "nanogpt", "tiny", "cpu"), [],
-                             "compile-model-ro", args, random.Random(0))
+                             "compile-model-ro", args)
     assert out == {"peer": "compile-model-ro", "status": "failed",
                    "error": "RuntimeError: reduce-overhead (CUDA graphs) needs a GPU"}
