@@ -44,6 +44,9 @@ class FakeAb:
     cold_s: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict)
     # an A/B that would outlast the kill line it is given is stopped there, as ab's runner does
     kills: bool = False
+    # lever -> the error its candidate's parity step raised: the A/B is stopped there, after
+    # its time (a compile's, where cold_s names one), as ab's runner stops a step that raises
+    raises: dict[str, str] = field(default_factory=dict)
 
     def factor(self, stack: tuple[str, ...]) -> float:
         out = 1.0
@@ -66,6 +69,12 @@ class FakeAb:
                          killed=f"time budget of {time_budget_s:g} s spent",
                          killed_kind="time_budget", wall_s=time_budget_s)
         self.clock.now_s += cost_s
+        raised = next((self.raises[lever] for lever in stack if lever in self.raises), None)
+        if raised is not None:
+            return Trial(base=tuple(base), stack=tuple(stack), decision="KILLED",
+                         killed=f"candidate parity step 2 raised {raised}",
+                         killed_kind="step_error", wall_s=cost_s,
+                         phase_s={"parity": compiling or cost_s})
         for lever in stack:
             if lever in self.broken:
                 return failed(base, stack, self.broken[lever])

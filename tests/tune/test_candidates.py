@@ -193,6 +193,29 @@ def test_on_a_gpu_the_peers_forms_come_first_whatever_the_estimates():
     ]
 
 
+def test_where_the_sides_run_one_at_a_time_per_block_compile_comes_first():
+    """Each A/B builds its sides one at a time where two steps do not fit the GPU, and the
+    budget holds few: per-block compile, which compiles each distinct block once, goes before
+    whole-model compile (glm_moe_dsa's whole-model selection took 148 s of 3 minutes, s50); the
+    other forms keep their order, and the group is still one group, the fallback last."""
+    forms = {"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs")}
+    ordered, _ = candidates(PEERS_REGISTRY, _applies, on_gpu=True, forms=forms,
+                            blocks_first=True)
+    assert [c.lever for c in ordered][:5] == [
+        "compile-blocks", "compile-model", "compile-model:mode=default",
+        "compile-model:backend=cudagraphs", "float8",
+    ]
+    assert [[c.lever for c in g] for g in groups(ordered)][0] == [
+        "compile-blocks", "compile-model", "compile-model:mode=default",
+        "compile-model:backend=cudagraphs",
+    ]
+    # an MoE's reduce-overhead form has its place among the forms too
+    ordered, _ = candidates(PEERS_REGISTRY, _applies, on_gpu=True, blocks_first=True,
+                            forms={"compile-model": ("compile-model:mode=reduce-overhead",)})
+    assert [c.lever for c in ordered][:3] == [
+        "compile-blocks", "compile-model", "compile-model:mode=reduce-overhead"]
+
+
 def test_on_a_gpu_convnet_the_compile_forms_come_first_and_channels_last_follows_on_top():
     """timm's --channels-last is a peer's form too, tried after the compile forms (the CUDA-graph
     fallback among them), on top of the one kept: inductor gains as much without it, and
@@ -221,9 +244,11 @@ def test_on_a_gpu_what_compile_would_compile_is_set_before_the_compile_forms():
     registry = {**PEERS_REGISTRY, "grouped-mm-autocast": _gpu_lever("grouped-mm-autocast"),
                 "autocast-bf16": _gpu_lever("autocast-bf16"),
                 "experts-grouped-mm": _gpu_lever("experts-grouped-mm")}
+    casts = [_finding("DTYPE001", "autocast-bf16", 5.0),
+             _finding("DTYPE002", "grouped-mm-autocast", 3.0)]
     ordered, _ = candidates(
         registry, _applies, on_gpu=True,
-        findings=[_finding("LOSS002", "fused-loss", 90.0)], step_ms=100.0,
+        findings=[_finding("LOSS002", "fused-loss", 90.0), *casts], step_ms=100.0,
     )
     levers = [c.lever for c in ordered]
     assert levers[:5] == ["autocast-bf16", "experts-grouped-mm", "grouped-mm-autocast",
@@ -237,10 +262,34 @@ def test_on_a_gpu_what_compile_would_compile_is_set_before_the_compile_forms():
     # where one does not apply (the step runs under autocast already), it is left out
     registry["autocast-bf16"] = SimpleNamespace(**{**vars(registry["autocast-bf16"]),
                                                     "applies_reason": "already under autocast"})
-    ordered, skipped = candidates(registry, _applies, on_gpu=True)
+    ordered, skipped = candidates(registry, _applies, on_gpu=True, findings=casts,
+                                  step_ms=100.0)
     assert [c.lever for c in ordered][:2] == ["experts-grouped-mm", "grouped-mm-autocast"]
     assert ("autocast-bf16", "does not apply: already under autocast") in [
         (k.lever, k.reason) for k in skipped]
+
+
+def test_on_a_gpu_the_casts_come_first_only_where_the_audit_found_what_they_fix():
+    """The two casts go before the compile forms where the audit of this step found fp32
+    matmuls; without that finding (glm_moe_dsa, H100 s51: the experts' cast first on the
+    catalogue's 2.22x measured 0.999x and took 108 s of a 3-minute budget) they take their place
+    by evidence, after the peers' forms. The experts' grouped matmuls, which no rule prices, stay
+    first."""
+    registry = {**PEERS_REGISTRY, "grouped-mm-autocast": _gpu_lever("grouped-mm-autocast"),
+                "autocast-bf16": _gpu_lever("autocast-bf16"),
+                "experts-grouped-mm": _gpu_lever("experts-grouped-mm")}
+    ordered, _ = candidates(registry, _applies, on_gpu=True)
+    levers = [c.lever for c in ordered]
+    assert levers[0] == "experts-grouped-mm" and levers[1] == "compile-model"
+    assert levers.index("grouped-mm-autocast") > levers.index("compile-blocks")
+    assert levers.index("autocast-bf16") > levers.index("compile-blocks")
+    assert not next(c for c in ordered if c.lever == "grouped-mm-autocast").source.startswith(
+        "it changes what compile compiles")
+    # the audit's finding of the experts' fp32 grouped matmuls puts their cast first again
+    ordered, _ = candidates(registry, _applies, on_gpu=True, step_ms=100.0,
+                            findings=[_finding("DTYPE002", "grouped-mm-autocast", 3.0)])
+    assert [c.lever for c in ordered][:3] == [
+        "experts-grouped-mm", "grouped-mm-autocast", "compile-model"]
 
 
 def test_on_a_cpu_the_estimates_order_as_before():

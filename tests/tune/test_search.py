@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fakes import Clock, FakeAb, ordered
 
+from levers.tune.candidates import Candidate
 from levers.tune.search import OUT_OF_BUDGET, UNCONFIRMED, search
 from levers.tune.trial import AS_RUN, CONFIRMATION, SELECTION
 
@@ -215,15 +216,46 @@ def test_an_alternative_is_not_tried_into_the_time_that_confirms_the_one_that_pa
 
 
 def test_an_alternative_tried_beside_a_paid_one_is_stopped_where_its_confirmation_starts():
-    # with 20 s more, the third form is tried, but its kill line keeps the confirmation's
-    # reserve (15.25 s): it is stopped there, and the first form is confirmed in the time kept
+    # with 40 s more, the third form is tried (its estimate is the 76.5 s the form that paid
+    # took, not the median), but its compile is slower than that one's (95 s) and its kill line
+    # keeps the confirmation's reserve (15.25 s): it is stopped there, and the first form is
+    # confirmed in the time kept
     fake = _t5_like(kills=True)
-    result = _run(fake, T5_FORMS, budget_s=200.0)
+    fake.cold_s[("compile-model:mode=default",)] = (95.0, 91.0)
+    result = _run(fake, T5_FORMS, budget_s=220.0)
     assert result.stack == ("compile-model",) and len(fake.calls) == 4
     assert fake.calls[-1] == ((), ("compile-model",))
     assert result.trials[2].out_of_time
     assert "its kill line kept 15s for the confirmation of compile-model, which paid" in _reason(
         result, "compile-model:mode=default")
+
+
+def test_an_alternative_is_expected_to_take_as_long_as_the_form_of_its_group_that_paid():
+    # with 20 s more than above the median of the group's selections (58 s) and the reserve
+    # would fit, but the form that paid took 76.5 s, and the third compiles the whole model as
+    # it did: it is passed over, and its time goes to the confirmation
+    fake = _t5_like(kills=True)
+    result = _run(fake, T5_FORMS, budget_s=200.0)
+    assert result.stack == ("compile-model",)
+    assert fake.calls == [((), ("compile-model",)), ((), ("compile-blocks",)),
+                          ((), ("compile-model",))]
+    assert _reason(result, "compile-model:mode=default") == OUT_OF_BUDGET
+
+
+def test_a_form_of_a_group_that_paid_is_not_tried_into_the_proof_s_time():
+    # ministral3 on an H100 (s51): float8 paid on top of the compile form after a 42-s
+    # selection; float8-rowwise, estimated at the median's 33 s, was tried and stopped at its
+    # kill line (25 s kept: float8's confirmation took 22 s, not 11), and the stack's proof had
+    # 1.6 s: the answer fell back to the compile form alone, where the best peer was float8.
+    # Estimated as long as float8's selection, float8-rowwise is passed over
+    fake = FakeAb({"compile": 1.36, "float8": 1.10, "float8-rowwise": 1.05},
+                  cold_s={("compile",): (24.0, 15.0), ("compile", "float8"): (42.0, 34.0),
+                          ("compile", "float8-rowwise"): (40.0, 32.0)},
+                  costs_s=(0.0, 11.0, 0.0, 0.0, 22.0, 11.0), cost_s=11.0, kills=True)
+    result = _run(fake, ["compile", "float8", "float8-rowwise"], budget_s=138.0)
+    assert result.stack == ("compile", "float8")
+    assert _reason(result, "float8-rowwise") == OUT_OF_BUDGET
+    assert result.proof is result.trials[-1] and result.proof.stack == ("compile", "float8")
 
 
 GRAPHS = "compile-model:backend=cudagraphs"
@@ -256,6 +288,72 @@ def test_a_compile_longer_than_the_budget_is_stopped_where_the_fallback_s_time_s
     assert result.notes == ("compile-model did not finish in the 1m48s it was given (a first "
                             "step compiles the model); a --budget of 6m00s or more gives it "
                             "longer",)
+
+
+OVERWRITTEN = ("RuntimeError: Error: accessing tensor output of CUDAGraphs that has been "
+               "overwritten by a subsequent run. Stack trace: File convit.py, line 73")
+
+
+def _convit_like(**kw) -> FakeAb:
+    # as timm's convit_tiny on an H100 (s51): whole-model compile's CUDA graphs fail at its
+    # second parity step after 65 s of compiling (a module keeps a graph's output as an
+    # attribute); the fallback's graphs fail too; inductor's default mode runs 1.36x
+    return FakeAb({"compile-model": 1.35, "compile-blocks": 1.30,
+                   "compile-model:mode=default": 1.36},
+                  cold_s={("compile-model",): (65.0, 63.0), ("compile-blocks",): (12.0, 4.0),
+                          ("compile-model:mode=default",): (24.0, 15.0), (GRAPHS,): (15.0, 14.0)},
+                  raises={"compile-model": OVERWRITTEN, GRAPHS: "AssertionError: "},
+                  cost_s=11.0, kills=True, **kw)
+
+
+def test_where_the_cuda_graphs_fail_the_form_without_them_is_tried_next_not_the_fallback():
+    # the fallback kept 72 s of the budget and the median A/B was the failed compile's 65 s:
+    # neither other form fitted, and the fallback, which records the same graphs, failed too
+    # (s51: nothing kept where model.compile() ran 2.1x). Now the graphs' failure gives the
+    # fallback's time to inductor's default mode, tried next, which pays and is kept
+    fake = _convit_like()
+    result = _run(fake, COMPILE_FORMS, budget_s=180.0)
+    assert result.stack == ("compile-model:mode=default",)
+    assert fake.calls[:2] == [((), ("compile-model",)), ((), ("compile-model:mode=default",))]
+    assert all(GRAPHS not in stack for _, stack in fake.calls)
+    assert _reason(result, GRAPHS).startswith(
+        "not tried: compile-model's CUDA graphs failed on this step (A/B: candidate parity step "
+        "2 raised RuntimeError: Error: accessing tensor output of CUDAGraphs")
+    assert _reason(result, GRAPHS).endswith("and this form records the same graphs")
+    assert _reason(result, "compile-blocks").startswith("pays: tokens/s 1.300x")
+
+
+def test_a_failure_that_does_not_name_the_graphs_leaves_the_fallback_its_time():
+    fake = _convit_like()
+    fake.raises["compile-model"] = "RuntimeError: shapes do not match"
+    result = _run(fake, COMPILE_FORMS, budget_s=180.0)
+    # as before: the fallback's 72 s are kept, the other forms passed over, the fallback tried
+    assert fake.calls[1] == ((), (GRAPHS,))
+    assert _reason(result, "compile-model:mode=default") == OUT_OF_BUDGET
+    assert "failed on this step" not in _reason(result, GRAPHS)
+
+
+def test_an_alternative_that_could_not_beat_the_form_that_paid_is_not_tried():
+    # the zoo's mixtral on an H100 (s51): whole-model compile paid 1.66x, then Liger's kernels,
+    # expected by the audit to save 3% of the step, took 122 s of a 3-minute budget to run
+    # 0.57x. Thrice its expected saving (1.08x) could not make it the group's fastest
+    ordered = [Candidate("compile-model", None, "peer"),
+               Candidate("compile-blocks", None, "peer"),
+               Candidate("liger-kernels", 0.027, "audit FUSE002: 1.48 ms estimated")]
+    fake = FakeAb({"compile-model": 1.66, "compile-blocks": 1.57, "liger-kernels": 0.57})
+    result = search(ordered, fake, budget_s=180.0, clock=fake.clock)
+    assert result.stack == ("compile-model",)
+    assert all("liger-kernels" not in stack for _, stack in fake.calls)
+    assert _reason(result, "liger-kernels") == (
+        "not tried: compile-model paid 1.660x where selected, and this alternative, expected to "
+        "save 2.7% of the step (audit FUSE002: 1.48 ms estimated), would still be slower at 3 "
+        "times that (1.081x): the group keeps its fastest")
+    # one whose expected saving could reach it, or that has none, is tried
+    for expected in (0.25, None):
+        ordered[2] = Candidate("liger-kernels", expected, "x")
+        fake = FakeAb({"compile-model": 1.66, "liger-kernels": 0.57})
+        search(ordered, fake, budget_s=180.0, clock=fake.clock)
+        assert ((), ("liger-kernels",)) in fake.calls
 
 
 def test_the_fallback_is_not_tried_where_an_inductor_form_paid():

@@ -237,10 +237,16 @@ def test_a_step_two_of_which_do_not_fit_is_tuned_with_its_sides_one_at_a_time(mo
         return fake
 
     monkeypatch.setattr("levers.tune.measure.ab_measure", ab_measure)
+    # and whether per-block compile goes before whole-model compile (the cheaper compile first
+    # where each A/B is dear)
+    ordering, candidates = [], run.candidates
+    monkeypatch.setattr(run, "candidates", lambda *a, **kw: (
+        ordering.append(kw["blocks_first"]), candidates(*a, **kw))[1])
     result = levers.Step("demo", params={"size": "tiny"}).tune(
         clock=fake.clock, levers="inplace-scatter"
     )
     assert asked == ["one-at-a-time" if crowded else "together"]
+    assert ordering == [crowded]
     assert result.stack == ("inplace-scatter",)
     assert (note in result.notes) is crowded
 

@@ -58,16 +58,14 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def static_step_reasons(model: torch.nn.Module) -> list[str]:
-    """Why the step cannot be replayed as CUDA graphs (empty when it can, as far as the model
-    shows: a step whose input shapes change still recompiles, and a host-device sync in the step
-    still waits; neither is seen without running the step, so HOST001 reads both from a
-    capture)."""
-    reasons = []
-    devices = {p.device.type for p in model.parameters()}
-    if devices != {"cuda"}:
-        reasons.append(
-            f"CUDA graphs need the parameters on a GPU; they are on {', '.join(sorted(devices))}"
-        )
+    """Why ``mode=auto`` does not replay the step as CUDA graphs (empty when it does, as far as
+    the model shows: a step whose input shapes change still recompiles, and a host-device sync in
+    the step still waits; neither is seen without running the step, so HOST001 reads both from a
+    capture): :func:`graph_blockers`, and a mixture of experts, whose routing by data-dependent
+    indices inductor's CUDA graphs skip where they cannot capture it (asked for by name,
+    ``mode=reduce-overhead``, the graphs run where they can: on the zoo's mixtral on an H100, s51,
+    reduce-overhead compile ran 1.77x eager where the default mode ran 1.68x)."""
+    reasons = graph_blockers(model)
     experts = [name for name, m in model.named_modules() if name.split(".")[-1] == "experts"]
     if experts:
         reasons.append(
@@ -75,6 +73,16 @@ def static_step_reasons(model: torch.nn.Module) -> list[str]:
             "(nonzero, where), which a CUDA graph cannot capture"
         )
     return reasons
+
+
+def graph_blockers(model: torch.nn.Module) -> list[str]:
+    """Why no part of the step can be replayed as CUDA graphs: the parameters are not on a GPU."""
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {"cuda"}:
+        return [
+            f"CUDA graphs need the parameters on a GPU; they are on {', '.join(sorted(devices))}"
+        ]
+    return []
 
 
 def _mode(target: Target) -> str:
@@ -108,8 +116,9 @@ def applies(target: Target) -> str | None:
     reasons = static_step_reasons(target.model)
     if _graphs_backend(target) and reasons:
         return f"backend=cudagraphs replays CUDA graphs, but {'; '.join(reasons)}"
-    if mode in CUDA_GRAPH_MODES and reasons:
-        return f"mode={mode} replays CUDA graphs, but {'; '.join(reasons)} (use mode=auto)"
+    blockers = graph_blockers(target.model)
+    if mode in CUDA_GRAPH_MODES and blockers:
+        return f"mode={mode} replays CUDA graphs, but {'; '.join(blockers)} (use mode=auto)"
     return None
 
 

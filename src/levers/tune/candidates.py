@@ -13,7 +13,11 @@ the lever worth 1.56x was never reached):
    graph breaks where inductor failed on its ``.item()``). Measured eager on the zoo's mixtral
    (H200): the cast 2.22x tokens/s, the grouped matmuls 1.52x; ``model.compile()`` ran 1.08x on
    that model in another run, and tune's row, trying compile first, never reached the cast.
-   Their A/Bs are eager, so cheap; each applies only where the step is not so already.
+   Their A/Bs are eager, so cheap; each applies only where the step is not so already. The two
+   casts (:data:`AUDIT_FIRST`) come first only where the audit of this step found the fp32
+   matmuls they fix; elsewhere the evidence places them (on glm_moe_dsa, which the audit did
+   not find in fp32, the experts' cast first measured 0.999x in two A/Bs of one-at-a-time sides
+   that took 108 s of a 3-minute budget: H100, s51).
 1. **The peers' own forms, on a GPU** (:data:`PEER_FORMS`): whole-model compile (CUDA graphs
    where the step is static), per-block compile, whole-model compile in inductor's default mode,
    then a convnet's convolutions in channels-last (timm's ``--channels-last``, tried on top of
@@ -87,12 +91,27 @@ EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 # compile form kept, float8 on the compiled blocks
 PEER_FORMS: tuple[str, ...] = (
     "compile-model", "compile-blocks", "compile-model:mode=default",
-    "compile-model:backend=cudagraphs", "channels-last", "float8", "float8-rowwise",
+    "compile-model:mode=reduce-overhead", "compile-model:backend=cudagraphs", "channels-last",
+    "float8", "float8-rowwise",
 )
+# the same, per-block compile first: where the step's two sides do not fit the GPU together,
+# each A/B builds, checks and times them one at a time, and the budget holds few A/Bs. A per-block
+# compile compiles each distinct block once, the whole model's compile all of it: on an H100
+# (s51) 12.2 s against 30.1 s a selection on ministral3, 8.1 s against 25.6 s on stablelm, and
+# glm_moe_dsa's whole-model selection took 148 s of a 3-minute budget (s50), where the per-layer
+# peer ran 1.465x against `model.compile()`'s 1.178x (s51; 1.374x against 1.431x in s50)
+BLOCKS_FIRST_ORDER: tuple[str, ...] = ("compile-blocks", *(
+    form for form in PEER_FORMS if form != "compile-blocks"))
 # the levers that change what the compile forms would compile (the precision of the step's
 # matmuls, an MoE's experts as grouped matmuls), tried before the peers' forms on a GPU, in this
 # order (the experts' cast applies to grouped matmuls)
 BEFORE_COMPILE: tuple[str, ...] = ("autocast-bf16", "experts-grouped-mm", "grouped-mm-autocast")
+# of those, the ones tried first only where the audit of this step found what they fix (fp32
+# matmuls, fp32 grouped matmuls): elsewhere they take their place by evidence, after the peers'
+# forms. The experts' cast, first on the strength of the catalogue's 2.22x (another mixtral's
+# shape, H200), measured 1.003x on the zoo's mixtral and 0.999x on glm_moe_dsa, whose step the
+# audit did not find in fp32, and its two A/Bs there took 108 s of a 3-minute budget (H100, s51)
+AUDIT_FIRST: tuple[str, ...] = ("autocast-bf16", "grouped-mm-autocast")
 BEFORE_COMPILE_SOURCE = (
     "it changes what compile compiles (the precision of the matmuls, the experts' "
     "implementation): tried before the compile forms, which then compile the step so"
@@ -101,6 +120,15 @@ PEER_SOURCE = (
     "a peer's form (whole-model or per-block compile, a convnet's channels-last, float8 on it): "
     "tried first"
 )
+# the forms that record the step as CUDA graphs (compile-model's own choice where the step is
+# static; its fallback), and the form that compiles the same programs without them: where the
+# graphs fail on a step (a module that keeps a graph's output as an attribute, which the next
+# replay overwrites: timm's convit_tiny, transformers' ibert), the search tries that form next
+# and not the fallback, which records the same graphs
+GRAPH_FORMS: tuple[str, ...] = (
+    "compile-model", "compile-model:mode=reduce-overhead", "compile-model:backend=cudagraphs",
+)
+WITHOUT_GRAPHS_FORM = "compile-model:mode=default"
 # forms tried only where no other form of their group paid, each with what it is: the step's
 # CUDA graphs without inductor, whose first step traces in seconds where inductor may compile
 # for minutes (timm's inception_resnet_v2: ~210 s, more than a 3-minute budget). It pays where
@@ -266,6 +294,7 @@ def candidates(
     factory: bool = True,
     slower_of: Callable[[Any], str | None] | None = None,
     forms: Mapping[str, Sequence[str]] | None = None,
+    blocks_first: bool = False,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """The levers to try, in the order of the module docstring, and those left out with why.
 
@@ -278,8 +307,11 @@ def candidates(
     ``slower_of(lever)`` says why a lever would lose for speed on this model (its
     ``slower_here``), if it would; ``forms`` names other forms of a lever to try beside it
     (``{"compile-model": ["compile-model:mode=default"]}`` where compile-model's own choice is
-    CUDA graphs). A lever named in ``only`` is tried whatever its measured regime.
+    CUDA graphs). ``blocks_first``: per-block compile before whole-model compile, where each A/B
+    is dear (:data:`BLOCKS_FIRST_ORDER`). A lever named in ``only`` is tried whatever its measured
+    regime.
     """
+    peer_forms = BLOCKS_FIRST_ORDER if blocks_first else PEER_FORMS
     check_ids(registry, [*(only or ()), *exclude])
     if from_audit is None:
         from_audit = audit_expectations(findings, step_ms)
@@ -307,14 +339,14 @@ def candidates(
             (share, source), tier = from_catalogue[lever_id], 1
         else:
             share, source, tier = None, "no audit finding or catalogue measurement", 2
-        peer = on_gpu and lever_id in PEER_FORMS
-        if on_gpu and lever_id in BEFORE_COMPILE:
+        peer = on_gpu and lever_id in peer_forms
+        if on_gpu and lever_id in BEFORE_COMPILE and (tier == 0 or lever_id not in AUDIT_FIRST):
             # before the peers' forms, in their own order
             key: tuple = (0, BEFORE_COMPILE.index(lever_id) - len(BEFORE_COMPILE))
             source = f"{BEFORE_COMPILE_SOURCE}; {source}"
         elif peer:
             # first, in the peers' order, whatever was estimated
-            key = (0, PEER_FORMS.index(lever_id))
+            key = (0, peer_forms.index(lever_id))
             source = f"{PEER_SOURCE}; {source}"
         else:
             # the largest expected saving first; on a tie the audit's (of this step) first
@@ -323,7 +355,7 @@ def candidates(
         for rank, form in enumerate((forms or {}).get(lever_id, ()), start=1):
             # a peer's form at its place among them (inductor's default mode after the
             # per-block compile: on most steps it is the CUDA-graph form less its replay)
-            form_key = (0, PEER_FORMS.index(form)) if peer and form in PEER_FORMS else (*key, rank)
+            form_key = (0, peer_forms.index(form)) if peer and form in peer_forms else (*key, rank)
             what = FALLBACK_FORMS.get(form)
             tried.append((form_key, Candidate(
                 form, share, f"another form of {lever_id}: {what}" if what else

@@ -33,7 +33,12 @@ confirmation of the one that paid (and the proof): they are stopped before it is
 with a fallback form (compile-model's CUDA graphs without inductor) keeps
 :data:`~levers.tune.candidates.FALLBACK_SHARE` of the time left for it until a form pays: the
 other forms' kill line is drawn short of it (ab stops a first step that compiles past its kill
-line inside the step), and the fallback is tried in what is left, only where none paid. When
+line inside the step), and the fallback is tried in what is left, only where none paid; where a
+form's CUDA graphs failed on the step (an error that names them), the fallback, which records
+the same graphs, is not tried, and its time goes to inductor's default mode, tried next. Once a
+form of a group paid, the group's next form is expected to take as long as that form's
+selection (forms of one lever compile alike), and a form whose expected saving, thrice over,
+could not beat it is not tried (:data:`EXPECTED_SLACK`; not the peers' forms). When
 time runs out the search stops selecting and proves what it kept. When the caller says how many
 timed steps the A/Bs take (``steps``), a confirmation or the proof is asked for more where the time
 left, less what the levers still to try and the proof need, holds them at the pace of the A/Bs
@@ -60,6 +65,7 @@ test's fake. ``clock`` is only for the budget.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +76,9 @@ from levers.tune.budget import format_duration
 from levers.tune.candidates import (
     FALLBACK_FORMS,
     FALLBACK_SHARE,
+    GRAPH_FORMS,
+    PEER_FORMS,
+    WITHOUT_GRAPHS_FORM,
     Candidate,
     Skipped,
     covered_by,
@@ -105,6 +114,12 @@ CONFIRM_TIME_SHARE = 0.6
 RETRACE_SHARE = 0.1
 # a selection whose CI95 holds 1 is timed once more, longer, when its point gain is at least this
 UNDECIDED_MIN_GAIN = 0.02
+# an alternative whose expected saving, this many times over, cannot reach the form of its group
+# that paid is not tried (an audit's roofline estimate has been off by 2.8x: issue 33)
+EXPECTED_SLACK = 3.0
+# an error that names CUDA graphs (torch's "accessing tensor output of CUDAGraphs that has been
+# overwritten by a subsequent run", its cudagraph trees' checks)
+_GRAPHS_ERROR = re.compile(r"cuda ?graph", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -297,15 +312,20 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
         paid: list[Paid] = []
         fallback = next((c.lever for c in group if c.lever in FALLBACK_FORMS), None)
         fallback_reserve_s = FALLBACK_SHARE * state.left_s() if fallback else 0.0
-        for candidate in group:
+        graphs_failed: str | None = None  # why the step's CUDA graphs failed, once they did
+        pending = list(group)
+        while pending:
+            candidate = pending.pop(0)
             lever = candidate.lever
-            skip = _not_tried(lever, stack, paid, fallback)
+            skip = (_graphs_not_tried(lever, graphs_failed)
+                    or _not_tried(lever, stack, paid, fallback) or _cannot_win(candidate, paid))
             if skip is not None:
                 outcomes[lever] = Outcome(lever, False, skip, source=candidate.source)
                 continue
             reserve_s, kept_for = _kill_reserve(state, lever, paid, fallback, fallback_reserve_s)
             needed_s = 0.0 if lever == fallback else (
-                state.typical_s + max(state.again_s * (2 if stack else 1), reserve_s))
+                _selection_estimate_s(state, paid)
+                + max(state.again_s * (2 if stack else 1), reserve_s))
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
                 state.passed_over = True
                 outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
@@ -328,9 +348,13 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 trial, pays, why = _once_more(state, lever, on_top, trial, why, left)
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
-            else:
-                outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s, kept_for,
-                                          paid)
+                continue
+            outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s, kept_for, paid)
+            if graphs_failed is None and (graphs_failed := _graphs_failure(lever, trial)):
+                # the fallback records the same graphs: its time goes to the form without them,
+                # tried next
+                fallback_reserve_s = 0.0
+                pending.sort(key=lambda c: c.lever != WITHOUT_GRAPHS_FORM)
         if paid:
             _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
 
@@ -349,6 +373,50 @@ def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
     if cover is not None:
         return f"not tried: {cover}, which was kept, already does what it does"
     return None
+
+
+def _graphs_failure(lever: str, trial: Trial) -> str | None:
+    """Why ``lever``'s CUDA graphs failed on this step, where ``trial`` stopped on them: a form
+    that records the step as CUDA graphs raised an error that names them."""
+    said = trial.killed or trial.error or ""
+    if lever not in GRAPH_FORMS or not _GRAPHS_ERROR.search(said):
+        return None
+    return f"{lever}'s CUDA graphs failed on this step (A/B: {said[:160].rstrip()}...)"
+
+
+def _graphs_not_tried(lever: str, graphs_failed: str | None) -> str | None:
+    """Why a form that records CUDA graphs is not tried once a form's graphs failed."""
+    if graphs_failed is None or lever not in GRAPH_FORMS:
+        return None
+    return f"not tried: {graphs_failed}, and this form records the same graphs"
+
+
+def _cannot_win(candidate: Candidate, paid: Sequence[Paid]) -> str | None:
+    """Why an alternative is not tried once another form of its group paid more than it could:
+    even :data:`EXPECTED_SLACK` times its expected saving would leave it slower than the one
+    that paid, and a group keeps only its fastest (Liger's kernels, expected 3% of a step, took
+    122 s of a 3-minute budget on the zoo's mixtral where whole-model compile had paid 1.66x:
+    H100, s51). The peers' forms are tried whatever their estimate: the estimates are the
+    search's weakest evidence, and those forms are what the answer is compared with."""
+    if not paid or candidate.expected is None or candidate.lever in PEER_FORMS:
+        return None
+    best, best_trial = _fastest(paid)[:2]
+    could = 1.0 + EXPECTED_SLACK * max(candidate.expected, 0.0)
+    if could >= speed_of(best_trial):
+        return None
+    return (f"not tried: {best.lever} paid {speed_of(best_trial):.3f}x where selected, and this "
+            f"alternative, expected to save {100 * candidate.expected:.3g}% of the step "
+            f"({candidate.source}), would still be slower at {EXPECTED_SLACK:g} times that "
+            f"({could:.3f}x): the group keeps its fastest")
+
+
+def _selection_estimate_s(state: _Search, paid: Sequence[Paid]) -> float:
+    """What the next selection A/B is expected to take: the median so far, or, once a form of
+    its group paid, at least as long as that form's selection (forms of one lever compile alike:
+    on ministral3 (H100, s51) float8-rowwise, given the median's 24 s after float8's selection
+    had taken 42 s, ran into the time of float8's confirmation and the stack's proof)."""
+    longest = max((state.durations_s[index] for *_, index in paid), default=0.0)
+    return max(state.typical_s, longest)
 
 
 def _kill_reserve(state: _Search, lever: str, paid: Sequence[Paid], fallback: str | None,
