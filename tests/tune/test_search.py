@@ -243,11 +243,11 @@ def test_an_alternative_is_expected_to_take_as_long_as_the_form_of_its_group_tha
 
 
 def test_a_form_of_a_group_that_paid_is_not_tried_into_the_proof_s_time():
-    # ministral3 on an H100 (s51): float8 paid on top of the compile form after a 42-s
-    # selection; float8-rowwise, estimated at the median's 33 s, was tried and stopped at its
-    # kill line (25 s kept: float8's confirmation took 22 s, not 11), and the stack's proof had
-    # 1.6 s: the answer fell back to the compile form alone, where the best peer was float8.
-    # Estimated as long as float8's selection, float8-rowwise is passed over
+    # as ministral3 on an H100 (s51): float8 paid on top of the compile form after a 42-s
+    # selection; float8-rowwise, estimated at the median selection (here 33 s), was tried and
+    # stopped at its kill line (25 s kept: float8's confirmation took 22 s, not 11), and the
+    # stack's proof had 1.6 s: the answer fell back to the compile form alone, where the best
+    # peer was float8. Estimated as long as float8's selection, float8-rowwise is passed over
     fake = FakeAb({"compile": 1.36, "float8": 1.10, "float8-rowwise": 1.05},
                   cold_s={("compile",): (24.0, 15.0), ("compile", "float8"): (42.0, 34.0),
                           ("compile", "float8-rowwise"): (40.0, 32.0)},

@@ -413,7 +413,7 @@ def _cannot_win(candidate: Candidate, paid: Sequence[Paid]) -> str | None:
 def _selection_estimate_s(state: _Search, paid: Sequence[Paid]) -> float:
     """What the next selection A/B is expected to take: the median so far, or, once a form of
     its group paid, at least as long as that form's selection (forms of one lever compile alike:
-    on ministral3 (H100, s51) float8-rowwise, given the median's 24 s after float8's selection
+    on ministral3 (H100, s51) float8-rowwise, given the median selection's 27 s after float8's
     had taken 42 s, ran into the time of float8's confirmation and the stack's proof)."""
     longest = max((state.durations_s[index] for *_, index in paid), default=0.0)
     return max(state.typical_s, longest)
