@@ -381,7 +381,9 @@ def _graphs_failure(lever: str, trial: Trial) -> str | None:
     said = trial.killed or trial.error or ""
     if lever not in GRAPH_FORMS or not _GRAPHS_ERROR.search(said):
         return None
-    return f"{lever}'s CUDA graphs failed on this step (A/B: {said[:160].rstrip()}...)"
+    first = said.splitlines()[0]  # torch's message goes on with a stack trace
+    shown = first if len(first) <= 160 else f"{first[:160].rstrip()}..."
+    return f"{lever}'s CUDA graphs failed on this step ({shown})"
 
 
 def _graphs_not_tried(lever: str, graphs_failed: str | None) -> str | None:
