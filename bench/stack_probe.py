@@ -18,6 +18,12 @@ model before) is timed alone and under whole-model compile on convnets:
     PYTHONPATH=src python bench/stack_probe.py --models zoo@resnet,zoo@convnext \
         --stacks "compile-model;channels-last+compile-model;channels-last" --out $OUT/cl
 
+A stack ``peer:NAME`` is a peer of ``bench/tune_sweep.py`` (``peer:compile-model-ro``:
+``model.compile(mode="reduce-overhead")``), timed as the sweep times it, beside levers' own forms:
+
+    PYTHONPATH=src python bench/stack_probe.py --models arch@timm:test_efficientnet \
+        --stacks "peer:compile-model-ro;compile-model;compile-model+channels-last" --out $OUT/ro
+
 Writes ``OUT/summary.json`` after every stack: per model its timed rows, each stack's tokens/s
 ratio to the default (``ratios``) and to the first stack (``vs_first``), with the environment.
 """
@@ -38,10 +44,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tune_sweep import (  # noqa: E402
-    TUNED, _environment, _merge, model_params, timed_row,
+    PEER_TRANSFORMS, TUNED, _environment, _merge, model_params, timed_row,
 )
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers_vs_peers import _bootstrap  # noqa: E402
+
+
+PEER_PREFIX = "peer:"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     stacks = [[lever for lever in s.split("+") if lever] for s in args.stacks.split(";") if s]
     if not stacks:
         parser.error("--stacks names no stack")
+    for stack in stacks:  # before anything is built
+        if any(lever.startswith(PEER_PREFIX) for lever in stack) and (
+                len(stack) > 1 or _peer(stack) not in PEER_TRANSFORMS):
+            parser.error(f"{'+'.join(stack)}: a peer is a stack of its own, one of "
+                         f"{', '.join(PEER_PREFIX + p for p in PEER_TRANSFORMS)}")
     extra = dict(item.split("=", 1) for item in args.set)
     summary = args.out / "summary.json"
     rng = random.Random(0)
@@ -72,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                "stacks": ["+".join(s) for s in stacks], "rows": [], **_environment()}
         for name, stack in [("default", []), *[("+".join(s), s) for s in stacks]]:
             started = time.perf_counter()
-            one = timed_row(spec, params, "default" if not stack else TUNED, stack, args)
+            peer = _peer(stack)
+            variant = peer or ("default" if not stack else TUNED)
+            one = timed_row(spec, params, variant, [] if peer else stack, args)
             one.pop("describe", None)
             one.update(variant=name, wall_s=round(time.perf_counter() - started, 1))
             row["rows"].append(one)
@@ -91,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
                                                   default=str) + "\n", make_parents=True)
     return 0
+
+
+def _peer(stack: list[str]) -> str | None:
+    """The peer a stack names (``peer:NAME``), or None for a stack of levers."""
+    if stack[:1] and stack[0].startswith(PEER_PREFIX):
+        return stack[0].removeprefix(PEER_PREFIX)
+    return None
 
 
 if __name__ == "__main__":

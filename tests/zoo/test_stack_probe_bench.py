@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from bench_module import bench_module
 
 
@@ -22,3 +23,33 @@ def test_channels_last_is_timed_alone_and_under_compile_model_as_a_lever(tmp_pat
     assert applied["channels-last"] == ["channels-last"]
     assert applied["channels-last+compile-model"] == ["channels-last", "compile-model"]
     assert set(row["ratios"]) == {"channels-last", "channels-last+compile-model"}
+
+
+def test_a_peer_is_timed_as_the_sweep_times_it_beside_levers_forms(tmp_path):
+    probe = bench_module("stack_probe.py", "bench_stack_probe")
+    rc = probe.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                     "--stacks", "peer:compile-model;compile-model", "--warmup", "1",
+                     "--steps", "2", "--min-timed-s", "0", "--out", str(tmp_path)])
+    assert rc == 0
+    [row] = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    by_variant = {r["variant"]: r for r in row["rows"]}
+    assert {v: r["status"] for v, r in by_variant.items()} == {
+        "default": "ok", "peer:compile-model": "ok", "compile-model": "ok"}
+    # the peer is the sweep's transform (its KV cache off, no levers applied); the stack levers'
+    assert by_variant["peer:compile-model"].get("cache_off") is True
+    assert "applied" not in by_variant["peer:compile-model"]
+    assert by_variant["compile-model"]["applied"] == ["compile-model"]
+    assert set(row["vs_first"]) == {"compile-model"}
+
+
+
+def test_a_peer_inside_a_stack_or_unknown_is_refused_before_anything_is_built(tmp_path, capsys):
+    probe = bench_module("stack_probe.py", "bench_stack_probe")
+    for stacks in ("compile-model;peer:compile-model+sdpa-attention", "peer:compile-fast"):
+        with pytest.raises(SystemExit) as stopped:
+            probe.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                        "--stacks", stacks, "--out", str(tmp_path)])
+        assert stopped.value.code == 2
+        assert "a peer is a stack of its own, one of peer:compile-model, " in (
+            capsys.readouterr().err)
+    assert not (tmp_path / "summary.json").exists()
