@@ -5,9 +5,9 @@
 # mode next, not the fallback), ministral3 (float8-rowwise no longer runs into the proof's
 # time), glm_moe_dsa (no experts' cast first; per-block compile first where the sides run one
 # at a time), ibert (CUDA graphs fail there too), stablelm (its peers were cut in s51); a probe of
-# levers' reduce-overhead compile against the peer's on two convnets; the zoo's
-# mixtral (reduce-overhead beside compile-model on an MoE; Liger not tried after compile paid);
-# gemma3 and two more sampled; ministral3 at the default budget.
+# levers' reduce-overhead compile against the peer's on two convnets, and of alternation against
+# blocks; the zoo's mixtral (reduce-overhead beside compile-model on an MoE; Liger not tried
+# after compile paid); gemma3 and two more sampled; ministral3 at the default budget.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s51.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
@@ -23,6 +23,13 @@ MODELS=arch@timm:convit_tiny,arch@ministral3,arch@glm_moe_dsa,arch@ibert,arch@st
 # blocks, and the two level (3.6 ms each) alternated step by step
 probe r ro_probe 300 arch@timm:test_efficientnet,zoo@resnet \
     "peer:compile-model-ro;compile-model;compile-model+channels-last;compile-model:mode=reduce-overhead"
+# and whether alternating two CUDA-graph programs step by step (ab's A/Bs, the head-to-head)
+# times them as their own blocks do: blocks, alternated, windows of 10, in one process
+mkdir -p "$D/w/alternation_probe"
+timeout 300 python bench/alternation_probe.py --models arch@timm:test_efficientnet \
+    --pairs "compile-model;compile-model+channels-last|peer:compile-model-ro;compile-model+channels-last" \
+    --out "$D/w/alternation_probe" > "$D/w.out" 2>&1
+cp "$D/w.out" "$D/w/alternation_probe/session.log"; (cd "$D/w" && tar -czf round.tgz alternation_probe)
 MODELS=zoo@mixtral,arch@gemma3,arch@roberta-prelayernorm/causal-lm,arch@luke SAMPLE= BUDGET=3m \
     ROW_TIMEOUT=900 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 # a default-budget row (none yet) where tune has levers beyond the peers' to stack: ministral3's
