@@ -104,6 +104,13 @@ def test_end_to_end_on_the_demo_with_ab(tmp_path):
     kinds = [e["event"] for e in _events(record)]
     assert kinds == ["tune-trial"] * len(trials) + ["tune-result"]
     assert [e["role"] for e in _events(record)[:-1]] == [t.role for t in trials]
+    # each trial records every timed step of each side, as ab timed them
+    for trial, event in zip(trials, _events(record)):
+        baseline, candidate = event["step_ms_each"]
+        assert len(baseline) == len(candidate) == trial.timed_steps
+        samples = trial.ab.samples
+        assert baseline == [round(ms, 3) for ms in samples["baseline"].dur_ms]
+        assert candidate == [round(ms, 3) for ms in samples["candidate"].dur_ms]
 
 
 def test_the_audit_that_orders_the_candidates_measures_nothing_itself(monkeypatch):

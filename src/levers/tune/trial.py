@@ -81,6 +81,11 @@ class Trial:
     # its timed steps ran the programs its parity steps compiled, with eager's random draws
     # (AbConfig.time_parity_programs on a step that draws random numbers in a compiled model)
     timed_eager_random: bool = False
+    # every timed step's time (ms) of each side (baseline, candidate), in the order they ran:
+    # the record's evidence of a drift within a side's steps or between the sides' blocks
+    # (glm_moe_dsa's first one-at-a-time baseline, H100 s51: 1199 ms a step at the median, its
+    # second 1101 ms)
+    step_ms_each: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     ab: Any = field(default=None, repr=False, compare=False)  # the AbResult, when there is one
 
     @property
@@ -207,7 +212,18 @@ def from_ab(base: Stack, stack: Stack, result: Any) -> Trial:
         timed_steps=timed_pairs(getattr(result, "samples", None)) or None,
         timed_eager_random=bool(getattr(result, "timed_eager_random", False))
         and not compiles_without_inductor(stack),
+        step_ms_each=_each_step_ms(getattr(result, "samples", None)),
         ab=result,
+    )
+
+
+def _each_step_ms(samples: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Each side's timed step times (ms, to the microsecond), baseline first; None where the
+    A/B timed no steps."""
+    if not samples or not all(name in samples for name in ("baseline", "candidate")):
+        return None
+    return tuple(  # type: ignore[return-value]
+        tuple(round(ms, 3) for ms in samples[name].dur_ms) for name in ("baseline", "candidate")
     )
 
 
