@@ -56,9 +56,16 @@ def test_a_host_sync_is_a_reason_carried_into_the_recommendation():
     assert audit_expectations([finding], step_ms=finding.details["step_ms"]) == {}
 
 
-def test_a_mixture_of_experts_and_a_size_recompile_are_reasons():
+def test_a_mixture_of_experts_is_graphed_in_part_and_a_size_recompile_is_a_reason():
+    # inductor's CUDA graphs skip an MoE's routing and replay the rest: no reason that keeps
+    # graphs off, the lever named with the mode to ask for, the gaps its estimate at most
     [moe] = run_rule("HOST001", "fire_moe")
-    assert moe.details["cuda_graph_reasons"][0].startswith("experts is a mixture of experts")
+    assert moe.details["cuda_graph_reasons"] == []
+    assert moe.details["cuda_graphs_partly"].startswith("experts is a mixture of experts")
+    assert moe.lever == "compile-model" and "recommended" not in moe.details
+    assert moe.fix_title.startswith("Replay what CUDA graphs can capture: compile-model with "
+                                    "mode=reduce-overhead asked by name (experts is a mixture")
+    assert moe.cost.saved_ms > 0
     [resized] = run_rule("HOST001", "fire_dynamic_shapes")
     [reason] = resized.details["cuda_graph_reasons"]
     assert "size mismatch at index 0. expected 64, actual 48" in reason

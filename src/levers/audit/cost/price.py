@@ -124,6 +124,8 @@ def _launch_gaps_basis(bench: dict[str, Any]) -> str:
     )
     if bench.get("reasons"):
         text += "; nothing is recovered while CUDA graphs cannot apply"
+    elif bench.get("partly"):
+        text += "; on this step they replay only part of it (the experts' routing is skipped)"
     return text
 
 
