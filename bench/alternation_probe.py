@@ -43,9 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from levers_vs_peers import _bootstrap, steps_to_fill  # noqa: E402
-from stack_probe import PEER_PREFIX, _peer  # noqa: E402
+from stack_probe import _peer, peer_error  # noqa: E402
 from tune_sweep import (  # noqa: E402
-    PEER_TRANSFORMS, TUNED, _built, _environment, _merge, _one_step_s, _variant_run, model_params,
+    TUNED, _environment, _merge, _variant_run, model_params, schedule, side_by_side,
+    timed_in_turn, warm_pace_s,
 )
 
 from levers.ab.stats import paired_ratio_ci  # noqa: E402
@@ -54,21 +55,6 @@ from levers.output.atomic import atomic_write_text  # noqa: E402
 WAYS = ("blocks", "alternated", "windows")
 # the most steps a side min_timed_s may ask for, per way
 MAX_STEPS = 400
-
-
-def schedule(way: str, steps: int, window: int) -> list[int]:
-    """The order of the timed steps of one way, as side indexes (0: A, 1: B): ``steps`` of each.
-    blocks: A's, then B's; alternated: one of each, the order swapped every pair; windows:
-    ``window`` of A's, then of B's, the order swapped every pair of windows."""
-    if way == "blocks":
-        return [0] * steps + [1] * steps
-    size = 1 if way == "alternated" else window
-    out: list[int] = []
-    for number, start in enumerate(range(0, steps, size)):
-        count = min(size, steps - start)
-        first, second = (0, 1) if number % 2 == 0 else (1, 0)
-        out += [first] * count + [second] * count
-    return out
 
 
 def read(durations: tuple[list[float], list[float]], paired: bool, rng: random.Random
@@ -93,24 +79,16 @@ def probe_pair(spec: str, params: dict[str, Any], pair: list[list[str]], args) -
     cleanups: list[Callable[[], None]] = []
     sides: dict[str, Any] = {}
     with _variant_run(out, args, cleanups, sides):
-        for name, stack in zip(names, pair):
-            peer = _peer(stack)
-            sides[name], built = _built(spec, params, peer or TUNED, [] if peer else stack,
-                                        cleanups)
-            if "missing" in built:
-                raise RuntimeError(built["missing"])
-        workloads = [sides[name] for name in names]
-        last_s = 0.0
-        for _ in range(args.warmup):
-            last_s = max(_one_step_s(w) for w in workloads)
-        steps = steps_to_fill(args.steps, args.min_timed_s, last_s, MAX_STEPS)
+        variants = [(name, _peer(stack) or TUNED, [] if _peer(stack) else stack)
+                    for name, stack in zip(names, pair)]
+        workloads = side_by_side(spec, params, variants, cleanups, sides)
+        steps = steps_to_fill(args.steps, args.min_timed_s, warm_pace_s(workloads, args.warmup),
+                              MAX_STEPS)
         rng = random.Random(0)
         out["ways"] = {}
         for way in WAYS:
-            durations: tuple[list[float], list[float]] = ([], [])
-            for side in schedule(way, steps, args.window):
-                durations[side].append(_one_step_s(workloads[side]))
-            out["ways"][way] = read(durations, paired=way != "blocks", rng=rng)
+            a, b = timed_in_turn(workloads, schedule(way, steps, args.window))
+            out["ways"][way] = read((a, b), paired=way != "blocks", rng=rng)
         out["status"] = "ok"
     return out
 
@@ -138,10 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(pair) != 2 or not all(pair):
             parser.error(f"{pair}: a pair is two variants separated by ';'")
         for stack in pair:
-            if any(lever.startswith(PEER_PREFIX) for lever in stack) and (
-                    len(stack) > 1 or _peer(stack) not in PEER_TRANSFORMS):
-                parser.error(f"{'+'.join(stack)}: a peer is a variant of its own, one of "
-                             f"{', '.join(PEER_PREFIX + p for p in PEER_TRANSFORMS)}")
+            why = peer_error(stack, "variant")
+            if why is not None:
+                parser.error(f"{'+'.join(stack)}: {why}")
     if args.steps < 2 or args.window < 1:
         parser.error("--steps must be at least 2 and --window at least 1")
     extra = dict(item.split("=", 1) for item in args.set)

@@ -72,10 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if not stacks:
         parser.error("--stacks names no stack")
     for stack in stacks:  # before anything is built
-        if any(lever.startswith(PEER_PREFIX) for lever in stack) and (
-                len(stack) > 1 or _peer(stack) not in PEER_TRANSFORMS):
-            parser.error(f"{'+'.join(stack)}: a peer is a stack of its own, one of "
-                         f"{', '.join(PEER_PREFIX + p for p in PEER_TRANSFORMS)}")
+        why = peer_error(stack)
+        if why is not None:
+            parser.error(f"{'+'.join(stack)}: {why}")
     extra = dict(item.split("=", 1) for item in args.set)
     summary = args.out / "summary.json"
     rng = random.Random(0)
@@ -107,6 +106,16 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
                                                   default=str) + "\n", make_parents=True)
     return 0
+
+
+def peer_error(stack: list[str], what: str = "stack") -> str | None:
+    """Why ``stack`` cannot be timed, where it names a peer (one not in the sweep's, or beside
+    levers: a peer is a ``what`` of its own), or None."""
+    if any(lever.startswith(PEER_PREFIX) for lever in stack) and (
+            len(stack) > 1 or _peer(stack) not in PEER_TRANSFORMS):
+        return (f"a peer is a {what} of its own, one of "
+                f"{', '.join(PEER_PREFIX + p for p in PEER_TRANSFORMS)}")
+    return None
 
 
 def _peer(stack: list[str]) -> str | None:

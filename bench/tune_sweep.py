@@ -203,25 +203,62 @@ def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
     cleanups: list[Callable[[], None]] = []
     sides: dict[str, Any] = {}
     with _variant_run(out, args, cleanups, sides):
-        for variant in (TUNED, peer):
-            sides[variant], built = _built(spec, params, variant, stack, cleanups)
-            if "missing" in built:
-                raise RuntimeError(built["missing"])
-        last_s = 0.0
-        for _ in range(args.warmup):
-            last_s = max(_one_step_s(w) for w in sides.values())
-        pairs = steps_to_fill(args.steps, args.min_timed_s, last_s, MAX_PAIRS)
-        tokens = {v: w.tokens_per_step or 0 for v, w in sides.items()}
-        rates: dict[str, list[float]] = {TUNED: [], peer: []}
-        for i in range(pairs):
-            for variant in ((TUNED, peer) if i % 2 == 0 else (peer, TUNED)):
-                rates[variant].append(tokens[variant] / _one_step_s(sides[variant]))
+        workloads = side_by_side(spec, params, [(TUNED, TUNED, stack), (peer, peer, [])],
+                                 cleanups, sides)
+        pairs = steps_to_fill(args.steps, args.min_timed_s, warm_pace_s(workloads, args.warmup),
+                              MAX_PAIRS)
+        durations = timed_in_turn(workloads, schedule("alternated", pairs))
+        rates = {name: [(w.tokens_per_step or 0) / d for d in ds]
+                 for name, w, ds in zip((TUNED, peer), workloads, durations)}
         ci = paired_ratio_ci(rates[peer], rates[TUNED], num_resamples=2000, seed=0)
         out.update(
             status="ok", pairs=pairs, ratio=ci.ratio, ci95=[ci.lo, ci.hi],
             tokens_per_s={v: statistics.median(r) for v, r in rates.items()},
         )
     return out
+
+
+def side_by_side(spec: str, params: dict[str, Any], variants: list[tuple[str, str, list[str]]],
+                 cleanups: list[Callable[[], None]], held: dict[str, Any]) -> list[Any]:
+    """The workloads of ``variants`` (name, variant, stack: :func:`_built`'s) built side by side,
+    each held under its name in ``held`` (for :func:`_variant_run` to drop); a peer that cannot
+    run here raises, saying why."""
+    for name, variant, stack in variants:
+        held[name], built = _built(spec, params, variant, stack, cleanups)
+        if "missing" in built:
+            raise RuntimeError(built["missing"])
+    return [held[name] for name, _, _ in variants]
+
+
+def warm_pace_s(workloads: list[Any], warmup: int) -> float:
+    """``warmup`` steps of each workload in turn; the slowest one's last step (s)."""
+    last_s = 0.0
+    for _ in range(warmup):
+        last_s = max(_one_step_s(w) for w in workloads)
+    return last_s
+
+
+def schedule(way: str, steps: int, window: int = 1) -> list[int]:
+    """The order of the timed steps of two workloads, as their indexes (0, 1): ``steps`` of
+    each. blocks: 0's, then 1's; alternated: one of each, the order swapped every pair; windows:
+    ``window`` of 0's, then of 1's, the order swapped every pair of windows."""
+    if way == "blocks":
+        return [0] * steps + [1] * steps
+    size = 1 if way == "alternated" else window
+    out: list[int] = []
+    for number, start in enumerate(range(0, steps, size)):
+        count = min(size, steps - start)
+        first, second = (0, 1) if number % 2 == 0 else (1, 0)
+        out += [first] * count + [second] * count
+    return out
+
+
+def timed_in_turn(workloads: list[Any], order: list[int]) -> tuple[list[float], ...]:
+    """Each workload's step times (s, idle device to idle device), its steps run in ``order``."""
+    durations: tuple[list[float], ...] = tuple([] for _ in workloads)
+    for index in order:
+        durations[index].append(_one_step_s(workloads[index]))
+    return durations
 
 
 def _two_do_not_fit(timed: list[dict[str, Any]], variants: tuple[str, str]) -> str | None:

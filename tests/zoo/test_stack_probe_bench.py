@@ -9,13 +9,19 @@ import pytest
 from bench_module import bench_module
 
 
-def test_channels_last_is_timed_alone_and_under_compile_model_as_a_lever(tmp_path):
+def _probed(tmp_path, model: str, stacks: str) -> dict:
+    """The summary row of ``stacks`` timed on the tiny ``model`` on this CPU, briefly."""
     probe = bench_module("stack_probe.py", "bench_stack_probe")
-    rc = probe.main(["--models", "zoo@resnet", "--size", "tiny", "--device", "cpu",
-                     "--stacks", "channels-last;channels-last+compile-model", "--warmup", "1",
-                     "--steps", "2", "--min-timed-s", "0", "--out", str(tmp_path)])
+    rc = probe.main(["--models", model, "--size", "tiny", "--device", "cpu", "--stacks", stacks,
+                     "--warmup", "1", "--steps", "2", "--min-timed-s", "0",
+                     "--out", str(tmp_path)])
     assert rc == 0
     [row] = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    return row
+
+
+def test_channels_last_is_timed_alone_and_under_compile_model_as_a_lever(tmp_path):
+    row = _probed(tmp_path, "zoo@resnet", "channels-last;channels-last+compile-model")
     status = {r["variant"]: r["status"] for r in row["rows"]}
     assert status == {"default": "ok", "channels-last": "ok",
                       "channels-last+compile-model": "ok"}
@@ -26,12 +32,7 @@ def test_channels_last_is_timed_alone_and_under_compile_model_as_a_lever(tmp_pat
 
 
 def test_a_peer_is_timed_as_the_sweep_times_it_beside_levers_forms(tmp_path):
-    probe = bench_module("stack_probe.py", "bench_stack_probe")
-    rc = probe.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
-                     "--stacks", "peer:compile-model;compile-model", "--warmup", "1",
-                     "--steps", "2", "--min-timed-s", "0", "--out", str(tmp_path)])
-    assert rc == 0
-    [row] = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    row = _probed(tmp_path, "zoo@nanogpt", "peer:compile-model;compile-model")
     by_variant = {r["variant"]: r for r in row["rows"]}
     assert {v: r["status"] for v, r in by_variant.items()} == {
         "default": "ok", "peer:compile-model": "ok", "compile-model": "ok"}
