@@ -671,3 +671,132 @@ def test_an_unconfirmed_lever_is_printed_and_recorded_as_such_not_as_nothing_pay
     assert "confirm it by hand:\n  levers ab arch --set model=glm_moe_dsa --lever compile-model\n" \
         in text
     assert "--budget of 6m00s or more gives its confirmation time" in text
+
+
+# where the sides run one at a time (defer_alternatives): a group's first form that pays carries
+# the later groups, and its other forms are tried last, in its place
+BLOCKS_FIRST = ["compile-blocks", "compile-model", "compile-model:mode=default"]
+
+
+def _ministral_like(**kw) -> FakeAb:
+    # as ministral3 on an H100 (s52, 8 x 2048, sides one at a time): the compile forms 1.298x
+    # (per-block, 20 s cold), 1.339x (whole-model, 36.5 s) and 1.349x (default mode, 28.6 s);
+    # float8 1.10x on top, its recompile 56.5 s on the whole model; an A/B of a measured stack
+    # 12 s. float8 on the blocks is not measured there: 25 s here
+    return FakeAb({"compile-blocks": 1.298, "compile-model": 1.339,
+                   "compile-model:mode=default": 1.349, "float8": 1.10},
+                  cold_s={("compile-blocks",): (20.0, 10.0), ("compile-model",): (36.5, 27.0),
+                          ("compile-model:mode=default",): (28.6, 19.0),
+                          ("compile-blocks", "float8"): (25.0, 15.0),
+                          ("compile-model", "float8"): (60.0, 50.0),
+                          ("compile-model:mode=default", "float8"): (56.5, 48.0)},
+                  cost_s=12.0, kills=True, **kw)
+
+
+def _deferred(fake: FakeAb, ids, budget_s: float):
+    return search(ordered(*ids), fake, budget_s=budget_s, clock=fake.clock,
+                  defer_alternatives=True)
+
+
+def test_without_deferral_the_compile_forms_eat_the_budget_the_later_lever_needed():
+    # what s52 measured: the three forms, then float8 on the fastest; its proof did not fit
+    fake = _ministral_like()
+    result = _run(fake, [*BLOCKS_FIRST, "float8"], budget_s=180.0)
+    assert result.stack == ("compile-model:mode=default",)
+
+
+def test_deferred_the_first_form_that_pays_carries_the_later_groups_and_the_others_replace_it():
+    fake = _ministral_like()
+    result = _deferred(fake, [*BLOCKS_FIRST, "float8"], budget_s=300.0)
+    blocks, model, default = BLOCKS_FIRST
+    assert fake.calls[:8] == [
+        ((), (blocks,)), ((), (blocks,)),  # selected, confirmed and kept at once
+        ((blocks,), (blocks, "float8")), ((blocks,), (blocks, "float8")),
+        ((), (blocks, "float8")),  # proven before any form is tried in the per-block form's place
+        # the whole-model form in the per-block form's place, selected and confirmed
+        ((blocks, "float8"), (model, "float8")), ((blocks, "float8"), (model, "float8")),
+        ((), (model, "float8")),  # and that stack proven
+    ]
+    # the default mode in the whole-model form's place: 1.007x, its CI holds 1
+    assert fake.calls[8] == ((model, "float8"), (default, "float8")) and len(fake.calls) == 9
+    assert result.stack == (model, "float8") and result.proof is result.trials[7]
+    assert abs(result.proof.tokens_per_s_ratio - 1.339 * 1.10) < 1e-9
+    outcome = {o.lever: o for o in result.outcomes}
+    assert outcome[model].kept and "in place of compile-blocks; confirmed by a fresh A/B" in (
+        outcome[model].reason)
+    assert not outcome[blocks].kept
+    assert "then replaced by compile-model, which paid 1.032x in its place (A/B 7)" in (
+        outcome[blocks].reason)
+
+
+def test_a_replacement_whose_proof_the_budget_cuts_leaves_the_stack_proven_before_it():
+    # at s52's 3 minutes: the whole-model form's recompile under float8 (60 s) leaves its proof
+    # too little time; the answer is per-block compile and float8, proven before it was tried
+    # (s52's answer, with every compile form tried first: the default mode alone, 0.960 of the
+    # best peer)
+    fake = _ministral_like()
+    result = _deferred(fake, [*BLOCKS_FIRST, "float8"], budget_s=180.0)
+    assert result.stack == ("compile-blocks", "float8")
+    assert result.proof is result.trials[4] and result.proof.base == ()
+    assert result.spent_s <= 180.0
+    assert "the answer is compile-blocks,float8, which its proof (A/B 5) proved" in (
+        result.notes[-1])
+    outcome = {o.lever: o for o in result.outcomes}
+    assert outcome["compile-blocks"].kept and outcome["float8"].kept
+    assert "kept: the form that replaced it was confirmed, but no stack with it was proven" in (
+        outcome["compile-blocks"].reason)
+    assert not outcome["compile-model"].kept
+    assert _reason(result, "compile-model:mode=default") == OUT_OF_BUDGET
+
+
+def test_a_form_that_does_not_pay_in_the_place_of_the_kept_one_leaves_the_stack_as_it_was():
+    fake = _ministral_like()
+    fake.speed["compile-model"] = 1.20
+    fake.speed["compile-model:mode=default"] = 1.25
+    result = _deferred(fake, [*BLOCKS_FIRST, "float8"], budget_s=1000.0)
+    assert result.stack == ("compile-blocks", "float8")
+    assert _reason(result, "compile-model").startswith("slower: tokens/s 0.924x")
+    # each tried in place of the per-block form, against the stack as it was
+    assert ((("compile-blocks", "float8"), ("compile-model:mode=default", "float8"))
+            in fake.calls)
+
+
+def test_a_lone_form_that_replaced_the_first_lever_is_proven_against_the_baseline():
+    fake = _ministral_like()
+    result = _deferred(fake, BLOCKS_FIRST, budget_s=1000.0)
+    # per-block, then whole-model in its place (the default mode in its place: 1.007x, its CI
+    # holds 1), then the whole-model form proven against the baseline
+    assert result.stack == ("compile-model",)
+    assert fake.calls[4:] == [((), ("compile-model",)),
+                              (("compile-model",), ("compile-model:mode=default",))]
+    assert result.proof is result.trials[4] and result.proof.base == ()
+
+
+def test_a_replacement_not_proven_against_the_baseline_leaves_the_first_lever_as_the_answer():
+    fake = _ministral_like(together={("compile-model",): 0.98})
+    result = _deferred(fake, BLOCKS_FIRST[:2], budget_s=1000.0)
+    assert result.stack == ("compile-blocks",) and result.selected == ("compile-model",)
+    assert result.proof is result.trials[1]  # compile-blocks' confirmation
+    outcome = {o.lever: o for o in result.outcomes}
+    assert outcome["compile-blocks"].kept
+    assert "kept: the form that replaced it was confirmed, but no stack with it was proven" in (
+        outcome["compile-blocks"].reason)
+    assert not outcome["compile-model"].kept
+    assert "the answer is compile-blocks, which its confirmation proved" in result.notes[-1]
+
+
+def test_deferred_the_fallback_is_not_tried_and_failed_graphs_still_keep_their_forms_out():
+    fake = _convit_like()
+    ids = [*BLOCKS_FIRST, "compile-model:mode=reduce-overhead", GRAPHS]
+    fake.speed["compile-model:mode=reduce-overhead"] = 1.4
+    fake.raises["compile-model:mode=reduce-overhead"] = OVERWRITTEN
+    fake.raises.pop("compile-model")  # compile-model's own graphs do not fail here
+    result = _deferred(fake, ids, budget_s=1000.0)
+    assert "not tried: compile-blocks paid, and this form is only its fallback" in _reason(
+        result, GRAPHS)
+    assert all(GRAPHS not in stack for _, stack in fake.calls)
+    # whole-model compile paid 1.038x in the per-block form's place; reduce-overhead's graphs
+    # failed in its place
+    assert result.stack == ("compile-model",)
+    assert "CUDAGraphs that has been overwritten" in _reason(
+        result, "compile-model:mode=reduce-overhead")

@@ -249,11 +249,15 @@ def test_a_step_two_of_which_do_not_fit_is_tuned_with_its_sides_one_at_a_time(mo
     ordering, candidates = [], run.candidates
     monkeypatch.setattr(run, "candidates", lambda *a, **kw: (
         ordering.append(kw["blocks_first"]), candidates(*a, **kw))[1])
+    # and whether a group's other forms wait for the later groups (each A/B is dear)
+    deferring, search = [], run.search
+    monkeypatch.setattr(run, "search", lambda *a, **kw: (
+        deferring.append(kw["defer_alternatives"]), search(*a, **kw))[1])
     result = levers.Step("demo", params={"size": "tiny"}).tune(
         clock=fake.clock, levers="inplace-scatter"
     )
     assert asked == ["one-at-a-time" if crowded else "together"]
-    assert ordering == [crowded]
+    assert ordering == [crowded] and deferring == [crowded]
     assert result.stack == ("inplace-scatter",)
     assert (note in result.notes) is crowded
 

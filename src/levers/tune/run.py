@@ -279,6 +279,9 @@ def tune_step(
         say=say,
         on_trial=record_trials(record_path, {"workload": step.spec, "params": step.params}),
         steps=design.steps,  # ab's A/B times as many steps as it is asked: a confirmation more
+        # where the sides run one at a time, a group's first form that pays carries the later
+        # groups, and its other forms are tried last in its place
+        defer_alternatives=view.crowded,
     )
     result = TuneResult(
         workload=step.spec,

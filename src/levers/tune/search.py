@@ -17,6 +17,12 @@ when a fresh A/B of the same increment, which selected nothing, pays as well, so
 does nothing is kept only where noise paid it twice, whatever else the stack holds (a
 confirmation of the whole stack alone would let it ride on a lever that pays).
 
+**Where the A/Bs are dear** (``defer_alternatives``: each A/B builds and times its sides one at a
+time), a group's first form that pays is confirmed and kept at once, the later groups are tried
+on top of it, and the group's other forms last, each in place of the one kept: an A/B of the
+stack with it there against the stack as it is, confirmed afresh the same way
+(:func:`_substitute`).
+
 **The answer** is a stack whose A/B against the baseline paid in a fresh A/B that selected none
 of its levers: for one lever, its confirmation (its base is the baseline); for more, one last
 A/B of the whole stack against the baseline. If that one does not pay (gains that do not add
@@ -181,6 +187,16 @@ class _Search:
     running: tuple[Stack, Stack, str] | None = None  # the A/B in progress, and its role
     # paid where selected, but the budget cut its confirmation short
     unconfirmed: list[str] = field(default_factory=list)
+    # a group's forms are tried after the later groups, each in place of the form kept, once
+    # one form paid and was kept (the sides run one at a time: :func:`_substitute`)
+    defer_alternatives: bool = False
+    # the stack last proven against the baseline by a fresh A/B (the first lever's confirmation,
+    # then a proof), that A/B's index, and what it was (in words): the answer where no later
+    # stack is proven
+    proven: tuple[Stack, int, str] | None = None
+    refuted: set[Stack] = field(default_factory=set)  # stacks whose proof did not pay
+    # a lever kept, then replaced by another form of its group: its outcome as it was kept
+    replaced: dict[str, Outcome] = field(default_factory=dict)
 
     def left_s(self) -> float:
         return self.budget_s - (self.clock() - self.start_s)
@@ -261,11 +277,15 @@ def search(
     say: Callable[[str], None] = _ignore,
     on_trial: Callable[[Trial], None] = _ignore,
     steps: int | None = None,
+    defer_alternatives: bool = False,
 ) -> SearchResult:
     """The fastest stack of ``ordered`` that keeps parity, each lever selected and confirmed
     by A/Bs from ``measure``, the stack proven against the baseline. ``steps``: the timed steps
-    of ``measure``'s A/Bs, when it takes ``steps=`` to time more (confirmations then may)."""
-    state = _Search(measure, budget_s, clock, say, on_trial, steps, start_s=clock())
+    of ``measure``'s A/Bs, when it takes ``steps=`` to time more (confirmations then may).
+    ``defer_alternatives``: a group's first form that pays is confirmed and kept at once, and its
+    other forms are tried after the later groups, in its place (:func:`_substitute`)."""
+    state = _Search(measure, budget_s, clock, say, on_trial, steps, start_s=clock(),
+                    defer_alternatives=defer_alternatives)
     interrupted = False
     answer: tuple[Stack, int | None] = ((), None)
     try:
@@ -274,14 +294,21 @@ def search(
     except KeyboardInterrupt:
         interrupted = True
         _interrupted(ordered, state)
-        answer = _proven_first(state)
+        answer = _proven(state)
     final, proof = answer
     unproven = ("the search was interrupted (Ctrl-C) before a stack with it was proven against "
                 "the baseline" if interrupted else
                 "no stack with it was proven against the baseline")
-    for lever in state.stack[len(final):]:
-        kept = state.outcomes[lever]
-        state.outcomes[lever] = replace(kept, kept=False, reason=f"{kept.reason}, but {unproven}")
+    for lever in state.stack:
+        if lever not in final:
+            kept = state.outcomes[lever]
+            state.outcomes[lever] = replace(kept, kept=False,
+                                            reason=f"{kept.reason}, but {unproven}")
+    for lever in final:
+        if not state.outcomes[lever].kept:  # replaced by a stack that was not proven
+            kept = state.replaced[lever]
+            state.outcomes[lever] = replace(kept, reason=f"{kept.reason}; kept: the form "
+                                            f"that replaced it was confirmed, but {unproven}")
     considered = [state.outcomes[c.lever] for c in ordered if c.lever in state.outcomes]
     considered += [Outcome(s.lever, False, s.reason) for s in skipped]
     return SearchResult(
@@ -308,6 +335,9 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
     whose increment paid, when a fresh A/B of it pays too."""
     stack, outcomes = state.stack, state.outcomes
     all_groups = groups(ordered)
+    # forms tried after the later groups, each with why its group's CUDA graphs failed, if
+    # they did (defer_alternatives)
+    deferred: list[tuple[Candidate, str | None]] = []
     for number, group in enumerate(all_groups):
         paid: list[Paid] = []
         fallback = next((c.lever for c in group if c.lever in FALLBACK_FORMS), None)
@@ -348,6 +378,13 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 trial, pays, why = _once_more(state, lever, on_top, trial, why, left)
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
+                if state.defer_alternatives and pending:
+                    # decided at once; the group's other forms wait for the later groups
+                    _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
+                    paid = []
+                    if lever in stack:
+                        deferred += _deferred(state, lever, pending, fallback, graphs_failed)
+                        pending = []
                 continue
             outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s, kept_for, paid)
             if graphs_failed is None and (graphs_failed := _graphs_failure(lever, trial)):
@@ -357,6 +394,83 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 pending.sort(key=lambda c: c.lever != WITHOUT_GRAPHS_FORM)
         if paid:
             _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
+    _substitute(deferred, state)
+
+
+def _deferred(state: _Search, kept: str, pending: Sequence[Candidate], fallback: str | None,
+              graphs_failed: str | None) -> list[tuple[Candidate, str | None]]:
+    """The forms of a group still to try once ``kept`` was kept, deferred until after the later
+    groups (with why the group's CUDA graphs failed, if they did); its fallback is not tried."""
+    out = []
+    for candidate in pending:
+        if candidate.lever == fallback:
+            state.outcomes[fallback] = Outcome(
+                fallback, False, f"not tried: {kept} paid, and this form is only its fallback "
+                "(no fusion) where no other form pays in the time", source=candidate.source,
+            )
+        else:
+            out.append((candidate, graphs_failed))
+    return out
+
+
+def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search) -> None:
+    """Each deferred form tried in place of the form of its group that the stack holds: an A/B
+    of the stack with it there against the stack as it is, then a fresh one, as an increment is
+    confirmed; the stack then holds it, and the proof is of the stack as it ends.
+
+    Where each A/B builds and times its sides one at a time, the budget holds few of them, and
+    trying every form of the first group before the later groups spent it on forms a few percent
+    apart: on ministral3 (H100, s52: 8 x 2048, a 3-minute budget) the three compile forms took
+    85 s for 1.298x, 1.339x and 1.349x, float8 on top of the whole-model form 56.5 s to select
+    (its recompile) and 27.5 s to confirm, and the stack was never proven: the answer was the
+    compile form alone (0.960 of torchtitan's float8 on per-layer compile). Deferred, the first
+    form that pays (per-block compile, its recompile the cheaper) carries the later groups, and
+    the whole-model forms are tried in its place with the time that is left. The stack is
+    proven against the baseline before the first of them runs: where a replacement is not
+    proven in the time, the answer is that stack, not the first lever alone."""
+    for candidate, graphs_failed in deferred:
+        lever = candidate.lever
+        stack = tuple(state.stack)
+        current = next((kept for kept in stack if exclusive_with(lever, [kept])), None)
+        rest = [kept for kept in stack if kept != current]
+        skip = _graphs_not_tried(lever, graphs_failed)
+        if skip is None and current is None:  # cannot happen: its group's form was kept
+            skip = "not tried: no form of its group is in the stack to replace"
+        if skip is None and (clash := exclusive_with(lever, rest)) is not None:
+            skip = f"not tried: it does not stack with {clash}, which was kept"
+        if skip is None and (cover := covered_by(lever, rest)) is not None:
+            skip = f"not tried: {cover}, which was kept, already does what it does"
+        if skip is None and stack in state.refuted:
+            skip = (f"not tried: the stack {','.join(stack)} it would change was not proven "
+                    "against the baseline")
+        if skip is not None:
+            state.outcomes[lever] = Outcome(lever, False, skip, source=candidate.source)
+            continue
+        # its A/B, its confirmation and the proof of the stack it would change, after the
+        # proof of the stack as it is where that is still to run
+        unproven = stack != _proven(state)[0]
+        needed_s = state.typical_s + (3 if unproven else 2) * state.again_s
+        if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
+            state.passed_over = True
+            state.outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
+            continue
+        if unproven:
+            _prove(state)
+            if stack in state.refuted:
+                state.outcomes[lever] = Outcome(
+                    lever, False, f"not tried: the stack {','.join(stack)} it would change was "
+                    "not proven against the baseline", source=candidate.source)
+                continue
+        swapped = tuple(lever if kept == current else kept for kept in stack)
+        within = f" in {','.join(stack)}" if rest else ""
+        trial = state.run(stack, swapped, f"trying {lever} in place of {current}{within}")
+        pays, why = judge(trial)
+        if not pays:
+            state.outcomes[lever] = Outcome(lever, False, why, len(state.trials) - 1,
+                                            candidate.source)
+            continue
+        _confirm_increment(state, (candidate, trial, why, len(state.trials) - 1),
+                           state.again_s, replaces=current)
 
 
 def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
@@ -513,12 +627,19 @@ def _paid_reserve_s(state: _Search, paid: Sequence[Paid]) -> float:
 
 
 def _confirm_increment(
-    state: _Search, best: tuple[Candidate, Trial, str, int], reserve_s: float
+    state: _Search, best: tuple[Candidate, Trial, str, int], reserve_s: float,
+    replaces: str | None = None,
 ) -> None:
-    """Keep the lever that ``best`` selected when a fresh A/B of the same increment pays."""
+    """Keep the lever that ``best`` selected when a fresh A/B of the same increment pays: on
+    top of the stack, or in place of its form ``replaces``."""
     candidate, _, why, index = best
     lever, base = candidate.lever, tuple(state.stack)
-    on_top = f" on top of {','.join(base)}" if base else " against the baseline"
+    if replaces is not None:
+        stacked = tuple(lever if kept == replaces else kept for kept in base)
+        on_top = f" in place of {replaces}"
+    else:
+        stacked = (*base, lever)
+        on_top = f" on top of {','.join(base)}" if base else " against the baseline"
     # the time the search would have needed to confirm it: what it spent, and an A/B of a
     # measured stack as estimated before this one (a killed confirmation's time says less)
     needed_s = state.budget_s - state.left_s() + state.again_s
@@ -530,7 +651,7 @@ def _confirm_increment(
         _unconfirmed(state, lever, why, needed_s)
         return
     try:
-        trial = state.confirm(base, (*base, lever), f"confirming {lever}{on_top}", reserve_s)
+        trial = state.confirm(base, stacked, f"confirming {lever}{on_top}", reserve_s)
     except KeyboardInterrupt:
         state.outcomes[lever] = Outcome(
             lever, False, f"{why}, but the search was interrupted (Ctrl-C) during its "
@@ -540,11 +661,20 @@ def _confirm_increment(
     pays, confirmed = judge(trial)
     conf = len(state.trials) - 1
     if pays:
-        state.stack.append(lever)
+        state.stack[:] = stacked
+        if not base:
+            state.proven = ((lever,), conf, "its confirmation")
+        where = f" in place of {replaces}" if replaces is not None else ""
         state.outcomes[lever] = Outcome(
-            lever, True, f"{why}; confirmed by a fresh A/B (A/B {conf + 1}): "
+            lever, True, f"{why}{where}; confirmed by a fresh A/B (A/B {conf + 1}): "
             f"{confirmed.removeprefix('pays: ')}", index, candidate.source, conf,
         )
+        if replaces is not None:
+            before = state.replaced[replaces] = state.outcomes[replaces]
+            state.outcomes[replaces] = replace(
+                before, kept=False, reason=f"{before.reason}; then replaced by {lever}, which "
+                f"paid {speed_of(trial):.3f}x in its place (A/B {conf + 1})",
+            )
     elif trial.out_of_time:
         state.outcomes[lever] = Outcome(
             lever, False, f"{why}, but the budget ran out during its confirmation (A/B "
@@ -574,27 +704,31 @@ def _unconfirmed(state: _Search, lever: str, why: str, needed_s: float) -> None:
 
 
 def _prove(state: _Search) -> tuple[Stack, int | None]:
-    """(the answer, the index of its proof): a stack of two or more when a fresh A/B of it
-    against the baseline pays; else the first lever, which its confirmation proved."""
+    """(the answer, the index of its proof): the stack when a fresh A/B of it against the
+    baseline pays (or one already did); else the stack proven before it (the first lever kept,
+    which its confirmation proved, or a stack proven before a form replaced one of its own)."""
     stack = tuple(state.stack)
-    if len(stack) < 2:
-        return _proven_first(state)
-    shown, first = ",".join(stack), stack[0]
+    if state.proven is None or stack == state.proven[0] or stack in state.refuted:
+        return _proven(state)
+    shown = ",".join(stack)
+    before, _, proved_by = state.proven
     if state.left_s() <= 0:
         state.notes.append(
             f"no time was left to prove the stack {shown} against the baseline; the answer is "
-            f"{first}, which its confirmation proved (raise --budget to prove the stack)"
+            f"{','.join(before)}, which {proved_by} proved (raise --budget to prove the stack)"
         )
-        return _proven_first(state)
+        return _proven(state)
     trial = state.confirm((), stack, f"proving {shown} against the baseline", 0.0)
     pays, why = judge(trial)
     if pays:
-        return stack, len(state.trials) - 1
+        state.proven = (stack, len(state.trials) - 1, f"its proof (A/B {len(state.trials)})")
+        return _proven(state)
+    state.refuted.add(stack)
     state.notes.append(
         f"the stack {shown} against the baseline (A/B {len(state.trials)}): {why}; the answer "
-        f"is {first}, which its confirmation proved against the baseline"
+        f"is {','.join(before)}, which {proved_by} proved against the baseline"
     )
-    return _proven_first(state)
+    return _proven(state)
 
 
 def _as_run(state: _Search, answer: tuple[Stack, int | None]) -> tuple[Stack, int | None]:
@@ -634,12 +768,13 @@ def _as_run(state: _Search, answer: tuple[Stack, int | None]) -> tuple[Stack, in
     return (), None
 
 
-def _proven_first(state: _Search) -> tuple[Stack, int | None]:
-    """The first lever kept, proven by its confirmation (an A/B against the baseline)."""
-    if not state.stack:
+def _proven(state: _Search) -> tuple[Stack, int | None]:
+    """The stack last proven against the baseline (the first lever kept, by its confirmation;
+    a larger one, by its proof) and that A/B's index; none before a lever is kept."""
+    if state.proven is None:
         return (), None
-    first = state.stack[0]
-    return (first,), state.outcomes[first].confirmed_by
+    stack, index, _ = state.proven
+    return stack, index
 
 
 def _undecided(trial: Trial) -> bool:
