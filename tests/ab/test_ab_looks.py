@@ -107,3 +107,36 @@ def test_sides_one_at_a_time_time_every_candidate_step_of_a_no_op_or_of_levers_a
                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
                    AbConfig(**FAST, sides="one-at-a-time"))
     assert len(asked.samples["candidate"].dur_ms) == 40
+
+
+def test_a_baseline_timed_alone_stops_where_its_median_is_settled(clock):
+    # sides one at a time: a steady baseline (0.1% jitter) is settled at the first look, and the
+    # candidate is timed as many steps at most (glm_moe_dsa's eager baseline, H100 s52: 20
+    # steps of 1.2 s timed where 10 were paired)
+    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.001, noise_seed=1),
+                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
+                    AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    assert result.decision == IMPROVED
+    assert len(result.samples["baseline"].dur_ms) == 10
+    assert len(result.samples["candidate"].dur_ms) == 10
+    assert any(w.startswith("the baseline's timed steps stopped after 10 of 40: their median "
+                            "was settled there") for w in result.warnings)
+
+
+def test_a_jittery_baseline_or_levers_ab_times_every_baseline_step(clock):
+    jittery = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
+                     side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
+                     AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    assert len(jittery.samples["baseline"].dur_ms) == 40
+    asked = run_ab(side(clock=clock, step_ms=1.0, noise=0.001, noise_seed=1),
+                   side(clock=clock, step_ms=0.8, noise=0.001, noise_seed=2),
+                   AbConfig(**FAST, sides="one-at-a-time"))
+    assert len(asked.samples["baseline"].dur_ms) == len(asked.samples["candidate"].dur_ms) == 40
+
+
+def test_settled_reads_the_spread_of_one_side_s_steps():
+    g = torch.Generator().manual_seed(0)
+    steady = (1000 * torch.exp(0.0015 * torch.randn(10, generator=g, dtype=torch.float64))).tolist()
+    jittery = (1000 * torch.exp(0.03 * torch.randn(10, generator=g, dtype=torch.float64))).tolist()
+    assert looks.settled(steady) and not looks.settled(jittery)
+    assert not looks.settled(steady[:looks.MIN_LOOK_PAIRS - 1])

@@ -38,7 +38,7 @@ from levers.ab.quality import QualityRead, held_out_losses, quality_from, qualit
 from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
-from levers.ab.looks import decided, stopped_note, looks as interim_looks
+from levers.ab.looks import decided, settled, stopped_note, looks as interim_looks
 from levers.ab.timing import SideSamples, run_timed, warm_up
 from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision, judged_reads
@@ -384,6 +384,16 @@ def _looks(config: AbConfig, against: SideSamples | None = None) -> dict[str, An
                 {"baseline": base, "candidate": durations["candidate"]}, seed=config.seed)}
 
 
+def _settling(config: AbConfig, name: str) -> dict[str, Any]:
+    """run_timed's interim looks at the first side of an A/B whose sides run one at a time,
+    where the config asks to stop once decided: its steps stop where their median is settled
+    (:func:`levers.ab.looks.settled`), else none."""
+    if not config.stop_when_decided:
+        return {}
+    return {"looks": interim_looks(config.num_steps),
+            "decided": lambda durations: settled(durations[name], seed=config.seed)}
+
+
 def _result(
     config: AbConfig,
     infos: tuple[SideInfo | None, SideInfo | None],
@@ -472,8 +482,11 @@ def _run_side(
             kill = warm_up([(name, workload)], config.num_warmup, lines)
     if kill is None:
         with clock("timed"):
-            looks = _looks(config, against) if against is not None else {}
-            samples, kill = run_timed([(name, workload)], config.num_steps, lines, **looks)
+            if against is None:  # the baseline, timed first: it stops where it is settled
+                looks, num_steps = _settling(config, name), config.num_steps
+            else:  # the candidate: paired with as many of the baseline's steps
+                looks, num_steps = _looks(config, against), len(against.dur_ms)
+            samples, kill = run_timed([(name, workload)], num_steps, lines, **looks)
         run.samples = samples[name]
     if kill is None and config.exactness != EXACT:
         with clock("quality"):

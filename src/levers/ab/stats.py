@@ -137,6 +137,27 @@ def paired_ratio_ci(
     )
 
 
+def median_ci(
+    values: Sequence[float], *, num_resamples: int = 10_000, seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """The median of ``values`` and its seeded percentile-bootstrap CI: (median, lo, hi)."""
+    _check_ci_args(num_resamples, confidence)
+    if len(values) < 2:
+        raise ValueError(f"a bootstrap needs at least 2 samples, got {len(values)}")
+    values_n = _finite_tensor(values, "samples")
+    n = values_n.numel()
+    generator = torch.Generator().manual_seed(seed)
+    block = max(1, _BLOCK_ELEMENTS // n)
+    medians = []
+    for start in range(0, num_resamples, block):
+        rows = min(block, num_resamples - start)
+        idx_rn = torch.randint(n, (rows, n), generator=generator)
+        medians.append(_rowwise("median", values_n[idx_rn]))
+    lo, hi = _percentiles(torch.cat(medians), confidence)
+    return float(_rowwise("median", values_n[None])), lo, hi
+
+
 @dataclass(frozen=True)
 class DifferenceCI:
     """The mean of candidate - baseline and its bootstrap confidence interval."""
