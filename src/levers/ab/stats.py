@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -117,13 +117,10 @@ def paired_ratio_ci(
     n = base_n.numel()
     point = _rowwise(statistic, cand_n[None]) / _rowwise(statistic, base_n[None])
     generator = torch.Generator().manual_seed(seed)
-    block = max(1, _BLOCK_ELEMENTS // n)
-    ratios = []
-    for start in range(0, num_resamples, block):
-        rows = min(block, num_resamples - start)
-        idx_rn = torch.randint(n, (rows, n), generator=generator)
-        ratios.append(_rowwise(statistic, cand_n[idx_rn]) / _rowwise(statistic, base_n[idx_rn]))
-    ratios_r = torch.cat(ratios)
+    ratios_r = torch.cat([
+        _rowwise(statistic, cand_n[idx_rn]) / _rowwise(statistic, base_n[idx_rn])
+        for idx_rn in _resample_indices(n, num_resamples, generator)
+    ])
     tail = (1.0 - confidence) / 2
     lo, hi = torch.quantile(ratios_r, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
     return RatioCI(
@@ -146,15 +143,10 @@ def median_ci(
     if len(values) < 2:
         raise ValueError(f"a bootstrap needs at least 2 samples, got {len(values)}")
     values_n = _finite_tensor(values, "samples")
-    n = values_n.numel()
     generator = torch.Generator().manual_seed(seed)
-    block = max(1, _BLOCK_ELEMENTS // n)
-    medians = []
-    for start in range(0, num_resamples, block):
-        rows = min(block, num_resamples - start)
-        idx_rn = torch.randint(n, (rows, n), generator=generator)
-        medians.append(_rowwise("median", values_n[idx_rn]))
-    lo, hi = _percentiles(torch.cat(medians), confidence)
+    medians_r = torch.cat([_rowwise("median", values_n[idx_rn]) for idx_rn in
+                           _resample_indices(values_n.numel(), num_resamples, generator)])
+    lo, hi = _percentiles(medians_r, confidence)
     return float(_rowwise("median", values_n[None])), lo, hi
 
 
@@ -175,14 +167,18 @@ def _mean_resamples(
     values_n: torch.Tensor, num_resamples: int, generator: torch.Generator
 ) -> torch.Tensor:
     """The mean of each of ``num_resamples`` resamples (with replacement) of ``values_n``."""
-    n = values_n.numel()
+    return torch.cat([values_n[idx_rn].mean(dim=1) for idx_rn in
+                      _resample_indices(values_n.numel(), num_resamples, generator)])
+
+
+def _resample_indices(n: int, num_resamples: int, generator: torch.Generator
+                      ) -> Iterator[torch.Tensor]:
+    """The indexes of ``num_resamples`` resamples (with replacement) of ``n`` samples, in
+    blocks of rows that keep memory bounded."""
     block = max(1, _BLOCK_ELEMENTS // n)
-    means = []
     for start in range(0, num_resamples, block):
         rows = min(block, num_resamples - start)
-        idx_rn = torch.randint(n, (rows, n), generator=generator)
-        means.append(values_n[idx_rn].mean(dim=1))
-    return torch.cat(means)
+        yield torch.randint(n, (rows, n), generator=generator)
 
 
 def _check_ci_args(num_resamples: int, confidence: float) -> None:
