@@ -800,3 +800,26 @@ def test_deferred_the_fallback_is_not_tried_and_failed_graphs_still_keep_their_f
     assert result.stack == ("compile-model",)
     assert "CUDAGraphs that has been overwritten" in _reason(
         result, "compile-model:mode=reduce-overhead")
+
+
+def test_ctrl_c_inside_a_replacement_keeps_the_stack_proven_before_it():
+    from dataclasses import replace
+
+    fake = _ministral_like()
+
+    def stopped_in_the_replacement(base, stack, left_s, *, steps=None):
+        trial = fake(base, stack, left_s, steps=steps)
+        if "compile-model" in stack:
+            return replace(trial, decision="KILLED", killed="interrupted (Ctrl-C) during "
+                           "candidate parity step 2", killed_kind="interrupted")
+        return trial
+
+    result = search(ordered(*BLOCKS_FIRST, "float8"), stopped_in_the_replacement, budget_s=1e3,
+                    clock=fake.clock, defer_alternatives=True)
+    assert result.interrupted
+    assert result.stack == ("compile-blocks", "float8") and result.proof is result.trials[4]
+    assert _reason(result, "compile-model") == (
+        "the A/B was stopped: interrupted (Ctrl-C) during candidate parity step 2")
+    assert _reason(result, "compile-model:mode=default") == (
+        "not tried: the search was interrupted (Ctrl-C)")
+    assert all(o.kept for o in result.outcomes if o.lever in result.stack)

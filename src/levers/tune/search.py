@@ -826,7 +826,9 @@ def _interrupted(ordered: Sequence[Candidate], state: _Search) -> None:
         lever = candidate.lever
         if lever in state.outcomes:
             continue
-        if last is not None and last.role == SELECTION and last.stack[-1:] == (lever,):
+        # the lever a selection tried: on top of its base, or in place of one of its levers
+        if last is not None and last.role == SELECTION and lever in last.stack and (
+                lever not in last.base):
             state.outcomes[lever] = Outcome(
                 lever, False, judge(last)[1], len(state.trials) - 1, candidate.source
             )
