@@ -24,8 +24,20 @@ A stack ``peer:NAME`` is a peer of ``bench/tune_sweep.py`` (``peer:compile-model
     PYTHONPATH=src python bench/stack_probe.py --models arch@timm:test_efficientnet \
         --stacks "peer:compile-model-ro;compile-model;compile-model+channels-last" --out $OUT/ro
 
-Writes ``OUT/summary.json`` after every stack: per model its timed rows, each stack's tokens/s
-ratio to the default (``ratios``) and to the first stack (``vs_first``), with the environment.
+``--rounds R`` times the default and the stacks R times, each round a fresh build of each, the
+order reversed every other round (a drift over the session lands on both ends alike): whether
+one stack's block moves between builds more than the stacks differ. On timm's
+test_efficientnet (H100, s52: 2-3 ms steps) one program's median moved 10-15% from one block to
+the next in one process:
+
+    PYTHONPATH=src python bench/stack_probe.py --models arch@timm:test_efficientnet --rounds 3 \
+        --stacks "peer:compile-model-ro;compile-model;compile-model+channels-last" --out $OUT/ro
+
+Writes ``OUT/summary.json`` after every stack: per model its timed rows (a later round's named
+``NAME#R``), each stack's tokens/s ratio to the default (``ratios``) and to the first stack
+(``vs_first``) in the first round, with more than one round each variant's median step per
+round (``rounds_ms``) and their spread, (largest - smallest) / smallest (``spread``), with the
+environment.
 """
 
 from __future__ import annotations
@@ -65,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--min-timed-s", type=float, default=3.0,
                         help="time each stack at least this long (more steps on short ones)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the default and the stacks this many times, fresh builds, "
+                             "the order reversed every other round")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     stacks = [[lever for lever in s.split("+") if lever] for s in args.stacks.split(";") if s]
     if not stacks:
         parser.error("--stacks names no stack")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     for stack in stacks:  # before anything is built
         why = peer_error(stack)
         if why is not None:
@@ -83,14 +100,18 @@ def main(argv: list[str] | None = None) -> int:
         params = {**model_params(spec, model, args.size, args.device), **extra}
         row = {"model": entry, "size": args.size, "budget_s": 0, "params": params,
                "stacks": ["+".join(s) for s in stacks], "rows": [], **_environment()}
-        for name, stack in [("default", []), *[("+".join(s), s) for s in stacks]]:
+        for name, stack, number in _blocks(stacks, args.rounds):
             started = time.perf_counter()
             peer = _peer(stack)
             variant = peer or ("default" if not stack else TUNED)
             one = timed_row(spec, params, variant, [] if peer else stack, args)
             one.pop("describe", None)
-            one.update(variant=name, wall_s=round(time.perf_counter() - started, 1))
+            shown = name if number == 1 else f"{name}#{number}"
+            one.update(variant=shown, round=number,
+                       wall_s=round(time.perf_counter() - started, 1))
             row["rows"].append(one)
+            if args.rounds > 1:
+                row.update(_rounds(row["rows"]))
             ok = {r["variant"]: r["tokens_per_s_samples"] for r in row["rows"]
                   if r.get("status") == "ok"}
             med = statistics.median
@@ -101,11 +122,31 @@ def main(argv: list[str] | None = None) -> int:
             if first in ok:
                 row["vs_first"] = {v: [ratio(s, ok[first]), _bootstrap(s, ok[first], ratio, rng)]
                                    for v, s in ok.items() if v not in ("default", first)}
-            print(f"{entry}:{name} {one['status']} {one.get('error', '')} "
-                  f"{row.get('ratios', {}).get(name, '')} wall {one['wall_s']}s", flush=True)
+            print(f"{entry}:{shown} {one['status']} {one.get('error', '')} "
+                  f"{row.get('ratios', {}).get(shown, '')} wall {one['wall_s']}s", flush=True)
             atomic_write_text(summary, json.dumps({"rows": _merge(summary, row)}, indent=1,
                                                   default=str) + "\n", make_parents=True)
     return 0
+
+
+def _blocks(stacks: list[list[str]], rounds: int) -> list[tuple[str, list[str], int]]:
+    """(name, stack, round) of each block in the order timed: the default and the stacks, the
+    order reversed every other round."""
+    one = [("default", []), *[("+".join(s), s) for s in stacks]]
+    return [(name, stack, number) for number in range(1, rounds + 1)
+            for name, stack in (one if number % 2 else one[::-1])]
+
+
+def _rounds(rows: list[dict]) -> dict:
+    """Each variant's median step (ms) in each round timed so far, and their spread."""
+    per: dict[str, list[float]] = {}
+    for row in sorted(rows, key=lambda r: r["round"]):
+        if row.get("status") != "ok" or not row.get("dur_s"):
+            continue
+        per.setdefault(row["variant"].split("#")[0], []).append(
+            1e3 * statistics.median(row["dur_s"]))
+    return {"rounds_ms": per,
+            "spread": {v: max(ms) / min(ms) - 1.0 for v, ms in per.items() if len(ms) > 1}}
 
 
 def peer_error(stack: list[str], what: str = "stack") -> str | None:

@@ -54,3 +54,31 @@ def test_a_peer_inside_a_stack_or_unknown_is_refused_before_anything_is_built(tm
         assert "a peer is a stack of its own, one of peer:compile-model, " in (
             capsys.readouterr().err)
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_rounds_time_each_stack_again_in_reversed_order_and_give_each_one_s_spread(tmp_path):
+    probe = bench_module("stack_probe.py", "bench_stack_probe")
+    assert [(n, r) for n, _, r in probe._blocks([["a"], ["b", "c"]], 2)] == [
+        ("default", 1), ("a", 1), ("b+c", 1), ("b+c", 2), ("a", 2), ("default", 2)]
+    rc = probe.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                     "--stacks", "compile-model", "--rounds", "2", "--warmup", "1",
+                     "--steps", "2", "--min-timed-s", "0", "--out", str(tmp_path)])
+    assert rc == 0
+    [row] = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    assert [r["variant"] for r in row["rows"]] == [
+        "default", "compile-model", "compile-model#2", "default#2"]
+    assert {v: len(ms) for v, ms in row["rounds_ms"].items()} == {
+        "default": 2, "compile-model": 2}
+    for variant, ms in row["rounds_ms"].items():
+        assert row["spread"][variant] == pytest.approx(max(ms) / min(ms) - 1.0)
+    # the first round's ratios, as without rounds
+    assert "compile-model" in row["ratios"]
+
+
+def test_no_round_is_refused_before_anything_is_built(tmp_path, capsys):
+    probe = bench_module("stack_probe.py", "bench_stack_probe")
+    with pytest.raises(SystemExit):
+        probe.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                    "--stacks", "sdpa-attention", "--rounds", "0", "--out", str(tmp_path)])
+    assert "--rounds must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()
