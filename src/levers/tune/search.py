@@ -404,10 +404,8 @@ def _deferred(state: _Search, kept: str, pending: Sequence[Candidate], fallback:
     out = []
     for candidate in pending:
         if candidate.lever == fallback:
-            state.outcomes[fallback] = Outcome(
-                fallback, False, f"not tried: {kept} paid, and this form is only its fallback "
-                "(no fusion) where no other form pays in the time", source=candidate.source,
-            )
+            state.outcomes[fallback] = Outcome(fallback, False, _only_fallback(kept),
+                                               source=candidate.source)
         else:
             out.append((candidate, graphs_failed))
     return out
@@ -428,12 +426,13 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
     the whole-model forms are tried in its place with the time that is left. The stack is
     proven against the baseline before the first of them runs: where a replacement is not
     proven in the time, the answer is that stack, not the first lever alone."""
+    failed: str | None = None  # why a replacement's CUDA graphs failed, once one's did
     for candidate, graphs_failed in deferred:
         lever = candidate.lever
         stack = tuple(state.stack)
         current = next((kept for kept in stack if exclusive_with(lever, [kept])), None)
         rest = [kept for kept in stack if kept != current]
-        skip = _graphs_not_tried(lever, graphs_failed)
+        skip = _graphs_not_tried(lever, graphs_failed or failed)
         if skip is None and current is None:  # cannot happen: its group's form was kept
             skip = "not tried: no form of its group is in the stack to replace"
         if skip is None and (clash := exclusive_with(lever, rest)) is not None:
@@ -468,6 +467,7 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         if not pays:
             state.outcomes[lever] = Outcome(lever, False, why, len(state.trials) - 1,
                                             candidate.source)
+            failed = failed or _graphs_failure(lever, trial)
             continue
         _confirm_increment(state, (candidate, trial, why, len(state.trials) - 1),
                            state.again_s, replaces=current)
@@ -478,8 +478,7 @@ def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
     """Why ``lever`` is not tried on top of ``stack``, or None: a fallback form once another
     form of its group paid, an alternative of a lever kept, a lever a kept one covers."""
     if lever == fallback and paid:
-        return (f"not tried: {_fastest(paid)[0].lever} paid, and this form is only its fallback "
-                "(no fusion) where no other form pays in the time")
+        return _only_fallback(_fastest(paid)[0].lever)
     clash = exclusive_with(lever, stack)
     if clash is not None:
         return f"not tried: it does not stack with {clash}, which was kept"
@@ -487,6 +486,12 @@ def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
     if cover is not None:
         return f"not tried: {cover}, which was kept, already does what it does"
     return None
+
+
+def _only_fallback(paid: str) -> str:
+    """Why a group's fallback form is not tried once ``paid``, another of its forms, paid."""
+    return (f"not tried: {paid} paid, and this form is only its fallback (no fusion) where no "
+            "other form pays in the time")
 
 
 def _graphs_failure(lever: str, trial: Trial) -> str | None:
