@@ -7,7 +7,7 @@
 # how far one program's block moves between builds on a short step; then the zoo rows without a
 # reduce-overhead peer (bench/gpu_call_s52.sh's), the convnets first; then stablelm (its peers
 # were cut in s52) and glm_moe_dsa (a settled baseline: its eager steps of 1.2 s no longer timed
-# 20 where 10 are paired). On a machine of several GPUs the rows of each list are dealt over them.
+# 20 where 10 are paired); then the seeded sample's next three. On a machine of several GPUs the rows of each list are dealt over them.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s53.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
@@ -24,4 +24,7 @@ EXTRA="--rounds 3" probe r rounds_probe 300 arch@timm:test_efficientnet \
     "peer:compile-model-ro;compile-model;compile-model+channels-last"
 rows zoo@resnet,zoo@convnext,zoo@bert,zoo@vit,zoo@qwen2,zoo@gemma,zoo@mistral,zoo@phi
 rows arch@stablelm,arch@glm_moe_dsa
+# the seeded sample's next architectures (--arch-sample 20:33 --list: gemma3's rows were cut,
+# longcat_flash does not fit an H100, the ten before are measured)
+rows arch@gemma3,arch@roberta-prelayernorm/causal-lm,arch@luke
 echo done > "$D/DONE"
