@@ -821,3 +821,16 @@ def test_ctrl_c_inside_a_replacement_keeps_the_stack_proven_before_it():
     assert _reason(result, "compile-model:mode=default") == (
         "not tried: the search was interrupted (Ctrl-C)")
     assert all(o.kept for o in result.outcomes if o.lever in result.stack)
+
+
+def test_a_replacement_whose_ci_holds_one_is_timed_again_longer_in_its_place():
+    # the default mode gains 2.4% in the per-block form's place, under jitter whose CI95 holds
+    # 1 at 20 steps: timed again in its place, longer, it decides
+    fake = _ministral_like(wide={("compile-model:mode=default",): 0.03})
+    fake.speed["compile-model:mode=default"] = 1.298 * 1.024
+    result = search(ordered(*BLOCKS_FIRST[:1], "compile-model:mode=default"), fake, budget_s=1e3,
+                    clock=fake.clock, steps=20, defer_alternatives=True)
+    again = [(c, n) for c, n in zip(fake.calls, fake.steps_asked)
+             if c == (("compile-blocks",), ("compile-model:mode=default",))]
+    assert [n for _, n in again][:2] == [None, 100]  # the selection's own steps, then more
+    assert result.stack == ("compile-model:mode=default",)

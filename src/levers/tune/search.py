@@ -427,7 +427,7 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
     proven against the baseline before the first of them runs: where a replacement is not
     proven in the time, the answer is that stack, not the first lever alone."""
     failed: str | None = None  # why a replacement's CUDA graphs failed, once one's did
-    for candidate, graphs_failed in deferred:
+    for number, (candidate, graphs_failed) in enumerate(deferred):
         lever = candidate.lever
         stack = tuple(state.stack)
         current = next((kept for kept in stack if exclusive_with(lever, [kept])), None)
@@ -462,8 +462,12 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
                 continue
         swapped = tuple(lever if kept == current else kept for kept in stack)
         within = f" in {','.join(stack)}" if rest else ""
-        trial = state.run(stack, swapped, f"trying {lever} in place of {current}{within}")
+        where = f" in place of {current}{within}"
+        trial = state.run(stack, swapped, f"trying {lever}{where}")
         pays, why = judge(trial)
+        if not pays and _undecided(trial):
+            trial, pays, why = _once_more(state, lever, where, trial, why,
+                                          left=len(deferred) - number - 1)
         if not pays:
             state.outcomes[lever] = Outcome(lever, False, why, len(state.trials) - 1,
                                             candidate.source)
@@ -562,14 +566,15 @@ def _once_more(state: _Search, lever: str, on_top: str, first: Trial, why: str,
                left: int) -> tuple[Trial, bool, str]:
     """An A/B whose CI was too wide to tell (``first``: a step whose times jitter) run once
     more, longer, where the time left holds it beside the ``left`` A/Bs still to run; else
-    ``first`` as it was judged."""
+    ``first`` as it was judged. ``on_top`` says where ``lever`` goes: on top of the stack, or
+    `` in place of ...`` (the form of its group it replaces)."""
     stack = tuple(state.stack)
     reserve_s = left * state.typical_s + state.again_s * (2 if stack else 1)
     more = _confirm_steps(state, state.left_s() - reserve_s)
     if more is None or more <= (state.steps or 0):
         return first, False, why
     trial = state.run(
-        stack, (*stack, lever),
+        stack, first.stack,
         f"trying {lever}{on_top} again, {more} timed steps per side (the "
         f"first {why.removeprefix('does not pay: ')})", steps=more, reserve_s=reserve_s,
     )
