@@ -834,3 +834,33 @@ def test_a_replacement_whose_ci_holds_one_is_timed_again_longer_in_its_place():
              if c == (("compile-blocks",), ("compile-model:mode=default",))]
     assert [n for _, n in again][:2] == [None, 100]  # the selection's own steps, then more
     assert result.stack == ("compile-model:mode=default",)
+
+
+def test_a_deferred_alternative_that_could_not_beat_the_form_kept_is_not_tried_in_its_place():
+    # Liger's kernels clash with per-block compile: a form of its group, tried in its place
+    # only where thrice its expected saving could reach what per-block compile paid
+    fake = _ministral_like()
+    fake.speed["compile-blocks"] = 1.6
+    ordered_ = [Candidate("compile-blocks", None, "peer"),
+                Candidate("liger-kernels", 0.027, "audit FUSE002: 1.48 ms estimated")]
+    result = search(ordered_, fake, budget_s=1e3, clock=fake.clock, defer_alternatives=True)
+    assert result.stack == ("compile-blocks",)
+    assert all("liger-kernels" not in stack for _, stack in fake.calls)
+    assert _reason(result, "liger-kernels").startswith(
+        "not tried: compile-blocks paid 1.600x where selected, and this alternative, expected "
+        "to save 2.7% of the step")
+
+
+def test_a_deferred_lever_that_clashes_with_another_form_only_goes_on_top(monkeypatch):
+    # a lever grouped with compile's forms for a clash with one of them, not with the form kept
+    from levers.tune import candidates as candidates_mod
+
+    real = candidates_mod.conflicts
+    monkeypatch.setattr(candidates_mod, "conflicts", lambda: {
+        **real(), frozenset({"compile-model", "x"}): "x fails under whole-model compile"})
+    fake = _ministral_like()
+    fake.speed.update({"compile-blocks": 1.3, "compile-model": 1.2, "x": 1.1})
+    result = _deferred(fake, ["compile-blocks", "compile-model", "x"], budget_s=1e3)
+    assert (("compile-blocks",), ("compile-blocks", "x")) in fake.calls
+    assert result.stack == ("compile-blocks", "x")
+    assert _reason(result, "compile-model").startswith("slower")

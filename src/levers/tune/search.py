@@ -432,13 +432,10 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         stack = tuple(state.stack)
         current = next((kept for kept in stack if exclusive_with(lever, [kept])), None)
         rest = [kept for kept in stack if kept != current]
-        skip = _graphs_not_tried(lever, graphs_failed or failed)
-        if skip is None and current is None:  # cannot happen: its group's form was kept
-            skip = "not tried: no form of its group is in the stack to replace"
-        if skip is None and (clash := exclusive_with(lever, rest)) is not None:
-            skip = f"not tried: it does not stack with {clash}, which was kept"
-        if skip is None and (cover := covered_by(lever, rest)) is not None:
-            skip = f"not tried: {cover}, which was kept, already does what it does"
+        # (where no lever of the stack excludes it, it goes on top: a lever of the group that
+        # clashed with another of its forms, not with the one kept)
+        skip = _graphs_not_tried(lever, graphs_failed or failed) or _not_tried(
+            lever, rest, (), None) or _cannot_replace(state, candidate, current)
         if skip is None and stack in state.refuted:
             skip = (f"not tried: the stack {','.join(stack)} it would change was not proven "
                     "against the baseline")
@@ -460,9 +457,12 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
                     lever, False, f"not tried: the stack {','.join(stack)} it would change was "
                     "not proven against the baseline", source=candidate.source)
                 continue
-        swapped = tuple(lever if kept == current else kept for kept in stack)
-        within = f" in {','.join(stack)}" if rest else ""
-        where = f" in place of {current}{within}"
+        if current is None:
+            swapped = (*stack, lever)
+            where = f" on top of {','.join(stack)}"
+        else:
+            swapped = tuple(lever if kept == current else kept for kept in stack)
+            where = f" in place of {current}" + (f" in {','.join(stack)}" if rest else "")
         trial = state.run(stack, swapped, f"trying {lever}{where}")
         pays, why = judge(trial)
         if not pays and _undecided(trial):
@@ -490,6 +490,18 @@ def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
     if cover is not None:
         return f"not tried: {cover}, which was kept, already does what it does"
     return None
+
+
+def _cannot_replace(state: _Search, candidate: Candidate, current: str | None) -> str | None:
+    """Why a deferred form is not tried in place of ``current``, the form kept: what that one
+    paid where it was selected, its expected saving thrice over could not reach
+    (:func:`_cannot_win`; Liger's kernels, a form of compile's group, took 122 s of a 3-minute
+    budget on the zoo's mixtral to run 0.566x where compile had paid 1.66x: H100, s51)."""
+    kept = state.outcomes.get(current) if current is not None else None
+    if kept is None or kept.trial is None:
+        return None
+    kept_candidate = Candidate(kept.lever, None, kept.source)
+    return _cannot_win(candidate, [(kept_candidate, state.trials[kept.trial], "", kept.trial)])
 
 
 def _only_fallback(paid: str) -> str:
