@@ -14,15 +14,18 @@ source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 source bench/gpu_session_probe.sh  # probe LETTER FOLDER TIMEOUT_S MODELS STACKS
 bash bench/gpu_session_tests.sh "$D" 150 tests/ab/test_ab_gpu.py -k "look"
-rows() {  # rows MODELS: each at 3m with every peer and the head-to-head
-    MODELS=$1 SAMPLE= BUDGET=3m ROW_TIMEOUT=900 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+rows() {  # rows MODELS: each at 3m with every peer and the head-to-head (ROUNDS passed on)
+    MODELS=$1 SAMPLE= BUDGET=3m ROW_TIMEOUT=1000 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 }
 rows arch@ministral3,zoo@mixtral
 # how far one program's block moves between fresh builds on a 2-3 ms step (s52: 10-15% in one
 # process, more than the stacks differ): three rounds, the order reversed every other round
 EXTRA="--rounds 3" probe r rounds_probe 300 arch@timm:test_efficientnet \
     "peer:compile-model-ro;compile-model;compile-model+channels-last"
-rows zoo@resnet,zoo@convnext,zoo@bert,zoo@vit,zoo@qwen2,zoo@gemma,zoo@mistral,zoo@phi
+# the convnets' steps are short: their variants timed in two rounds (tune_sweep.py --rounds),
+# where tune's compile-model and the reduce-overhead peer replay the same graphs
+ROUNDS=2 rows zoo@resnet,zoo@convnext
+rows zoo@bert,zoo@vit,zoo@qwen2,zoo@gemma,zoo@mistral,zoo@phi
 rows arch@stablelm,arch@glm_moe_dsa
 # the seeded sample's next architectures (--arch-sample 20:33 --list: gemma3's rows were cut,
 # longcat_flash does not fit an H100, the ten before are measured)

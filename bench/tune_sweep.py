@@ -42,6 +42,12 @@ process), ``best_peer``, ``vs_best_peer`` (``same_run_ratio`` over the best peer
 ``torch``, ``gpu``, ``date``; the timed rows under ``rows``; ``peers_missing``, each peer that
 did not run and why (the best peer is the best of those that ran).
 
+``--rounds R`` times step 2's variants R times, each round a fresh build of each, the order
+reversed every other round; each variant's ratio is then read from its samples of every round
+(``rounds_tokens_per_s``: its median per round; ``spread``: (largest - smallest) / smallest). On
+timm's test_efficientnet (H100, s52: 2-3 ms steps) one program's median moved 10-15% from one
+block to the next in one process, more than tune's stack and the best peer differed.
+
 ``--retime SUMMARY`` searches nothing: each model's stack and tune's own A/B come from its row in
 an earlier summary (``searched``: that row's commit, date and call) and only step 2 runs, for a
 row whose first run left a peer out.
@@ -317,13 +323,23 @@ def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
 
 
 def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random) -> None:
-    ok = {r["variant"]: r for r in rows if r.get("status") == "ok"}
-    base = ok.get("default")
-    if base is None:
+    # each variant's tokens/s samples, of every round it was timed in
+    ok: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            ok.setdefault(r["variant"], []).extend(r["tokens_per_s_samples"])
+    if "default" not in ok:
         return
     med = statistics.median
     ratio = lambda x, y: med(x) / med(y)  # noqa: E731
-    samples = lambda variant: ok[variant]["tokens_per_s_samples"]  # noqa: E731
+    samples = ok.__getitem__
+    per_round: dict[str, list[float]] = {}
+    for r in sorted(rows, key=lambda r: r.get("round", 1)):
+        if r.get("status") == "ok":
+            per_round.setdefault(r["variant"], []).append(med(r["tokens_per_s_samples"]))
+    if any(len(v) > 1 for v in per_round.values()):
+        row["rounds_tokens_per_s"] = per_round
+        row["spread"] = {v: max(t) / min(t) - 1.0 for v, t in per_round.items() if len(t) > 1}
     row["peers"] = {v: ratio(samples(v), samples("default")) for v in ok if v in PEERS}
     # a peer left out or failed is named: the best peer is the best of those that ran
     reasons = {r["variant"]: r.get("error") or r.get("status") for r in rows}
@@ -468,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retime", type=Path, metavar="SUMMARY",
                         help="search nothing: take each model's stack from this summary.json "
                              "(same size and budget) and time it again beside the peers")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the default, the stack and the peers this many times (fresh "
+                             "builds, the order reversed every other round), ratios over all")
     parser.add_argument("--head-to-head", action=argparse.BooleanOptionalAction, default=True,
                         help="after the variants, time tune's stack and the best peer again, "
                              "alternated step by step (vs_best_peer_paired, with a CI95)")
@@ -488,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         entries += arch_sample(count, seed)
     if not entries:
         parser.error("name the models: --models zoo@llama,arch@opt or --arch-sample 8:33")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     part, parts = (int(x) for x in args.part.split("/"))
     if args.list:
         print("\n".join(entries[part::parts]))
@@ -528,20 +549,25 @@ def main(argv: list[str] | None = None) -> int:
         # tune's stack right after the default, then the peers: a row the per-model timeout
         # cuts keeps the stack's timing and the peers reached, marked incomplete (written after
         # each variant)
-        variants = ["default", *([TUNED] if row.get("stack") else []), *peers]
-        for i, variant in enumerate(variants):
+        once = ["default", *([TUNED] if row.get("stack") else []), *peers]
+        # later rounds in reverse order every other round (--rounds)
+        variants = [(v, n) for n in range(1, args.rounds + 1)
+                    for v in (once if n % 2 else once[::-1])]
+        for i, (variant, number) in enumerate(variants):
             one = timed_row(spec, params, variant, row.get("stack", []), args)
+            one["round"] = number
             if one.get("status") == "ok":
                 one["tokens_per_s"] = statistics.median(one["tokens_per_s_samples"])
             timed.append(one)
-            print(f"  {entry}:{variant} {one['status']} {one.get('tokens_per_s') or one.get('error', '')}",
+            shown = variant if number == 1 else f"{variant}#{number}"
+            print(f"  {entry}:{shown} {one['status']} {one.get('tokens_per_s') or one.get('error', '')}",
                   flush=True)
             row["rows"] = timed
             described = next((t.pop("describe") for t in timed if "describe" in t), None)
             if described is not None:
                 row.update(described)
             compare(row, timed, rng)
-            left = variants[i + 1:]
+            left = [v if n == 1 else f"{v}#{n}" for v, n in variants[i + 1:]]
             if left:
                 row["incomplete"] = f"not timed yet: {', '.join(left)}"
             else:

@@ -234,3 +234,40 @@ def test_head_to_head_of_a_peer_that_cannot_run_says_why():
                              "compile-model-ro", args)
     assert out == {"peer": "compile-model-ro", "status": "failed",
                    "error": "RuntimeError: reduce-overhead (CUDA graphs) needs a GPU"}
+
+
+def test_rounds_time_every_variant_again_in_reversed_order_and_read_the_ratios_over_all(
+        tmp_path):
+    import statistics
+
+    bench = _bench()
+    out = tmp_path / "out"
+    assert bench.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
+                       "--budget", "60", "--peers", "compile-layers", "--rounds", "2",
+                       "--no-head-to-head", "--warmup", "1", "--steps", "2",
+                       "--min-timed-s", "0", "--retime", str(_prior(tmp_path)),
+                       "--out", str(out)]) == 0
+    [row] = json.loads((out / "summary.json").read_text())["rows"]
+    assert [(r["variant"], r["round"]) for r in row["rows"]] == [
+        ("default", 1), ("tuned", 1), ("compile-layers", 1),
+        ("compile-layers", 2), ("tuned", 2), ("default", 2)]
+    assert "incomplete" not in row
+    pooled = {}
+    for r in row["rows"]:
+        pooled.setdefault(r["variant"], []).extend(r["tokens_per_s_samples"])
+    med = statistics.median
+    assert row["peers"]["compile-layers"] == pytest.approx(
+        med(pooled["compile-layers"]) / med(pooled["default"]))
+    assert row["same_run_ratio"] == pytest.approx(med(pooled["tuned"]) / med(pooled["default"]))
+    assert {v: len(t) for v, t in row["rounds_tokens_per_s"].items()} == {
+        "default": 2, "tuned": 2, "compile-layers": 2}
+    for variant, per in row["rounds_tokens_per_s"].items():
+        assert row["spread"][variant] == pytest.approx(max(per) / min(per) - 1.0)
+
+
+def test_no_round_is_refused_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _bench().main(["--models", "zoo@nanogpt", "--device", "cpu", "--rounds", "0",
+                       "--out", str(tmp_path / "out")])
+    assert "--rounds must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
