@@ -137,8 +137,10 @@ def two_sides_note(memory: Any, device: Any) -> str | None:
         f"this step's peak is {peak / 2**30:.1f} GiB of the GPU's {total / 2**30:.0f} GiB: two "
         "such steps do not fit, so each A/B runs its sides one at a time (each built, checked "
         "and timed alone, then freed: a drift between the two blocks lands on the ratio, where "
-        "sides run together alternate step by step); tuning at a smaller batch (--set "
-        "batch_size=...) keeps them together"
+        "sides run together alternate step by step); with few A/Bs in the budget, per-block "
+        "compile goes first, a form that pays is kept and carries the later levers, and the "
+        "other forms of its kind are tried last in its place; tuning at a smaller batch (--set batch_size=...) keeps the "
+        "sides together"
     )
 
 
