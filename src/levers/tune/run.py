@@ -139,8 +139,8 @@ def two_sides_note(memory: Any, device: Any) -> str | None:
         "and timed alone, then freed: a drift between the two blocks lands on the ratio, where "
         "sides run together alternate step by step); with few A/Bs in the budget, per-block "
         "compile goes first, a form that pays is kept and carries the later levers, and the "
-        "other forms of its kind are tried last in its place; tuning at a smaller batch (--set batch_size=...) keeps the "
-        "sides together"
+        "other forms of its kind are tried last in its place; tuning at a smaller batch (--set "
+        "batch_size=...) keeps the sides together"
     )
 
 

@@ -434,36 +434,28 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         rest = [kept for kept in stack if kept != current]
         # (where no lever of the stack excludes it, it goes on top: a lever of the group that
         # clashed with another of its forms, not with the one kept)
-        skip = _graphs_not_tried(lever, graphs_failed or failed) or _not_tried(
-            lever, rest, (), None) or _cannot_replace(state, candidate, current)
-        if skip is None and stack in state.refuted:
-            skip = (f"not tried: the stack {','.join(stack)} it would change was not proven "
-                    "against the baseline")
+        skip = (_graphs_not_tried(lever, graphs_failed or failed)
+                or _not_tried(lever, rest, (), None)
+                or _cannot_replace(state, candidate, current) or _refuted(state, stack))
+        if skip is None:
+            # its A/B, its confirmation and the proof of the stack it would change, after the
+            # proof of the stack as it is where that is still to run
+            unproven = stack != _proven(state)[0]
+            needed_s = state.typical_s + (3 if unproven else 2) * state.again_s
+            if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
+                state.passed_over = True
+                skip = OUT_OF_BUDGET
+            elif unproven:
+                _prove(state)
+                skip = _refuted(state, stack)
         if skip is not None:
             state.outcomes[lever] = Outcome(lever, False, skip, source=candidate.source)
             continue
-        # its A/B, its confirmation and the proof of the stack it would change, after the
-        # proof of the stack as it is where that is still to run
-        unproven = stack != _proven(state)[0]
-        needed_s = state.typical_s + (3 if unproven else 2) * state.again_s
-        if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
-            state.passed_over = True
-            state.outcomes[lever] = Outcome(lever, False, OUT_OF_BUDGET, source=candidate.source)
-            continue
-        if unproven:
-            _prove(state)
-            if stack in state.refuted:
-                state.outcomes[lever] = Outcome(
-                    lever, False, f"not tried: the stack {','.join(stack)} it would change was "
-                    "not proven against the baseline", source=candidate.source)
-                continue
         if current is None:
-            swapped = (*stack, lever)
             where = f" on top of {','.join(stack)}"
         else:
-            swapped = tuple(lever if kept == current else kept for kept in stack)
             where = f" in place of {current}" + (f" in {','.join(stack)}" if rest else "")
-        trial = state.run(stack, swapped, f"trying {lever}{where}")
+        trial = state.run(stack, _placed(stack, lever, current), f"trying {lever}{where}")
         pays, why = judge(trial)
         if not pays and _undecided(trial):
             trial, pays, why = _once_more(state, lever, where, trial, why,
@@ -490,6 +482,22 @@ def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
     if cover is not None:
         return f"not tried: {cover}, which was kept, already does what it does"
     return None
+
+
+def _placed(stack: Stack, lever: str, replaces: str | None) -> Stack:
+    """``stack`` with ``lever`` in the place of ``replaces``, or on top where that is None."""
+    if replaces is None:
+        return (*stack, lever)
+    return tuple(lever if kept == replaces else kept for kept in stack)
+
+
+def _refuted(state: _Search, stack: Stack) -> str | None:
+    """Why no form is tried in a place of ``stack``: its proof against the baseline did not
+    pay; None where it did not fail."""
+    if stack not in state.refuted:
+        return None
+    return (f"not tried: the stack {','.join(stack)} it would change was not proven against "
+            "the baseline")
 
 
 def _cannot_replace(state: _Search, candidate: Candidate, current: str | None) -> str | None:
@@ -656,11 +664,10 @@ def _confirm_increment(
     top of the stack, or in place of its form ``replaces``."""
     candidate, _, why, index = best
     lever, base = candidate.lever, tuple(state.stack)
+    stacked = _placed(base, lever, replaces)
     if replaces is not None:
-        stacked = tuple(lever if kept == replaces else kept for kept in base)
         on_top = f" in place of {replaces}"
     else:
-        stacked = (*base, lever)
         on_top = f" on top of {','.join(base)}" if base else " against the baseline"
     # the time the search would have needed to confirm it: what it spent, and an A/B of a
     # measured stack as estimated before this one (a killed confirmation's time says less)
