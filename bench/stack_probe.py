@@ -56,7 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tune_sweep import (  # noqa: E402
-    PEER_TRANSFORMS, TUNED, _environment, _merge, model_params, timed_row,
+    PEER_TRANSFORMS, TUNED, _environment, _merge, in_rounds, model_params, round_name, spread,
+    timed_row,
 )
 from levers.output.atomic import atomic_write_text  # noqa: E402
 from levers_vs_peers import _bootstrap  # noqa: E402
@@ -100,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         params = {**model_params(spec, model, args.size, args.device), **extra}
         row = {"model": entry, "size": args.size, "budget_s": 0, "params": params,
                "stacks": ["+".join(s) for s in stacks], "rows": [], **_environment()}
-        for name, stack, number in _blocks(stacks, args.rounds):
+        blocks = [("default", []), *[("+".join(s), s) for s in stacks]]
+        for (name, stack), number in in_rounds(blocks, args.rounds):
             started = time.perf_counter()
             peer = _peer(stack)
             variant = peer or ("default" if not stack else TUNED)
             one = timed_row(spec, params, variant, [] if peer else stack, args)
             one.pop("describe", None)
-            shown = name if number == 1 else f"{name}#{number}"
+            shown = round_name(name, number)
             one.update(variant=shown, round=number,
                        wall_s=round(time.perf_counter() - started, 1))
             row["rows"].append(one)
@@ -129,14 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _blocks(stacks: list[list[str]], rounds: int) -> list[tuple[str, list[str], int]]:
-    """(name, stack, round) of each block in the order timed: the default and the stacks, the
-    order reversed every other round."""
-    one = [("default", []), *[("+".join(s), s) for s in stacks]]
-    return [(name, stack, number) for number in range(1, rounds + 1)
-            for name, stack in (one if number % 2 else one[::-1])]
-
-
 def _rounds(rows: list[dict]) -> dict:
     """Each variant's median step (ms) in each round timed so far, and their spread."""
     per: dict[str, list[float]] = {}
@@ -145,8 +139,7 @@ def _rounds(rows: list[dict]) -> dict:
             continue
         per.setdefault(row["variant"].split("#")[0], []).append(
             1e3 * statistics.median(row["dur_s"]))
-    return {"rounds_ms": per,
-            "spread": {v: max(ms) / min(ms) - 1.0 for v, ms in per.items() if len(ms) > 1}}
+    return {"rounds_ms": per, "spread": spread(per)}
 
 
 def peer_error(stack: list[str], what: str = "stack") -> str | None:

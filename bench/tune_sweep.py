@@ -322,6 +322,24 @@ def tune_row(spec: str, params: dict[str, Any], args) -> dict[str, Any]:
     return row
 
 
+def in_rounds(items: list[Any], rounds: int) -> list[tuple[Any, int]]:
+    """(item, round) of each of ``items`` in each of ``rounds`` rounds, in the order timed: the
+    order reversed every other round (a drift over the session lands on both ends alike)."""
+    return [(item, number) for number in range(1, rounds + 1)
+            for item in (items if number % 2 else items[::-1])]
+
+
+def round_name(name: str, number: int) -> str:
+    """A variant's name in its round: as it is in the first, ``NAME#R`` in a later one."""
+    return name if number == 1 else f"{name}#{number}"
+
+
+def spread(per_round: dict[str, list[float]]) -> dict[str, float]:
+    """(largest - smallest) / smallest of each variant's medians over its rounds, where it has
+    more than one."""
+    return {v: max(t) / min(t) - 1.0 for v, t in per_round.items() if len(t) > 1}
+
+
 def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random) -> None:
     # each variant's tokens/s samples, of every round it was timed in
     ok: dict[str, list[float]] = {}
@@ -339,7 +357,7 @@ def compare(row: dict[str, Any], rows: list[dict[str, Any]], rng: random.Random)
             per_round.setdefault(r["variant"], []).append(med(r["tokens_per_s_samples"]))
     if any(len(v) > 1 for v in per_round.values()):
         row["rounds_tokens_per_s"] = per_round
-        row["spread"] = {v: max(t) / min(t) - 1.0 for v, t in per_round.items() if len(t) > 1}
+        row["spread"] = spread(per_round)
     row["peers"] = {v: ratio(samples(v), samples("default")) for v in ok if v in PEERS}
     # a peer left out or failed is named: the best peer is the best of those that ran
     reasons = {r["variant"]: r.get("error") or r.get("status") for r in rows}
@@ -550,16 +568,14 @@ def main(argv: list[str] | None = None) -> int:
         # cuts keeps the stack's timing and the peers reached, marked incomplete (written after
         # each variant)
         once = ["default", *([TUNED] if row.get("stack") else []), *peers]
-        # later rounds in reverse order every other round (--rounds)
-        variants = [(v, n) for n in range(1, args.rounds + 1)
-                    for v in (once if n % 2 else once[::-1])]
+        variants = in_rounds(once, args.rounds)  # --rounds
         for i, (variant, number) in enumerate(variants):
             one = timed_row(spec, params, variant, row.get("stack", []), args)
             one["round"] = number
             if one.get("status") == "ok":
                 one["tokens_per_s"] = statistics.median(one["tokens_per_s_samples"])
             timed.append(one)
-            shown = variant if number == 1 else f"{variant}#{number}"
+            shown = round_name(variant, number)
             print(f"  {entry}:{shown} {one['status']} {one.get('tokens_per_s') or one.get('error', '')}",
                   flush=True)
             row["rows"] = timed
@@ -567,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             if described is not None:
                 row.update(described)
             compare(row, timed, rng)
-            left = [v if n == 1 else f"{v}#{n}" for v, n in variants[i + 1:]]
+            left = [round_name(v, n) for v, n in variants[i + 1:]]
             if left:
                 row["incomplete"] = f"not timed yet: {', '.join(left)}"
             else:

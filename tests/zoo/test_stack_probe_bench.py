@@ -58,7 +58,7 @@ def test_a_peer_inside_a_stack_or_unknown_is_refused_before_anything_is_built(tm
 
 def test_rounds_time_each_stack_again_in_reversed_order_and_give_each_one_s_spread(tmp_path):
     probe = bench_module("stack_probe.py", "bench_stack_probe")
-    assert [(n, r) for n, _, r in probe._blocks([["a"], ["b", "c"]], 2)] == [
+    assert probe.in_rounds(["default", "a", "b+c"], 2) == [
         ("default", 1), ("a", 1), ("b+c", 1), ("b+c", 2), ("a", 2), ("default", 2)]
     rc = probe.main(["--models", "zoo@nanogpt", "--size", "tiny", "--device", "cpu",
                      "--stacks", "compile-model", "--rounds", "2", "--warmup", "1",
