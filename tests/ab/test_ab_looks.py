@@ -83,12 +83,22 @@ def test_too_few_pairs_decide_nothing():
     assert not looks.decided({"baseline": [2.0] * 5, "candidate": [1.0] * 5})
 
 
+def _one_at_a_time(clock, baseline_noise: float = 0.05, candidate_ms: float = 0.8,
+                   candidate_noise: float = 0.05, seeds: tuple[int, int] = (1, 2),
+                   stop_when_decided: bool = True):
+    """An A/B of sides one at a time on the fake clock: a baseline of 1 ms steps against a
+    candidate of ``candidate_ms``, each with its jitter."""
+    return run_ab(side(clock=clock, step_ms=1.0, noise=baseline_noise, noise_seed=seeds[0]),
+                  side(clock=clock, step_ms=candidate_ms, noise=candidate_noise,
+                       noise_seed=seeds[1]),
+                  AbConfig(**FAST, stop_when_decided=stop_when_decided, sides="one-at-a-time"))
+
+
 def test_sides_one_at_a_time_stop_the_candidate_s_steps_at_a_look_against_the_baseline_s(clock):
-    # the baseline is timed first, all its steps (nothing to compare them with yet); the
-    # candidate's are looked at against as many of the baseline's, and stop once decided
-    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
-                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
-                    AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    # the baseline is timed first, all its steps where they jitter (nothing to compare them with
+    # yet); the candidate's are looked at against as many of the baseline's, and stop once
+    # decided
+    result = _one_at_a_time(clock)
     assert result.decision == IMPROVED
     assert len(result.samples["baseline"].dur_ms) == 40
     assert len(result.samples["candidate"].dur_ms) == 10
@@ -99,13 +109,9 @@ def test_sides_one_at_a_time_stop_the_candidate_s_steps_at_a_look_against_the_ba
 
 
 def test_sides_one_at_a_time_time_every_candidate_step_of_a_no_op_or_of_levers_ab(clock):
-    no_op = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=3),
-                   side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=4),
-                   AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    no_op = _one_at_a_time(clock, candidate_ms=1.0, seeds=(3, 4))
     assert len(no_op.samples["candidate"].dur_ms) == 40
-    asked = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
-                   side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
-                   AbConfig(**FAST, sides="one-at-a-time"))
+    asked = _one_at_a_time(clock, stop_when_decided=False)
     assert len(asked.samples["candidate"].dur_ms) == 40
 
 
@@ -113,9 +119,7 @@ def test_a_baseline_timed_alone_stops_where_its_median_is_settled(clock):
     # sides one at a time: a steady baseline (0.1% jitter) is settled at the first look, and the
     # candidate is timed as many steps at most (glm_moe_dsa's eager baseline, H100 s52: 20
     # steps of 1.2 s timed where 10 were paired)
-    result = run_ab(side(clock=clock, step_ms=1.0, noise=0.001, noise_seed=1),
-                    side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
-                    AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    result = _one_at_a_time(clock, baseline_noise=0.001)
     assert result.decision == IMPROVED
     assert len(result.samples["baseline"].dur_ms) == 10
     assert len(result.samples["candidate"].dur_ms) == 10
@@ -124,13 +128,10 @@ def test_a_baseline_timed_alone_stops_where_its_median_is_settled(clock):
 
 
 def test_a_jittery_baseline_or_levers_ab_times_every_baseline_step(clock):
-    jittery = run_ab(side(clock=clock, step_ms=1.0, noise=0.05, noise_seed=1),
-                     side(clock=clock, step_ms=0.8, noise=0.05, noise_seed=2),
-                     AbConfig(**FAST, stop_when_decided=True, sides="one-at-a-time"))
+    jittery = _one_at_a_time(clock)
     assert len(jittery.samples["baseline"].dur_ms) == 40
-    asked = run_ab(side(clock=clock, step_ms=1.0, noise=0.001, noise_seed=1),
-                   side(clock=clock, step_ms=0.8, noise=0.001, noise_seed=2),
-                   AbConfig(**FAST, sides="one-at-a-time"))
+    asked = _one_at_a_time(clock, baseline_noise=0.001, candidate_noise=0.001,
+                           stop_when_decided=False)
     assert len(asked.samples["baseline"].dur_ms) == len(asked.samples["candidate"].dur_ms) == 40
 
 
