@@ -7,7 +7,9 @@
 # decoder LLMs where tune has levers beyond the peers' to stack (float8 on a whole-model compile,
 # where torchtitan's recipe puts it on per-layer compile): stablelm (s52 at 3m: per-block compile
 # + float8 proven 1.37x) and ministral3 (s53 at 3m: per-block compile + float8 proven 1.42x; the
-# whole-model compile in its place confirmed 1.050x, its stack's proof cut by the budget).
+# whole-model compile in its place confirmed 1.050x, its stack's proof cut by the budget). At
+# this budget tune also tries whole-model compile with inductor's autotuning last, in place of
+# the compile form kept (LATE_FORMS): these rows are its first measurement.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s55.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"

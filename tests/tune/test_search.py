@@ -864,3 +864,44 @@ def test_a_deferred_lever_that_clashes_with_another_form_only_goes_on_top(monkey
     assert (("compile-blocks",), ("compile-blocks", "x")) in fake.calls
     assert result.stack == ("compile-blocks", "x")
     assert _reason(result, "compile-model").startswith("slower")
+
+
+AUTOTUNED = "compile-model:mode=max-autotune"
+
+
+def test_the_autotuned_form_is_tried_last_in_place_of_the_compile_form_kept():
+    # whole-model compile pays and is kept, float8 pays on top; the autotuned form, whose first
+    # step compiles for minutes, waits for both and then replaces the form kept
+    fake = FakeAb({"compile-model": 1.5, "compile-blocks": 1.3, AUTOTUNED: 1.6, "float8": 1.1},
+                  cost_s=10.0)
+    result = _run(fake, ["compile-model", "compile-blocks", AUTOTUNED, "float8"], budget_s=1000.0)
+    assert result.stack == (AUTOTUNED, "float8")
+    assert fake.calls == [
+        ((), ("compile-model",)), ((), ("compile-blocks",)), ((), ("compile-model",)),
+        (("compile-model",), ("compile-model", "float8")),
+        (("compile-model",), ("compile-model", "float8")),
+        ((), ("compile-model", "float8")),  # the stack proven before the replacement
+        (("compile-model", "float8"), (AUTOTUNED, "float8")),
+        (("compile-model", "float8"), (AUTOTUNED, "float8")),
+        ((), (AUTOTUNED, "float8")),  # and the new one after it
+    ]
+    assert _reason(result, AUTOTUNED).startswith(
+        "pays: tokens/s 1.067x [1.057, 1.077] in place of compile-model; confirmed")
+    assert result.confirmed_by == 8
+
+
+def test_the_autotuned_form_is_not_tried_where_no_other_compile_form_paid():
+    fake = FakeAb({"compile-model": 0.9, "compile-blocks": 0.95, AUTOTUNED: 1.2, "float8": 1.1})
+    result = _run(fake, ["compile-model", "compile-blocks", AUTOTUNED, "float8"])
+    assert AUTOTUNED not in {lever for _, stack in fake.calls for lever in stack}
+    assert _reason(result, AUTOTUNED) == (
+        "not tried: no other form of compile-model paid here, and this one compiles the same "
+        "program, for longer (its autotuning)")
+    assert result.stack == ("float8",)
+
+
+def test_an_autotuned_form_that_does_not_pay_in_place_leaves_the_stack_as_it_was():
+    fake = FakeAb({"compile-model": 1.5, AUTOTUNED: 1.4, "float8": 1.1})
+    result = _run(fake, ["compile-model", AUTOTUNED, "float8"])
+    assert result.stack == ("compile-model", "float8")
+    assert _reason(result, AUTOTUNED).startswith("slower")

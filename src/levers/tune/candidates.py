@@ -127,8 +127,19 @@ PEER_SOURCE = (
 # and not the fallback, which records the same graphs
 GRAPH_FORMS: tuple[str, ...] = (
     "compile-model", "compile-model:mode=reduce-overhead", "compile-model:backend=cudagraphs",
+    "compile-model:mode=max-autotune",
 )
 WITHOUT_GRAPHS_FORM = "compile-model:mode=default"
+# forms tried last, after every later group, each in place of the form of its group that the
+# stack holds, and only where the budget is the default's or more (:data:`LATE_FORMS_BUDGET_S`):
+# whole-model compile with inductor's autotuning (its matmul and convolution templates timed on
+# this step's shapes; with CUDA graphs, or without them on a mixture of experts), which none of
+# the peers' recipes uses and whose first step compiles for minutes. Not tried where no other
+# form of the group paid: it compiles the same program, for longer. Not measured on a GPU yet
+LATE_FORMS: tuple[str, ...] = (
+    "compile-model:mode=max-autotune", "compile-model:mode=max-autotune-no-cudagraphs",
+)
+LATE_FORMS_BUDGET_S = 600.0
 # forms tried only where no other form of their group paid, each with what it is: the step's
 # CUDA graphs without inductor, whose first step traces in seconds where inductor may compile
 # for minutes (timm's inception_resnet_v2: ~210 s, more than a 3-minute budget). It pays where
@@ -355,7 +366,12 @@ def candidates(
         for rank, form in enumerate((forms or {}).get(lever_id, ()), start=1):
             # a peer's form at its place among them (inductor's default mode after the
             # per-block compile: on most steps it is the CUDA-graph form less its replay)
-            form_key = (0, peer_forms.index(form)) if peer and form in peer_forms else (*key, rank)
+            if form in LATE_FORMS:  # after every peer's form: the group's last
+                form_key: tuple = (0, len(peer_forms), rank)
+            elif peer and form in peer_forms:
+                form_key = (0, peer_forms.index(form))
+            else:
+                form_key = (*key, rank)
             what = FALLBACK_FORMS.get(form)
             tried.append((form_key, Candidate(
                 form, share, f"another form of {lever_id}: {what}" if what else

@@ -26,7 +26,7 @@ from levers.levers import load_all
 from levers.levers.catalogue import read_catalogue
 from levers.levers.handle import apply
 from levers.levers.lever import target_of
-from levers.tune.candidates import GPU_ONLY_PREFIX, candidates
+from levers.tune.candidates import GPU_ONLY_PREFIX, LATE_FORMS_BUDGET_S, candidates
 from levers.tune.measure import ab_measure
 from levers.tune.options import TuneOptions
 from levers.tune.result import TuneResult, ab_prefix
@@ -162,14 +162,16 @@ def gpu_only_note(skipped: Sequence[Any], device: str) -> str | None:
     )
 
 
-def lever_forms(model: Any, on_gpu: bool) -> dict[str, tuple[str, ...]]:
+def lever_forms(model: Any, on_gpu: bool,
+                budget_s: float | None = None) -> dict[str, tuple[str, ...]]:
     """Other forms of a lever to try beside it: whole-model compile in inductor's default mode
     where compile-model's own choice is CUDA graphs (a static step on a GPU); the peers time
     both, and which pays more depends on the step. There too, the step's CUDA graphs without
     inductor, a fallback where no inductor form pays in the time (its compile too long). Where
     compile-model's own choice is the default mode only because the model routes tokens to
     experts, reduce-overhead compile (its graphs skip what they cannot capture): the peers' form
-    that ran 1.77x on the zoo's mixtral where the default mode ran 1.68x (H100, s51)."""
+    that ran 1.77x on the zoo's mixtral where the default mode ran 1.68x (H100, s51). Where
+    ``budget_s`` is the default's or more, the autotuned form last (:data:`LATE_FORMS`)."""
     if not on_gpu:
         return {}
     # imported here: a lever module registers itself on import, and the catalogue's order is
@@ -179,8 +181,13 @@ def lever_forms(model: Any, on_gpu: bool) -> dict[str, tuple[str, ...]]:
     if graph_blockers(model):
         return {}
     if static_step_reasons(model):
-        return {"compile-model": ("compile-model:mode=reduce-overhead",)}
-    return {"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs")}
+        forms: tuple[str, ...] = ("compile-model:mode=reduce-overhead",)
+        autotuned = "compile-model:mode=max-autotune-no-cudagraphs"
+    else:
+        forms = ("compile-model:mode=default", "compile-model:backend=cudagraphs")
+        autotuned = "compile-model:mode=max-autotune"
+    late = budget_s is not None and budget_s >= LATE_FORMS_BUDGET_S
+    return {"compile-model": forms + ((autotuned,) if late else ())}
 
 
 def _free_device(on_gpu: bool) -> None:
@@ -244,7 +251,7 @@ def tune_step(
         slower_of=lambda lever: (
             lever.slower_here(target_of(workload)) if lever.slower_here is not None else None
         ),
-        forms=lever_forms(workload.model, on_gpu),
+        forms=lever_forms(workload.model, on_gpu, options.budget_s),
         # where the two sides of an A/B run one at a time, the cheaper compile first
         blocks_first=view.crowded,
         findings=view.findings,

@@ -78,11 +78,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from levers.ab.verdict import KILLED, PARITY
+from levers.levers.lever import lever_id_of
 from levers.tune.budget import format_duration
 from levers.tune.candidates import (
     FALLBACK_FORMS,
     FALLBACK_SHARE,
     GRAPH_FORMS,
+    LATE_FORMS,
     PEER_FORMS,
     WITHOUT_GRAPHS_FORM,
     Candidate,
@@ -347,6 +349,13 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
         while pending:
             candidate = pending.pop(0)
             lever = candidate.lever
+            if lever in LATE_FORMS:  # last of all, in place of the form kept, if one paid
+                if paid or any(exclusive_with(lever, [kept]) for kept in stack):
+                    deferred.append((candidate, graphs_failed))
+                else:
+                    outcomes[lever] = Outcome(lever, False, _no_form_paid(lever),
+                                              source=candidate.source)
+                continue
             skip = (_graphs_not_tried(lever, graphs_failed)
                     or _not_tried(lever, stack, paid, fallback) or _cannot_win(candidate, paid))
             if skip is not None:
@@ -435,6 +444,7 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         # (where no lever of the stack excludes it, it goes on top: a lever of the group that
         # clashed with another of its forms, not with the one kept)
         skip = (_graphs_not_tried(lever, graphs_failed or failed)
+                or (_no_form_paid(lever) if lever in LATE_FORMS and current is None else None)
                 or _not_tried(lever, rest, (), None)
                 or _cannot_replace(state, candidate, current) or _refuted(state, stack))
         if skip is None:
@@ -512,6 +522,12 @@ def _cannot_replace(state: _Search, candidate: Candidate, current: str | None) -
     return _cannot_win(candidate, [(kept_candidate, state.trials[kept.trial], "", kept.trial)])
 
 
+def _no_form_paid(lever: str) -> str:
+    """Why a late form (:data:`LATE_FORMS`) is not tried: no other form of its group was kept."""
+    return (f"not tried: no other form of {lever_id_of(lever)} paid here, and this one compiles "
+            "the same program, for longer (its autotuning)")
+
+
 def _only_fallback(paid: str) -> str:
     """Why a group's fallback form is not tried once ``paid``, another of its forms, paid."""
     return (f"not tried: {paid} paid, and this form is only its fallback (no fusion) where no "
@@ -543,7 +559,8 @@ def _cannot_win(candidate: Candidate, paid: Sequence[Paid]) -> str | None:
     122 s of a 3-minute budget on the zoo's mixtral where whole-model compile had paid 1.66x:
     H100, s51). The peers' forms are tried whatever their estimate: the estimates are the
     search's weakest evidence, and those forms are what the answer is compared with."""
-    if not paid or candidate.expected is None or candidate.lever in PEER_FORMS:
+    if (not paid or candidate.expected is None or candidate.lever in PEER_FORMS
+            or candidate.lever in LATE_FORMS):
         return None
     best, best_trial = _fastest(paid)[:2]
     could = 1.0 + EXPECTED_SLACK * max(candidate.expected, 0.0)
