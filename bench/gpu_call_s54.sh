@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A device session of issue 33 after s53, polled with bench/gpu_poll.sh 280: the 3m rows the goal
+# A device session of issue 33 after s53, polled with bench/gpu_poll.sh 280: the GPU tests of the
+# autotuned compile form; the 3m rows the goal
 # table still lacks, those of the seeded sample first (7 of the sampled architectures met, 8 are
 # asked for): stablelm (s52's peers were cut), the sample's next two (roberta-prelayernorm,
 # luke: encoders, short rows) and gemma3 (a 262k vocabulary; its s45 row was cut); then the zoo
@@ -10,6 +11,9 @@
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s54.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
+# the autotuned whole-model compile (tune's last compile form at the default budget) trains with
+# eager's losses: its first run on a GPU
+bash bench/gpu_session_tests.sh "$D" 300 tests/zoo/test_compile_graphs_gpu.py -k autotuned
 rows() {  # rows MODELS: each at 3m with every peer and the head-to-head
     MODELS=$1 SAMPLE= BUDGET=3m ROW_TIMEOUT=1000 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 }

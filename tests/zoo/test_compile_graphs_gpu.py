@@ -1,6 +1,8 @@
 """compile-model's CUDA graphs without inductor (backend=cudagraphs) on a GPU: a convnet that
 trains its BatchNorm statistics is replayed as graphs, not skipped, and keeps eager's numbers;
-so does channels-last, alone and under those graphs, its activations in NHWC."""
+so does channels-last, alone and under those graphs, its activations in NHWC; and the forms
+tune adds to whole-model compile (reduce-overhead on an MoE, inductor's autotuning) train with
+eager's losses."""
 
 from __future__ import annotations
 
@@ -86,3 +88,29 @@ def test_reduce_overhead_compile_trains_a_mixture_of_experts_with_eager_s_number
     print("eager", eager, "reduce-overhead", graphed)
     assert all(torch.isfinite(torch.tensor(graphed)))
     assert torch.allclose(torch.tensor(graphed), torch.tensor(eager), rtol=2e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("model,lever", [
+    ("gpt2", "compile-model:mode=max-autotune"),
+    ("mixtral", "compile-model:mode=max-autotune-no-cudagraphs"),
+])
+def test_the_autotuned_forms_train_with_eager_s_numbers(model, lever):
+    """The compile group's last form at the default budget (tune's LATE_FORMS): inductor's
+    autotuned whole-model compile, with CUDA graphs on a static step and without them on an MoE,
+    trains with eager's losses, and the undo leaves the model eager."""
+    def losses(spec: str | None) -> list[float]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        workload = zoo.build(model=model, size="tiny", device="cuda")
+        handle = levers.apply(workload, spec) if spec else None
+        out = [float(workload.step()) for _ in range(4)]
+        if handle is not None:
+            handle.undo()
+            assert "_compiled_call_impl" not in vars(workload.model)
+        return out
+
+    eager = losses(None)
+    tuned = losses(lever)
+    print(model, "eager", eager, lever, tuned)
+    assert all(torch.isfinite(torch.tensor(tuned)))
+    assert torch.allclose(torch.tensor(tuned), torch.tensor(eager), rtol=2e-2, atol=1e-3)
