@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # A device session of issue 33 after s53, polled with bench/gpu_poll.sh 280: the GPU tests of the
-# autotuned compile form; the 3m rows the goal
-# table still lacks, those of the seeded sample first (7 of the sampled architectures met, 8 are
-# asked for): stablelm (s52's peers were cut), the sample's next two (roberta-prelayernorm,
-# luke: encoders, short rows) and gemma3 (a 262k vocabulary; its s45 row was cut); then the zoo
-# rows without a reduce-overhead peer (bert's peers were cut in s53) and swin's, and glm_moe_dsa last (its
-# whole-model compile, ~125 s a selection one side at a time, does not fit a 3-minute budget
-# after per-block compile; s52: 0.956).
+# autotuned compile form; the 3m rows the goal table still lacks, those of the seeded sample first
+# (7 of the sampled architectures met, 8 are asked for): stablelm (s52's peers were cut), the
+# sample's next two (roberta-prelayernorm, luke: encoders, short rows) and gemma3 (a 262k
+# vocabulary; its s45 row was cut); then the zoo rows without a reduce-overhead peer (bert's peers
+# were cut in s53) and swin's, and glm_moe_dsa last (its whole-model compile, ~125 s a selection
+# one side at a time, does not fit a 3-minute budget after per-block compile; s52: 0.956).
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s54.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
