@@ -905,3 +905,13 @@ def test_an_autotuned_form_that_does_not_pay_in_place_leaves_the_stack_as_it_was
     result = _run(fake, ["compile-model", AUTOTUNED, "float8"])
     assert result.stack == ("compile-model", "float8")
     assert _reason(result, AUTOTUNED).startswith("slower")
+
+
+def test_the_autotuned_form_is_not_tried_where_the_step_s_cuda_graphs_failed():
+    # it records the step as CUDA graphs, as the form whose graphs failed did
+    fake = _convit_like()
+    result = _run(fake, [*COMPILE_FORMS, AUTOTUNED], budget_s=1000.0)
+    assert result.stack == ("compile-model:mode=default",)
+    assert all(AUTOTUNED not in stack for _, stack in fake.calls)
+    assert _reason(result, AUTOTUNED).startswith(
+        "not tried: compile-model's CUDA graphs failed on this step")

@@ -26,7 +26,7 @@ from levers.levers import load_all
 from levers.levers.catalogue import read_catalogue
 from levers.levers.handle import apply
 from levers.levers.lever import target_of
-from levers.tune.candidates import GPU_ONLY_PREFIX, LATE_FORMS_BUDGET_S, candidates
+from levers.tune.candidates import GPU_ONLY_PREFIX, LATE_FORMS, LATE_FORMS_BUDGET_S, candidates
 from levers.tune.measure import ab_measure
 from levers.tune.options import TuneOptions
 from levers.tune.result import TuneResult, ab_prefix
@@ -171,7 +171,8 @@ def lever_forms(model: Any, on_gpu: bool,
     compile-model's own choice is the default mode only because the model routes tokens to
     experts, reduce-overhead compile (its graphs skip what they cannot capture): the peers' form
     that ran 1.77x on the zoo's mixtral where the default mode ran 1.68x (H100, s51). Where
-    ``budget_s`` is the default's or more, the autotuned form last (:data:`LATE_FORMS`)."""
+    ``budget_s`` is the default's or more, the autotuned form last (:data:`LATE_FORMS`; with
+    CUDA graphs on an MoE too, which skip what they cannot capture, as reduce-overhead's do)."""
     if not on_gpu:
         return {}
     # imported here: a lever module registers itself on import, and the catalogue's order is
@@ -182,12 +183,10 @@ def lever_forms(model: Any, on_gpu: bool,
         return {}
     if static_step_reasons(model):
         forms: tuple[str, ...] = ("compile-model:mode=reduce-overhead",)
-        autotuned = "compile-model:mode=max-autotune-no-cudagraphs"
     else:
         forms = ("compile-model:mode=default", "compile-model:backend=cudagraphs")
-        autotuned = "compile-model:mode=max-autotune"
     late = budget_s is not None and budget_s >= LATE_FORMS_BUDGET_S
-    return {"compile-model": forms + ((autotuned,) if late else ())}
+    return {"compile-model": forms + (LATE_FORMS if late else ())}
 
 
 def _free_device(on_gpu: bool) -> None:
