@@ -21,7 +21,9 @@ confirmation of the whole stack alone would let it ride on a lever that pays).
 time), a group's first form that pays is confirmed and kept at once, the later groups are tried
 on top of it, and the group's other forms last, each in place of the one kept: an A/B of the
 stack with it there against the stack as it is, confirmed afresh the same way
-(:func:`_substitute`).
+(:func:`_substitute`). A late form (:data:`~levers.tune.candidates.LATE_FORMS`: an autotuned
+whole-model compile, whose first step compiles for minutes) is tried so on every step, last of
+all, and only where another form of its group paid.
 
 **The answer** is a stack whose A/B against the baseline paid in a fresh A/B that selected none
 of its levers: for one lever, its confirmation (its base is the baseline); for more, one last
