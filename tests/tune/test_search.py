@@ -915,3 +915,21 @@ def test_the_autotuned_form_is_not_tried_where_the_step_s_cuda_graphs_failed():
     assert all(AUTOTUNED not in stack for _, stack in fake.calls)
     assert _reason(result, AUTOTUNED).startswith(
         "not tried: compile-model's CUDA graphs failed on this step")
+
+
+def test_deferred_forms_are_tried_before_the_levers_ordered_by_evidence():
+    # as s53's ministral3: the fused loss (0.72x) and the cuDNN attention (1.000x) came after
+    # float8 and took 25 s before the whole-model form was tried in per-block compile's place,
+    # whose stack's proof the budget then cut. The peers' forms now go first, in place too
+    fake = _ministral_like()
+    fake.speed.update({"fused-loss": 0.72, "sdpa-cudnn-backend": 1.0})
+    result = _deferred(fake, [*BLOCKS_FIRST, "float8", "fused-loss", "sdpa-cudnn-backend"],
+                       budget_s=1000.0)
+    blocks, model, _ = BLOCKS_FIRST
+    stacks = [stack for _, stack in fake.calls]
+    first_evidence = min(stacks.index(s) for s in stacks if "fused-loss" in s
+                         or "sdpa-cudnn-backend" in s)
+    assert stacks.index((model, "float8")) < first_evidence
+    assert result.stack == (model, "float8")
+    # the levers by evidence were tried on top of the stack the replacement left
+    assert ((model, "float8"), (model, "float8", "fused-loss")) in fake.calls

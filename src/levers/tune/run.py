@@ -139,8 +139,8 @@ def two_sides_note(memory: Any, device: Any) -> str | None:
         "and timed alone, then freed: a drift between the two blocks lands on the ratio, where "
         "sides run together alternate step by step); with few A/Bs in the budget, per-block "
         "compile goes first, a form that pays is kept and carries the later levers, and the "
-        "other forms of its kind are tried last in its place; tuning at a smaller batch (--set "
-        "batch_size=...) keeps the sides together"
+        "other forms of its kind are tried in its place after float8; tuning at a smaller "
+        "batch (--set batch_size=...) keeps the sides together"
     )
 
 
@@ -288,7 +288,7 @@ def tune_step(
         on_trial=record_trials(record_path, {"workload": step.spec, "params": step.params}),
         steps=design.steps,  # ab's A/B times as many steps as it is asked: a confirmation more
         # where the sides run one at a time, a group's first form that pays carries the later
-        # groups, and its other forms are tried last in its place
+        # groups, and its other forms are tried in its place once the peers' levers are
         defer_alternatives=view.crowded,
     )
     result = TuneResult(

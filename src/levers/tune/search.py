@@ -19,11 +19,13 @@ confirmation of the whole stack alone would let it ride on a lever that pays).
 
 **Where the A/Bs are dear** (``defer_alternatives``: each A/B builds and times its sides one at a
 time), a group's first form that pays is confirmed and kept at once, the later groups are tried
-on top of it, and the group's other forms last, each in place of the one kept: an A/B of the
+on top of it, and the group's other forms after them, each in place of the one kept: an A/B of the
 stack with it there against the stack as it is, confirmed afresh the same way
-(:func:`_substitute`). A late form (:data:`~levers.tune.candidates.LATE_FORMS`: an autotuned
-whole-model compile, whose first step compiles for minutes) is tried so on every step, last of
-all, and only where another form of its group paid.
+(:func:`_substitute`), once the peers' groups (the compile forms, channels-last, float8) are
+tried, before the levers ordered by evidence. A late form
+(:data:`~levers.tune.candidates.LATE_FORMS`: an autotuned whole-model compile, whose first step
+compiles for minutes) is tried so on every step, last of all, and only where another form of its
+group paid.
 
 **The answer** is a stack whose A/B against the baseline paid in a fresh A/B that selected none
 of its levers: for one lever, its confirmation (its base is the baseline); for more, one last
@@ -191,7 +193,7 @@ class _Search:
     running: tuple[Stack, Stack, str] | None = None  # the A/B in progress, and its role
     # paid where selected, but the budget cut its confirmation short
     unconfirmed: list[str] = field(default_factory=list)
-    # a group's forms are tried after the later groups, each in place of the form kept, once
+    # a group's forms are tried after the peers' later groups, each in place of the form kept, once
     # one form paid and was kept (the sides run one at a time: :func:`_substitute`)
     defer_alternatives: bool = False
     # the stack last proven against the baseline by a fresh A/B (the first lever's confirmation,
@@ -287,7 +289,8 @@ def search(
     by A/Bs from ``measure``, the stack proven against the baseline. ``steps``: the timed steps
     of ``measure``'s A/Bs, when it takes ``steps=`` to time more (confirmations then may).
     ``defer_alternatives``: a group's first form that pays is confirmed and kept at once, and its
-    other forms are tried after the later groups, in its place (:func:`_substitute`)."""
+    other forms are tried after the peers' later groups (float8), in its place
+    (:func:`_substitute`)."""
     state = _Search(measure, budget_s, clock, say, on_trial, steps, start_s=clock(),
                     defer_alternatives=defer_alternatives)
     interrupted = False
@@ -339,7 +342,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
     whose increment paid, when a fresh A/B of it pays too."""
     stack, outcomes = state.stack, state.outcomes
     all_groups = groups(ordered)
-    # forms tried after the later groups, each with why its group's CUDA graphs failed, if
+    # forms tried after the peers' later groups, each with why its group's CUDA graphs failed, if
     # they did (defer_alternatives)
     deferred: list[tuple[Candidate, str | None]] = []
     for number, group in enumerate(all_groups):
@@ -390,7 +393,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
             if pays:
                 paid.append((candidate, trial, why, len(state.trials) - 1))
                 if state.defer_alternatives and pending:
-                    # decided at once; the group's other forms wait for the later groups
+                    # decided at once; the group's other forms wait for the peers' later groups
                     _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
                     paid = []
                     if lever in stack:
@@ -405,7 +408,16 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 pending.sort(key=lambda c: c.lever != WITHOUT_GRAPHS_FORM)
         if paid:
             _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
+        if not any(_of_peers(later) for later in all_groups[number + 1:]):
+            # the peers' groups tried: their deferred forms before the levers by evidence
+            _substitute([d for d in deferred if d[0].lever not in LATE_FORMS], state)
+            deferred = [d for d in deferred if d[0].lever in LATE_FORMS]
     _substitute(deferred, state)
+
+
+def _of_peers(group: Sequence[Candidate]) -> bool:
+    """Whether ``group`` holds one of the peers' forms (compile, channels-last, float8)."""
+    return any(candidate.lever in PEER_FORMS for candidate in group)
 
 
 def _deferred(state: _Search, kept: str, pending: Sequence[Candidate], fallback: str | None,
