@@ -68,23 +68,26 @@ def test_channels_last_keeps_eager_s_numbers_with_nhwc_activations(lever):
         assert seen and all(seen), "the last convolution's output is not channels-last"
 
 
+def _trained_losses(model: str, lever: str | None) -> list[float]:
+    """Four steps' losses of the zoo's tiny ``model`` with ``lever`` on; the undo, checked, leaves
+    the model eager."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    workload = zoo.build(model=model, size="tiny", device="cuda")
+    handle = levers.apply(workload, lever) if lever else None
+    out = [float(workload.step()) for _ in range(4)]
+    if handle is not None:
+        handle.undo()
+        assert "_compiled_call_impl" not in vars(workload.model)
+    return out
+
+
 def test_reduce_overhead_compile_trains_a_mixture_of_experts_with_eager_s_numbers():
     """compile-model's mode=auto keeps an MoE off CUDA graphs, but reduce-overhead asked by name
     applies (tune tries it beside compile-model there): the steps run, the losses follow eager's
     within compile's numerics, and the undo leaves the model eager."""
-    def losses(lever: str | None) -> list[float]:
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        workload = zoo.build(model="mixtral", size="tiny", device="cuda")
-        handle = levers.apply(workload, lever) if lever else None
-        out = [float(workload.step()) for _ in range(4)]
-        if handle is not None:
-            handle.undo()
-            assert "_compiled_call_impl" not in vars(workload.model)
-        return out
-
-    eager = losses(None)
-    graphed = losses("compile-model:mode=reduce-overhead")
+    eager = _trained_losses("mixtral", None)
+    graphed = _trained_losses("mixtral", "compile-model:mode=reduce-overhead")
     print("eager", eager, "reduce-overhead", graphed)
     assert all(torch.isfinite(torch.tensor(graphed)))
     assert torch.allclose(torch.tensor(graphed), torch.tensor(eager), rtol=2e-2, atol=1e-3)
@@ -95,20 +98,8 @@ def test_the_autotuned_form_trains_with_eager_s_numbers(model):
     """The compile group's last form at the default budget (tune's LATE_FORMS): inductor's
     autotuned whole-model compile under CUDA graphs, on a static step and on an MoE (whose
     routing the graphs skip), trains with eager's losses, and the undo leaves the model eager."""
-    lever = "compile-model:mode=max-autotune"
-    def losses(spec: str | None) -> list[float]:
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        workload = zoo.build(model=model, size="tiny", device="cuda")
-        handle = levers.apply(workload, spec) if spec else None
-        out = [float(workload.step()) for _ in range(4)]
-        if handle is not None:
-            handle.undo()
-            assert "_compiled_call_impl" not in vars(workload.model)
-        return out
-
-    eager = losses(None)
-    tuned = losses(lever)
-    print(model, "eager", eager, lever, tuned)
+    eager = _trained_losses(model, None)
+    tuned = _trained_losses(model, "compile-model:mode=max-autotune")
+    print(model, "eager", eager, "max-autotune", tuned)
     assert all(torch.isfinite(torch.tensor(tuned)))
     assert torch.allclose(torch.tensor(tuned), torch.tensor(eager), rtol=2e-2, atol=1e-3)
