@@ -933,3 +933,14 @@ def test_deferred_forms_are_tried_before_the_levers_ordered_by_evidence():
     assert result.stack == (model, "float8")
     # the levers by evidence were tried on top of the stack the replacement left
     assert ((model, "float8"), (model, "float8", "fused-loss")) in fake.calls
+
+
+def test_a_deferred_form_of_a_group_after_the_peers_waits_for_the_later_groups():
+    # the batch layouts are one group of the levers ordered by evidence: where the sides run one
+    # at a time its first form that pays carries the later groups, and its other forms are tried
+    # in its place after them, as before the peers' forms went first
+    fake = FakeAb({"packing": 1.2, "pad-to-multiple": 1.1, "fused-loss": 1.1})
+    result = _deferred(fake, ["packing", "pad-to-multiple", "fused-loss"], budget_s=1000.0)
+    stacks = [stack for _, stack in fake.calls]
+    assert stacks.index(("packing", "fused-loss")) < stacks.index(("pad-to-multiple", "fused-loss"))
+    assert result.stack == ("packing", "fused-loss")

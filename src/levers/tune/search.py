@@ -345,6 +345,9 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
     # forms tried after the peers' later groups, each with why its group's CUDA graphs failed, if
     # they did (defer_alternatives)
     deferred: list[tuple[Candidate, str | None]] = []
+    # the last group of the peers' forms: their deferred forms are tried after it, before the
+    # levers by evidence
+    last_of_peers = max((n for n, g in enumerate(all_groups) if _of_peers(g)), default=-1)
     for number, group in enumerate(all_groups):
         paid: list[Paid] = []
         fallback = next((c.lever for c in group if c.lever in FALLBACK_FORMS), None)
@@ -354,12 +357,8 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
         while pending:
             candidate = pending.pop(0)
             lever = candidate.lever
-            if lever in LATE_FORMS:  # last of all, in place of the form kept, if one paid
-                if paid or any(exclusive_with(lever, [kept]) for kept in stack):
-                    deferred.append((candidate, graphs_failed))
-                else:
-                    outcomes[lever] = Outcome(lever, False, _no_form_paid(lever),
-                                              source=candidate.source)
+            if lever in LATE_FORMS:  # last of all, in place of the form kept (_substitute)
+                deferred.append((candidate, graphs_failed))
                 continue
             skip = (_graphs_not_tried(lever, graphs_failed)
                     or _not_tried(lever, stack, paid, fallback) or _cannot_win(candidate, paid))
@@ -408,8 +407,7 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 pending.sort(key=lambda c: c.lever != WITHOUT_GRAPHS_FORM)
         if paid:
             _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
-        if not any(_of_peers(later) for later in all_groups[number + 1:]):
-            # the peers' groups tried: their deferred forms before the levers by evidence
+        if number == last_of_peers:
             _substitute([d for d in deferred if d[0].lever not in LATE_FORMS], state)
             deferred = [d for d in deferred if d[0].lever in LATE_FORMS]
     _substitute(deferred, state)
@@ -423,7 +421,8 @@ def _of_peers(group: Sequence[Candidate]) -> bool:
 def _deferred(state: _Search, kept: str, pending: Sequence[Candidate], fallback: str | None,
               graphs_failed: str | None) -> list[tuple[Candidate, str | None]]:
     """The forms of a group still to try once ``kept`` was kept, deferred until after the later
-    groups (with why the group's CUDA graphs failed, if they did); its fallback is not tried."""
+    groups (a peer's form: the later peers' groups) with why the group's CUDA graphs failed, if
+    they did; its fallback is not tried."""
     out = []
     for candidate in pending:
         if candidate.lever == fallback:
@@ -457,8 +456,8 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         rest = [kept for kept in stack if kept != current]
         # (where no lever of the stack excludes it, it goes on top: a lever of the group that
         # clashed with another of its forms, not with the one kept)
-        skip = (_graphs_not_tried(lever, graphs_failed or failed)
-                or (_no_form_paid(lever) if lever in LATE_FORMS and current is None else None)
+        skip = ((_no_form_paid(lever) if lever in LATE_FORMS and current is None else None)
+                or _graphs_not_tried(lever, graphs_failed or failed)
                 or _not_tried(lever, rest, (), None)
                 or _cannot_replace(state, candidate, current) or _refuted(state, stack))
         if skip is None:
