@@ -179,3 +179,60 @@ def test_a_model_that_draws_nothing_is_timed_as_run_either_way():
     )
     assert result.parity.passed is True
     assert result.timed_eager_random is False
+
+
+@needs_compiler
+@pytest.mark.parametrize("sides", ["together", "one-at-a-time"])
+def test_a_side_replaying_inductor_graphs_is_timed_as_run_all_the_same(sides):
+    # a program replayed as CUDA graphs, compiled with eager's random draws, does not time as the
+    # user's (luke, H100): such a side compiles again for its timed steps where time allows. On
+    # the CPU the side's levers name the graphs' form and its build compiles with inductor
+    result, compiles = _ab_of_a_graphs_form(sides)
+    assert result.parity.passed is True and result.killed is None
+    assert result.timed_eager_random is False
+    assert compiles == 2  # the parity steps' program, then the user's
+
+
+@needs_compiler
+def test_without_time_for_another_compile_the_parity_programs_are_timed(monkeypatch):
+    import levers.ab.runner as runner
+
+    monkeypatch.setattr(runner, "time_left_s", lambda lines: 0.0)
+    result, compiles = _ab_of_a_graphs_form("together")
+    assert result.parity.passed is True
+    assert result.timed_eager_random is True
+    assert compiles == 1
+
+
+@pytest.mark.parametrize("specs, static, replays", [
+    (("compile-model:mode=reduce-overhead",), False, True),
+    (("compile-model:mode=max-autotune",), False, True),
+    (("compile-model",), True, True),  # mode=auto on a static step: CUDA graphs
+    (("compile-model",), False, False),
+    (("compile-model:mode=default",), True, False),
+    (("compile-model:backend=cudagraphs",), True, False),  # eager's kernels, not inductor's
+    (("compile-blocks", "float8"), True, False),
+    (("float8", "compile-model"), True, True),
+])
+def test_which_stacks_replay_inductor_graphs(monkeypatch, specs, static, replays):
+    from levers.levers import compile_model
+
+    monkeypatch.setattr(compile_model, "static_step_reasons",
+                        lambda model: [] if static else ["the parameters are on cpu"])
+    assert compile_model.replays_inductor_graphs(specs, torch.nn.Linear(2, 2)) is replays
+
+
+def _ab_of_a_graphs_form(sides: str):
+    """tune's A/B of a dropout model under a form that replays inductor's program as CUDA graphs
+    (on the CPU: the side's levers name it, its build compiles with inductor); the result and the
+    programs compiled."""
+    torch._dynamo.reset()
+    before = _graphs()
+    result = run_ab(
+        Side(build=lambda: _dropout_workload()),
+        Side(build=lambda: _dropout_workload(in_place=True),
+             levers=("compile-model:mode=reduce-overhead",)),
+        AbConfig(num_steps=2, num_warmup=1, num_parity_steps=2, num_resamples=200, sides=sides,
+                 time_parity_programs=True),
+    )
+    return result, _graphs() - before

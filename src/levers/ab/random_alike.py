@@ -14,7 +14,9 @@ before the timed steps (``torch._dynamo.reset()``: the warm-up compiles it again
 draws random numbers inside the model; when it draws none, the programs are the same either way
 and are kept. ``levers tune`` keeps them (``AbConfig.time_parity_programs``): one compile of a
 compiled stack instead of two (T5 on an H100: ~95 s each), its timed steps then drawing random
-numbers with eager's kernels beside the compiled ones, which the trial and its proof say.
+numbers with eager's kernels beside the compiled ones, which the trial and its proof say; except
+a program replayed as CUDA graphs, which does not time as the user's so (the runner's
+``_programs_for_timing``).
 """
 
 from __future__ import annotations

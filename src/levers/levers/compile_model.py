@@ -49,7 +49,7 @@ from levers.levers._compile_setup import (
     unspecialised_int_attributes,
 )
 from levers.levers._find import training_cache_off
-from levers.levers.lever import Lever, Target
+from levers.levers.lever import Lever, Target, parse_lever_spec
 from levers.vocab import CHANGES_NUMERICS
 
 OPTIONS = ("mode", "backend", "dynamic", "fullgraph")
@@ -83,6 +83,21 @@ def graph_blockers(model: torch.nn.Module) -> list[str]:
             f"CUDA graphs need the parameters on a GPU; they are on {', '.join(sorted(devices))}"
         ]
     return []
+
+
+def replays_inductor_graphs(specs: Any, model: torch.nn.Module) -> bool:
+    """Whether one of the lever specs ``specs`` (``compile-model:mode=reduce-overhead``) compiles
+    ``model`` with inductor and replays the program as CUDA graphs: a CUDA-graph mode, or
+    ``mode=auto`` on a static step (:func:`static_step_reasons`). ``backend=cudagraphs`` replays
+    eager's kernels, not inductor's, and is not one."""
+    for spec in specs:
+        lever, options = parse_lever_spec(spec)
+        if lever != "compile-model" or options.get("backend", "inductor") != "inductor":
+            continue
+        mode = str(options.get("mode", "auto"))
+        if mode in CUDA_GRAPH_MODES or (mode == "auto" and not static_step_reasons(model)):
+            return True
+    return False
 
 
 def _mode(target: Target) -> str:

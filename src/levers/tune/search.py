@@ -60,9 +60,11 @@ a fresh one still confirms it.
 
 **As you run it.** A compiled stack's A/Bs time the programs their parity steps compiled
 (:mod:`levers.tune.measure`: one compile, not two, on a model that draws random numbers, which
-then draw them as eager does). Where the proof did so and the time left holds one more cold
-compile, the answer is timed once more against the baseline as the user runs it; that A/B is
-the proof when it pays, and when it does not, nothing is proven (:func:`_as_run`).
+then draw them as eager does; a program replayed as CUDA graphs is compiled again for its timed
+steps where the time allows, :func:`levers.ab.runner.run_ab`). Where the proof did so and the
+time left holds one more cold compile, the answer is timed once more against the baseline as
+the user runs it; that A/B is the proof when it pays, and when it does not, nothing is proven
+(:func:`_as_run`).
 
 **Ctrl-C** (a ``KeyboardInterrupt`` from the A/B, or an A/B that ab's runner ended as
 interrupted) ends the search at once: the result keeps the trials run, the interrupted one
