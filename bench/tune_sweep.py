@@ -385,7 +385,15 @@ def retimed_row(prior: dict[str, Any]) -> dict[str, Any]:
     row = {k: prior[k] for k in RETIMED_KEEP if k in prior}
     row["searched"] = {k: prior.get(k) for k in ("commit", "torch", "date", "call", "gpu")}
     row["peers_first_run"] = prior.get("peers")
-    return {**row, **_environment()}
+    here = _environment()
+    if prior.get("gpu") and prior["gpu"] != here["gpu"]:
+        # s54: vit's stack, searched on an H200 (compile-model, 1.35x there), ran 1.010x on an
+        # H100 where per-layer compile ran 1.256x
+        row["searched_elsewhere"] = (
+            f"the stack was searched on {prior['gpu']} and is timed on {here['gpu']}: a search "
+            "on one GPU need not give this GPU's answer; search here to compare tune with the "
+            "peers")
+    return {**row, **here}
 
 
 def _environment() -> dict[str, Any]:
@@ -549,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         if prior:
             print(f"{entry}: retiming the stack of its earlier search beside the peers", flush=True)
             row = retimed_row(prior[(entry, args.size, budget_s)])
+            if "searched_elsewhere" in row:
+                print(f"{entry}: {row['searched_elsewhere']}", flush=True)
         else:
             print(f"{entry}: tune --budget {args.budget}", flush=True)
             tuned = tune_row(spec, params, args)

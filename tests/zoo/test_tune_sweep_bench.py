@@ -95,6 +95,21 @@ def test_retime_times_an_earlier_stack_beside_the_peers_and_names_the_peers_left
     assert low <= duel["ratio"] <= high
 
 
+@pytest.mark.parametrize("searched_on, elsewhere", [
+    (None, False), ("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", True)])
+def test_a_stack_searched_on_another_gpu_says_so_when_retimed(monkeypatch, searched_on, elsewhere):
+    bench = _bench()
+    here = {"commit": "def5678", "torch": "2.11", "gpu": "NVIDIA H100 80GB HBM3", "date": "d"}
+    monkeypatch.setattr(bench, "_environment", lambda: dict(here))
+    row = {"model": "zoo@nanogpt", "size": "tiny", "budget_s": 60.0, "stack": [],
+           "commit": "abc1234", **({"gpu": searched_on} if searched_on else {})}
+    retimed = bench.retimed_row(row)
+    assert retimed["gpu"] == here["gpu"] and retimed["searched"]["gpu"] == searched_on
+    assert ("searched_elsewhere" in retimed) is elsewhere
+    if elsewhere:
+        assert "NVIDIA H200" in retimed["searched_elsewhere"]
+
+
 def test_retime_without_an_earlier_row_stops_before_any_work(tmp_path, capsys):
     bench = _bench()
     out = tmp_path / "out"
