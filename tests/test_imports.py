@@ -216,16 +216,17 @@ HEAVY_TORCH = ("torch._dynamo", "torch._inductor", "functorch", "torch.distribut
 # every audit imports every lever module (levers.levers.load_all): a lever imports the memory
 # model when it predicts (levers/levers/__init__.py)
 MEMORY_MODEL = ("levers.memory.fit", "levers.memory.predict", "levers.memory.prediction")
+# a lever module imported by name, after load_all()
+LEVER_ORDER = ("a lever module registers itself on import, and the catalogue's order is the "
+               "order its modules are first imported in")
 # module -> {imported module: why it is imported inside a function}
 LOCAL_IMPORTS_ALLOWED = {
     "levers.workload": {"torch": "`levers --help` reads the Workload record without torch"},
     "levers.audit.rules.dtype002_fp32_grouped_mm": {
         "levers.capture.ops": "it imports torch, and `levers rule` loads every rule without it",
     },
-    "levers.tune.run": {
-        "levers.levers.compile_model": "a lever module registers itself on import, and the "
-        "catalogue's order is the order its modules are first imported in",
-    },
+    "levers.tune.run": {"levers.levers.compile_model": LEVER_ORDER},
+    "levers.ab.runner": {"levers.levers.compile_model": LEVER_ORDER},
     "levers.workloads._params": {
         "torch._guards": "a private module, asked for under try: a torch that moved it loses a "
         "convenience only",
