@@ -50,7 +50,9 @@ block to the next in one process, more than tune's stack and the best peer diffe
 
 ``--retime SUMMARY`` searches nothing: each model's stack and tune's own A/B come from its row in
 an earlier summary (``searched``: that row's commit, date and call) and only step 2 runs, for a
-row whose first run left a peer out.
+row whose first run left a peer out. A stack searched on another GPU is not this GPU's answer
+(s54: vit's, of an H200, ran 1.010x on an H100 where per-layer compile ran 1.256x): such a row
+says so (``searched_elsewhere``).
 """
 
 from __future__ import annotations
