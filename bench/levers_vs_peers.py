@@ -195,13 +195,10 @@ def apply_peer(peer: str, workload, options) -> list[Callable[[], None]]:
 
 def _compile_model_mode(workload, options) -> tuple[str, list[str]]:
     """The mode compile-model chose (``mode=auto``: reduce-overhead on a static step) and why."""
-    from levers.levers.compile_model import static_step_reasons
+    from levers.levers.compile_model import inductor_mode, static_step_reasons
 
     reasons = static_step_reasons(workload.model)
-    mode = str(options.get("mode", "auto"))
-    if mode == "auto":
-        mode = "default" if reasons else "reduce-overhead"
-    return mode, reasons
+    return inductor_mode(str(options.get("mode", "auto")), reasons), reasons
 
 
 def variants_of(group: str, smoke: bool) -> dict[str, dict[str, Any]]:

@@ -36,6 +36,7 @@ Fix safety: changes numerics (inductor fuses and reorders elementwise work). Tol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -85,6 +86,14 @@ def graph_blockers(model: torch.nn.Module) -> list[str]:
     return []
 
 
+def inductor_mode(mode: str, reasons: Sequence[str]) -> str:
+    """The inductor mode that ``mode`` runs in: ``auto`` is reduce-overhead (CUDA graphs) on a
+    static step (no ``reasons``: :func:`static_step_reasons`) and the default mode elsewhere."""
+    if mode != "auto":
+        return mode
+    return "default" if reasons else "reduce-overhead"
+
+
 def replays_inductor_graphs(specs: Any, model: torch.nn.Module) -> bool:
     """Whether one of the lever specs ``specs`` (``compile-model:mode=reduce-overhead``) compiles
     ``model`` with inductor and replays the program as CUDA graphs: a CUDA-graph mode, or
@@ -94,8 +103,8 @@ def replays_inductor_graphs(specs: Any, model: torch.nn.Module) -> bool:
         lever, options = parse_lever_spec(spec)
         if lever != "compile-model" or options.get("backend", "inductor") != "inductor":
             continue
-        mode = str(options.get("mode", "auto"))
-        if mode in CUDA_GRAPH_MODES or (mode == "auto" and not static_step_reasons(model)):
+        mode = inductor_mode(str(options.get("mode", "auto")), static_step_reasons(model))
+        if mode in CUDA_GRAPH_MODES:
             return True
     return False
 
@@ -153,8 +162,8 @@ def patch(target: Target) -> Callable[[], None]:
     graphs_backend = _graphs_backend(target)
     if graphs_backend:
         mode = "cudagraphs"  # no inductor mode: the backend is the graphs
-    elif mode == "auto":
-        mode = "default" if reasons else "reduce-overhead"
+    else:
+        mode = inductor_mode(mode, reasons)
     options = {k: v for k, v in target.options.items() if k in OPTIONS and k != "mode"}
     if mode not in ("default", "cudagraphs"):
         options["mode"] = mode
