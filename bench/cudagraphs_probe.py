@@ -1,16 +1,27 @@
-"""Benchmark probe: why compile-model's CUDA-graph form (``backend=cudagraphs``) pays what it pays
-on a model, beside the eager step, in one process.
+"""Benchmark probe: why a stack (or a peer's form) pays what it pays on a model, beside the eager
+step, in one process: first written for compile-model's CUDA-graph form (``backend=cudagraphs``).
 
 For each model and variant (``eager``, then each ``--stacks`` entry: levers joined by ``+``,
-``channels-last+compile-model:backend=cudagraphs``) it builds the workload fresh,
+``channels-last+compile-model:backend=cudagraphs``, or ``peer:`` and a peer's transforms as
+``bench/levers_vs_peers.py``'s ``apply_peer`` takes them, ``peer:float8-torchtitan+compile-layers``,
+the model's KV cache off as ``bench/tune_sweep.py`` runs its peers) it builds the workload fresh,
 runs warm-up and timed steps (synchronised, per-step wall times), then reads what dynamo did
 (graphs, graph breaks, recompiles, CUDA-graph skips and their reasons) and profiles one more step:
-its host wall time, the GPU's kernel time and the number of kernel launches outside a graph
-replay. A launch-bound eager step shows wall >> kernel time; a replayed step that still launches
-thousands of kernels was not captured.
+its host wall time, the GPU's kernel time, the number of kernel launches outside a graph
+replay, and the kernels that took the most GPU time (``top_kernels``: name, count, ms). A
+launch-bound eager step shows wall >> kernel time; a replayed step that still launches thousands
+of kernels was not captured; a float8 step whose matmuls are not float8 GEMMs shows it by name.
+
+``--ab BASE>STACK`` (';'-separated, each side '+'-joined levers) runs levers tune's A/B of that
+increment as tune runs it (``levers.tune.measure.ab_measure``: the parity gate, programs timed as
+the parity steps compiled them), and once more compiled as the user runs them (``as_run``): the
+trial's ratio, each side's step times and where its random numbers were drawn.
 
     PYTHONPATH=src python bench/cudagraphs_probe.py --models arch@timm:inception_resnet_v2 \
         --out $OUT/cudagraphs_probe
+    PYTHONPATH=/tmp/site:src python bench/cudagraphs_probe.py --models zoo@mistral \
+        --stacks "compile-blocks;compile-blocks+float8;peer:float8-torchtitan+compile-layers" \
+        --ab "compile-blocks>compile-blocks+float8" --out $OUT/float8_probe
 """
 
 from __future__ import annotations
@@ -30,8 +41,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
-from levers_vs_peers import _sync  # noqa: E402
+from levers.levers._find import training_cache_off  # noqa: E402
+from levers_vs_peers import _sync, apply_peer  # noqa: E402
 from tune_sweep import _environment, _free, model_params  # noqa: E402
+
+PEER = "peer:"
+TOP_KERNELS = 25
 
 
 def _counters() -> dict:
@@ -55,11 +70,24 @@ def _profile(workload) -> dict:
     launches = [e for e in prof.events() if e.name in ("cudaLaunchKernel", "cuLaunchKernel",
                                                         "cudaLaunchKernelExC", "cuLaunchKernelEx")]
     replays = [e for e in prof.events() if e.name in ("cudaGraphLaunch",)]
-    kernel_us = sum(e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-                    for e in kernels)
+    kernel_us = sum(_device_us(e) for e in kernels)
     return {"profiled_wall_s": wall_s, "gpu_kernels": len(kernels),
             "gpu_kernel_ms": kernel_us / 1e3, "kernel_launches": len(launches),
-            "graph_launches": len(replays)}
+            "graph_launches": len(replays), "top_kernels": top_kernels(kernels)}
+
+
+def _device_us(event) -> float:
+    return event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+
+
+def top_kernels(kernels, count: int = TOP_KERNELS) -> list[dict]:
+    """The kernels that took the most GPU time, by name: ``name`` (its first 160 characters),
+    ``count`` and ``ms``, largest first."""
+    by_name: dict[str, list[float]] = {}
+    for event in kernels:
+        by_name.setdefault(event.name[:160], []).append(_device_us(event))
+    ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:count]
+    return [{"name": name, "count": len(us), "ms": round(sum(us) / 1e3, 4)} for name, us in ranked]
 
 
 def _step_times(workload, count: int) -> list[float]:
@@ -84,20 +112,65 @@ def run(spec: str, params: dict, stack: list[str], warmup: int, steps: int) -> d
         row["tokens_per_step"] = workload.tokens_per_step
         # a CPU run checks the path: dynamo's eager backend, not a C++ compile
         options = {"backend": "eager"} if workload.device.type != "cuda" else {}
-        handle = levers.apply(workload, stack, **options) if stack else None
+        undos = _apply(workload, stack, options)
         first = _step_times(workload, warmup)
         durations = _step_times(workload, steps)
         row.update(warmup_s=first, dur_s=durations, median_ms=1e3 * statistics.median(durations),
                    counters=_counters())
         row.update(_profile(workload))
-        if handle is not None:
-            handle.undo()
+        for undo in reversed(undos):
+            undo()
         row["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - a failing variant is a result
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:800])
         traceback.print_exc()
     _free()
     return row
+
+
+def _apply(workload, stack: list[str], options: dict) -> list:
+    """A stack's levers (``levers.apply``), or a peer's transforms (``peer:...``, the KV cache
+    off); returns the undos in the order they were made."""
+    if not stack:
+        return []
+    if stack[0].startswith(PEER):
+        undos = [training_cache_off(workload.model)]
+        return undos + apply_peer(stack[0].removeprefix(PEER), workload, options)
+    return [levers.apply(workload, stack, **options).undo]
+
+
+def _stacks(text: str) -> list[list[str]]:
+    """``--stacks``: eager first, then each entry, a peer's whole or its levers split on '+'."""
+    stacks: list[list[str]] = [[]]
+    for entry in (s.strip() for s in text.split(";")):
+        if entry.startswith(PEER):
+            stacks.append([entry])
+        elif entry:
+            stacks.append([x for x in entry.split("+") if x])
+    return stacks
+
+
+def ab(spec: str, params: dict, base: list[str], stack: list[str]) -> list[dict]:
+    """tune's A/B of ``stack`` against ``base``, as tune runs it and as the user runs it."""
+    from levers.tune.measure import ab_measure
+
+    rows = []
+    measure = ab_measure(spec, params)
+    for as_run in (False, True):
+        _free()
+        row: dict = {"base": base, "stack": stack, "as_run": as_run}
+        try:
+            trial = measure(tuple(base), tuple(stack), None, as_run=as_run)
+            row.update({k: v for k, v in trial.to_dict().items() if k in (
+                "decision", "tokens_per_s_ratio", "tokens_per_s_ci95", "step_ms", "parity",
+                "error", "phase_s", "timed_eager_random", "step_ms_each", "wall_s")})
+            row["status"] = "ok" if trial.error is None else "failed"
+        except Exception as exc:  # noqa: BLE001 - a failing A/B is a result
+            row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:800])
+            traceback.print_exc()
+        rows.append(row)
+    _free()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,10 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--ab", default="", metavar="BASE>STACK",
+                        help="';'-separated increments, each side '+'-joined levers: tune's A/B")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    increments = []
+    for entry in (e.strip() for e in args.ab.split(";") if e.strip()):
+        if ">" not in entry:
+            parser.error(f"--ab {entry!r}: write BASE>STACK (compile-blocks>compile-blocks+float8)")
+        base, stack = entry.split(">", 1)
+        increments.append(([x for x in base.split("+") if x], [x for x in stack.split("+") if x]))
     args.out.mkdir(parents=True, exist_ok=True)
-    stacks = [[]] + [[x for x in s.split("+") if x] for s in args.stacks.split(";") if s]
+    stacks = _stacks(args.stacks)
     summary = {"environment": _environment(), "command": " ".join(sys.argv), "models": {}}
     for item in args.models.split(","):
         spec, model = item.split("@", 1)
@@ -125,7 +206,16 @@ def main(argv: list[str] | None = None) -> int:
                   "ms", {k: row.get(k) for k in ("gpu_kernel_ms", "kernel_launches",
                                                  "graph_launches", "profiled_wall_s")},
                   flush=True)
-            atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1))
+            atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
+        for base, stack in increments:
+            trials = summary["models"][item].setdefault("ab", [])
+            for row in ab(spec, params, base, stack):
+                trials.append(row)
+                print(item, "ab", base, ">", stack, "as run" if row["as_run"] else "as tune",
+                      row.get("status"), row.get("tokens_per_s_ratio"), row.get("step_ms"),
+                      row.get("error") or "", flush=True)
+                atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1,
+                                                                        default=str))
     return 0
 
 

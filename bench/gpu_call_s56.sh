@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# A device session of issue 33 after s55, polled with bench/gpu_poll.sh 280: the default budget's
-# rows (10m) of the decoder LLMs where tune has levers beyond the peers' to stack (float8 on a
-# whole-model compile, where torchtitan's recipe puts it on per-layer compile): stablelm (s54 at
-# 3m: per-block compile + float8, 0.999 of torchtitan's float8) and ministral3 (s53 at 3m:
-# per-block compile + float8 proven 1.42x; the whole-model compile in its place confirmed 1.050x,
-# its stack's proof cut by the budget), then the zoo's llama (1.035 at 3m).
+# A device session of issue 33 after s55, polled with bench/gpu_poll.sh 280. First why float8 did
+# not pay in tune's A/B on the zoo's mistral and phi (s55: float8 on per-block compile 0.994x and
+# 1.000x, where torchtitan's recipe, the same torchao and filter on per-layer compile, ran 1.088x
+# and 1.030x over per-layer compile in the same process): each form built fresh and timed alone
+# with its kernels by name (levers' float8 applied after and before compile-blocks, torchtitan's
+# conversion, per-layer compile alone), then tune's A/B of float8 on compile-blocks as tune times
+# it and compiled again as the user runs it. Then the GPU test of the autotuned compile form
+# (pending since s54), swin's row timed again with every peer (s55 cut it in the per-layer compile
+# peer), and the default budget's first row (ibert at 10m).
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s56.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-MODELS=arch@stablelm,arch@ministral3,zoo@llama SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 \
-    KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
+P="$D/p/tune_sweep_h200"
+mkdir -p "$P"
+for model in mistral phi; do
+    timeout 420 python bench/cudagraphs_probe.py --models "zoo@$model" --warmup 4 --steps 15 \
+        --stacks "compile-blocks;compile-blocks+float8;float8+compile-blocks;peer:compile-layers;peer:float8-torchtitan+compile-layers" \
+        --ab "compile-blocks>compile-blocks+float8" \
+        --out "$P/float8_probe_$model" > "$P/float8_probe_$model.log" 2>&1
+done
+bash bench/gpu_session_tests.sh "$D" 300 tests/zoo/test_compile_graphs_gpu.py -k autotuned
+# swin: tune's 3m stack of s55 (compile-model) timed again beside every peer, no search
+MODELS=zoo@swin SAMPLE= BUDGET=3m ROW_TIMEOUT=900 KEEP_GOING=1 \
+    RETIME=bench/results/tune_sweep_h100/summary.json bash bench/gpu_call_tune_rows.sh "$D"
+MODELS=arch@ibert SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
+    bash bench/gpu_call_tune_rows.sh "$D"
 echo done > "$D/DONE"
