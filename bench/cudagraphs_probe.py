@@ -8,14 +8,16 @@ the model's KV cache off as ``bench/tune_sweep.py`` runs its peers) it builds th
 runs warm-up and timed steps (synchronised, per-step wall times), then reads what dynamo did
 (graphs, graph breaks, recompiles, CUDA-graph skips and their reasons) and profiles one more step:
 its host wall time, the GPU's kernel time, the number of kernel launches outside a graph
-replay, and the kernels that took the most GPU time (``top_kernels``: name, count, ms). A
+replay, and the kernels that took the most GPU time (``top_kernels``: name, count, ms); and the
+caching allocator's retries over the timed steps (``alloc_retries``: each a device sync). A
 launch-bound eager step shows wall >> kernel time; a replayed step that still launches thousands
 of kernels was not captured; a float8 step whose matmuls are not float8 GEMMs shows it by name.
 
 ``--ab BASE>STACK`` (';'-separated, each side '+'-joined levers) runs levers tune's A/B of that
 increment as tune runs it (``levers.tune.measure.ab_measure``: the parity gate, programs timed as
 the parity steps compiled them), and once more compiled as the user runs them (``as_run``): the
-trial's ratio, each side's step times and where its random numbers were drawn.
+trial's ratio, each side's step times, where its random numbers were drawn and the allocator's
+retries over the whole trial.
 
     PYTHONPATH=src python bench/cudagraphs_probe.py --models arch@timm:inception_resnet_v2 \
         --out $OUT/cudagraphs_probe
@@ -54,6 +56,19 @@ def _counters() -> dict:
 
     return {group: dict(values) for group, values in counters.items()
             if group in ("stats", "graph_break", "inductor", "frames", "recompiles")}
+
+
+def _alloc_retries() -> int | None:
+    """The caching allocator's retries so far (a cudaMalloc that failed, the cache freed, and
+    tried again: each a device sync); None off CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+
+
+def _since(before: int | None) -> int | None:
+    after = _alloc_retries()
+    return None if before is None or after is None else after - before
 
 
 def _profile(workload) -> dict:
@@ -114,9 +129,10 @@ def run(spec: str, params: dict, stack: list[str], warmup: int, steps: int) -> d
         options = {"backend": "eager"} if workload.device.type != "cuda" else {}
         undos = _apply(workload, stack, options)
         first = _step_times(workload, warmup)
+        retries = _alloc_retries()
         durations = _step_times(workload, steps)
         row.update(warmup_s=first, dur_s=durations, median_ms=1e3 * statistics.median(durations),
-                   counters=_counters())
+                   counters=_counters(), alloc_retries=_since(retries))
         row.update(_profile(workload))
         for undo in reversed(undos):
             undo()
@@ -159,8 +175,10 @@ def ab(spec: str, params: dict, base: list[str], stack: list[str]) -> list[dict]
     for as_run in (False, True):
         _free()
         row: dict = {"base": base, "stack": stack, "as_run": as_run}
+        retries = _alloc_retries()
         try:
             trial = measure(tuple(base), tuple(stack), None, as_run=as_run)
+            row["alloc_retries"] = _since(retries)
             row.update({k: v for k, v in trial.to_dict().items() if k in (
                 "decision", "tokens_per_s_ratio", "tokens_per_s_ci95", "step_ms", "parity",
                 "error", "phase_s", "timed_eager_random", "step_ms_each", "wall_s")})

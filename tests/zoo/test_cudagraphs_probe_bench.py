@@ -25,6 +25,7 @@ def test_each_stack_is_timed_with_what_dynamo_did_and_one_profiled_step(tmp_path
         [], ["channels-last"], ["compile-model"], ["peer:compile-layers"]]
     assert all(r["status"] == "ok" and len(r["dur_s"]) == 2 and r["median_ms"] > 0 for r in rows)
     assert all(r["gpu_kernels"] == 0 and r["graph_launches"] == 0 and r["top_kernels"] == []
+               and r["alloc_retries"] is None
                for r in rows)
     # the compiled stack's and the peer's counters say what dynamo built; eager's say nothing was
     assert rows[2]["counters"]["stats"]["unique_graphs"] >= 1
@@ -34,7 +35,7 @@ def test_each_stack_is_timed_with_what_dynamo_did_and_one_profiled_step(tmp_path
     assert [(t["base"], t["stack"], t["as_run"]) for t in model["ab"]] == [
         ([], ["channels-last"], False), ([], ["channels-last"], True)]
     for trial in model["ab"]:
-        assert trial["status"] == "ok" and trial["error"] is None
+        assert trial["status"] == "ok" and trial["error"] is None and trial["alloc_retries"] is None
         assert trial["tokens_per_s_ratio"] > 0 and len(trial["step_ms_each"]) == 2
 
 
