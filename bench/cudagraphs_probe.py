@@ -17,7 +17,9 @@ of kernels was not captured; a float8 step whose matmuls are not float8 GEMMs sh
 increment as tune runs it (``levers.tune.measure.ab_measure``: the parity gate, programs timed as
 the parity steps compiled them), and once more compiled as the user runs them (``as_run``): the
 trial's ratio, each side's step times, where its random numbers were drawn and the allocator's
-retries over the whole trial.
+retries over the whole trial. ``--stacks-after`` times stacks once more after the A/Bs, in the
+same process: whether what an A/B leaves behind (its float64 reference that did not fit, say)
+slows what runs after it.
 
     PYTHONPATH=src python bench/cudagraphs_probe.py --models arch@timm:inception_resnet_v2 \
         --out $OUT/cudagraphs_probe
@@ -191,6 +193,33 @@ def ab(spec: str, params: dict, base: list[str], stack: list[str]) -> list[dict]
     return rows
 
 
+def _timed_row(summary: dict, item: str, spec: str, params: dict, stack: list[str], args,
+               after_ab: bool) -> None:
+    """One variant built fresh and timed (:func:`run`), its row written as it lands."""
+    row = run(spec, params, stack, args.warmup, args.steps)
+    row["after_ab"] = after_ab
+    summary["models"][item]["rows"].append(row)
+    print(item, stack or "eager", "(after the A/Bs)" if after_ab else "", row.get("status"),
+          round(row.get("median_ms", 0), 2), "ms",
+          {k: row.get(k) for k in ("gpu_kernel_ms", "kernel_launches", "graph_launches",
+                                   "profiled_wall_s", "alloc_retries")},
+          flush=True)
+    atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
+
+
+def _increments(summary: dict, item: str, spec: str, params: dict,
+                increments: list[tuple[list[str], list[str]]], out: Path) -> None:
+    """Each increment's A/B (:func:`ab`), its rows written as they land."""
+    trials = summary["models"][item].setdefault("ab", [])
+    for base, stack in increments:
+        for row in ab(spec, params, base, stack):
+            trials.append(row)
+            print(item, "ab", base, ">", stack, "as run" if row["as_run"] else "as tune",
+                  row.get("status"), row.get("tokens_per_s_ratio"), row.get("step_ms"),
+                  row.get("error") or "", flush=True)
+            atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", required=True, help="SPEC@MODEL, comma-separated")
@@ -202,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--ab", default="", metavar="BASE>STACK",
                         help="';'-separated increments, each side '+'-joined levers: tune's A/B")
+    parser.add_argument("--stacks-after", default="", metavar="STACKS",
+                        help="stacks timed again after the A/Bs, in the same process (whether "
+                             "what the A/Bs left behind slows them), as --stacks")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     increments = []
@@ -210,30 +242,22 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--ab {entry!r}: write BASE>STACK (compile-blocks>compile-blocks+float8)")
         base, stack = entry.split(">", 1)
         increments.append(([x for x in base.split("+") if x], [x for x in stack.split("+") if x]))
+    if args.stacks_after and not increments:
+        parser.error("--stacks-after times stacks again after the A/Bs: name them with --ab")
     args.out.mkdir(parents=True, exist_ok=True)
     stacks = _stacks(args.stacks)
+    stacks_after = _stacks(args.stacks_after)[1:]  # no second eager row
     summary = {"environment": _environment(), "command": " ".join(sys.argv), "models": {}}
     for item in args.models.split(","):
         spec, model = item.split("@", 1)
         params = model_params(spec, model, args.size, args.device)
-        rows = summary["models"].setdefault(item, {"params": params, "rows": []})["rows"]
+        summary["models"][item] = {"params": params, "rows": []}
         for stack in stacks:
-            row = run(spec, params, stack, args.warmup, args.steps)
-            rows.append(row)
-            print(item, stack or "eager", row.get("status"), round(row.get("median_ms", 0), 2),
-                  "ms", {k: row.get(k) for k in ("gpu_kernel_ms", "kernel_launches",
-                                                 "graph_launches", "profiled_wall_s")},
-                  flush=True)
-            atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
-        for base, stack in increments:
-            trials = summary["models"][item].setdefault("ab", [])
-            for row in ab(spec, params, base, stack):
-                trials.append(row)
-                print(item, "ab", base, ">", stack, "as run" if row["as_run"] else "as tune",
-                      row.get("status"), row.get("tokens_per_s_ratio"), row.get("step_ms"),
-                      row.get("error") or "", flush=True)
-                atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1,
-                                                                        default=str))
+            _timed_row(summary, item, spec, params, stack, args, after_ab=False)
+        if increments:
+            _increments(summary, item, spec, params, increments, args.out)
+            for stack in stacks_after:
+                _timed_row(summary, item, spec, params, stack, args, after_ab=True)
     return 0
 
 

@@ -5,9 +5,10 @@
 # and 1.030x over per-layer compile in the same process): each form built fresh and timed alone
 # with its kernels by name (levers' float8 applied after and before compile-blocks, torchtitan's
 # conversion, per-layer compile alone), then tune's A/B of float8 on compile-blocks as tune times
-# it and compiled again as the user runs it. Then the GPU test of the autotuned compile form
-# (pending since s54), swin's row timed again with every peer (s55 cut it in the per-layer compile
-# peer), and the default budget's first row (ibert at 10m).
+# it and compiled again as the user runs it, then levers' float8 stack and the recipe once more
+# after those A/Bs (their float64 reference does not fit the H100: what it leaves). Then the GPU
+# test of the autotuned compile form (pending since s54), swin's row timed again with every peer
+# (s55 cut it in the per-layer compile peer), and the default budget's first row (ibert at 10m).
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s56.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
@@ -15,9 +16,10 @@ export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
 P="$D/p/tune_sweep_h200"
 mkdir -p "$P"
 for model in mistral phi; do
-    timeout 420 python bench/cudagraphs_probe.py --models "zoo@$model" --warmup 4 --steps 15 \
+    timeout 540 python bench/cudagraphs_probe.py --models "zoo@$model" --warmup 4 --steps 15 \
         --stacks "compile-blocks;compile-blocks+float8;float8+compile-blocks;peer:compile-layers;peer:float8-torchtitan+compile-layers" \
         --ab "compile-blocks>compile-blocks+float8" \
+        --stacks-after "compile-blocks+float8;peer:float8-torchtitan+compile-layers" \
         --out "$P/float8_probe_$model" > "$P/float8_probe_$model.log" 2>&1
 done
 bash bench/gpu_session_tests.sh "$D" 300 tests/zoo/test_compile_graphs_gpu.py -k autotuned

@@ -15,14 +15,16 @@ def test_each_stack_is_timed_with_what_dynamo_did_and_one_profiled_step(tmp_path
     probe = bench_module("cudagraphs_probe.py", "bench_cudagraphs_probe")
     rc = probe.main(["--models", "zoo@resnet", "--size", "tiny", "--device", "cpu",
                      "--stacks", "channels-last;compile-model;peer:compile-layers",
-                     "--ab", ">channels-last", "--warmup", "1", "--steps", "2",
+                     "--ab", ">channels-last", "--stacks-after", "channels-last",
+                     "--warmup", "1", "--steps", "2",
                      "--out", str(tmp_path)])
     assert rc == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     model = summary["models"]["zoo@resnet"]
     rows = model["rows"]
-    assert [r["stack"] for r in rows] == [
-        [], ["channels-last"], ["compile-model"], ["peer:compile-layers"]]
+    assert [(r["stack"], r["after_ab"]) for r in rows] == [
+        ([], False), (["channels-last"], False), (["compile-model"], False),
+        (["peer:compile-layers"], False), (["channels-last"], True)]
     assert all(r["status"] == "ok" and len(r["dur_s"]) == 2 and r["median_ms"] > 0 for r in rows)
     assert all(r["gpu_kernels"] == 0 and r["graph_launches"] == 0 and r["top_kernels"] == []
                and r["alloc_retries"] is None
@@ -39,13 +41,17 @@ def test_each_stack_is_timed_with_what_dynamo_did_and_one_profiled_step(tmp_path
         assert trial["tokens_per_s_ratio"] > 0 and len(trial["step_ms_each"]) == 2
 
 
-def test_an_increment_without_its_arrow_is_refused_before_anything_runs(tmp_path, capsys):
+@pytest.mark.parametrize("given, said", [
+    (["--ab", "channels-last"], "write BASE>STACK"),
+    (["--stacks-after", "channels-last"], "name them with --ab"),
+])
+def test_a_malformed_increment_is_refused_before_anything_runs(tmp_path, capsys, given, said):
     probe = bench_module("cudagraphs_probe.py", "bench_cudagraphs_probe")
     with pytest.raises(SystemExit) as exit_info:
-        probe.main(["--models", "zoo@resnet", "--ab", "channels-last", "--out", str(tmp_path)])
+        probe.main(["--models", "zoo@resnet", *given, "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2
-    assert "write BASE>STACK" in capsys.readouterr().err
-    assert not (tmp_path / "summary.json").exists()
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 class _Kernel:
