@@ -157,6 +157,11 @@ def _apply(workload, stack: list[str], options: dict) -> list:
     return [levers.apply(workload, stack, **options).undo]
 
 
+def _levers(entry: str) -> list[str]:
+    """A stack written as levers joined by '+'."""
+    return [x for x in entry.split("+") if x]
+
+
 def _stacks(text: str) -> list[list[str]]:
     """``--stacks``: eager first, then each entry, a peer's whole or its levers split on '+'."""
     stacks: list[list[str]] = [[]]
@@ -164,8 +169,12 @@ def _stacks(text: str) -> list[list[str]]:
         if entry.startswith(PEER):
             stacks.append([entry])
         elif entry:
-            stacks.append([x for x in entry.split("+") if x])
+            stacks.append(_levers(entry))
     return stacks
+
+
+def _write(summary: dict, out: Path) -> None:
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
 
 
 def ab(spec: str, params: dict, base: list[str], stack: list[str]) -> list[dict]:
@@ -204,7 +213,7 @@ def _timed_row(summary: dict, item: str, spec: str, params: dict, stack: list[st
           {k: row.get(k) for k in ("gpu_kernel_ms", "kernel_launches", "graph_launches",
                                    "profiled_wall_s", "alloc_retries")},
           flush=True)
-    atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
+    _write(summary, args.out)
 
 
 def _increments(summary: dict, item: str, spec: str, params: dict,
@@ -217,7 +226,7 @@ def _increments(summary: dict, item: str, spec: str, params: dict,
             print(item, "ab", base, ">", stack, "as run" if row["as_run"] else "as tune",
                   row.get("status"), row.get("tokens_per_s_ratio"), row.get("step_ms"),
                   row.get("error") or "", flush=True)
-            atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
+            _write(summary, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         if ">" not in entry:
             parser.error(f"--ab {entry!r}: write BASE>STACK (compile-blocks>compile-blocks+float8)")
         base, stack = entry.split(">", 1)
-        increments.append(([x for x in base.split("+") if x], [x for x in stack.split("+") if x]))
+        increments.append((_levers(base), _levers(stack)))
     if args.stacks_after and not increments:
         parser.error("--stacks-after times stacks again after the A/Bs: name them with --ab")
     args.out.mkdir(parents=True, exist_ok=True)
