@@ -68,6 +68,17 @@ def _alloc_retries() -> int | None:
     return int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
 
 
+def _memory() -> dict | None:
+    """What the process holds on the device now (GiB): allocated, reserved by the caching
+    allocator, and what the driver reports free; None off CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return {"allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2),
+            "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2),
+            "free_gib": round(free / 2**30, 2), "total_gib": round(total / 2**30, 2)}
+
+
 def _since(before: int | None) -> int | None:
     after = _alloc_retries()
     return None if before is None or after is None else after - before
@@ -121,6 +132,7 @@ def _step_times(workload, count: int) -> list[float]:
 def run(spec: str, params: dict, stack: list[str], warmup: int, steps: int) -> dict:
     row: dict = {"stack": stack}
     _free()  # dynamo reset with it
+    row["memory_before"] = _memory()
     from torch._dynamo.utils import counters
     counters.clear()
     try:
@@ -185,14 +197,17 @@ def ab(spec: str, params: dict, base: list[str], stack: list[str]) -> list[dict]
     measure = ab_measure(spec, params)
     for as_run in (False, True):
         _free()
-        row: dict = {"base": base, "stack": stack, "as_run": as_run}
+        row: dict = {"base": base, "stack": stack, "as_run": as_run,
+                      "memory_before": _memory()}
         retries = _alloc_retries()
         try:
             trial = measure(tuple(base), tuple(stack), None, as_run=as_run)
             row["alloc_retries"] = _since(retries)
+            row["memory_after"] = _memory()
             row.update({k: v for k, v in trial.to_dict().items() if k in (
                 "decision", "tokens_per_s_ratio", "tokens_per_s_ci95", "step_ms", "parity",
-                "error", "phase_s", "timed_eager_random", "step_ms_each", "wall_s")})
+                "error", "phase_s", "timed_eager_random", "step_ms_each", "wall_s",
+                "parity_note", "peak_allocated_bytes", "warnings")})
             row["status"] = "ok" if trial.error is None else "failed"
         except Exception as exc:  # noqa: BLE001 - a failing A/B is a result
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:800])
