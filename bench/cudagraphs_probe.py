@@ -189,15 +189,18 @@ def _write(summary: dict, out: Path) -> None:
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
 
 
-def ab(spec: str, params: dict, base: list[str], stack: list[str]) -> list[dict]:
-    """tune's A/B of ``stack`` against ``base``, as tune runs it and as the user runs it."""
+def ab(spec: str, params: dict, base: list[str], stack: list[str],
+       sides: tuple[str, ...] = ("together",)) -> list[dict]:
+    """tune's A/B of ``stack`` against ``base``, as tune runs it and as the user runs it, with
+    its sides run as each of ``sides`` says (together: alternating step by step, both built;
+    one-at-a-time: each built, timed and freed alone)."""
     from levers.tune.measure import ab_measure
 
     rows = []
-    measure = ab_measure(spec, params)
-    for as_run in (False, True):
+    for side_mode, as_run in ((m, r) for m in sides for r in (False, True)):
+        measure = ab_measure(spec, params, sides=side_mode)
         _free()
-        row: dict = {"base": base, "stack": stack, "as_run": as_run,
+        row: dict = {"base": base, "stack": stack, "as_run": as_run, "sides": side_mode,
                       "memory_before": _memory()}
         retries = _alloc_retries()
         try:
@@ -232,13 +235,15 @@ def _timed_row(summary: dict, item: str, spec: str, params: dict, stack: list[st
 
 
 def _increments(summary: dict, item: str, spec: str, params: dict,
-                increments: list[tuple[list[str], list[str]]], out: Path) -> None:
+                increments: list[tuple[list[str], list[str]]], out: Path,
+                sides: tuple[str, ...]) -> None:
     """Each increment's A/B (:func:`ab`), its rows written as they land."""
     trials = summary["models"][item].setdefault("ab", [])
     for base, stack in increments:
-        for row in ab(spec, params, base, stack):
+        for row in ab(spec, params, base, stack, sides):
             trials.append(row)
-            print(item, "ab", base, ">", stack, "as run" if row["as_run"] else "as tune",
+            print(item, "ab", row["sides"], base, ">", stack,
+                  "as run" if row["as_run"] else "as tune",
                   row.get("status"), row.get("tokens_per_s_ratio"), row.get("step_ms"),
                   row.get("error") or "", flush=True)
             _write(summary, out)
@@ -255,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--ab", default="", metavar="BASE>STACK",
                         help="';'-separated increments, each side '+'-joined levers: tune's A/B")
+    parser.add_argument("--ab-sides", default="together",
+                        help="','-separated: how each A/B runs its sides (together, "
+                             "one-at-a-time), each in turn")
     parser.add_argument("--stacks-after", default="", metavar="STACKS",
                         help="stacks timed again after the A/Bs, in the same process (whether "
                              "what the A/Bs left behind slows them), as --stacks")
@@ -279,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         for stack in stacks:
             _timed_row(summary, item, spec, params, stack, args, after_ab=False)
         if increments:
-            _increments(summary, item, spec, params, increments, args.out)
+            _increments(summary, item, spec, params, increments, args.out,
+                        tuple(m.strip() for m in args.ab_sides.split(",") if m.strip()))
             for stack in stacks_after:
                 _timed_row(summary, item, spec, params, stack, args, after_ab=True)
     return 0
