@@ -190,15 +190,17 @@ def _write(summary: dict, out: Path) -> None:
 
 
 def ab(spec: str, params: dict, base: list[str], stack: list[str],
-       sides: tuple[str, ...] = ("together",)) -> list[dict]:
+       sides: tuple[str, ...] = ("together",), forms: tuple[bool, ...] = (False, True)) -> list[dict]:
     """tune's A/B of ``stack`` against ``base``, as tune runs it and as the user runs it, with
     its sides run as each of ``sides`` says (together: alternating step by step, both built;
-    one-at-a-time: each built, timed and freed alone)."""
+    one-at-a-time: each built, timed and freed alone; together:0.5, alternating in windows of
+    about 0.5 s of steps)."""
     from levers.tune.measure import ab_measure
 
     rows = []
-    for side_mode, as_run in ((m, r) for m in sides for r in (False, True)):
-        measure = ab_measure(spec, params, sides=side_mode)
+    for side_mode, as_run in ((m, r) for m in sides for r in forms):
+        mode, _, window = side_mode.partition(":")
+        measure = ab_measure(spec, params, sides=mode, window_s=float(window) if window else None)
         _free()
         row: dict = {"base": base, "stack": stack, "as_run": as_run, "sides": side_mode,
                       "memory_before": _memory()}
@@ -236,11 +238,11 @@ def _timed_row(summary: dict, item: str, spec: str, params: dict, stack: list[st
 
 def _increments(summary: dict, item: str, spec: str, params: dict,
                 increments: list[tuple[list[str], list[str]]], out: Path,
-                sides: tuple[str, ...]) -> None:
+                sides: tuple[str, ...], as_run: tuple[bool, ...]) -> None:
     """Each increment's A/B (:func:`ab`), its rows written as they land."""
     trials = summary["models"][item].setdefault("ab", [])
     for base, stack in increments:
-        for row in ab(spec, params, base, stack, sides):
+        for row in ab(spec, params, base, stack, sides, as_run):
             trials.append(row)
             print(item, "ab", row["sides"], base, ">", stack,
                   "as run" if row["as_run"] else "as tune",
@@ -262,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="';'-separated increments, each side '+'-joined levers: tune's A/B")
     parser.add_argument("--ab-sides", default="together",
                         help="','-separated: how each A/B runs its sides (together, "
-                             "one-at-a-time), each in turn")
+                             "one-at-a-time, together:SECONDS for windows of steps), each in turn")
+    parser.add_argument("--ab-as-tune-only", action="store_true",
+                        help="each A/B as tune times it only, not compiled again as run")
     parser.add_argument("--stacks-after", default="", metavar="STACKS",
                         help="stacks timed again after the A/Bs, in the same process (whether "
                              "what the A/Bs left behind slows them), as --stacks")
@@ -288,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             _timed_row(summary, item, spec, params, stack, args, after_ab=False)
         if increments:
             _increments(summary, item, spec, params, increments, args.out,
-                        tuple(m.strip() for m in args.ab_sides.split(",") if m.strip()))
+                        tuple(m.strip() for m in args.ab_sides.split(",") if m.strip()),
+                        (False,) if args.ab_as_tune_only else (False, True))
             for stack in stacks_after:
                 _timed_row(summary, item, spec, params, stack, args, after_ab=True)
     return 0

@@ -91,6 +91,9 @@ class AbConfig:
     # step-time ratio is decided (levers tune's A/Bs; levers.ab.looks). levers ab times every
     # step it is asked for
     stop_when_decided: bool = False
+    # > 0: sides that run together alternate in windows of steps that last about this many
+    # seconds rather than step by step (levers.ab.timing)
+    window_s: float = 0.0
 
     @classmethod
     def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
@@ -333,7 +336,8 @@ def run_ab(
             kill = warm_up(sides, config.num_warmup, lines)
     if kill is None:
         with clock("timed"):
-            samples, kill = run_timed(sides, config.num_steps, lines, **_looks(config))
+            samples, kill = run_timed(sides, config.num_steps, lines, **_looks(config),
+                                      window_s=config.window_s)
     quality = None
     if kill is None:
         with clock("quality"):

@@ -143,20 +143,39 @@ def _durations(recs: dict[str, _Collect], device: torch.device) -> dict[str, lis
 def run_timed(
     sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines,
     *, looks: Sequence[int] = (), decided: Callable[[dict[str, list[float]]], bool] | None = None,
+    window_s: float = 0.0,
 ) -> tuple[dict[str, SideSamples], Kill | None]:
     """``num_steps`` timed steps per side, alternating; partial samples survive a kill. With
     ``decided``, after each step of ``looks`` (both sides) the step times so far are passed to it
-    and the loop stops where it says they decide (:mod:`levers.ab.looks`)."""
+    and the loop stops where it says they decide (:mod:`levers.ab.looks`).
+
+    ``window_s`` > 0: the sides alternate in windows of steps rather than step by step, each
+    window as many steps as the first side's first window took to pass ``window_s`` seconds
+    (the module's note on windows); a look falls at the end of the window that reaches it."""
     device = torch.device(sides[0][1].device)
     resident = {side: resident_bytes(workload) for side, workload in sides}
     recs = {side: _Collect() for side, _ in sides}
     kill = None
+    window = 1 if window_s <= 0 else 0  # 0: set by the first side's first window
+    done = 0  # steps each side has timed at the end of the last round of windows
+    pending_looks = sorted(looks)
     try:
-        for step in range(1, num_steps + 1):
+        while done < num_steps:
             for side, workload in sides:
-                check_time(lines, "timed", side, step)
-                _timed_step(workload, side, step, recs[side], resident[side], lines)
-            if decided is not None and step in looks and decided(_durations(recs, device)):
+                started = time.perf_counter()
+                step = done
+                while step < num_steps and (step - done < window or window == 0):
+                    step += 1
+                    check_time(lines, "timed", side, step)
+                    _timed_step(workload, side, step, recs[side], resident[side], lines)
+                    if window == 0 and time.perf_counter() - started >= window_s:
+                        window = step - done  # the host's wall over the window's synced steps
+                if window == 0:
+                    window = step - done  # all the steps fit in one window
+            done = step
+            reached = [k for k in pending_looks if k <= done]
+            pending_looks = [k for k in pending_looks if k > done]
+            if decided is not None and reached and decided(_durations(recs, device)):
                 break
     except KillSignal as signal:
         kill = signal.kill

@@ -53,7 +53,8 @@ def _design(spec: str, params: dict[str, Any], stack: Stack, design: TrialDesign
 
 
 def ab_measure(
-    spec: str, params: dict[str, Any], design: TrialDesign = TrialDesign(), sides: str = "together"
+    spec: str, params: dict[str, Any], design: TrialDesign = TrialDesign(), sides: str = "together",
+    window_s: float | None = None,
 ) -> Measure:
     """A :data:`levers.tune.trial.Measure` that runs ab on the workload ``spec`` (a built-in,
     a file or module factory) with ``params``, its sides ``together`` or ``one-at-a-time``
@@ -94,6 +95,8 @@ def ab_measure(
             # a confirmation asked for five times the steps rarely needs them all
             config = replace(design_mod.config(candidate_design, kill, exactness, sides),
                              time_parity_programs=not as_run, stop_when_decided=True)
+            if window_s is not None:
+                config = replace(config, window_s=window_s)
             result = run_ab(baseline_side, candidate_side, config, shared["reference"])
         except LeversError as exc:  # a lever that does not apply on top of the stack, say
             return failed(base, stack, _one_line(exc), time.perf_counter() - started)
