@@ -143,7 +143,7 @@ def _durations(recs: dict[str, _Collect], device: torch.device) -> dict[str, lis
 def run_timed(
     sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines,
     *, looks: Sequence[int] = (), decided: Callable[[dict[str, list[float]]], bool] | None = None,
-    window_s: float = 0.0,
+    window_s: float = 0.0, clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[dict[str, SideSamples], Kill | None]:
     """``num_steps`` timed steps per side, alternating; partial samples survive a kill. With
     ``decided``, after each step of ``looks`` (both sides) the step times so far are passed to it
@@ -151,7 +151,8 @@ def run_timed(
 
     ``window_s`` > 0: the sides alternate in windows of steps rather than step by step, each
     window as many steps as the first side's first window took to pass ``window_s`` seconds
-    (the module's note on windows); a look falls at the end of the window that reaches it."""
+    (the module's note on windows; ``clock`` reads the host's seconds); a look falls at the end
+    of the window that reaches it."""
     device = torch.device(sides[0][1].device)
     resident = {side: resident_bytes(workload) for side, workload in sides}
     recs = {side: _Collect() for side, _ in sides}
@@ -162,13 +163,13 @@ def run_timed(
     try:
         while done < num_steps:
             for side, workload in sides:
-                started = time.perf_counter()
+                started = clock()
                 step = done
                 while step < num_steps and (step - done < window or window == 0):
                     step += 1
                     check_time(lines, "timed", side, step)
                     _timed_step(workload, side, step, recs[side], resident[side], lines)
-                    if window == 0 and time.perf_counter() - started >= window_s:
+                    if window == 0 and clock() - started >= window_s:
                         window = step - done  # the host's wall over the window's synced steps
                 if window == 0:
                     window = step - done  # all the steps fit in one window
