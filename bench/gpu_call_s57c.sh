@@ -21,7 +21,7 @@ probe() {
         --ab-sides "$2" --ab-as-tune-only \
         --out "$P/float8_windows_$1" > "$P/float8_windows_$1.log" 2>&1
 }
-probe phi together:0.5,together,together:1.0,one-at-a-time,together:0.5
-probe mistral together:0.5,together,one-at-a-time
+probe phi together:0.5,together,one-at-a-time,together:1.0
+probe mistral together:0.5,together
 kill $SMI
 echo done > "$D/DONE"
