@@ -46,18 +46,19 @@ def test_step_by_step_without_a_window():
 def test_windows_take_the_first_sides_first_window_length():
     order: list[str] = []
     # each clock read moves 0.1 s: the baseline's first window passes 0.25 s after 3 steps
-    samples, kill = run_timed(_sides(order), 10, KillLines(), window_s=0.25, clock=_ticks(0.1))
+    samples, kill = run_timed(_sides(order), 16, KillLines(), window_s=0.25, clock=_ticks(0.1))
     assert kill is None
-    assert _runs(order) == [("baseline", 3), ("candidate", 3)] * 3 + [
+    assert _runs(order) == [("baseline", 3), ("candidate", 3)] * 5 + [
         ("baseline", 1), ("candidate", 1)]
-    assert [len(s.dur_ms) for s in samples.values()] == [10, 10]
+    assert [len(s.dur_ms) for s in samples.values()] == [16, 16]
 
 
-def test_a_window_longer_than_the_run_times_each_side_in_one_block():
+def test_a_window_that_the_last_steps_do_not_fill_is_cut_at_the_end():
     order: list[str] = []
-    samples, _ = run_timed(_sides(order), 4, KillLines(), window_s=100.0, clock=_ticks(0.1))
-    assert _runs(order) == [("baseline", 4), ("candidate", 4)]
-    assert [len(s.dur_ms) for s in samples.values()] == [4, 4]
+    samples, _ = run_timed(_sides(order), 9, KillLines(), window_s=0.15, clock=_ticks(0.1))
+    assert _runs(order) == [("baseline", 2), ("candidate", 2)] * 4 + [
+        ("baseline", 1), ("candidate", 1)]
+    assert [len(s.dur_ms) for s in samples.values()] == [9, 9]
 
 
 def test_looks_fall_at_the_end_of_the_window_that_reaches_them():
@@ -74,3 +75,20 @@ def test_looks_fall_at_the_end_of_the_window_that_reaches_them():
     assert seen == [(8, 8), (12, 12)]
     assert [len(s.dur_ms) for s in samples.values()] == [12, 12]
     assert _runs(order) == [("baseline", 4), ("candidate", 4)] * 3
+
+
+def test_a_window_holds_at_most_a_quarter_of_the_steps():
+    order: list[str] = []
+    # the clock never passes the window: the cap of num_steps // 4 ends each window
+    run_timed(_sides(order), 8, KillLines(), window_s=100.0, clock=_ticks(0.0))
+    assert _runs(order) == [("baseline", 2), ("candidate", 2)] * 4
+
+
+def test_cuda_alternates_in_windows_and_a_cpu_step_by_step():
+    from levers.ab.runner import AbConfig
+    from levers.ab.timing import WINDOW_S, window_for
+
+    assert AbConfig().window_s == WINDOW_S > 0
+    assert window_for("cuda", WINDOW_S) == WINDOW_S
+    assert window_for(torch.device("cuda", 0), 1.5) == 1.5
+    assert window_for("cpu", WINDOW_S) == 0.0

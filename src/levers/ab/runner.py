@@ -39,7 +39,7 @@ from levers.ab.random_alike import Compiled, drawn_alike, recompile_for_timing
 from levers.ab.reads import Read, compute_reads
 from levers.ab.steps import unreadable_loss
 from levers.ab.looks import decided, settled, stopped_note, looks as interim_looks
-from levers.ab.timing import SideSamples, run_timed, warm_up
+from levers.ab.timing import WINDOW_S, SideSamples, run_timed, warm_up, window_for
 from levers.ab.stats import MIN_RESAMPLES
 from levers.ab.verdict import decision, judged_reads
 from levers.errors import LeversError
@@ -91,9 +91,9 @@ class AbConfig:
     # step-time ratio is decided (levers tune's A/Bs; levers.ab.looks). levers ab times every
     # step it is asked for
     stop_when_decided: bool = False
-    # > 0: sides that run together alternate in windows of steps that last about this many
-    # seconds rather than step by step (levers.ab.timing)
-    window_s: float = 0.0
+    # > 0: on CUDA, sides that run together alternate in windows of steps that last about this
+    # many seconds rather than step by step (levers.ab.timing); 0: step by step
+    window_s: float = WINDOW_S
 
     @classmethod
     def from_design(cls, design: Mapping[str, Any], **fields: Any) -> AbConfig:
@@ -125,6 +125,9 @@ class AbConfig:
             raise ValueError(f"exactness must be one of {EXACTNESS}, got {self.exactness!r}")
         if self.parity_floor is not None and not 0.0 < self.parity_floor < 1.0:
             raise ValueError(f"parity_floor must be between 0 and 1, got {self.parity_floor!r}")
+        if not (isinstance(self.window_s, (int, float)) and self.window_s >= 0):
+            raise ValueError(f"window_s must be a non-negative number of seconds, got "
+                             f"{self.window_s!r}")
         if self.sides not in SIDES:
             raise ValueError(f"sides must be one of {SIDES}, got {self.sides!r}")
         for name in ("mem_gate_gib", "time_budget_s"):
@@ -337,7 +340,7 @@ def run_ab(
     if kill is None:
         with clock("timed"):
             samples, kill = run_timed(sides, config.num_steps, lines, **_looks(config),
-                                      window_s=config.window_s)
+                                      window_s=window_for(a.device, config.window_s))
     quality = None
     if kill is None:
         with clock("quality"):

@@ -16,6 +16,20 @@ overlap of one step's last kernels with the next step's first launches, the same
 Inside a step nothing waits for the device: losses stay device tensors, memory statistics are
 read from the allocator on the host, and one ``synchronize()`` after the loop resolves every
 event pair and every loss. On a CPU each step is timed with ``time.perf_counter``.
+
+On CUDA the sides alternate in windows of steps (``AbConfig.window_s``, :data:`WINDOW_S` by
+default), not step by step: as many steps a window as the baseline's first window took to pass
+half a second, at most a quarter of the timed steps so that each side has four windows or more
+(pair ``i`` is still each side's i-th step, a window or so apart). A GPU that runs at its power
+cap shares its clock between two sides that alternate step by step: a side that draws less
+power (float8 matmuls) lends its headroom to the other, and the two read alike. On an H100 at
+its 700 W cap (clocks 1665-1980 MHz, power-cap throttling), float8 on phi's per-block compile
+read 1.000x alternating step by step, 1.027x in windows of 0.5 s and of 1 s, and 1.037x with
+the sides one at a time; on mistral 1.064x step by step and 1.092x in windows, where the two
+built fresh and timed alone differ by 1.080x (bench/results/tune_sweep_h100/s57). Slow drift
+still lands on both sides; a training loop runs one side for hours, its own power draw setting
+its clock, which the windows approach. On a CPU the sides alternate step by step: its steps are
+short, and a window of half a second would be the whole run.
 """
 
 from __future__ import annotations
@@ -38,6 +52,11 @@ from levers.ab.killlines import (
 from levers.ab.memory import close_window, open_window, resident_bytes
 from levers.ab.steps import run_step
 from levers.workload import Workload
+
+# seconds of steps a window of one side lasts, on CUDA (the module's note on windows)
+WINDOW_S = 0.5
+# each side has at least this many windows: a window is at most this share of the timed steps
+MIN_WINDOWS = 4
 
 
 @dataclass(frozen=True)
@@ -140,6 +159,12 @@ def _durations(recs: dict[str, _Collect], device: torch.device) -> dict[str, lis
             for side, rec in recs.items()}
 
 
+def window_for(device: torch.device | str, window_s: float) -> float:
+    """The window run_timed alternates the sides in on ``device``: ``window_s`` on CUDA, none
+    (step by step) elsewhere (the module's note on windows)."""
+    return window_s if torch.device(device).type == "cuda" else 0.0
+
+
 def run_timed(
     sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines,
     *, looks: Sequence[int] = (), decided: Callable[[dict[str, list[float]]], bool] | None = None,
@@ -150,10 +175,12 @@ def run_timed(
     and the loop stops where it says they decide (:mod:`levers.ab.looks`).
 
     ``window_s`` > 0: the sides alternate in windows of steps rather than step by step, each
-    window as many steps as the first side's first window took to pass ``window_s`` seconds
-    (the module's note on windows; ``clock`` reads the host's seconds); a look falls at the end
+    window as many steps as the first side's first window took to pass ``window_s`` seconds, at
+    most ``num_steps // MIN_WINDOWS`` (the module's note on windows; ``clock`` reads the host's
+    seconds; :func:`window_for` gives CUDA its window and a CPU none); a look falls at the end
     of the window that reaches it."""
     device = torch.device(sides[0][1].device)
+    longest = max(1, num_steps // MIN_WINDOWS)
     resident = {side: resident_bytes(workload) for side, workload in sides}
     recs = {side: _Collect() for side, _ in sides}
     kill = None
@@ -169,7 +196,7 @@ def run_timed(
                     step += 1
                     check_time(lines, "timed", side, step)
                     _timed_step(workload, side, step, recs[side], resident[side], lines)
-                    if window == 0 and clock() - started >= window_s:
+                    if window == 0 and (clock() - started >= window_s or step - done >= longest):
                         window = step - done  # the host's wall over the window's synced steps
                 if window == 0:
                     window = step - done  # all the steps fit in one window
