@@ -92,3 +92,15 @@ def test_cuda_alternates_in_windows_and_a_cpu_step_by_step():
     assert window_for("cuda", WINDOW_S) == WINDOW_S
     assert window_for(torch.device("cuda", 0), 1.5) == 1.5
     assert window_for("cpu", WINDOW_S) == 0.0
+
+
+def test_ranks_of_a_distributed_run_alternate_step_by_step(monkeypatch):
+    # each rank's window would be timed on its own clock and could end at another step than
+    # the other ranks': their collectives would meet another side's
+    from levers.ab.timing import WINDOW_S, window_for
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 2)
+    assert window_for("cuda", WINDOW_S) == 0.0
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 1)
+    assert window_for("cuda", WINDOW_S) == WINDOW_S

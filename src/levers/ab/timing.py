@@ -29,7 +29,8 @@ the sides one at a time; on mistral 1.064x step by step and 1.092x in windows, w
 built fresh and timed alone differ by 1.080x (bench/results/tune_sweep_h100/s57). Slow drift
 still lands on both sides; a training loop runs one side for hours, its own power draw setting
 its clock, which the windows approach. On a CPU the sides alternate step by step: its steps are
-short, and a window of half a second would be the whole run.
+short, and a window of half a second would be the whole run. Under torchrun with several ranks
+too (:func:`window_for`): every rank must switch sides at the same step.
 """
 
 from __future__ import annotations
@@ -161,8 +162,16 @@ def _durations(recs: dict[str, _Collect], device: torch.device) -> dict[str, lis
 
 def window_for(device: torch.device | str, window_s: float) -> float:
     """The window run_timed alternates the sides in on ``device``: ``window_s`` on CUDA, none
-    (step by step) elsewhere (the module's note on windows)."""
-    return window_s if torch.device(device).type == "cuda" else 0.0
+    (step by step) elsewhere (the module's note on windows) and under torchrun with more than one
+    rank: there every rank must switch sides at the same step (each step's collectives meet the
+    other ranks' of the same side), and a window timed on each rank's own clock may end at
+    different steps."""
+    if torch.device(device).type != "cuda":
+        return 0.0
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return 0.0
+    return window_s
 
 
 def run_timed(

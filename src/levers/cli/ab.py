@@ -133,7 +133,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--sides",
         choices=SIDES,
         default=SIDES[0],
-        help="together (default): both sides on the device, alternating step by step; "
+        help="together (default): both sides on the device, alternating (on one GPU in windows "
+        "of about half a second of steps, elsewhere step by step); "
         "one-at-a-time: each side built, checked and timed alone, then freed, for steps two of "
         "which do not fit the device (a drift between the two blocks lands on the ratio)",
     )
