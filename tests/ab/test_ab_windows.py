@@ -104,3 +104,18 @@ def test_ranks_of_a_distributed_run_alternate_step_by_step(monkeypatch):
     assert window_for("cuda", WINDOW_S) == 0.0
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 1)
     assert window_for("cuda", WINDOW_S) == WINDOW_S
+
+
+def test_a_result_records_the_window_its_steps_ran_in():
+    # a CPU run alternates step by step, and one at a time nothing alternates: both record 0,
+    # and the design line says "alternating" or "one side at a time" without a window
+    from ab_helpers import side
+
+    from levers.ab.format import design_line
+    from levers.ab.runner import AbConfig, run_ab
+
+    for sides, order in (("together", "alternating;"), ("one-at-a-time", "one side at a time;")):
+        result = run_ab(side(), side(), AbConfig(num_steps=4, num_warmup=1, num_parity_steps=1,
+                                                 num_resamples=100, sides=sides))
+        assert result.config.window_s == 0.0
+        assert order in design_line(result)

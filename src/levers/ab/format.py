@@ -7,7 +7,6 @@ from typing import Any
 from levers.ab.reads import Read
 from levers.ab.runner import AbResult
 from levers.ab.stats import Summary
-from levers.ab.timing import window_for
 
 HEADERS = ("read", "baseline", "candidate", "ratio [CI95]", "verdict", "note")
 LABELS = {
@@ -74,8 +73,7 @@ def side_line(result: AbResult, side: str) -> str:
 def design_line(result: AbResult) -> str:
     c = result.config
     order = "one side at a time" if c.sides == "one-at-a-time" else "alternating"
-    device = getattr(result.baseline, "device", None)
-    if order == "alternating" and device is not None and window_for(device, c.window_s):
+    if order == "alternating" and c.window_s:  # the window the run used (run_ab sets it)
         order = f"alternating in windows of about {c.window_s:g} s"
     return (
         f"{c.num_parity_steps} parity + {c.num_warmup} warm-up + {c.num_steps} timed steps per "

@@ -11,7 +11,7 @@ import gc
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -92,7 +92,8 @@ class AbConfig:
     # step it is asked for
     stop_when_decided: bool = False
     # > 0: on CUDA, sides that run together alternate in windows of steps that last about this
-    # many seconds rather than step by step (levers.ab.timing); 0: step by step
+    # many seconds rather than step by step (levers.ab.timing); 0: step by step. A result's
+    # config holds the window its timed steps ran in (0 on a CPU, one at a time, several ranks)
     window_s: float = WINDOW_S
 
     @classmethod
@@ -301,12 +302,14 @@ def run_ab(
             )
     elif config.exactness == EXACT:
         reference = unavailable(EXACT_REASON)
-    if config.sides == "one-at-a-time":
-        return _one_at_a_time(baseline, candidate, config, reference, kill, lines, clock,
-                              started_at)
+    if config.sides == "one-at-a-time":  # no alternation: no window (the record says so)
+        return _one_at_a_time(baseline, candidate, replace(config, window_s=0.0), reference,
+                              kill, lines, clock, started_at)
     with clock("build"):
         a, b = _build(baseline, config.seed), _build(candidate, config.seed)
     _check_one_device(a, b)
+    # the window the timed steps alternate in on this device, as the result records it
+    config = replace(config, window_s=window_for(a.device, config.window_s))
     sides = (("baseline", a), ("candidate", b))
     parity: ParityResult | None = None
     eager_random = False
@@ -340,7 +343,7 @@ def run_ab(
     if kill is None:
         with clock("timed"):
             samples, kill = run_timed(sides, config.num_steps, lines, **_looks(config),
-                                      window_s=window_for(a.device, config.window_s))
+                                      window_s=config.window_s)
     quality = None
     if kill is None:
         with clock("quality"):

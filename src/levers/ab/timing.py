@@ -201,14 +201,13 @@ def run_timed(
             for side, workload in sides:
                 started = clock()
                 step = done
-                while step < num_steps and (step - done < window or window == 0):
+                while step < num_steps and (window == 0 or step - done < window):
                     step += 1
                     check_time(lines, "timed", side, step)
                     _timed_step(workload, side, step, recs[side], resident[side], lines)
                     if window == 0 and (clock() - started >= window_s or step - done >= longest):
                         window = step - done  # the host's wall over the window's synced steps
-                if window == 0:
-                    window = step - done  # all the steps fit in one window
+                window = window or step - done  # all the steps fit in the first window
             done = step
             reached = [k for k in pending_looks if k <= done]
             pending_looks = [k for k in pending_looks if k > done]
