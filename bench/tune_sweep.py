@@ -27,9 +27,9 @@ For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``z
    compile then guards on each layer's cache slot and recompiles per layer past dynamo's limit,
    so that half of llama's 16 layers ran eager in the peer rows up to s42 (``cache_off`` on
    a peer's timed row says which rows had it).
-3. Tune's stack and the best peer once more, built side by side and timed in alternation (one
-   step of each, the order swapped every pair; ``head_to_head``, ``--no-head-to-head`` leaves it
-   out): step 2 times each variant in its own block, and a host that drifts between blocks lands
+3. Tune's stack and the best peer once more, built side by side and timed in alternation (on
+   CUDA in windows of about 0.5 s of steps, as levers' A/Bs; elsewhere one step of each; the order
+   swapped every pair; ``head_to_head``, ``--no-head-to-head`` leaves it out): step 2 times each variant in its own block, and a host that drifts between blocks lands
    on ``vs_best_peer`` (ibert at c7a70a5 on an H100: tune's stack and ``model.compile()``, the
    same program, 4% apart). ``vs_best_peer_paired`` is the median of the stack's tokens/s over
    the peer's across the pairs, with a CI95 by a bootstrap of the pairs.
@@ -79,6 +79,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
 from levers.ab.stats import paired_ratio_ci  # noqa: E402
+from levers.ab.timing import MIN_WINDOWS, WINDOW_S, window_for  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers._find import training_cache_off  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
@@ -200,30 +201,46 @@ def _one_step_s(workload: Any) -> float:
 
 def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
                  args) -> dict[str, Any]:
-    """tune's stack and ``peer`` built side by side and timed in alternation (one step of each,
-    the order swapped every pair), so that the process's drift lands on both: the variant rows
-    time each in its own block, and at c7a70a5 on an H100 ibert's stack and ``model.compile()``,
-    the same program, read 4% apart that way (eager's own block drifted 165-195 ms a step).
-    ``ratio``: the median of tune's tokens/s over the peer's, CI95 by ab's paired bootstrap
-    (:func:`levers.ab.stats.paired_ratio_ci`); as many pairs as fill ``args.min_timed_s`` a side
-    (at least ``args.steps``, at most :data:`MAX_PAIRS`)."""
+    """tune's stack and ``peer`` built side by side and timed in alternation, so that the
+    process's drift lands on both: the variant rows time each in its own block, and at c7a70a5
+    on an H100 ibert's stack and ``model.compile()``, the same program, read 4% apart that way
+    (eager's own block drifted 165-195 ms a step); at a0a3a0a (s58) mistral's float8 forms, one
+    program, ran blocks 7% apart (the GPU at its power cap). On CUDA the two alternate in windows
+    of about :data:`~levers.ab.timing.WINDOW_S` of steps, the order swapped every pair of
+    windows, as levers' own A/Bs do (a side that draws less power lends the other its clock
+    when they alternate step by step: s57); elsewhere step by step, the order swapped every pair.
+    ``ratio``: the median of tune's tokens/s over the peer's, pair i each side's i-th step, CI95
+    by ab's paired bootstrap (:func:`levers.ab.stats.paired_ratio_ci`); as many pairs as fill
+    ``args.min_timed_s`` a side (at least ``args.steps``, at most :data:`MAX_PAIRS`);
+    ``window``: the steps of a window (1: step by step)."""
     out: dict[str, Any] = {"peer": peer}
     cleanups: list[Callable[[], None]] = []
     sides: dict[str, Any] = {}
     with _variant_run(out, args, cleanups, sides):
         workloads = side_by_side(spec, params, [(TUNED, TUNED, stack), (peer, peer, [])],
                                  cleanups, sides)
-        pairs = steps_to_fill(args.steps, args.min_timed_s, warm_pace_s(workloads, args.warmup),
-                              MAX_PAIRS)
-        durations = timed_in_turn(workloads, schedule("alternated", pairs))
+        pace_s = warm_pace_s(workloads, args.warmup)
+        pairs = steps_to_fill(args.steps, args.min_timed_s, pace_s, MAX_PAIRS)
+        window = window_steps(window_for(workloads[0].device, WINDOW_S), pace_s, pairs)
+        durations = timed_in_turn(workloads, schedule(
+            "alternated" if window == 1 else "windows", pairs, window))
         rates = {name: [(w.tokens_per_step or 0) / d for d in ds]
                  for name, w, ds in zip((TUNED, peer), workloads, durations)}
         ci = paired_ratio_ci(rates[peer], rates[TUNED], num_resamples=2000, seed=0)
         out.update(
-            status="ok", pairs=pairs, ratio=ci.ratio, ci95=[ci.lo, ci.hi],
+            status="ok", pairs=pairs, window=window, ratio=ci.ratio, ci95=[ci.lo, ci.hi],
             tokens_per_s={v: statistics.median(r) for v, r in rates.items()},
         )
     return out
+
+
+def window_steps(window_s: float, step_s: float, pairs: int) -> int:
+    """The steps of a window that lasts about ``window_s`` at ``step_s`` a step, at most a
+    quarter of ``pairs`` (each side gets :data:`~levers.ab.timing.MIN_WINDOWS` windows or
+    more); 1 (step by step) where ``window_s`` or ``step_s`` is not positive."""
+    if window_s <= 0 or step_s <= 0:
+        return 1
+    return max(1, min(round(window_s / step_s), pairs // MIN_WINDOWS))
 
 
 def side_by_side(spec: str, params: dict[str, Any], variants: list[tuple[str, str, list[str]]],
@@ -517,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
                              "builds, the order reversed every other round), ratios over all")
     parser.add_argument("--head-to-head", action=argparse.BooleanOptionalAction, default=True,
                         help="after the variants, time tune's stack and the best peer again, "
-                             "alternated step by step (vs_best_peer_paired, with a CI95)")
+                             "alternated (in windows of steps on CUDA; vs_best_peer_paired, with "
+                             "a CI95)")
     parser.add_argument("--list", action="store_true", help="print the models (of --part) and exit")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--debug", action="store_true")
@@ -606,8 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         best = row.get("best_peer")
         ran = {r["variant"] for r in timed if r.get("status") == "ok"}
         if args.head_to_head and best and {TUNED, best} <= ran:
-            # the stack and the best peer once more, alternated step by step (head_to_head),
-            # where two of their steps fit the device
+            # the stack and the best peer once more, alternated (head_to_head: in windows of
+            # steps on CUDA), where two of their steps fit the device
             too_big = _two_do_not_fit(timed, (TUNED, best))
             row["head_to_head"] = ({"peer": best, "status": "not-run", "error": too_big}
                                    if too_big else

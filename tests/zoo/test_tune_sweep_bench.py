@@ -240,6 +240,41 @@ def test_head_to_head_alternates_the_stack_and_the_best_peer_step_by_step(monkey
     assert undone == ["compile-model", bench.TUNED]  # the peer's undo first, then the stack's
 
 
+def test_head_to_head_on_cuda_alternates_windows_of_about_half_a_second(monkeypatch):
+    # on CUDA a side that draws less power lends the other its clock when they alternate step
+    # by step (s57): the two alternate in windows of steps there, as levers' A/Bs do
+    from types import SimpleNamespace
+
+    bench = _bench()
+    log, clock = [], SimpleNamespace(now=0.0)
+    speeds = {bench.TUNED: 0.1, "torchtitan-float8": 0.125}
+    sides = {}
+
+    def built(spec, params, variant, stack, cleanups):
+        sides[variant] = _Side(variant, log, clock, speeds[variant])
+        return sides[variant], {}
+
+    monkeypatch.setattr(bench, "_built", built)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock.now)
+    monkeypatch.setattr(bench, "window_for", lambda device, window_s: window_s)
+    args = SimpleNamespace(warmup=1, steps=20, min_timed_s=0.0, debug=False)
+    out = bench.head_to_head("zoo", {}, ["compile-blocks", "float8"], "torchtitan-float8", args)
+    # 0.5 s at the slower side's 0.125 s a step: windows of 4 steps, the order swapped each pair
+    assert out["status"] == "ok" and out["pairs"] == 20 and out["window"] == 4
+    t, p = bench.TUNED, "torchtitan-float8"
+    assert log[2:] == ([t] * 4 + [p] * 4 + [p] * 4 + [t] * 4) * 2 + [t] * 4 + [p] * 4
+    assert abs(out["ratio"] - 1.25) < 1e-9
+
+
+def test_a_window_lasts_about_half_a_second_and_leaves_each_side_four():
+    bench = _bench()
+    assert bench.window_steps(0.5, 0.09, 33) == 6
+    assert bench.window_steps(0.5, 0.09, 12) == 3  # a quarter of the pairs at most
+    assert bench.window_steps(0.5, 2.0, 33) == 1  # a step longer than the window
+    assert bench.window_steps(0.0, 0.09, 33) == 1  # off the GPU: step by step
+    assert bench.window_steps(0.5, 0.0, 33) == 1
+
+
 def test_head_to_head_of_a_peer_that_cannot_run_says_why():
     from types import SimpleNamespace
 
