@@ -387,13 +387,18 @@ def test_the_autotuned_compile_form_comes_last_in_its_group_after_every_peer_s_f
     """Where the budget holds it (lever_forms gives it at the default budget or more), whole-model
     compile with inductor's autotuning is the group's last form: after the fallback and after the
     peers' later forms (float8), so that the search reaches it, deferred, last of all."""
+    blocks = "compile-blocks:mode=max-autotune-no-cudagraphs"
     forms = {"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs",
-                               "compile-model:mode=max-autotune")}
+                               "compile-model:mode=max-autotune"),
+             "compile-blocks": (blocks,)}
     for blocks_first in (False, True):
         ordered, _ = candidates(PEERS_REGISTRY, _applies, on_gpu=True, forms=forms,
                                 blocks_first=blocks_first)
         levers = [c.lever for c in ordered]
-        assert levers.index("compile-model:mode=max-autotune") == levers.index("float8") + 1
-        assert [c.lever for c in groups(ordered)[0]][-1] == "compile-model:mode=max-autotune"
+        # both autotuned forms after float8, the last of the compile group
+        assert levers[levers.index("float8") + 1:][:2] == [blocks, "compile-model:mode=max-autotune"]
+        assert [c.lever for c in groups(ordered)[0]][-2:] == [
+            blocks, "compile-model:mode=max-autotune"]
         assert ordered[levers.index("compile-model:mode=max-autotune")].source.startswith(
             "another form of compile-model")
+        assert ordered[levers.index(blocks)].source.startswith("another form of compile-blocks")

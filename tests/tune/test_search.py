@@ -890,6 +890,39 @@ def test_the_autotuned_form_is_tried_last_in_place_of_the_compile_form_kept():
     assert result.confirmed_by == 8
 
 
+BLOCKS_AUTOTUNED = "compile-blocks:mode=max-autotune-no-cudagraphs"
+
+
+def test_per_block_compile_kept_is_replaced_by_its_own_autotuned_form_not_the_whole_model_s():
+    # as the zoo's mistral (H100, s58): per-block compile 1.62x where whole-model compile ran
+    # 1.41x, float8 on top; the whole model's autotuned form is not the blocks' rival, their own is
+    fake = FakeAb({"compile-model": 1.41, "compile-blocks": 1.62, AUTOTUNED: 1.5,
+                   BLOCKS_AUTOTUNED: 1.70, "float8": 1.07}, cost_s=10.0)
+    result = _run(fake, ["compile-model", "compile-blocks", AUTOTUNED, BLOCKS_AUTOTUNED, "float8"],
+                  budget_s=1000.0)
+    assert result.stack == (BLOCKS_AUTOTUNED, "float8")
+    assert all(AUTOTUNED not in stack for _, stack in fake.calls)
+    assert (("compile-blocks", "float8"), (BLOCKS_AUTOTUNED, "float8")) in fake.calls
+    assert _reason(result, AUTOTUNED) == (
+        "not tried: compile-blocks was kept, not a form of compile-model, and this form "
+        "autotunes compile-model's program")
+    assert _reason(result, BLOCKS_AUTOTUNED).startswith("pays: ")
+    assert "in place of compile-blocks; confirmed" in _reason(result, BLOCKS_AUTOTUNED)
+
+
+def test_whole_model_compile_kept_is_not_replaced_by_the_blocks_autotuned_form():
+    fake = FakeAb({"compile-model": 1.5, "compile-blocks": 1.3, AUTOTUNED: 1.4,
+                   BLOCKS_AUTOTUNED: 1.9}, cost_s=10.0)
+    result = _run(fake, ["compile-model", "compile-blocks", AUTOTUNED, BLOCKS_AUTOTUNED],
+                  budget_s=1000.0)
+    assert result.stack == ("compile-model",)
+    assert all(BLOCKS_AUTOTUNED not in stack for _, stack in fake.calls)
+    assert ((("compile-model",), (AUTOTUNED,))) in fake.calls  # its own, which was slower
+    assert _reason(result, BLOCKS_AUTOTUNED) == (
+        "not tried: compile-model was kept, not a form of compile-blocks, and this form "
+        "autotunes compile-blocks's program")
+
+
 def test_the_autotuned_form_is_not_tried_where_no_other_compile_form_paid():
     fake = FakeAb({"compile-model": 0.9, "compile-blocks": 0.95, AUTOTUNED: 1.2, "float8": 1.1})
     result = _run(fake, ["compile-model", "compile-blocks", AUTOTUNED, "float8"])

@@ -78,7 +78,7 @@ def _trained_losses(model: str, lever: str | None) -> list[float]:
     out = [float(workload.step()) for _ in range(4)]
     if handle is not None:
         handle.undo()
-        assert "_compiled_call_impl" not in vars(workload.model)
+        assert not any("_compiled_call_impl" in vars(m) for m in workload.model.modules())
     return out
 
 
@@ -93,13 +93,16 @@ def test_reduce_overhead_compile_trains_a_mixture_of_experts_with_eager_s_number
     assert torch.allclose(torch.tensor(graphed), torch.tensor(eager), rtol=2e-2, atol=1e-3)
 
 
+@pytest.mark.parametrize("form", ["compile-model:mode=max-autotune",
+                                  "compile-blocks:mode=max-autotune-no-cudagraphs"])
 @pytest.mark.parametrize("model", ["gpt2", "mixtral"])
-def test_the_autotuned_form_trains_with_eager_s_numbers(model):
-    """The compile group's last form at the default budget (tune's LATE_FORMS): inductor's
+def test_the_autotuned_form_trains_with_eager_s_numbers(model, form):
+    """The compile group's last forms at the default budget (tune's LATE_FORMS): inductor's
     autotuned whole-model compile under CUDA graphs, on a static step and on an MoE (whose
-    routing the graphs skip), trains with eager's losses, and the undo leaves the model eager."""
+    routing the graphs skip), and its autotuned per-block compile without them, train with
+    eager's losses, and the undo leaves the model eager."""
     eager = _trained_losses(model, None)
-    tuned = _trained_losses(model, "compile-model:mode=max-autotune")
-    print(model, "eager", eager, "max-autotune", tuned)
+    tuned = _trained_losses(model, form)
+    print(model, "eager", eager, form, tuned)
     assert all(torch.isfinite(torch.tensor(tuned)))
     assert torch.allclose(torch.tensor(tuned), torch.tensor(eager), rtol=2e-2, atol=1e-3)

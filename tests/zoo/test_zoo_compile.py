@@ -228,14 +228,16 @@ def test_on_a_mixture_of_experts_auto_picks_the_default_mode_and_tune_tries_redu
         "compile-model": ("compile-model:mode=reduce-overhead",)}
     assert lever_forms(zoo.build(model="gpt2", layers=1).model, on_gpu=True) == {
         "compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs")}
-    # at the default budget or more, the autotuned form last (its CUDA graphs, as
-    # reduce-overhead's, skip what they cannot capture on an MoE)
+    # at the default budget or more, each compile lever's autotuned form last (the whole
+    # model's CUDA graphs, as reduce-overhead's, skip what they cannot capture on an MoE; the
+    # blocks' run without graphs)
+    blocks = {"compile-blocks": ("compile-blocks:mode=max-autotune-no-cudagraphs",)}
     assert lever_forms(workload.model, on_gpu=True, budget_s=600.0) == {
         "compile-model": ("compile-model:mode=reduce-overhead",
-                          "compile-model:mode=max-autotune")}
+                          "compile-model:mode=max-autotune"), **blocks}
     assert lever_forms(zoo.build(model="gpt2", layers=1).model, on_gpu=True, budget_s=600.0) == {
         "compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs",
-                          "compile-model:mode=max-autotune")}
+                          "compile-model:mode=max-autotune"), **blocks}
     assert lever_forms(workload.model, on_gpu=True, budget_s=599.0) == {
         "compile-model": ("compile-model:mode=reduce-overhead",)}
     with pytest.raises(NotApplicable, match="backend=cudagraphs replays CUDA graphs, but "

@@ -130,14 +130,20 @@ GRAPH_FORMS: tuple[str, ...] = (
     "compile-model:mode=max-autotune",
 )
 WITHOUT_GRAPHS_FORM = "compile-model:mode=default"
-# forms tried last, after every later group, each in place of the form of its group that the
+# forms tried last, after every later group, each in place of the form of its own lever that the
 # stack holds, and only where the budget is the default's or more (:data:`LATE_FORMS_BUDGET_S`):
-# whole-model compile with inductor's autotuning (its matmul and convolution templates timed on
-# this step's shapes, under CUDA graphs, which skip what they cannot capture), which none of the
-# peers' recipes uses and whose first step compiles for minutes. Not tried where no other form
-# of the group paid (it compiles the same program, for longer), nor where a form's CUDA graphs
-# failed on the step. Not measured on a GPU yet
-LATE_FORMS: tuple[str, ...] = ("compile-model:mode=max-autotune",)
+# the compile form kept, compiled again with inductor's autotuning (its matmul and convolution
+# templates timed on this step's shapes against the vendor libraries', the fastest kept), which
+# none of the peers' recipes uses and whose first step compiles for minutes. Whole-model compile
+# autotunes under CUDA graphs (which skip what they cannot capture); per-block compile without
+# them (each block's program is called many times a step, its graphs would be one pool per
+# block). Not tried where no form of its lever was kept (it compiles the same program, for
+# longer; on the zoo's mistral per-block compile ran 1.62x where whole-model compile ran 1.41x,
+# H100, s58: the autotuned whole model is not the per-block form's rival), nor where a form's
+# CUDA graphs failed on the step (the whole model's). Not measured on a GPU yet
+LATE_FORMS: tuple[str, ...] = (
+    "compile-model:mode=max-autotune", "compile-blocks:mode=max-autotune-no-cudagraphs",
+)
 LATE_FORMS_BUDGET_S = 600.0
 # forms tried only where no other form of their group paid, each with what it is: the step's
 # CUDA graphs without inductor, whose first step traces in seconds where inductor may compile

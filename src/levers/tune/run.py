@@ -25,7 +25,7 @@ from levers.errors import StepError
 from levers.levers import load_all
 from levers.levers.catalogue import read_catalogue
 from levers.levers.handle import apply
-from levers.levers.lever import target_of
+from levers.levers.lever import lever_id_of, target_of
 from levers.tune.candidates import GPU_ONLY_PREFIX, LATE_FORMS, LATE_FORMS_BUDGET_S, candidates
 from levers.tune.measure import ab_measure
 from levers.tune.options import TuneOptions
@@ -171,8 +171,9 @@ def lever_forms(model: Any, on_gpu: bool,
     compile-model's own choice is the default mode only because the model routes tokens to
     experts, reduce-overhead compile (its graphs skip what they cannot capture): the peers' form
     that ran 1.77x on the zoo's mixtral where the default mode ran 1.68x (H100, s51). Where
-    ``budget_s`` is the default's or more, the autotuned form last (:data:`LATE_FORMS`; with
-    CUDA graphs on an MoE too, which skip what they cannot capture, as reduce-overhead's do)."""
+    ``budget_s`` is the default's or more, each compile lever's autotuned form last
+    (:data:`LATE_FORMS`: the whole model's with CUDA graphs, on an MoE too, which skip what they
+    cannot capture, as reduce-overhead's do; the blocks' without them)."""
     if not on_gpu:
         return {}
     # imported here: a lever module registers itself on import, and the catalogue's order is
@@ -185,8 +186,10 @@ def lever_forms(model: Any, on_gpu: bool,
         forms: tuple[str, ...] = ("compile-model:mode=reduce-overhead",)
     else:
         forms = ("compile-model:mode=default", "compile-model:backend=cudagraphs")
-    late = budget_s is not None and budget_s >= LATE_FORMS_BUDGET_S
-    return {"compile-model": forms + (LATE_FORMS if late else ())}
+    if budget_s is None or budget_s < LATE_FORMS_BUDGET_S:
+        return {"compile-model": forms}
+    late = {lever_id_of(form): (form,) for form in LATE_FORMS}  # one autotuned form a lever
+    return {"compile-model": forms + late.pop("compile-model"), **late}
 
 
 def _free_device(on_gpu: bool) -> None:

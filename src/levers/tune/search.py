@@ -23,9 +23,9 @@ on top of it, and the group's other forms after them, each in place of the one k
 stack with it there against the stack as it is, confirmed afresh the same way
 (:func:`_substitute`), once the peers' groups (the compile forms, channels-last, float8) are
 tried, before the levers ordered by evidence. A late form
-(:data:`~levers.tune.candidates.LATE_FORMS`: an autotuned whole-model compile, whose first step
-compiles for minutes) is tried so on every step, last of all, and only where another form of its
-group paid.
+(:data:`~levers.tune.candidates.LATE_FORMS`: a compile lever's autotuned form, whose first step
+compiles for minutes) is tried so on every step, last of all, and only in place of a form of its
+own lever that was kept (the blocks' autotuned form where per-block compile was kept).
 
 **The answer** is a stack whose A/B against the baseline paid in a fresh A/B that selected none
 of its levers: for one lever, its confirmation (its base is the baseline); for more, one last
@@ -458,7 +458,7 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         rest = [kept for kept in stack if kept != current]
         # (where no lever of the stack excludes it, it goes on top: a lever of the group that
         # clashed with another of its forms, not with the one kept)
-        skip = ((_no_form_paid(lever) if lever in LATE_FORMS and current is None else None)
+        skip = ((_late_not_tried(lever, current) if lever in LATE_FORMS else None)
                 or _graphs_not_tried(lever, graphs_failed or failed)
                 or _not_tried(lever, rest, (), None)
                 or _cannot_replace(state, candidate, current) or _refuted(state, stack))
@@ -537,10 +537,19 @@ def _cannot_replace(state: _Search, candidate: Candidate, current: str | None) -
     return _cannot_win(candidate, [(kept_candidate, state.trials[kept.trial], "", kept.trial)])
 
 
-def _no_form_paid(lever: str) -> str:
-    """Why a late form (:data:`LATE_FORMS`) is not tried: no other form of its group was kept."""
-    return (f"not tried: no other form of {lever_id_of(lever)} paid here, and this one compiles "
-            "the same program, for longer (its autotuning)")
+def _late_not_tried(lever: str, current: str | None) -> str | None:
+    """Why a late form (:data:`LATE_FORMS`: a compile lever's autotuned form) is not tried in
+    place of ``current``, the form of its group the stack holds: none was kept, or the one kept
+    is another lever's (per-block compile kept, the whole model's autotuned form); None where it
+    is tried."""
+    ident = lever_id_of(lever)
+    if current is None:
+        return (f"not tried: no other form of {ident} paid here, and this one compiles the same "
+                "program, for longer (its autotuning)")
+    if lever_id_of(current) != ident:
+        return (f"not tried: {current} was kept, not a form of {ident}, and this form autotunes "
+                f"{ident}'s program")
+    return None
 
 
 def _only_fallback(paid: str) -> str:
