@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# A device session of issue 33 after s58 (an H100 wanted: the goal table's GPU), polled with
+# bench/gpu_poll.sh 280 without a pause between polls (a machine goes back 30 s after a call).
+# First the GPU test of per-block compile's autotuned form (46adccc: tune's late form where
+# per-block compile was kept, at the default budget), then the default budget's rows (10m) of the
+# zoo's mistral and phi, where s58's 3m search kept per-block compile and float8 (torchtitan's
+# recipe, to the byte of peak memory) and the autotuned blocks are the form tried after them,
+# then stablelm's (arch, s54 at 3m: the same stack).
+# Usage (repository root, on the device):
+#   LEVERS_COMMIT=<hash> bash bench/gpu_call_s59.sh /tmp/g
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
+export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
+bash bench/gpu_session_tests.sh "$D" 300 tests/zoo/test_compile_graphs_gpu.py \
+    -k "autotuned and compile-blocks"
+MODELS=zoo@mistral,zoo@phi,arch@stablelm SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
+    bash bench/gpu_call_tune_rows.sh "$D"
+echo done > "$D/DONE"
