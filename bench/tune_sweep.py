@@ -28,9 +28,10 @@ For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``z
    so that half of llama's 16 layers ran eager in the peer rows up to s42 (``cache_off`` on
    a peer's timed row says which rows had it).
 3. Tune's stack and the best peer once more, built side by side and timed in alternation (on
-   CUDA in windows of about 0.5 s of steps, as levers' A/Bs; elsewhere one step of each; the order
-   swapped every pair; ``head_to_head``, ``--no-head-to-head`` leaves it out): step 2 times each variant in its own block, and a host that drifts between blocks lands
-   on ``vs_best_peer`` (ibert at c7a70a5 on an H100: tune's stack and ``model.compile()``, the
+   CUDA in windows of about 0.5 s of steps, as levers' A/Bs; elsewhere one step of each; the
+   order swapped every pair; ``head_to_head``, ``--no-head-to-head`` leaves it out): step 2
+   times each variant in its own block, and a host that drifts between blocks lands on
+   ``vs_best_peer`` (ibert at c7a70a5 on an H100: tune's stack and ``model.compile()``, the
    same program, 4% apart). ``vs_best_peer_paired`` is the median of the stack's tokens/s over
    the peer's across the pairs, with a CI95 by a bootstrap of the pairs.
 
@@ -79,7 +80,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import levers  # noqa: E402
 from levers.ab.stats import paired_ratio_ci  # noqa: E402
-from levers.ab.timing import MIN_WINDOWS, WINDOW_S, window_for  # noqa: E402
+from levers.ab.timing import WINDOW_S, longest_window, window_for  # noqa: E402
 from levers.environment import levers_commit_id  # noqa: E402
 from levers.levers._find import training_cache_off  # noqa: E402
 from levers.output.atomic import atomic_write_text  # noqa: E402
@@ -235,12 +236,12 @@ def head_to_head(spec: str, params: dict[str, Any], stack: list[str], peer: str,
 
 
 def window_steps(window_s: float, step_s: float, pairs: int) -> int:
-    """The steps of a window that lasts about ``window_s`` at ``step_s`` a step, at most a
-    quarter of ``pairs`` (each side gets :data:`~levers.ab.timing.MIN_WINDOWS` windows or
-    more); 1 (step by step) where ``window_s`` or ``step_s`` is not positive."""
+    """The steps of a window that lasts about ``window_s`` at ``step_s`` a step, at most ab's
+    :func:`~levers.ab.timing.longest_window` of ``pairs``; 1 (step by step) where ``window_s`` or
+    ``step_s`` is not positive."""
     if window_s <= 0 or step_s <= 0:
         return 1
-    return max(1, min(round(window_s / step_s), pairs // MIN_WINDOWS))
+    return max(1, min(round(window_s / step_s), longest_window(pairs)))
 
 
 def side_by_side(spec: str, params: dict[str, Any], variants: list[tuple[str, str, list[str]]],

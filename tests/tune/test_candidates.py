@@ -396,7 +396,8 @@ def test_the_autotuned_compile_form_comes_last_in_its_group_after_every_peer_s_f
                                 blocks_first=blocks_first)
         levers = [c.lever for c in ordered]
         # both autotuned forms after float8, the last of the compile group
-        assert levers[levers.index("float8") + 1:][:2] == [blocks, "compile-model:mode=max-autotune"]
+        assert levers[levers.index("float8") + 1:][:2] == [
+            blocks, "compile-model:mode=max-autotune"]
         assert [c.lever for c in groups(ordered)[0]][-2:] == [
             blocks, "compile-model:mode=max-autotune"]
         assert ordered[levers.index("compile-model:mode=max-autotune")].source.startswith(

@@ -174,6 +174,12 @@ def window_for(device: torch.device | str, window_s: float) -> float:
     return window_s
 
 
+def longest_window(num_steps: int) -> int:
+    """The most steps a window of ``num_steps`` timed steps per side may hold: each side then has
+    :data:`MIN_WINDOWS` windows or more (one step where there are fewer steps than that)."""
+    return max(1, num_steps // MIN_WINDOWS)
+
+
 def run_timed(
     sides: Sequence[tuple[str, Workload]], num_steps: int, lines: KillLines,
     *, looks: Sequence[int] = (), decided: Callable[[dict[str, list[float]]], bool] | None = None,
@@ -185,11 +191,11 @@ def run_timed(
 
     ``window_s`` > 0: the sides alternate in windows of steps rather than step by step, each
     window as many steps as the first side's first window took to pass ``window_s`` seconds, at
-    most ``num_steps // MIN_WINDOWS`` (the module's note on windows; ``clock`` reads the host's
+    most :func:`longest_window` (the module's note on windows; ``clock`` reads the host's
     seconds; :func:`window_for` gives CUDA its window and a CPU none); a look falls at the end
     of the window that reaches it."""
     device = torch.device(sides[0][1].device)
-    longest = max(1, num_steps // MIN_WINDOWS)
+    longest = longest_window(num_steps)
     resident = {side: resident_bytes(workload) for side, workload in sides}
     recs = {side: _Collect() for side, _ in sides}
     kill = None
