@@ -40,10 +40,21 @@ that a model as shipped compiles once, not once per block; each returns its undo
   are within the limit (:func:`plan_programs`: the ConvNormActs of an Inception block's branches),
   and otherwise refuses (:func:`block_programs`) and names the attribute: compile-model (one
   program for the whole model) is the form that applies there.
+- inductor's autotuning quiet. Under a ``max-autotune`` mode inductor writes to stderr, for every
+  matmul shape it autotunes, a table of the ten fastest of ~20 kernels and a JSON line of
+  statistics, and logs an ERROR for each template it drops as too large for the GPU's shared
+  memory ("Ignoring this choice"): ~300 lines for the zoo's BERT on an H100, in the middle of
+  ``levers tune``'s progress at its default budget, where the autotuned forms are tried last.
+  While the lever is on (:func:`quiet_autotuning`), the tables and statistics are off unless the
+  user asked for them (``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED``,
+  ``TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS``), and the dropped templates' records are
+  filtered out of inductor's log; its other errors and warnings pass.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -232,6 +243,51 @@ def unspecialised_int_attributes() -> Undo:
 
     def undo() -> None:
         config.allow_unspec_int_on_nn_module = previous
+
+    return undo
+
+
+# inductor's settings of its autotuning reports, each with the variable that sets it from the
+# environment (a user who set the variable asked for the report: it is left as they set it)
+AUTOTUNE_REPORTS = {
+    "autotune_num_choices_displayed": ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", 0),
+    "max_autotune_report_choices_stats": ("TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS", False),
+}
+AUTOTUNE_LOGGER = "torch._inductor.select_algorithm"
+DROPPED_CHOICE = "Ignoring this choice"
+
+
+class _DroppedChoices(logging.Filter):
+    """Drops inductor's record of a template it leaves out of the autotuning (too large for the
+    GPU, say): it goes on with the other choices, so the ERROR is not the user's to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return DROPPED_CHOICE not in record.getMessage()
+        except Exception:  # noqa: BLE001 - a record that cannot format passes as it was
+            return True
+
+
+def quiet_autotuning(mode: str | None) -> Undo:
+    """Quiets inductor's autotuning reports while a ``max-autotune`` mode is on (a no-op for the
+    other modes); the undo puts the settings back and removes the log filter."""
+    if not mode or "max-autotune" not in mode:
+        return lambda: None
+    import torch._inductor.config as inductor_config
+
+    previous = {}
+    for name, (variable, quiet) in AUTOTUNE_REPORTS.items():
+        if hasattr(inductor_config, name) and variable not in os.environ:
+            previous[name] = getattr(inductor_config, name)
+            setattr(inductor_config, name, quiet)
+    logger = logging.getLogger(AUTOTUNE_LOGGER)
+    dropped = _DroppedChoices()
+    logger.addFilter(dropped)
+
+    def undo() -> None:
+        for name, value in previous.items():
+            setattr(inductor_config, name, value)
+        logger.removeFilter(dropped)
 
     return undo
 

@@ -42,6 +42,7 @@ from levers.levers._compile_setup import (
     is_compiled,
     liger_patched,
     plan_programs,
+    quiet_autotuning,
     recompile_limit,
     recompile_limit_at_least,
     shapes_per_class,
@@ -109,6 +110,7 @@ def patch(target: Target) -> Callable[[], None]:
     # at worst a program per block (and one more where an int is first specialised): never
     # past the limit, where the blocks after it would run uncompiled
     undo_limit = recompile_limit_at_least(len(blocks) + 1)
+    undo_quiet = quiet_autotuning(options.get("mode"))
     for block in blocks:
         block.compile(**options)
 
@@ -116,6 +118,7 @@ def patch(target: Target) -> Callable[[], None]:
         for block in blocks:
             # back to nn.Module's class default (None): the instance as it was
             vars(block).pop("_compiled_call_impl", None)
+        undo_quiet()
         undo_limit()
         undo_ints()
         undo_cache()

@@ -47,6 +47,7 @@ from levers.levers._compile_setup import (
     differing_int_attributes,
     is_compiled,
     liger_patched,
+    quiet_autotuning,
     unspecialised_int_attributes,
 )
 from levers.levers._find import training_cache_off
@@ -171,6 +172,7 @@ def patch(target: Target) -> Callable[[], None]:
     blocks = [b.module for b in repeated_blocks(target.model)]
     differing = differing_int_attributes(blocks)
     undo_ints = unspecialised_int_attributes() if differing else (lambda: None)
+    undo_quiet = quiet_autotuning(mode)
     target.model.compile(**options)
     if (mode in CUDA_GRAPH_MODES or graphs_backend) and target.step is not None:
         target.step = _graph_step(target.step)
@@ -178,6 +180,7 @@ def patch(target: Target) -> Callable[[], None]:
     def undo() -> None:
         # back to nn.Module's class default (None): the instance as it was
         vars(target.model).pop("_compiled_call_impl", None)
+        undo_quiet()
         undo_ints()
         undo_cache()
 
