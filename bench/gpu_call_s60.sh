@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A device session of issue 33 after s59 (an H100 wanted: the goal table's GPU), polled with
+# bench/gpu_poll.sh 280 without a pause between polls (a machine goes back 30 s after a call).
+# First the autotuned forms' GPU test on gpt2 (both forms; since 1a81b83 it also checks that
+# inductor's autotuning tables stay off the terminal), then the default budget's rows (10m) of
+# the zoo's mistral and phi: s59's mistral row was cut while its autotuned blocks compiled.
+# Usage (repository root, on the device):
+#   LEVERS_COMMIT=<hash> bash bench/gpu_call_s60.sh /tmp/g
+source bench/gpu_session_setup.sh "${1:-/tmp/g}"
+export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
+bash bench/gpu_session_tests.sh "$D" 240 tests/zoo/test_compile_graphs_gpu.py \
+    -k "autotuned and gpt2"
+MODELS=zoo@mistral,zoo@phi SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
+    bash bench/gpu_call_tune_rows.sh "$D"
+echo done > "$D/DONE"
