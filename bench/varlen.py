@@ -156,6 +156,7 @@ def run_row(variant: str, args: argparse.Namespace, meta: dict[str, Any]) -> dic
     torch._dynamo.reset()
     device = torch.device(args.device)
     undo_dynamo = lambda: None  # noqa: E731
+    undo_levers = lambda: None  # noqa: E731
     try:
         if args.lengths == "varied":
             undo_dynamo = _dynamo_for_varied(args.warmup + args.steps + RECOMPILE_ROOM,
@@ -166,7 +167,9 @@ def run_row(variant: str, args: argparse.Namespace, meta: dict[str, Any]) -> dic
             ids.append("compile-blocks" + (f":backend={args.compile_backend}"
                                            if args.compile_backend else ""))
         if ids:
-            levers.apply(workload, ",".join(ids))
+            # undone after the row: compile-blocks raises dynamo's recompile limit and may trace
+            # int attributes unspecialised, process-wide, for as long as it is on
+            undo_levers = levers.apply(workload, ",".join(ids)).undo
         row["levers"] = [i.split(":")[0] for i in ids]
         if args.lengths == "varied":
             row["dynamo"] = _dynamo_settings()
@@ -180,6 +183,7 @@ def run_row(variant: str, args: argparse.Namespace, meta: dict[str, Any]) -> dic
         row.update({"status": "failed", "error": f"{type(exc).__name__}: {exc}",
                     "traceback": traceback.format_exc(limit=6)})
     finally:
+        undo_levers()
         workload = None  # noqa: F841 - free the model before the next row
         undo_dynamo()
         gc.collect()

@@ -205,6 +205,28 @@ def hf_causal_lm_parts(model: torch.nn.Module) -> tuple[Any, torch.nn.Linear] | 
     return base, head
 
 
+def hf_masked_lm_head(model: torch.nn.Module) -> torch.nn.Linear | str:
+    """The output projection of a Hugging Face masked LM (``get_output_embeddings()``: BERT's
+    ``cls.predictions.decoder``, RoBERTa's ``lm_head.decoder``), or why not."""
+    if not is_hf_model(model):
+        return "not a Hugging Face model"
+    if not type(model).__name__.endswith("ForMaskedLM"):
+        return "not a masked LM (a transformers *ForMaskedLM)"
+    try:
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return "no output embeddings (get_output_embeddings) to find its projection by"
+    if not isinstance(head, torch.nn.Linear):
+        return f"its output projection is not an nn.Linear ({type(head).__name__})"
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        return "its forward's source cannot be read to check the loss"
+    if "labels" not in source:
+        return "its forward takes no labels"
+    return head
+
+
 def head_forward_reason(head: torch.nn.Linear) -> str | None:
     """Why the logits are not ``hidden @ head.weight.T`` (+ bias), or None: a head subclassing
     nn.Linear with a forward of its own (Dory's DoryLMHead scales each token's logit by a learned

@@ -4,6 +4,18 @@
   rows of the logits before the fp32 upcast and the cross-entropy, so neither the fp32 copy nor
   the loss's backward touches a padding row. Finding the rows costs one host read per step
   (``nonzero``); it pays where a large share of the rows is padding.
+- Hugging Face masked LMs (``*ForMaskedLM``): the output projection itself gets only the tokens
+  with a target. A masked LM's labels are ``-100`` on every token but the masked ones (85% of
+  them at BERT's 15% masking), yet the model projects every token onto the vocabulary (BERT at
+  32 x 512: 16384 rows x 30522 logits, ~20% of the step's FLOPs, and their fp32 cross-entropy),
+  and the loss then drops the unmasked rows. The model's forward is wrapped: where ``labels`` is
+  given, the rows with a target are found (one host read a step), the labels passed on are
+  those rows', and a pre-hook on the projection (``get_output_embeddings()``) selects the same
+  rows of its input. The loss (the mean over the same targets) and every gradient are the
+  unchanged step's, up to summation order; ModernBERT's ``sparse_prediction`` does the same.
+  What changes is the model's output: its ``logits`` hold the rows with a target only (1, rows,
+  vocabulary), in order, so code that reads the logits of every token (an accuracy over all of
+  them) must not run with the lever on. A forward without labels is untouched.
 - the ``demo``: its ``loss`` switch, which gathers the real rows before the LM head (so the head
   itself skips them), with row indices known on the host.
 
@@ -23,12 +35,13 @@ import torch.nn.functional as F
 
 from levers.levers import register
 from levers.levers._demo import has_switch, switch_on
-from levers.levers._find import hf_causal_lm_parts
-from levers.levers._patch import Undos
+from levers.levers._find import hf_causal_lm_parts, hf_masked_lm_head
+from levers.levers._patch import Undos, wrap_forward
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
 MARK = "_levers_loss_valid_rows"
+IGNORE_INDEX = -100  # transformers' masked-LM losses ignore this label
 
 
 def causal_lm_loss_valid_rows(
@@ -61,12 +74,74 @@ def applies(target: Target) -> str | None:
     if has_switch(model, "loss"):
         return None
     parts = hf_causal_lm_parts(model)
-    if isinstance(parts, str):
-        return (
-            f"no recognised loss over padded rows ({parts}); in your own code, gather the rows "
-            "with a real target before the head"
-        )
-    return None
+    if not isinstance(parts, str):
+        return None
+    head = hf_masked_lm_head(model)
+    if not isinstance(head, str):
+        return None
+    return (
+        f"no recognised loss over padded or unmasked rows (as a causal LM: {parts}; as a "
+        f"masked LM: {head}); in your own code, gather the rows with a real target before the "
+        "head"
+    )
+
+
+class _Rows:
+    """The rows with a target of the forward in flight (None outside one), and whether the
+    projection took them."""
+
+    def __init__(self) -> None:
+        self.rows: torch.Tensor | None = None
+        self.tokens = 0
+        self.taken = False
+
+
+def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callable[..., Any]],
+                                                                        Callable[..., Any]]:
+    name = type(model).__name__
+
+    def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
+        def forward_on_targets(*args: Any, **kwargs: Any) -> Any:
+            labels = kwargs.get("labels")
+            if not isinstance(labels, torch.Tensor) or rows.rows is not None:
+                return forward(*args, **kwargs)
+            flat = labels.reshape(-1)
+            # sync point: the number of rows with a target
+            picked = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+            rows.rows, rows.tokens, rows.taken = picked, flat.numel(), False
+            try:
+                out = forward(*args, **{**kwargs, "labels": flat.index_select(0, picked)[None]})
+            finally:
+                rows.rows = None
+            if not rows.taken:
+                raise RuntimeError(
+                    f"loss-valid-rows: {name}'s output projection was not called on the tokens "
+                    "during its forward, so the labels it was given (the rows with a target) do "
+                    "not match its logits; undo the lever on this model"
+                )
+            return out
+
+        return forward_on_targets
+
+    return wrap
+
+
+def _projection_on_targets(rows: _Rows) -> Callable[..., Any]:
+    def pre_hook(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if rows.rows is None:
+            return None
+        hidden = args[0]
+        if hidden.shape[:-1].numel() != rows.tokens:
+            raise RuntimeError(
+                f"loss-valid-rows: the output projection got {hidden.shape[:-1].numel()} rows "
+                f"where the labels have {rows.tokens} tokens (the model projects something "
+                "other than each token once); undo the lever on this model"
+            )
+        rows.taken = True
+        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.rows)[None]
+        return (picked, *args[1:])
+
+    return pre_hook
 
 
 def patch(target: Target) -> Callable[[], None]:
@@ -74,6 +149,12 @@ def patch(target: Target) -> Callable[[], None]:
     undos = Undos()
     if has_switch(model, "loss"):
         undos.add(switch_on(model, "loss"))
+    elif isinstance(hf_causal_lm_parts(model), str):
+        head = hf_masked_lm_head(model)
+        assert not isinstance(head, str), head  # applies said yes
+        rows = _Rows()
+        undos.add(head.register_forward_pre_hook(_projection_on_targets(rows)).remove)
+        undos.add(wrap_forward(model, _masked_lm_forward(model, rows)))
     else:
         # the loss_function property reads _loss_function first; deleting it restores the default
         undos.set_attr(model, "_loss_function", causal_lm_loss_valid_rows)
@@ -91,8 +172,9 @@ LEVER = register(
         applies=applies,
         patch=patch,
         known_problems=(
-            "on a Hugging Face model the head still projects every row (use "
-            "fused-linear-cross-entropy to skip them there); with no padding it only adds a sync"
+            "on a Hugging Face causal LM the head still projects every row (use "
+            "fused-linear-cross-entropy to skip them there); with no padding it only adds a sync; "
+            "on a masked LM the model's logits hold the rows with a target only"
         ),
     )
 )

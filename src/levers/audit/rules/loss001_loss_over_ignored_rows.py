@@ -25,8 +25,10 @@ loss = F.cross_entropy(logits, targets.reshape(-1).index_select(0, rows))
 ```
 
 ## Fix
-Select the rows with a real target before the head (lever `loss-valid-rows`); build the row indices on the host so the selection does not sync. For a Hugging Face causal LM, lever
-`fused-linear-cross-entropy` computes the head and the loss in chunks, without the full logits.
+Select the rows with a real target before the head (lever `loss-valid-rows`); build the row indices on the host so the selection does not sync. For a Hugging Face masked LM the lever
+does this (the output projection gets the masked tokens only); for a Hugging Face causal LM it
+selects the rows before the loss, and lever `fused-linear-cross-entropy` computes the head and
+the loss in chunks, without the full logits.
 
 ## Fix safety
 Changes numerics only in summation order (the ignored rows contribute zero either way); re-pin

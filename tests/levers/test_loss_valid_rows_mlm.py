@@ -1,0 +1,98 @@
+"""loss-valid-rows on a Hugging Face masked LM: the output projection gets the tokens with a
+target only, the loss and the gradients stay the unchanged step's, and the undo puts the model
+back. (Its contract on thirty masked-LM architectures of transformers' registry was checked with
+bench/arch_sweep.py's code; tests/zoo/test_arch_levers.py keeps deberta-v2's in CI.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import levers  # noqa: E402
+from levers.levers import load_all  # noqa: E402
+from levers.levers.lever import Target  # noqa: E402
+from levers.levers.loss_valid_rows import IGNORE_INDEX  # noqa: E402
+
+
+def _bert():
+    torch.manual_seed(0)
+    return levers.Step("zoo", params={"model": "bert"}).workload()
+
+
+def _trained(lever: bool, steps: int = 3):
+    """Losses, the projection's input shapes and the parameters after ``steps`` steps."""
+    workload = _bert()
+    handle = levers.apply(workload, ["loss-valid-rows"]) if lever else None
+    shapes: list[tuple[int, ...]] = []
+    hook = workload.model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: shapes.append(tuple(args[0].shape)))
+    losses = [float(workload.step()) for _ in range(steps)]
+    hook.remove()
+    params = [p.detach().clone() for p in workload.model.parameters()]
+    return workload, handle, losses, shapes, params
+
+
+def test_the_projection_takes_the_rows_with_a_target_and_training_is_unchanged():
+    _, _, plain_losses, plain_shapes, plain_params = _trained(lever=False)
+    workload, handle, losses, shapes, params = _trained(lever=True)
+    batch, tokens, width = plain_shapes[0]
+    assert all(shape == (batch, tokens, width) for shape in plain_shapes)
+    # the zoo's masked-LM batches mask ~15% of the tokens: far fewer rows reach the projection
+    for shape in shapes:
+        assert shape[0] == 1 and shape[2] == width and 0 < shape[1] < batch * tokens / 2
+    assert losses == pytest.approx(plain_losses, rel=1e-5)
+    for before, after in zip(plain_params, params):
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+    handle.undo()
+    assert "forward" not in vars(workload.model)
+    assert not workload.model.get_output_embeddings()._forward_pre_hooks
+
+
+def test_the_logits_are_the_target_rows_in_order():
+    workload = _bert()
+    model = workload.model
+    ids = torch.randint(0, model.config.vocab_size, (2, 16))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, 3], labels[1, 0], labels[1, 9] = 5, 7, 11
+    model.eval()
+    full = model(input_ids=ids, labels=labels)
+    handle = load_all()["loss-valid-rows"].patch(Target(model=model))
+    try:
+        sparse = model(input_ids=ids, labels=labels)
+        without_labels = model(input_ids=ids)
+    finally:
+        handle()
+    assert sparse.logits.shape == (1, 3, model.config.vocab_size)
+    torch.testing.assert_close(sparse.logits[0], full.logits[labels != IGNORE_INDEX])
+    torch.testing.assert_close(sparse.loss, full.loss)
+    assert without_labels.logits.shape == full.logits.shape  # no labels: nothing changes
+
+
+def test_a_projection_not_called_per_token_is_an_error_that_says_what_to_do():
+    workload = _bert()
+    model = workload.model
+    head = model.get_output_embeddings()
+    handle = load_all()["loss-valid-rows"].patch(Target(model=model))
+    ids = torch.randint(0, model.config.vocab_size, (2, 8))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 0] = 1
+    # a head that projects something other than each token once (here: each row's first token)
+    hook = head.register_forward_pre_hook(lambda module, args: (args[0][:, :1],), prepend=True)
+    try:
+        with pytest.raises(RuntimeError, match="got 2 rows where the labels have 16 tokens"):
+            model(input_ids=ids, labels=labels)
+    finally:
+        hook.remove()
+        handle()
+
+
+def test_it_refuses_what_is_neither_a_causal_nor_a_masked_lm():
+    class Plain(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+    reason = load_all()["loss-valid-rows"].applies(Target(model=Plain()))
+    assert "as a masked LM" in reason and "gather the rows with a real target" in reason
