@@ -96,3 +96,33 @@ def test_it_refuses_what_is_neither_a_causal_nor_a_masked_lm():
 
     reason = load_all()["loss-valid-rows"].applies(Target(model=Plain()))
     assert "as a masked LM" in reason and "gather the rows with a real target" in reason
+
+
+def test_a_head_that_never_calls_its_projection_is_refused_or_named():
+    """MobileBERT's head multiplies by its projection's weight and never calls it: applies
+    refuses it; and where a forward runs with the lever on and the projection is not called,
+    the error says so, not the loss's shape mismatch."""
+    from transformers import BertConfig, BertForMaskedLM, MobileBertConfig, MobileBertForMaskedLM
+
+    small = dict(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=32)
+    lever = load_all()["loss-valid-rows"]
+    mobile = MobileBertForMaskedLM(MobileBertConfig(**small, embedding_size=16,
+                                                    intra_bottleneck_size=32,
+                                                    true_hidden_size=32))
+    assert "does not call its projection" in lever.applies(Target(model=mobile))
+
+    model = BertForMaskedLM(BertConfig(**small))
+    handle = lever.patch(Target(model=model))
+    head = model.get_output_embeddings()
+    # the projection skipped: its holder multiplies by the weight instead
+    model.cls.predictions.forward = lambda hidden: hidden @ head.weight.T  # noqa: E731
+    ids = torch.randint(0, 64, (2, 8))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 0] = 1
+    try:
+        with pytest.raises(RuntimeError, match="output projection was not called"):
+            model(input_ids=ids, labels=labels)
+    finally:
+        del model.cls.predictions.forward
+        handle()

@@ -224,6 +224,20 @@ def hf_masked_lm_head(model: torch.nn.Module) -> torch.nn.Linear | str:
         return "its forward's source cannot be read to check the loss"
     if "labels" not in source:
         return "its forward takes no labels"
+    # the projection must be called as a module on the tokens (MobileBERT's head multiplies by
+    # its weight, concatenated with another, and never calls it)
+    owner = next(((parent, name) for parent in model.modules()
+                  for name, child in parent.named_children() if child is head), None)
+    if owner is None:
+        return "its output projection is not a submodule of the model"
+    parent, name = owner
+    try:
+        parent_source = inspect.getsource(type(parent).forward)
+    except (OSError, TypeError):
+        return f"the forward of {type(parent).__name__}, which holds the projection, cannot be read"
+    if f"self.{name}(" not in parent_source:
+        return (f"{type(parent).__name__} does not call its projection ({name}) as a module on "
+                "the tokens (it uses its weight)")
     return head
 
 

@@ -109,16 +109,21 @@ def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callabl
             # sync point: the number of rows with a target
             picked = (flat != IGNORE_INDEX).nonzero().squeeze(1)
             rows.rows, rows.tokens, rows.taken = picked, flat.numel(), False
+            not_taken = RuntimeError(
+                f"loss-valid-rows: {name}'s output projection was not called on the tokens "
+                "during its forward, so the labels it was given (the rows with a target) do "
+                "not match its logits; undo the lever on this model"
+            )
             try:
                 out = forward(*args, **{**kwargs, "labels": flat.index_select(0, picked)[None]})
+            except Exception as exc:
+                if rows.taken:
+                    raise
+                raise not_taken from exc  # the loss saw the rows' labels beside every logit
             finally:
                 rows.rows = None
             if not rows.taken:
-                raise RuntimeError(
-                    f"loss-valid-rows: {name}'s output projection was not called on the tokens "
-                    "during its forward, so the labels it was given (the rows with a target) do "
-                    "not match its logits; undo the lever on this model"
-                )
+                raise not_taken
             return out
 
         return forward_on_targets
@@ -131,13 +136,13 @@ def _projection_on_targets(rows: _Rows) -> Callable[..., Any]:
         if rows.rows is None:
             return None
         hidden = args[0]
+        rows.taken = True  # reached: an error from here on is the projection's, said as it is
         if hidden.shape[:-1].numel() != rows.tokens:
             raise RuntimeError(
                 f"loss-valid-rows: the output projection got {hidden.shape[:-1].numel()} rows "
                 f"where the labels have {rows.tokens} tokens (the model projects something "
                 "other than each token once); undo the lever on this model"
             )
-        rows.taken = True
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.rows)[None]
         return (picked, *args[1:])
 
