@@ -109,26 +109,29 @@ def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callabl
             # sync point: the number of rows with a target
             picked = (flat != IGNORE_INDEX).nonzero().squeeze(1)
             rows.rows, rows.tokens, rows.taken = picked, flat.numel(), False
-            not_taken = RuntimeError(
-                f"loss-valid-rows: {name}'s output projection was not called on the tokens "
-                "during its forward, so the labels it was given (the rows with a target) do "
-                "not match its logits; undo the lever on this model"
-            )
             try:
                 out = forward(*args, **{**kwargs, "labels": flat.index_select(0, picked)[None]})
             except Exception as exc:
                 if rows.taken:
                     raise
-                raise not_taken from exc  # the loss saw the rows' labels beside every logit
+                raise _not_taken(name) from exc  # the loss saw the rows' labels beside every logit
             finally:
                 rows.rows = None
             if not rows.taken:
-                raise not_taken
+                raise _not_taken(name)
             return out
 
         return forward_on_targets
 
     return wrap
+
+
+def _not_taken(name: str) -> RuntimeError:
+    return RuntimeError(
+        f"loss-valid-rows: {name}'s output projection was not called on the tokens during its "
+        "forward, so the labels it was given (the rows with a target) do not match its logits; "
+        "undo the lever on this model"
+    )
 
 
 def _projection_on_targets(rows: _Rows) -> Callable[..., Any]:
@@ -154,15 +157,15 @@ def patch(target: Target) -> Callable[[], None]:
     undos = Undos()
     if has_switch(model, "loss"):
         undos.add(switch_on(model, "loss"))
-    elif isinstance(hf_causal_lm_parts(model), str):
+    elif not isinstance(hf_causal_lm_parts(model), str):
+        # the loss_function property reads _loss_function first; deleting it restores the default
+        undos.set_attr(model, "_loss_function", causal_lm_loss_valid_rows)
+    else:  # a masked LM (applies said yes)
         head = hf_masked_lm_head(model)
-        assert not isinstance(head, str), head  # applies said yes
+        assert not isinstance(head, str), head
         rows = _Rows()
         undos.add(head.register_forward_pre_hook(_projection_on_targets(rows)).remove)
         undos.add(wrap_forward(model, _masked_lm_forward(model, rows)))
-    else:
-        # the loss_function property reads _loss_function first; deleting it restores the default
-        undos.set_attr(model, "_loss_function", causal_lm_loss_valid_rows)
     undos.set_attr(model, MARK, True)
     return undos
 
