@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A device session of issue 33 after s59 (an H100 wanted: the goal table's GPU), polled with
 # bench/gpu_poll.sh 280 without a pause between polls (a machine goes back 30 s after a call).
-# 1. bert's 10m row again: since e4e31e2 loss-valid-rows applies to a masked LM (the output
-#    projection on the masked tokens only, ~15% of them), a lever no peer has;
+# 1. the 10m rows of the masked LMs: bert again, luke and ibert (since e4e31e2 loss-valid-rows
+#    applies to a masked LM: the output projection on the masked tokens only, ~15% of them, a
+#    lever no peer has);
 # 2. a probe of s59's bert row (tune's per-block compile 55.1 ms a step, the per-layer peer
 #    51.4 ms, the same graph as dynamo captures it on the CPU): each form built fresh twice, in
 #    turn, with its GPU kernel time and top kernels, and the lever on per-block compile;
@@ -14,7 +15,7 @@
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s60.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-MODELS=zoo@bert SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
+MODELS=zoo@bert,arch@luke,arch@ibert SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
     bash bench/gpu_call_tune_rows.sh "$D"
 mkdir -p "$D/p"
 timeout 300 python bench/cudagraphs_probe.py --models zoo@bert \
