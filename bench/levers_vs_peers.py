@@ -163,6 +163,17 @@ def _compile_model_cuda_graphs(workload, options) -> None:
     workload.step = graph_step
 
 
+def _compile_loss(workload, options) -> Callable[[], None]:
+    """torchtitan's compiled loss (``compile.components`` holds ``loss``): the Hugging Face
+    model's own loss function under ``torch.compile``, where the model computes its loss through
+    ``self.loss_function``; the undo gives it transformers' back. Elsewhere nothing."""
+    model = workload.model
+    if not hasattr(model, "loss_function") or "_loss_function" in vars(model):
+        return lambda: None
+    model.loss_function = torch.compile(model.loss_function, **options)
+    return lambda: vars(model).pop("_loss_function", None)
+
+
 def _compile_layers(workload, options) -> None:
     from levers.blocks import repeated_blocks
 
@@ -188,6 +199,8 @@ def apply_peer(peer: str, workload, options) -> list[Callable[[], None]]:
             _compile_model_cuda_graphs(workload, compile_options)
         elif part == "compile-layers":
             _compile_layers(workload, compile_options)
+        elif part == "compile-loss":
+            cleanups.append(_compile_loss(workload, compile_options))
         else:
             raise ValueError(f"unknown peer transform {part!r} in {peer!r}")
     return cleanups

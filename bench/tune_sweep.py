@@ -17,7 +17,8 @@ For each model (``SPEC@MODEL``, a workload spec and its ``model`` parameter: ``z
 2. The default step, the peers as their users write them (``compile-model``: ``model.compile()``;
    ``compile-model-ro``: its ``reduce-overhead`` form; ``compile-layers``: ``block.compile()`` on
    each repeated block; ``torchtitan-float8``: torchao's tensorwise float8 as torchtitan ships it,
-   then per-layer compile, where torchao is installed; ``liger``: Liger Kernel's patch for the
+   then per-layer compile and the loss compiled (a Hugging Face model's ``loss_function``; since
+   s60), where torchao is installed; ``liger``: Liger Kernel's patch for the
    model type, where it has one) and tune's stack (``levers.apply``), each built fresh from the
    same seed after ``torch._dynamo.reset()`` and timed by ``bench/levers_vs_peers.py``'s
    ``measure`` (3 warm-up and 10 timed steps, more where 10 take under ``--min-timed-s``, 3 s;
@@ -95,7 +96,8 @@ PEER_TRANSFORMS = {
     "compile-model": "compile-model",
     "compile-model-ro": "compile-model-ro",
     "compile-layers": "compile-layers",
-    "torchtitan-float8": "float8-torchtitan+compile-layers",
+    # torchtitan compiles the loss beside the blocks (its compile.components: model, loss)
+    "torchtitan-float8": "float8-torchtitan+compile-layers+compile-loss",
     "liger": "liger",
 }
 TUNED = "tuned"

@@ -160,3 +160,18 @@ def test_smoke_run_of_the_vit_group_records_the_mode_compile_model_chose(tmp_pat
     # the same seed, the same steps: the compiled rows' loss is the default's, within tolerance
     default_loss = by_variant["default"]["last_loss"]
     assert all(row["last_loss"] == pytest.approx(default_loss, rel=1e-5) for row in summary)
+
+
+def test_the_compiled_loss_peer_compiles_a_hf_models_loss_and_its_cleanup_gives_it_back():
+    from levers.loader import load_workload
+
+    bench = _bench()
+    workload = load_workload("hf", {"arch": "llama", "size": "tiny"})
+    model = workload.model
+    cleanups = bench.apply_peer("compile-loss", workload, {"backend": "aot_eager"})
+    assert len(cleanups) == 1
+    assert "_loss_function" in vars(model)  # transformers' loss, compiled
+    assert model.loss_function._torchdynamo_orig_callable.__name__ == "ForCausalLMLoss"
+    cleanups[0]()
+    assert "_loss_function" not in vars(model)
+    assert model.loss_function.__name__ == "ForCausalLMLoss"

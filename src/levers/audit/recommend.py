@@ -42,14 +42,19 @@ CONFLICTS = {
     frozenset({"compile-blocks", "liger-kernels"}): (
         "torch.compile over a Liger-patched Hugging Face llama fails in dynamo on torch 2.11"
     ),
+    frozenset({"compile-loss", "loss-valid-rows"}): (
+        "both set a causal LM's loss_function: the one applied last replaces the other's"
+    ),
 }
 # a lever that already does what another does
 COVERS = {
     "compile-blocks": frozenset({"rms-norm-fused", "layer-norm-fused", "liger-kernels"}),
     # the whole model compiled fuses what the regional compile fuses, and the regional compile
     "compile-model": frozenset(
-        {"rms-norm-fused", "layer-norm-fused", "liger-kernels", "compile-blocks"}
+        {"rms-norm-fused", "layer-norm-fused", "liger-kernels", "compile-blocks", "compile-loss"}
     ),
+    # the fused loss never calls the model's loss_function, whose compile would go unused
+    "fused-linear-cross-entropy": frozenset({"compile-loss"}),
 }
 
 

@@ -33,6 +33,7 @@ _MODULES: tuple[str, ...] = (
     "channels_last",
     "compile_blocks",
     "compile_model",
+    "compile_loss",
     "float8",
     "float8_rowwise",
     "raise_batch",

@@ -92,7 +92,7 @@ EXCLUSIVE: tuple[frozenset[str], ...] = SPEED_FORMS + MEMORY_FORMS
 PEER_FORMS: tuple[str, ...] = (
     "compile-model", "compile-blocks", "compile-model:mode=default",
     "compile-model:mode=reduce-overhead", "compile-model:backend=cudagraphs", "channels-last",
-    "float8", "float8-rowwise",
+    "float8", "float8-rowwise", "compile-loss",
 )
 # the same, per-block compile first: where the step's two sides do not fit the GPU together,
 # each A/B builds, checks and times them one at a time, and the budget holds few A/Bs. A per-block
