@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A device session of issue 33 after s59 (an H100 wanted: the goal table's GPU), polled with
 # bench/gpu_poll.sh 280 without a pause between polls (a machine goes back 30 s after a call).
-# 1. the 10m rows of two masked LMs: bert again and luke (since e4e31e2 loss-valid-rows
-#    applies to a masked LM: the output projection on the masked tokens only, ~15% of them, a
-#    lever no peer has); then compile-loss (the HF loss compiled, as torchtitan does beside its
-#    blocks) probed on mistral, on tune's stack and on torchtitan's recipe; then ibert's row;
+# 1. bert's 10m row again (since e4e31e2 loss-valid-rows applies to a masked LM: the output
+#    projection on the masked tokens only, ~15% of them, a lever no peer has); then compile-loss
+#    (the HF loss compiled, as torchtitan does beside its blocks) probed on mistral, on tune's
+#    stack and on torchtitan's recipe; then the 10m rows of luke and ibert (masked LMs too);
 # 2. a probe of s59's bert row (tune's per-block compile 55.1 ms a step, the per-layer peer
 #    51.4 ms, the same graph as dynamo captures it on the CPU): each form built fresh twice, in
 #    turn, with its GPU kernel time and top kernels, and the lever on per-block compile;
@@ -16,14 +16,14 @@
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s60.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
-MODELS=zoo@bert,arch@luke SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
+MODELS=zoo@bert SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
     bash bench/gpu_call_tune_rows.sh "$D"
 mkdir -p "$D/p"
 timeout 420 python bench/cudagraphs_probe.py --models zoo@mistral \
     --stacks "compile-blocks+float8;compile-blocks+float8+compile-loss;peer:float8-torchtitan+compile-layers;peer:float8-torchtitan+compile-layers+compile-loss;compile-blocks+float8+compile-loss" \
     --steps 30 --out "$D/p/mistral_loss_probe" > "$D/p/mistral_loss_probe.log" 2>&1
 (cd "$D/p" && tar -czf round.tgz mistral_loss_probe mistral_loss_probe.log)
-MODELS=arch@ibert SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
+MODELS=arch@luke,arch@ibert SAMPLE= BUDGET=10m ROW_TIMEOUT=1320 KEEP_GOING=1 \
     bash bench/gpu_call_tune_rows.sh "$D"
 timeout 300 python bench/cudagraphs_probe.py --models zoo@bert \
     --stacks "compile-blocks;peer:compile-layers;compile-blocks;peer:compile-layers;compile-blocks+loss-valid-rows" \

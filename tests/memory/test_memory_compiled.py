@@ -273,3 +273,28 @@ def test_a_compiled_blocks_fused_elementwise_chain_takes_no_memory(monkeypatch):
     assert [g.saved_bytes for g in fused.trace.compiled_graphs] == [
         g.saved_bytes for g in unfused.trace.compiled_graphs
     ]
+
+
+def test_a_compiled_loss_is_one_graph_that_keeps_no_log_probabilities():
+    """compile-loss's loss function, predicted as inductor partitions it: one graph named after
+    the loss, without breaks, and the eager loss's fp32 log-probabilities (kept for backward)
+    gone from what the step keeps."""
+    pytest.importorskip("transformers")
+    source = source_of("hf", {"arch": "llama", "size": "tiny"})
+    eager = run_prediction(source, H200, num_steps=2)
+    breaks = _graph_breaks()
+
+    def compile_loss(workload) -> None:
+        assert not apply_to_workload(workload, ["compile-loss"], quiet=True).skipped
+
+    compiled_run = run_prediction(source, H200, num_steps=2, transform=compile_loss)
+    assert [g.module for g in compiled_run.trace.compiled_graphs] == ["loss_function"]
+    assert _graph_breaks() == breaks
+
+    def log_softmax_kept(prediction) -> int:
+        return sum(a.nbytes for a in prediction.trace.allocations
+                   if a.category == "activations" and a.step == 1 and "log_softmax" in a.op)
+
+    assert log_softmax_kept(eager) > 0
+    assert log_softmax_kept(compiled_run) == 0
+    assert _activation_bytes(compiled_run, 1) < _activation_bytes(eager, 1)

@@ -336,6 +336,13 @@ def compiled_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]
     ]
 
 
+def compiled_loss(model: torch.nn.Module) -> Callable[..., Any] | None:
+    """The compiled loss function compile-loss set on a Hugging Face model (its
+    ``_loss_function``, a ``torch.compile``d function), or None."""
+    function = vars(model).get("_loss_function")
+    return function if hasattr(function, "_torchdynamo_orig_callable") else None
+
+
 def run_outside_stand_in(
     module: torch.nn.Module,
     stand_in: torch.overrides.TorchFunctionMode,
@@ -349,7 +356,19 @@ def run_outside_stand_in(
     compiled every block again); the module's name is on ``module_stack`` instead (its
     allocations and backward are the module's, not its submodules'), and ``observer`` sees the
     result (to label the compiled backward node with the module)."""
-    compiled = vars(module)["_compiled_call_impl"]
+    module._compiled_call_impl = outside_stand_in(
+        vars(module)["_compiled_call_impl"], stand_in, module_stack, name, observer)
+
+
+def outside_stand_in(
+    compiled: Callable[..., Any],
+    stand_in: torch.overrides.TorchFunctionMode,
+    module_stack: list[str],
+    name: str,
+    observer: Callable[[Any], None] | None,
+) -> Callable[..., Any]:
+    """``compiled`` (a compiled module's call, or compile-loss's compiled loss function) called
+    as :func:`run_outside_stand_in` describes, under the name ``name``."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         module_stack.append(name)
@@ -365,7 +384,7 @@ def run_outside_stand_in(
             _active.pop("module", None)
 
     call.__wrapped__ = compiled  # type: ignore[attr-defined]
-    module._compiled_call_impl = call
+    return call
 
 
 @contextlib.contextmanager

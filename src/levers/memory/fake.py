@@ -169,13 +169,17 @@ NO_DEVICE_ASSUMPTION = (
 def _run_compiled_outside_stand_in(
     workload: Workload, standin: StandInMode, context: SiteContext
 ) -> None:
-    """Run each module that the factory or a transform compiled (``Module.compile()``) without
-    the stand-in's function mode, which dynamo would trace into; see
-    :mod:`levers.memory.compiled`."""
+    """Run each module that the factory or a transform compiled (``Module.compile()``), and the
+    loss compile-loss compiled, without the stand-in's function mode, which dynamo would trace
+    into; see :mod:`levers.memory.compiled`."""
     for name, module in compiled.compiled_modules(workload.model):
         compiled.run_outside_stand_in(
             module, standin, context.module_stack, name, standin.observer
         )
+    loss = compiled.compiled_loss(workload.model)
+    if loss is not None:  # compile-loss's: the model reads it through its loss_function
+        workload.model._loss_function = compiled.outside_stand_in(
+            loss, standin, context.module_stack, "loss_function", standin.observer)
 
 
 def _check_parameters_on_gpu(

@@ -29,7 +29,11 @@ loss = LigerFusedLinearCrossEntropyLoss()(self.lm_head.weight, hidden, labels)
 
 ## Fix
 Fused linear cross-entropy (lever `fused-linear-cross-entropy`: Liger Kernel's or Cut
-Cross-Entropy's kernel on a GPU where installed, a chunked PyTorch loss elsewhere).
+Cross-Entropy's kernel on a GPU where installed, a chunked PyTorch loss elsewhere). Or, keeping
+the head's matmul as it is, the loss compiled (lever `compile-loss`, a Hugging Face model's
+`loss_function` under `torch.compile`, as torchtitan compiles its loss): inductor reads the
+logits once forward and once backward instead of the eager passes; the head's output is still
+written. The fixed time above is the fused kernel's; the compiled loss's is not priced.
 
 ## Fix safety
 Changes numerics: the loss is reduced chunk by chunk in fp32; it agrees with the eager loss to
@@ -78,7 +82,7 @@ FUSED_PASSES = 3
     NAME,
     severity="medium",
     fix_safety=CHANGES_NUMERICS,
-    levers=("fused-linear-cross-entropy",),
+    levers=("fused-linear-cross-entropy", "compile-loss"),
 )
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     backward = pattern_view(capture).backward
@@ -148,7 +152,7 @@ def _finding(call: CallRecord, head, producers, capture: Capture, config: RuleCo
         risk="low",
         work=Work(fixed=(fused,), now_ops=now_ops, saved_bytes=held),
         details={
-            "levers": ["fused-linear-cross-entropy"],
+            "levers": ["fused-linear-cross-entropy", "compile-loss"],
             "rows": rows,
             "vocab": vocab,
             "logits_bytes_held": held,
