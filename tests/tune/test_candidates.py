@@ -403,3 +403,26 @@ def test_the_autotuned_compile_form_comes_last_in_its_group_after_every_peer_s_f
         assert ordered[levers.index("compile-model:mode=max-autotune")].source.startswith(
             "another form of compile-model")
         assert ordered[levers.index(blocks)].source.startswith("another form of compile-blocks")
+
+
+def test_the_compiled_loss_follows_float8_as_torchtitan_s_recipe_and_whole_model_compile_covers_it():
+    from levers.tune.candidates import covered_by
+
+    registry = {**PEERS_REGISTRY, "compile-loss": _gpu_lever("compile-loss")}
+    ordered, _ = candidates(
+        registry, _applies, on_gpu=True,
+        findings=[_finding("LOSS002", "fused-loss", 11.7)], step_ms=100.0,
+    )
+    ids = [c.lever for c in ordered]
+    assert ids.index("compile-loss") == ids.index("float8") + 1
+    assert ids.index("compile-loss") < ids.index("fused-loss")
+    assert ordered[ids.index("compile-loss")].source.startswith("a peer's form")
+    # not an alternative to either compile form: it stacks on per-block compile
+    assert exclusive_with("compile-loss", ["compile-blocks", "float8"]) is None
+    # whole-model compile compiles the loss with the model; the fused loss never calls it
+    assert covered_by("compile-loss", ["compile-model"]) == "compile-model"
+    assert covered_by("compile-loss", ["compile-blocks", "fused-linear-cross-entropy"]) == (
+        "fused-linear-cross-entropy")
+    assert covered_by("compile-loss", ["compile-blocks", "float8"]) is None
+    # both set a causal LM's loss_function: alternatives
+    assert exclusive_with("compile-loss", ["loss-valid-rows"]) == "loss-valid-rows"
