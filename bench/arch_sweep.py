@@ -42,8 +42,8 @@ of the catalogue (:func:`levers.levers.load_all`; ``--levers`` picks), the contr
    Then a second pair, patched and undone before any step, against a twin: bitwise the same
    loss, gradients and updated parameters.
 
-On a CPU the compile levers trace without inductor (compile-blocks ``aot_eager``, compile-model
-``eager``, as ``tests/zoo`` runs them), ``ac-budget`` plans for 90% of the activations predicted
+On a CPU the compile levers trace without inductor (compile-blocks and compile-loss ``aot_eager``,
+compile-model ``eager``, as ``tests/zoo`` runs them), ``ac-budget`` plans for 90% of the activations predicted
 for this very workload (``budget=0.9:workload=arch``) and the fused loss uses its chunked kernel.
 
 Writes ``OUT/results.jsonl`` (one row per architecture and lever, plus one ``lever: null`` row
@@ -106,6 +106,7 @@ torchvision_without_ops()  # before transformers imports torchvision
 CPU_OPTIONS: dict[str, dict[str, Any]] = {
     "compile-blocks": {"backend": "aot_eager"},
     "compile-model": {"backend": "eager"},
+    "compile-loss": {"backend": "aot_eager"},
     "ac-budget": {"budget": "1.0", "workload": "arch"},
     "fused-linear-cross-entropy": {"kernel": "chunked"},
 }

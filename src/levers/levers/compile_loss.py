@@ -72,8 +72,8 @@ def applies(target: Target) -> str | None:
     if not _calls_loss_function(model):
         return (
             f"{type(model).__name__}'s forward does not compute its loss through "
-            "self.loss_function (transformers' masked LMs of the BERT family call "
-            "CrossEntropyLoss themselves)"
+            "self.loss_function: it calls its loss itself (as transformers' BERT-family masked "
+            "LMs and its older causal LMs do)"
         )
     if "_loss_function" in vars(model):
         return "its loss_function is set already (by another lever, or by your code)"
