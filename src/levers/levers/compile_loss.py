@@ -115,8 +115,9 @@ LEVER = register(
         patch=patch,
         needs_gpu=True,
         known_problems=(
-            "Hugging Face models whose forward calls self.loss_function only (causal LMs; "
-            "BERT-family masked LMs call CrossEntropyLoss themselves); the first step pays the "
+            "Hugging Face models whose forward calls self.loss_function only (most causal LMs; "
+            "BERT-family masked LMs and transformers' older causal LMs compute their loss "
+            "themselves); the first step pays the "
             "loss's compile; a new logits shape recompiles (dynamo turns it dynamic after one); "
             "the head's matmul stays outside (fused-linear-cross-entropy fuses it, at its own "
             "cost)"
