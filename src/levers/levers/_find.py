@@ -179,6 +179,15 @@ def training_cache_off(model: torch.nn.Module) -> Callable[[], None]:
     return undo
 
 
+def forward_source(module: Any) -> str | None:
+    """The source of ``module``'s class's ``forward`` (what the checks below read for the calls
+    it makes), or None where it cannot be read (built-ins, code made at run time)."""
+    try:
+        return inspect.getsource(type(module).forward)
+    except (OSError, TypeError):
+        return None
+
+
 def hf_causal_lm_parts(model: torch.nn.Module) -> tuple[Any, torch.nn.Linear] | str:
     """(base model, lm_head) of a Hugging Face causal LM with the standard loss, or why not."""
     if not is_hf_model(model):
@@ -196,9 +205,8 @@ def hf_causal_lm_parts(model: torch.nn.Module) -> tuple[Any, torch.nn.Linear] | 
     loss_type = getattr(model, "loss_type", None)
     if loss_type not in (None, "ForCausalLM"):
         return f"its loss is {loss_type!r}, not the standard causal-LM cross-entropy"
-    try:
-        source = inspect.getsource(type(model).forward)
-    except (OSError, TypeError):
+    source = forward_source(model)
+    if source is None:
         return "its forward's source cannot be read to check the loss"
     if "self.loss_function(" not in source or "self.lm_head(" not in source:
         return "its forward does not compute lm_head then self.loss_function"
@@ -218,9 +226,8 @@ def hf_masked_lm_head(model: torch.nn.Module) -> torch.nn.Linear | str:
         return "no output embeddings (get_output_embeddings) to find its projection by"
     if not isinstance(head, torch.nn.Linear):
         return f"its output projection is not an nn.Linear ({type(head).__name__})"
-    try:
-        source = inspect.getsource(type(model).forward)
-    except (OSError, TypeError):
+    source = forward_source(model)
+    if source is None:
         return "its forward's source cannot be read to check the loss"
     if "labels" not in source:
         return "its forward takes no labels"
@@ -231,9 +238,8 @@ def hf_masked_lm_head(model: torch.nn.Module) -> torch.nn.Linear | str:
     if owner is None:
         return "its output projection is not a submodule of the model"
     parent, name = owner
-    try:
-        parent_source = inspect.getsource(type(parent).forward)
-    except (OSError, TypeError):
+    parent_source = forward_source(parent)
+    if parent_source is None:
         return f"the forward of {type(parent).__name__}, which holds the projection, cannot be read"
     if f"self.{name}(" not in parent_source:
         return (f"{type(parent).__name__} does not call its projection ({name}) as a module on "

@@ -30,14 +30,13 @@ Fix safety: changes numerics (the fp32 log-sum-exp reduced in another order). To
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import torch
 
 from levers.levers import register
 from levers.levers._compile_setup import is_compiled, liger_patched, quiet_autotuning
-from levers.levers._find import is_hf_model
+from levers.levers._find import forward_source, is_hf_model
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
@@ -48,14 +47,6 @@ OPTIONS = ("backend", "mode", "dynamic", "fullgraph")
 LM_LOSSES = ("ForCausalLMLoss", "ForMaskedLMLoss")
 # (function, options) -> its compiled form, so that a re-apply reuses dynamo's cache
 _COMPILED: dict[tuple[Any, tuple[tuple[str, Any], ...]], Callable[..., Any]] = {}
-
-
-def _calls_loss_function(model: torch.nn.Module) -> bool:
-    try:
-        source = inspect.getsource(type(model).forward)
-    except (OSError, TypeError):
-        return False
-    return "self.loss_function(" in source
 
 
 def applies(target: Target) -> str | None:
@@ -69,7 +60,7 @@ def applies(target: Target) -> str | None:
         return "the whole model is compiled (compile-model), its loss with it"
     if liger_patched(model):
         return "the model runs Liger Kernel's kernels, whose loss is fused already"
-    if not _calls_loss_function(model):
+    if "self.loss_function(" not in (forward_source(model) or ""):
         return (
             f"{type(model).__name__}'s forward does not compute its loss through "
             "self.loss_function: it calls its loss itself (as transformers' BERT-family masked "

@@ -18,7 +18,6 @@ relative in fp32 with the chunked kernel.
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 from typing import Any, Callable
 
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from levers.levers import register
-from levers.levers._find import head_forward_reason, hf_causal_lm_parts
+from levers.levers._find import forward_source, head_forward_reason, hf_causal_lm_parts
 from levers.levers._lce import DEFAULT_CHUNK_ROWS, available_kernel, linear_cross_entropy
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
@@ -41,10 +40,10 @@ def logits_changed_after_head(model: torch.nn.Module) -> str | None:
     (a soft cap, a scale, a slice), or None. The fused loss takes the head's raw logits, so any
     such line would be dropped; a change written under a config switch counts too, whatever
     the switch (a config that turns it off is refused all the same)."""
-    try:
-        lines = inspect.getsource(type(model).forward).splitlines()
-    except (OSError, TypeError):
+    source = forward_source(model)
+    if source is None:
         return None
+    lines = source.splitlines()
     head = next((i for i, line in enumerate(lines) if "self.lm_head(" in line), None)
     loss = next((i for i, line in enumerate(lines) if "self.loss_function(" in line), None)
     assigned = re.match(r"\s*(\w+)\s*=", lines[head]) if head is not None else None
