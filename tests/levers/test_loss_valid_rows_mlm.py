@@ -13,7 +13,12 @@ pytest.importorskip("transformers")
 import levers  # noqa: E402
 from levers.levers import load_all  # noqa: E402
 from levers.levers.lever import Target  # noqa: E402
-from levers.levers.loss_valid_rows import IGNORE_INDEX  # noqa: E402
+from levers.levers.loss_valid_rows import (  # noqa: E402
+    IGNORE_INDEX,
+    _labels_of,
+    bucket,
+    padded_rows,
+)
 
 
 def _bert():
@@ -50,7 +55,7 @@ def test_the_projection_takes_the_rows_with_a_target_and_training_is_unchanged()
     assert not workload.model.get_output_embeddings()._forward_pre_hooks
 
 
-def test_the_logits_are_the_target_rows_in_order():
+def test_the_logits_are_the_target_rows_in_order_then_padding():
     workload = _bert()
     model = workload.model
     ids = torch.randint(0, model.config.vocab_size, (2, 16))
@@ -64,8 +69,10 @@ def test_the_logits_are_the_target_rows_in_order():
         without_labels = model(input_ids=ids)
     finally:
         handle()
-    assert sparse.logits.shape == (1, 3, model.config.vocab_size)
-    torch.testing.assert_close(sparse.logits[0], full.logits[labels != IGNORE_INDEX])
+    # 32 tokens pad the 3 rows with a target to a multiple of 8 with the first token's row
+    assert sparse.logits.shape == (1, 8, model.config.vocab_size)
+    torch.testing.assert_close(sparse.logits[0, :3], full.logits[labels != IGNORE_INDEX])
+    torch.testing.assert_close(sparse.logits[0, 3:], full.logits[0, :1].expand(5, -1))
     torch.testing.assert_close(sparse.loss, full.loss)
     assert without_labels.logits.shape == full.logits.shape  # no labels: nothing changes
 
@@ -126,3 +133,53 @@ def test_a_head_that_never_calls_its_projection_is_refused_or_named():
     finally:
         del model.cls.predictions.forward
         handle()
+
+
+def test_the_rows_taken_are_padded_to_a_few_sizes_the_loss_never_sees():
+    # 1024 tokens: the rows are padded to a multiple of 16, never past the tokens
+    assert [bucket(n) for n in (16, 512, 1024, 16384, 100_000)] == [8, 8, 16, 256, 2048]
+    targets = torch.full((1024,), IGNORE_INDEX)
+    sizes = set()
+    for real in range(33, 50):
+        targets[:] = IGNORE_INDEX
+        targets[torch.randperm(1024)[:real]] = 3
+        rows, count = padded_rows(targets)
+        labels = _labels_of(targets, rows, count)
+        sizes.add(rows.numel())
+        assert count == real and rows.numel() % 16 == 0
+        assert torch.equal(rows[:real], (targets != IGNORE_INDEX).nonzero().squeeze(1))
+        assert (labels[:real] == 3).all() and (labels[real:] == IGNORE_INDEX).all()
+    assert sizes == {48, 64}  # 17 counts of rows, two shapes
+    every = torch.zeros(10, dtype=torch.long)  # every row a target: nothing to pad
+    assert padded_rows(every)[0].tolist() == list(range(10))
+
+
+def test_a_compiled_model_meets_a_few_shapes_as_the_count_of_masked_tokens_varies():
+    """Under whole-model compile the rows' count is a shape: padded to a bucket, batches whose
+    masked counts all differ compile no new program once two buckets were seen (unpadded, each
+    count was a shape of its own: on an H100 the CUDA graphs recorded one per batch)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    workload = _bert()
+    model = workload.model
+    model.compile(backend="aot_eager")
+    handle = load_all()["loss-valid-rows"].patch(Target(model=model))
+    shapes: list[int] = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: shapes.append(args[0].shape[1]))
+    ids = torch.randint(0, model.config.vocab_size, (4, 32))  # 128 tokens: a bucket of 8
+    graphs = []
+    try:
+        for real in (17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32):
+            labels = torch.full_like(ids, IGNORE_INDEX).reshape(-1)
+            labels[torch.randperm(ids.numel())[:real]] = 1
+            model(input_ids=ids, labels=labels.reshape(ids.shape)).loss.backward()
+            graphs.append(counters["stats"]["unique_graphs"])
+    finally:
+        hook.remove()
+        handle()
+        vars(model).pop("_compiled_call_impl", None)
+        torch._dynamo.reset()
+    assert sorted(set(shapes)) == [24, 32]  # 16 counts, two shapes
+    assert graphs[-1] == graphs[8]  # the second bucket compiled by the 9th batch: none after

@@ -14,8 +14,16 @@
   rows of its input. The loss (the mean over the same targets) and every gradient are the
   unchanged step's, up to summation order; ModernBERT's ``sparse_prediction`` does the same.
   What changes is the model's output: its ``logits`` hold the rows with a target only (1, rows,
-  vocabulary), in order, so code that reads the logits of every token (an accuracy over all of
-  them) must not run with the lever on. A forward without labels is untouched.
+  vocabulary), in order, then padding rows (the first token's, their label ``-100``) up to a
+  bucket, so code that reads the logits of every token (an accuracy over all of them) must not
+  run with the lever on. A forward without labels is untouched.
+
+The number of rows with a target differs from batch to batch (BERT's masking draws it), so the
+rows taken are padded up to a multiple of a bucket (:func:`padded_rows`: a power of two near a
+64th of the batch's tokens), with ``ignore_index`` as their label: the loss and the gradients do
+not see them. A compiled step then meets a few shapes, not one per batch: under whole-model
+compile with CUDA graphs, unpadded, every new count recorded a graph of its own (luke on an H100,
+s61: nine sizes in one A/B, 0.74x on top of compile-model).
 - the ``demo``: its ``loss`` switch, which gathers the real rows before the LM head (so the head
   itself skips them), with row indices known on the host.
 
@@ -28,6 +36,7 @@ checked: 1e-5 relative in fp32.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -57,14 +66,52 @@ def causal_lm_loss_valid_rows(
     if shift_labels is None:
         shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     targets = shift_labels.reshape(-1).to(logits.device)
-    rows = (targets != ignore_index).nonzero().squeeze(1)  # sync point: the number of real rows
+    rows, real = padded_rows(targets, ignore_index)  # sync point: the number of real rows
     picked = logits.reshape(-1, vocab_size).index_select(0, rows).float()
-    loss = F.cross_entropy(picked, targets.index_select(0, rows), reduction="sum")
+    loss = F.cross_entropy(picked, _labels_of(targets, rows, real, ignore_index),
+                           ignore_index=ignore_index, reduction="sum")
     if num_items_in_batch is None:
-        return loss / rows.numel()
+        return loss / real
     if isinstance(num_items_in_batch, torch.Tensor):
         num_items_in_batch = num_items_in_batch.to(loss.device)
     return loss / num_items_in_batch
+
+
+# the rows taken are padded to a multiple of about this share of the batch's tokens
+BUCKETS = 64
+MIN_BUCKET = 8
+
+
+def bucket(tokens: int) -> int:
+    """The multiple the rows taken are padded to: the power of two nearest ``tokens / 64``, at
+    least 8 (16384 tokens: 256; 1024: 16)."""
+    if tokens <= 0:
+        return MIN_BUCKET
+    return max(MIN_BUCKET, 1 << max(0, round(math.log2(tokens / BUCKETS))))
+
+
+def padded_rows(targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, int]:
+    """The indices of the flat ``targets`` that are not ``ignore_index``, in order, then index 0
+    repeated up to the next multiple of :func:`bucket` (never past ``targets.numel()``); and the
+    number of real rows. One host read (``nonzero``)."""
+    real_rows = (targets != ignore_index).nonzero().squeeze(1)
+    real = real_rows.numel()
+    step = bucket(targets.numel())
+    size = min(targets.numel(), -(-real // step) * step)
+    if size == real:
+        return real_rows, real
+    return F.pad(real_rows, (0, size - real), value=0), real
+
+
+def _labels_of(targets: torch.Tensor, rows: torch.Tensor, real: int,
+               ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    """The labels of ``rows`` (from :func:`padded_rows`): the real rows' targets, then
+    ``ignore_index`` on the padding."""
+    labels = targets.index_select(0, rows)
+    if rows.numel() == real:
+        return labels
+    keep = torch.arange(rows.numel(), device=labels.device) < real
+    return torch.where(keep, labels, torch.full_like(labels, ignore_index))
 
 
 def applies(target: Target) -> str | None:
@@ -107,10 +154,10 @@ def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callabl
                 return forward(*args, **kwargs)
             flat = labels.reshape(-1)
             # sync point: the number of rows with a target
-            picked = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+            picked, real = padded_rows(flat)
             rows.rows, rows.tokens, rows.taken = picked, flat.numel(), False
             try:
-                out = forward(*args, **{**kwargs, "labels": flat.index_select(0, picked)[None]})
+                out = forward(*args, **{**kwargs, "labels": _labels_of(flat, picked, real)[None]})
             except Exception as exc:
                 if rows.taken:
                     raise
@@ -182,7 +229,8 @@ LEVER = register(
         known_problems=(
             "on a Hugging Face causal LM the head still projects every row (use "
             "fused-linear-cross-entropy to skip them there); with no padding it only adds a sync; "
-            "on a masked LM the model's logits hold the rows with a target only"
+            "on a masked LM the model's logits hold the rows with a target only (then padding "
+            "rows up to a bucket)"
         ),
     )
 )
