@@ -61,14 +61,22 @@ def test_the_logits_are_the_target_rows_in_order_then_padding():
     ids = torch.randint(0, model.config.vocab_size, (2, 16))
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[0, 3], labels[1, 0], labels[1, 9] = 5, 7, 11
-    model.eval()
-    full = model(input_ids=ids, labels=labels)
+    def forward(**inputs):  # the same dropout masks on every call (training mode)
+        torch.manual_seed(1)
+        return model(**inputs)
+
+    full = forward(input_ids=ids, labels=labels)
     handle = load_all()["loss-valid-rows"].patch(Target(model=model))
     try:
-        sparse = model(input_ids=ids, labels=labels)
-        without_labels = model(input_ids=ids)
+        sparse = forward(input_ids=ids, labels=labels)
+        without_labels = forward(input_ids=ids)
+        model.eval()  # an evaluation (a Trainer's metrics read every token's logits): untouched
+        evaluated = model(input_ids=ids, labels=labels)
+        model.train()
     finally:
         handle()
+    model.eval()
+    torch.testing.assert_close(evaluated.logits, model(input_ids=ids, labels=labels).logits)
     # 32 tokens pad the 3 rows with a target to a multiple of 8 with the first token's row
     assert sparse.logits.shape == (1, 8, model.config.vocab_size)
     torch.testing.assert_close(sparse.logits[0, :3], full.logits[labels != IGNORE_INDEX])

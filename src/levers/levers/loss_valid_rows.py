@@ -16,7 +16,8 @@
   What changes is the model's output: its ``logits`` hold the rows with a target only (1, rows,
   vocabulary), in order, then padding rows (the first token's, their label ``-100``) up to a
   bucket, so code that reads the logits of every token (an accuracy over all of them) must not
-  run with the lever on. A forward without labels is untouched.
+  run with the lever on while training. A forward without labels, and every forward in
+  evaluation mode (``model.eval()``: a Trainer's evaluation and its metrics), is untouched.
 
 The number of rows with a target differs from batch to batch (BERT's masking draws it), so the
 rows taken are padded up to a multiple of a bucket (:func:`padded_rows`: a power of two near a
@@ -150,7 +151,9 @@ def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callabl
     def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
         def forward_on_targets(*args: Any, **kwargs: Any) -> Any:
             labels = kwargs.get("labels")
-            if not isinstance(labels, torch.Tensor) or rows.rows is not None:
+            # an evaluation (model.eval(): a Trainer's metrics read every token's logits) and a
+            # forward without labels run as they were
+            if not model.training or not isinstance(labels, torch.Tensor) or rows.rows is not None:
                 return forward(*args, **kwargs)
             flat = labels.reshape(-1)
             # sync point: the number of rows with a target
@@ -229,8 +232,8 @@ LEVER = register(
         known_problems=(
             "on a Hugging Face causal LM the head still projects every row (use "
             "fused-linear-cross-entropy to skip them there); with no padding it only adds a sync; "
-            "on a masked LM the model's logits hold the rows with a target only (then padding "
-            "rows up to a bucket)"
+            "on a masked LM in training mode the model's logits hold the rows with a target "
+            "only (then padding rows up to a bucket); model.eval() gets every token's"
         ),
     )
 )
