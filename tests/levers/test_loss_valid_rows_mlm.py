@@ -191,3 +191,32 @@ def test_a_compiled_model_meets_a_few_shapes_as_the_count_of_masked_tokens_varie
         torch._dynamo.reset()
     assert sorted(set(shapes)) == [24, 32]  # 16 counts, two shapes
     assert graphs[-1] == graphs[8]  # the second bucket compiled by the 9th batch: none after
+
+
+def test_an_error_of_the_model_before_its_head_is_raised_as_it_is():
+    # the model's own check of its inputs fails before the head: its error, not the lever's
+    workload = _bert()
+    model = workload.model
+    handle = load_all()["loss-valid-rows"].patch(Target(model=model))
+    labels = torch.full((2, 8), IGNORE_INDEX)
+    labels[:, 0] = 1
+    try:
+        with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+            model(labels=labels)
+    finally:
+        handle()
+
+
+def test_the_wrapped_forward_keeps_the_model_s_signature():
+    # a Hugging Face Trainer keeps the dataset's columns the forward's signature names
+    import inspect
+
+    model = _bert().model
+    before = inspect.signature(model.forward)
+    handle = load_all()["loss-valid-rows"].patch(Target(model=model))
+    try:
+        assert "forward" in vars(model)
+        assert inspect.signature(model.forward) == before
+        assert "input_ids" in inspect.signature(model.forward).parameters
+    finally:
+        handle()

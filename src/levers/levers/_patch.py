@@ -7,6 +7,7 @@ the old value, or no instance attribute at all. ``Undos`` runs undos in reverse 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 Undo = Callable[[], None]
@@ -56,5 +57,10 @@ class Undos:
 
 
 def wrap_forward(module: Any, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Undo:
-    """Set ``module.forward`` to ``wrapper(current forward)`` on the instance; returns the undo."""
-    return set_attr(module, "forward", wrapper(module.forward))
+    """Set ``module.forward`` to ``wrapper(current forward)`` on the instance; returns the undo.
+
+    The new forward carries the old one's name and signature (``functools.update_wrapper``):
+    code that reads the forward's parameters still finds them (a Hugging Face Trainer keeps the
+    dataset's columns the forward names, and drops the rest)."""
+    forward = module.forward
+    return set_attr(module, "forward", functools.update_wrapper(wrapper(forward), forward))

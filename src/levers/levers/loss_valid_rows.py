@@ -135,13 +135,24 @@ def applies(target: Target) -> str | None:
 
 
 class _Rows:
-    """The rows with a target of the forward in flight (None outside one), and whether the
-    projection took them."""
+    """The rows with a target of the forward in flight (None outside one), whether the model's
+    head (the child module that holds the projection) was entered and whether the projection
+    took them."""
 
     def __init__(self) -> None:
         self.rows: torch.Tensor | None = None
         self.tokens = 0
+        self.reached = False
         self.taken = False
+
+
+def _head_holder(model: torch.nn.Module, projection: torch.nn.Module) -> torch.nn.Module:
+    """The child of ``model`` whose modules hold ``projection`` (BERT's ``cls``, RoBERTa's
+    ``lm_head``), or the projection itself."""
+    for child in model.children():
+        if any(module is projection for module in child.modules()):
+            return child
+    return projection
 
 
 def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callable[..., Any]],
@@ -158,11 +169,13 @@ def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callabl
             flat = labels.reshape(-1)
             # sync point: the number of rows with a target
             picked, real = padded_rows(flat)
-            rows.rows, rows.tokens, rows.taken = picked, flat.numel(), False
+            rows.rows, rows.tokens, rows.reached, rows.taken = picked, flat.numel(), False, False
             try:
                 out = forward(*args, **{**kwargs, "labels": _labels_of(flat, picked, real)[None]})
             except Exception as exc:
-                if rows.taken:
+                # raised before the head (the model's own checks of its inputs, say), or by the
+                # projection: the error is the model's, as it is
+                if rows.taken or not rows.reached:
                     raise
                 raise _not_taken(name) from exc  # the loss saw the rows' labels beside every logit
             finally:
@@ -214,6 +227,11 @@ def patch(target: Target) -> Callable[[], None]:
         head = hf_masked_lm_head(model)
         assert not isinstance(head, str), head
         rows = _Rows()
+
+        def entered(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            rows.reached = rows.reached or rows.rows is not None
+
+        undos.add(_head_holder(model, head).register_forward_pre_hook(entered).remove)
         undos.add(head.register_forward_pre_hook(_projection_on_targets(rows)).remove)
         undos.add(wrap_forward(model, _masked_lm_forward(model, rows)))
     undos.set_attr(model, MARK, True)
