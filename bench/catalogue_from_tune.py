@@ -98,7 +98,8 @@ def _trials(record: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             pending.append(event)
         elif event.get("event") == "tune-result":
             env = event.get("environment") or {}
-            out.extend((trial, env) for trial in pending if trial.get("params") == event.get("params"))
+            out.extend((trial, env) for trial in pending
+                       if trial.get("params") == event.get("params"))
             pending = []
     return out
 

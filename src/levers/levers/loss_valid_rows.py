@@ -18,6 +18,8 @@
   bucket, so code that reads the logits of every token (an accuracy over all of them) must not
   run with the lever on while training. A forward without labels, and every forward in
   evaluation mode (``model.eval()``: a Trainer's evaluation and its metrics), is untouched.
+- the ``demo``: its ``loss`` switch, which gathers the real rows before the LM head (so the head
+  itself skips them), with row indices known on the host.
 
 The number of rows with a target differs from batch to batch (BERT's masking draws it), so the
 rows taken are padded up to a multiple of a bucket (:func:`padded_rows`: a power of two near a
@@ -25,8 +27,6 @@ rows taken are padded up to a multiple of a bucket (:func:`padded_rows`: a power
 not see them. A compiled step then meets a few shapes, not one per batch: under whole-model
 compile with CUDA graphs, unpadded, every new count recorded a graph of its own (luke on an H100,
 s61: nine sizes in one A/B, 0.74x on top of compile-model).
-- the ``demo``: its ``loss`` switch, which gathers the real rows before the LM head (so the head
-  itself skips them), with row indices known on the host.
 
 In user code the fix is an edit (LOSS001's receipt names the line): gather the rows with a real
 target before the head, with indices built on the host.
@@ -91,7 +91,8 @@ def bucket(tokens: int) -> int:
     return max(MIN_BUCKET, 1 << max(0, round(math.log2(tokens / BUCKETS))))
 
 
-def padded_rows(targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, int]:
+def padded_rows(targets: torch.Tensor,
+                ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, int]:
     """The indices of the flat ``targets`` that are not ``ignore_index``, in order, then index 0
     repeated up to the next multiple of :func:`bucket` (never past ``targets.numel()``); and the
     number of real rows. One host read (``nonzero``)."""
