@@ -18,7 +18,8 @@ What a row says:
 - ``peak_allocated_delta_bytes`` the two sides' peaks apart (one measurement each: no CI95);
 - ``note`` which A/B it is ("tune's confirming A/B" or "tune's selecting A/B") and the session;
 - gpu, torch and levers' commit from the environment of the tune-result that ends the search,
-  the date from the session's ``summary.json`` row of the model where it has one ("?" else);
+  the date from the session's ``summary.json`` row of the model where it has one, else the day
+  git first committed the session's record ("?" where neither is known);
 - where the lever changed after the session measured it (:data:`SINCE`), the note says what.
 
 A trial with an option form (``compile-model:mode=default``), one that replaced a lever in the
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,18 @@ def _shape(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items() if k != "device")
 
 
+def _committed(path: Path) -> str | None:
+    """The date git first committed ``path`` (a session's record: the day it was measured), or
+    None outside a checkout or for a file not committed yet."""
+    try:
+        done = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cs", "-1", "--",
+                               path.name], cwd=path.parent, capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
 def _summary_dates(folder: Path) -> dict[str, str]:
     """model -> the date of its row in the session's summary.json files (where it has one)."""
     out: dict[str, str] = {}
@@ -109,7 +123,9 @@ def rows_of_session(folder: Path, session: str) -> list[dict[str, Any]]:
     dates = _summary_dates(folder)
     chosen: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
     for record in sorted(folder.rglob("tune.record.jsonl")):
+        committed = _committed(record)
         for trial, env in _trials(record):
+            env = {**env, "committed": committed}
             lever = _increment(trial)
             if lever is None or not _measured(trial):
                 continue
@@ -140,7 +156,7 @@ def rows_of_session(folder: Path, session: str) -> list[dict[str, Any]]:
             "gpu": (env.get("gpu") or {}).get("name") or env.get("device_name") or "?",
             "torch": env.get("torch") or "?",
             "commit": env.get("levers_commit") or "?",
-            "date": dates.get(params.get("model")) or "?",
+            "date": dates.get(params.get("model")) or env.get("committed") or "?",
             "error": None,
             "quality": None,
             "note": f"{ROLES[trial['role']]}, session {session}, parity {trial.get('parity')}"
