@@ -48,6 +48,12 @@ def test_levers_list_shows_effects_negatives_and_not_measured(tmp_path, capsys):
          "tokens_per_s_ratio_ci95": [1.48, 1.52], "peak_allocated_delta_bytes": -2 * 2**30,
          "peak_allocated_delta_ci95": [-2.1 * 2**30, -1.9 * 2**30],
          "peak_reserved_delta_bytes": -2**30},
+        {"lever": "compile-blocks", "workload": "zoo", "shape": "model=bert size=full",
+         "baseline": "zoo:default", "status": "ok", "tokens_per_s_ratio": 0.9,
+         "tokens_per_s_ratio_ci95": [0.85, 0.95]},
+        {"lever": "compile-blocks", "workload": "zoo", "shape": "model=vit size=full",
+         "baseline": "zoo:default", "status": "ok", "tokens_per_s_ratio": 1.2,
+         "tokens_per_s_ratio_ci95": [1.1, 1.3]},
         {"lever": "rms-norm-fused", "workload": "hf", "shape": "arch=llama size=1b",
          "baseline": "llama:default", "status": "ok", "tokens_per_s_ratio": 0.99,
          "tokens_per_s_ratio_ci95": [0.97, 1.01]},
@@ -70,6 +76,10 @@ def test_levers_list_shows_effects_negatives_and_not_measured(tmp_path, capsys):
     assert "NVIDIA H200, torch 2.11.0, commit abc1234567, 2026-12-01" in out
     assert "windowed-peak-metric" in out and "measured: not measured" in out
     assert "llama:levers-stack: 1.70x" in out
+    # a lever with several timed rows opens with their summary; one with a single row does not
+    assert ("measured on 3 timed rows: 2 faster, 0 no effect, 1 slower; tokens/s 0.90x-1.50x, "
+            "median 1.20x") in out
+    assert out.count("timed rows:") == 1
     assert main(["list", "--catalogue", str(tmp_path / "missing.json")]) == 2
 
 
