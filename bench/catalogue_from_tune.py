@@ -2,7 +2,8 @@
 tokens/s ratio and CI95 its A/B measured, becomes a row of ``levers list``'s catalogue.
 
 ``bench/tune_sweep.py`` keeps tune's record (``tune.record.jsonl``: one ``tune-trial`` event per
-A/B) beside each session's rows; every trial that adds one lever to a stack (``stack`` is
+A/B) beside each session's rows (a session's folder, or ``SESSION.record.jsonl`` in the results
+folder); every trial that adds one lever to a stack (``stack`` is
 ``base`` and one more lever) and ran to a ratio with a CI95 is a measurement of that lever on that
 model, against that base. Per session, model, base and lever one row is kept: the confirming A/B
 where tune ran one (a fresh A/B, not the one that selected the lever), else the selection. The
@@ -118,11 +119,13 @@ def _trials(record: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
-def rows_of_session(folder: Path, session: str) -> list[dict[str, Any]]:
-    """The catalogue rows of one session's folder (its tune.record.jsonl files, at any depth)."""
+def rows_of_session(folder: Path, session: str,
+                    records: list[Path] | None = None) -> list[dict[str, Any]]:
+    """The catalogue rows of one session: its ``records`` (default: the folder's
+    tune.record.jsonl files, at any depth), dated by the folder's summary.json files."""
     dates = _summary_dates(folder)
     chosen: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for record in sorted(folder.rglob("tune.record.jsonl")):
+    for record in sorted(folder.rglob("tune.record.jsonl")) if records is None else records:
         committed = _committed(record)
         for trial, env in _trials(record):
             env = {**env, "committed": committed}
@@ -168,7 +171,8 @@ def rows_of_session(folder: Path, session: str) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", type=Path,
-                        help="a tune_sweep results folder: one subfolder per session")
+                        help="a tune_sweep results folder: a subfolder per session (its "
+                             "tune.record.jsonl), or a SESSION.record.jsonl file per session")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if not args.results.is_dir():
@@ -176,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for folder in sorted(p for p in args.results.iterdir() if p.is_dir()):
         rows.extend(rows_of_session(folder, folder.name))
+    # a session kept as one record file beside the others (s36a.record.jsonl), its rows merged
+    # into the folder's summary.json
+    for record in sorted(args.results.glob("*.record.jsonl")):
+        session = record.name.removesuffix(".record.jsonl")
+        rows.extend(rows_of_session(args.results, session, [record]))
     if not rows:
         parser.error(f"no tune record under {args.results} adds a lever to a stack")
     doc = {"command": "bench/catalogue_from_tune.py " + " ".join(argv or sys.argv[1:]),

@@ -76,3 +76,16 @@ def test_tune_s_increments_become_rows_and_the_rest_does_not(tmp_path):
         ("compile-blocks", "faster"), ("loss-valid-rows", "faster"),
         ("sdpa-cudnn-backend", "slower")}
     assert set(catalogue_expectations(measured)) == {"compile-blocks"}
+
+
+def test_a_session_kept_as_one_record_file_beside_the_others_gives_rows(tmp_path):
+    module = bench_module("catalogue_from_tune.py", "catalogue_from_tune")
+    results = tmp_path / "results"
+    results.mkdir()
+    events = [_trial([], ["compile-model"], "confirmation", 1.4, [1.3, 1.5]),
+              {"event": "tune-result", "params": BERT, "environment": ENV}]
+    (results / "s40a.record.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    out = tmp_path / "catalogue.json"
+    assert module.main([str(results), "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["lever"] == "compile-model" and "session s40a" in row["note"]
