@@ -121,9 +121,10 @@ def _trials(record: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 def rows_of_session(folder: Path, session: str,
                     records: list[Path] | None = None) -> list[dict[str, Any]]:
-    """The catalogue rows of one session: its ``records`` (default: the folder's
-    tune.record.jsonl files, at any depth), dated by the folder's summary.json files."""
-    dates = _summary_dates(folder)
+    """The catalogue rows of one session: the folder's tune.record.jsonl files (at any depth),
+    dated by the folder's summary.json files; or the ``records`` given, files of a folder that
+    holds several sessions' rows, dated by the day each was committed."""
+    dates = _summary_dates(folder) if records is None else {}
     chosen: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
     for record in sorted(folder.rglob("tune.record.jsonl")) if records is None else records:
         committed = _committed(record)
