@@ -74,17 +74,17 @@ def describe(row: Any) -> str:
 def summary(rows: list[Any]) -> str | None:
     """One line over a lever's timed rows, where it has two or more: how many were faster, of no
     effect and slower, and the range and median of their tokens/s ratios."""
+    from statistics import median
+
     timed = [row for row in rows if row.status == "ok" and row.tokens_per_s_ratio is not None]
     if len(timed) < 2:
         return None
     ratios = sorted(float(row.tokens_per_s_ratio) for row in timed)
     counts = {effect: sum(row.effect == effect for row in timed)
               for effect in ("faster", "no effect", "slower")}
-    middle = len(ratios) // 2
-    median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
     return (f"{len(timed)} timed rows: {counts['faster']} faster, {counts['no effect']} no "
             f"effect, {counts['slower']} slower; tokens/s {ratios[0]:.2f}x-{ratios[-1]:.2f}x, "
-            f"median {median:.2f}x (each against the step it was added to, below)")
+            f"median {median(ratios):.2f}x (each against the step it was added to, below)")
 
 
 def _provenance(row: Any) -> str:
@@ -150,10 +150,11 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"{lever.id}  [{safety}]  fixes {fixes}\n")
         out.write(f"    {lever.title}\n")
         rows = measured.get(lever.id, [])
+        over_rows = summary(rows)
         if not rows:
             out.write("    measured: not measured\n")
-        elif summary(rows):
-            out.write(f"    measured on {summary(rows)}\n")
+        elif over_rows:
+            out.write(f"    measured on {over_rows}\n")
         for row in rows:
             out.write(f"    measured: {describe(row)}\n")
             out.write(f"              {_provenance(row)}\n")

@@ -109,11 +109,8 @@ def _labels_of(targets: torch.Tensor, rows: torch.Tensor, real: int,
                ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
     """The labels of ``rows`` (from :func:`padded_rows`): the real rows' targets, then
     ``ignore_index`` on the padding."""
-    labels = targets.index_select(0, rows)
-    if rows.numel() == real:
-        return labels
-    keep = torch.arange(rows.numel(), device=labels.device) < real
-    return torch.where(keep, labels, torch.full_like(labels, ignore_index))
+    labels = targets.index_select(0, rows[:real])
+    return F.pad(labels, (0, rows.numel() - real), value=ignore_index)
 
 
 def applies(target: Target) -> str | None:
