@@ -162,37 +162,6 @@ def test_the_rows_taken_are_padded_to_a_few_sizes_the_loss_never_sees():
     assert padded_rows(every)[0].tolist() == list(range(10))
 
 
-def test_a_compiled_model_meets_a_few_shapes_as_the_count_of_masked_tokens_varies():
-    """Under whole-model compile the rows' count is a shape: padded to a bucket, batches whose
-    masked counts all differ compile no new program once two buckets were seen (unpadded, each
-    count was a shape of its own: on an H100 the CUDA graphs recorded one per batch)."""
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    workload = _bert()
-    model = workload.model
-    model.compile(backend="aot_eager")
-    handle = load_all()["loss-valid-rows"].patch(Target(model=model))
-    shapes: list[int] = []
-    hook = model.get_output_embeddings().register_forward_hook(
-        lambda module, args, out: shapes.append(args[0].shape[1]))
-    ids = torch.randint(0, model.config.vocab_size, (4, 32))  # 128 tokens: a bucket of 8
-    graphs = []
-    try:
-        for real in (17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32):
-            labels = torch.full_like(ids, IGNORE_INDEX).reshape(-1)
-            labels[torch.randperm(ids.numel())[:real]] = 1
-            model(input_ids=ids, labels=labels.reshape(ids.shape)).loss.backward()
-            graphs.append(counters["stats"]["unique_graphs"])
-    finally:
-        hook.remove()
-        handle()
-        vars(model).pop("_compiled_call_impl", None)
-        torch._dynamo.reset()
-    assert sorted(set(shapes)) == [24, 32]  # 16 counts, two shapes
-    assert graphs[-1] == graphs[8]  # the second bucket compiled by the 9th batch: none after
-
-
 def test_an_error_of_the_model_before_its_head_is_raised_as_it_is():
     # the model's own check of its inputs fails before the head: its error, not the lever's
     workload = _bert()

@@ -26,7 +26,10 @@ rows taken are padded up to a multiple of a bucket (:func:`padded_rows`: a power
 64th of the batch's tokens), with ``ignore_index`` as their label: the loss and the gradients do
 not see them. A compiled step then meets a few shapes, not one per batch: under whole-model
 compile with CUDA graphs, unpadded, every new count recorded a graph of its own (luke on an H100,
-s61: nine sizes in one A/B, 0.74x on top of compile-model).
+s61: nine sizes in one A/B, 0.74x on top of compile-model). The rows, their labels and their
+count are found eagerly (:func:`rows_and_labels`, outside dynamo's trace), so the compiled graphs
+after it get the padded sizes only: traced, the count itself reached them as an input, and they
+still met one size per batch (s62: 0.97x).
 
 In user code the fix is an edit (LOSS001's receipt names the line): gather the rows with a real
 target before the head, with indices built on the host.
@@ -67,10 +70,9 @@ def causal_lm_loss_valid_rows(
     if shift_labels is None:
         shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     targets = shift_labels.reshape(-1).to(logits.device)
-    rows, real = padded_rows(targets, ignore_index)  # sync point: the number of real rows
+    rows, labels, real = rows_and_labels(targets, ignore_index)  # sync point: the real rows' count
     picked = logits.reshape(-1, vocab_size).index_select(0, rows).float()
-    loss = F.cross_entropy(picked, _labels_of(targets, rows, real, ignore_index),
-                           ignore_index=ignore_index, reduction="sum")
+    loss = F.cross_entropy(picked, labels, ignore_index=ignore_index, reduction="sum")
     if num_items_in_batch is None:
         return loss / real
     if isinstance(num_items_in_batch, torch.Tensor):
@@ -111,6 +113,20 @@ def _labels_of(targets: torch.Tensor, rows: torch.Tensor, real: int,
     ``ignore_index`` on the padding."""
     labels = targets.index_select(0, rows[:real])
     return F.pad(labels, (0, rows.numel() - real), value=ignore_index)
+
+
+@torch.compiler.disable
+def rows_and_labels(targets: torch.Tensor, ignore_index: int = IGNORE_INDEX,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`padded_rows` and their labels, with the number of real rows as a 0-dim tensor on
+    ``targets``' device. Run eagerly inside a compiled model too: what the compiled code after it
+    gets is tensors of the padded size only. Traced, the real count (an int) and ``nonzero``'s
+    result (of that many rows) entered the graphs after the break as inputs, and CUDA graphs
+    record one graph per new value of an input's size: on an H100 (s62) luke's whole-model
+    compile with CUDA graphs met nine and ran 0.97x with the lever, where the rows were padded."""
+    rows, real = padded_rows(targets, ignore_index)
+    count = (targets != ignore_index).sum()
+    return rows, _labels_of(targets, rows, real, ignore_index), count
 
 
 def applies(target: Target) -> str | None:
@@ -166,10 +182,10 @@ def _masked_lm_forward(model: torch.nn.Module, rows: _Rows) -> Callable[[Callabl
                 return forward(*args, **kwargs)
             flat = labels.reshape(-1)
             # sync point: the number of rows with a target
-            picked, real = padded_rows(flat)
+            picked, picked_labels, _ = rows_and_labels(flat)
             rows.rows, rows.tokens, rows.reached, rows.taken = picked, flat.numel(), False, False
             try:
-                out = forward(*args, **{**kwargs, "labels": _labels_of(flat, picked, real)[None]})
+                out = forward(*args, **{**kwargs, "labels": picked_labels[None]})
             except Exception as exc:
                 # raised before the head (the model's own checks of its inputs, say), or by the
                 # projection: the error is the model's, as it is
