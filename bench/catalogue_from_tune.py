@@ -54,6 +54,10 @@ SINCE = {
     ("s61", "luke", "loss-valid-rows"): (
         "; measured before ac37d80, which pads the rows to a bucket: each batch's count of "
         "masked tokens was a new shape and a CUDA graph recorded for it"),
+    ("s62", "luke", "loss-valid-rows"): (
+        "; run on the tree of da0123c (the device's git read 1f86f26 with changes), before "
+        "57dabf5, which finds the rows eagerly: traced, their count reached the compiled graphs "
+        "as an input and the CUDA graphs still recorded one per batch"),
 }
 
 
