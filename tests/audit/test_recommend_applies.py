@@ -57,3 +57,17 @@ def test_a_capture_without_answers_recommends_as_before():
     result = audited.result
     rec = recommend(audited.findings, bare, step_ms=result.step_ms, weight=1.0)
     assert "sdpa-attention" in rec.levers and rec.inapplicable == {}
+
+
+def test_two_findings_that_leave_a_lever_out_for_one_reason_say_it_once():
+    # timm's levit writes attention out in two classes: two ATTN002 findings, one note
+    import dataclasses
+
+    step = levers.Step(HAND_WRITTEN)
+    audited = step.audit(memory_model=False)
+    attn = next(f for f in audited.findings if f.code == "ATTN002")
+    other = dataclasses.replace(attn.receipt, line=attn.receipt.line + 10)
+    twice = [attn, dataclasses.replace(attn, receipt=other)]
+    rec = recommend(twice, step.capture(), step_ms=audited.result.step_ms, weight=1.0)
+    notes = [n for n in rec.notes if n.startswith("ATTN002: sdpa-attention left out")]
+    assert len(notes) == 1

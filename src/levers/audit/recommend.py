@@ -234,7 +234,9 @@ def recommend(
     elif levers:
         next_steps = without_spec_steps(levers, capture)
     return Recommendation(
-        levers, tuple(code for _, code in kept), missing, command, tuple(notes),
+        # two findings of one rule (two attention classes, each written out) leave a lever out
+        # for one reason: said once
+        levers, tuple(code for _, code in kept), missing, command, tuple(dict.fromkeys(notes)),
         tune_command=tune_command(workload_spec, set_items), next_steps=next_steps,
         inapplicable=inapplicable,
     )
