@@ -6,7 +6,10 @@
 # 2. swin's 3m row with every peer (s62 timed tune's side only, 4.317x; s55's row 0.977);
 # 3. timm's inception_resnet_v2 at 3m: its row (a14dbe0) predates d538ca7, since which
 #    compile-blocks applies there (3 programs, its single layers eager);
-# 4. squeezebert's 10m row (a masked LM outside the zoo), if time is left.
+# 4. glm_moe_dsa at 3m: its row (e2cb1d7, s52) predates the settled-baseline stop of sides one
+#    at a time (its eager baseline's 20 steps of 1.2 s were 24 s of each A/B), and read 0.956 of
+#    whole-model compile, which the budget never reached;
+# 5. squeezebert's 10m row (a masked LM outside the zoo), if time is left.
 # Polled with bench/gpu_poll.sh without a pause between polls.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s63.sh /tmp/g
@@ -17,6 +20,8 @@ MODELS=arch@luke SAMPLE= BUDGET=10m ROW_TIMEOUT=900 KEEP_GOING=1 \
 MODELS=zoo@swin SAMPLE= BUDGET=3m ROW_TIMEOUT=720 KEEP_GOING=1 \
     bash bench/gpu_call_tune_rows.sh "$D"
 MODELS=arch@timm:inception_resnet_v2 SAMPLE= BUDGET=3m ROW_TIMEOUT=720 KEEP_GOING=1 \
+    bash bench/gpu_call_tune_rows.sh "$D"
+MODELS=arch@glm_moe_dsa SAMPLE= BUDGET=3m ROW_TIMEOUT=720 KEEP_GOING=1 \
     bash bench/gpu_call_tune_rows.sh "$D"
 MODELS=arch@squeezebert SAMPLE= BUDGET=10m ROW_TIMEOUT=900 KEEP_GOING=1 \
     bash bench/gpu_call_tune_rows.sh "$D"
