@@ -66,8 +66,8 @@ def test_two_findings_that_leave_a_lever_out_for_one_reason_say_it_once():
     step = levers.Step(HAND_WRITTEN)
     audited = step.audit(memory_model=False)
     attn = next(f for f in audited.findings if f.code == "ATTN002")
-    other = dataclasses.replace(attn.receipt, line=attn.receipt.line + 10)
-    twice = [attn, dataclasses.replace(attn, receipt=other)]
+    other = dataclasses.replace(attn.receipts[0], line=attn.receipts[0].line + 10)
+    twice = [attn, dataclasses.replace(attn, receipts=(other,))]
     rec = recommend(twice, step.capture(), step_ms=audited.result.step_ms, weight=1.0)
     notes = [n for n in rec.notes if n.startswith("ATTN002: sdpa-attention left out")]
     assert len(notes) == 1
