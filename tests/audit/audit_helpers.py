@@ -74,9 +74,14 @@ def mark_line(code: str, name: str) -> int:
 
 @functools.cache
 def captured(code: str, name: str) -> tuple[Capture, dict]:
-    """The capture of one case (after one warm-up step) and the scopes of its step function."""
-    workload = load_workload(f"{HERE / code / 'cases.py'}:{name}", {})
-    capture = capture_step(workload, warmup=1, timed=0)
+    """The capture of one case (after one warm-up step) and the scopes of its step function.
+    What a case sets for the process (a lever it leaves on: compile-blocks unspecialises int
+    attributes) is put back after its capture, so no case depends on which ran before it."""
+    from levers.memory.prediction import compile_settings_kept
+
+    with compile_settings_kept():
+        workload = load_workload(f"{HERE / code / 'cases.py'}:{name}", {})
+        capture = capture_step(workload, warmup=1, timed=0)
     transform = getattr(cases_module(code), "TRANSFORM", {}).get(name)
     if transform is not None:
         capture = transform(capture)
