@@ -114,6 +114,35 @@ def data_dependent(device: str = "cpu") -> Workload:
     return Workload(model=model, step=step, optimizer=optimizer, name="data_dependent")
 
 
+def drawn_targets(device: str = "cpu", collator: bool = False, tokens: int = 4096) -> Workload:
+    """A masked LM's targets drawn each step, 15% of the tokens (``torch.rand(...) < 0.15``, or
+    ``torch.bernoulli`` of a ``torch.full`` of 0.15 as Hugging Face's collator draws them), on a
+    generator of the device; the projection and the loss then take the rows with a target only,
+    as loss-valid-rows does. A dropout on the hidden states draws too, and nothing reads it."""
+    model = nn.Linear(8, 512, device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(0)
+
+    def step() -> torch.Tensor:
+        if collator:
+            chance = torch.full((tokens,), 0.15, device=device)
+            masked = torch.bernoulli(chance, generator=generator).bool()
+        else:
+            masked = torch.rand((tokens,), generator=generator, device=device) < 0.15
+        labels = torch.where(masked, torch.arange(tokens, device=device) % 512, -100)
+        hidden = nn.functional.dropout(torch.randn(tokens, 8, device=device), 0.1)
+        rows = (labels != -100).nonzero().squeeze(1)  # the rows with a target: ~15%
+        logits = model(hidden.index_select(0, rows))
+        loss = nn.functional.cross_entropy(logits.float(), labels.index_select(0, rows))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Workload(model=model, step=step, optimizer=optimizer, name="drawn_targets")
+
+
 def device_moves(device: str = "cpu") -> Workload:
     """Built on the host and moved, with a host copy, a generator and a device check."""
     model = nn.Linear(4, 4)

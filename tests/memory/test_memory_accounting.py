@@ -11,7 +11,7 @@ import torch
 
 from levers.memory import predict_memory
 from levers.memory.fake import trace_workload
-from levers.memory.shadow import _ShadowTable
+from levers.memory.shadow import DRAW_ASSUMPTION, _ShadowTable
 from levers.hardware import resolve_gpu
 
 MIB = 1 << 20
@@ -131,6 +131,24 @@ def test_values_read_by_the_step_come_from_shadows():
     trace, _ = trace_workload(lambda: factories.data_dependent(device="cuda"), H100, num_steps=1)
     picked = [a for a in trace.allocations if a.op == "aten.index.Tensor"]
     assert [a.shape for a in picked] == [(5, 8)]  # five labels are not -100
+    assert trace.assumptions == ()
+
+
+@pytest.mark.parametrize("collator", [False, True], ids=["rand", "bernoulli-of-full"])
+def test_rows_selected_by_a_random_draw_are_counted_from_a_draw_on_the_host(collator):
+    # a masked LM's targets drawn at 15%: the rows the step selects are ~15% of the 4096 tokens
+    # (the host's draw, not the step's: a binomial count, 614 +- 23), where they were all assumed
+    trace, _ = trace_workload(
+        lambda: factories.drawn_targets(device="cuda", collator=collator), H100, num_steps=1)
+    logits = [a.shape for a in trace.allocations if a.shape[-1:] == (512,) and a.step == 0
+              and a.op == "aten.addmm.default"]
+    assert logits and all(500 <= shape[0] <= 730 for shape in logits)
+    assert trace.assumptions == (DRAW_ASSUMPTION,)
+
+
+def test_a_draw_that_nothing_reads_is_no_assumption():
+    # the mlp step draws its inputs (torch.randn), and reads none of them
+    trace, _ = trace_workload(lambda: factories.mlp(device="cuda"), H100, num_steps=1)
     assert trace.assumptions == ()
 
 

@@ -218,3 +218,24 @@ def test_the_state_whatifs_predict_the_state_their_lever_keeps_after_a_step(leve
     )
     assert measured < 0
     assert abs(predicted.delta_state_bytes - measured) <= 0.01 * abs(measured)
+
+
+def test_a_masked_lm_s_drawn_targets_price_its_valid_rows_and_its_lever():
+    # transformers' BertForMaskedLM with the zoo's batches: 15% of the tokens drawn as targets
+    # each step. The draw is made on the host, so the rows with a target are known: the
+    # valid-rows what-if applies, and loss-valid-rows is predicted with the rows it takes
+    pytest.importorskip("transformers")
+    import levers
+
+    step = levers.Step("zoo", {"model": "bert", "size": "full", "batch_size": 4})
+    plain = step.memory(gpu="h100-80gb", whatifs=True)
+    lever = step.memory(gpu="h100-80gb", whatifs=False, lever_ids=["loss-valid-rows"])
+    whatif = next(w for w in plain.whatifs if w.name == "valid-rows-loss")
+    assert whatif.applicable and whatif.delta_allocated_bytes < 0, whatif.note
+    assert "levers_skipped" not in lever.extra
+    assert lever.peak_allocated_bytes < plain.peak_allocated_bytes
+    # the what-if scales the vocabulary-wide tensors to the drawn share, the lever takes those
+    # rows (padded to a bucket): the two agree on what goes
+    saved_lever = plain.peak_allocated_bytes - lever.peak_allocated_bytes
+    assert saved_lever == pytest.approx(-whatif.delta_allocated_bytes, rel=0.1)
+    assert any("random draws" in note for note in lever.assumptions)

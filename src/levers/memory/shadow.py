@@ -12,6 +12,16 @@ boolean indexing, ``masked_select``), use the shadow.
 Where no shadow exists (a mask computed from activations), the answer is an assumption, and it
 is recorded: a read gives 0 (False), and a boolean mask is taken as all true (the largest size,
 so the prediction errs on the high side).
+
+Random draws are values too: a masked LM's targets are the tokens where ``torch.rand(shape) <
+0.15`` (or ``torch.bernoulli`` of a ``torch.full`` of 0.15, as Hugging Face's collator draws
+them), and what selects the rows with a target (``nonzero``, loss-valid-rows) sizes what follows.
+So the float outputs of the draws and fills in :data:`_FLOAT_SOURCES` are shadowed too (up to
+:data:`MAX_SHADOW_NUMEL` elements), each draw from the shadows' own host generator: the same
+distribution as the step's, not its values; where a value or a size the step reads comes from
+such a draw, that is recorded as an assumption (a count of rows drawn at 15% of 16384 tokens
+varies by about 2% from draw to draw). Other float outputs are not
+shadowed (activations), so no chain of float work is run on the host.
 """
 
 from __future__ import annotations
@@ -36,6 +46,18 @@ _NO_VALUES = {
     "aten::new_empty_strided", "aten::empty_permuted",
 }  # fmt: skip
 aten = torch.ops.aten
+# random draws, then constant fills: their float outputs get shadows (see the module's docstring)
+_DRAWS = {
+    "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::uniform_",
+    "aten::normal_", "aten::bernoulli", "aten::bernoulli_", "aten::exponential_",
+}  # fmt: skip
+_FLOAT_SOURCES = _DRAWS | {
+    "aten::full", "aten::full_like", "aten::fill_", "aten::masked_fill", "aten::masked_fill_",
+}  # fmt: skip
+DRAW_ASSUMPTION = (
+    "values the step read or rows it selected (a masked LM's targets, say) came from random "
+    "draws, made on the host: the same distribution as the step's, not its values"
+)
 
 
 def _geometry(tensor: torch.Tensor) -> tuple:
@@ -83,6 +105,20 @@ class ShadowValues:
     def __init__(self) -> None:
         self._shadows = _ShadowTable()
         self.assumptions: list[str] = []
+        self._draws = torch.Generator().manual_seed(0)  # the host's draws (_DRAWS), repeatable
+        self._drawn: set[int] = set()  # ids of the shadows computed from a draw (while alive)
+
+    def _mark_drawn(self, real: torch.Tensor) -> None:
+        key = id(real)
+        if key not in self._drawn:
+            self._drawn.add(key)
+            weakref.finalize(real, self._drawn.discard, key)
+
+    def _read(self, shadow: torch.Tensor) -> torch.Tensor:
+        """``shadow``, about to size or decide what the step does: said where it was drawn."""
+        if id(shadow) in self._drawn and DRAW_ASSUMPTION not in self.assumptions:
+            self.assumptions.append(DRAW_ASSUMPTION)
+        return shadow
 
     def value(self, tensor: torch.Tensor) -> torch.Tensor | None:
         return self._shadows.get(tensor)
@@ -92,7 +128,7 @@ class ShadowValues:
         shadow = self._shadows.get(tensor)
         if shadow is None:
             return None
-        with _disable_current_modes():
+        with _disable_current_modes():  # levers' own count, not a read of the step's
             return int((shadow != value).sum())
 
     def answer(self, func, args: tuple, kwargs: dict) -> Any:
@@ -114,18 +150,22 @@ class ShadowValues:
 
     def after(self, func, args: tuple, kwargs: dict, out: Any) -> None:
         """Compute the shadows of ``func``'s outputs (and of the inputs it mutates) where possible."""
+        name = func._schema.name
         mutated = _mutated_inputs(func, args)
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        wanted = [t for t in outputs if _shadowable(t)] + [t for t in mutated if _shadowable(t)]
+        wanted = ([t for t in outputs if _shadowable(t, name)]
+                  + [t for t in mutated if _shadowable(t, name)])
         for tensor in mutated:
-            if not _shadowable(tensor):
+            if not _shadowable(tensor, name):
                 self._shadows.pop(tensor, None)
-        if not wanted or func._schema.name in _NO_VALUES:
+        if not wanted or name in _NO_VALUES:
             return
         real_args, real_kwargs, known = self._real_arguments(args, kwargs)
         if not known:
             self._forget(mutated)
             return
+        if name in _DRAWS:  # the step's generator is on its device: the host's own draws
+            real_kwargs = {**real_kwargs, "generator": self._draws}
         try:
             with unset_fake_temporarily():
                 # in-place ops update the shadows of their inputs in place
@@ -134,9 +174,19 @@ class ShadowValues:
             self._forget(mutated)
             return
         real_outputs = [t for t in tree_flatten(real_out)[0] if isinstance(t, torch.Tensor)]
+        drawn = name in _DRAWS or any(
+            isinstance(t, torch.Tensor) and id(t) in self._drawn
+            for t in tree_flatten((real_args, real_kwargs))[0])
         for fake, real in zip(outputs, real_outputs):
-            if _shadowable(fake) and tuple(real.shape) == tuple(fake.shape):
+            if _shadowable(fake, name) and tuple(real.shape) == tuple(fake.shape):
                 self._shadows[fake] = real
+                if drawn:
+                    self._mark_drawn(real)
+        if drawn:  # an in-place op's input now holds values from a draw
+            for tensor in mutated:
+                real = self._shadows.get(tensor)
+                if real is not None:
+                    self._mark_drawn(real)
 
     def _forget(self, tensors: list) -> None:
         for tensor in tensors:
@@ -165,7 +215,7 @@ class ShadowValues:
         shadow = self._shadows.get(tensor)
         if shadow is not None:
             with _disable_current_modes():
-                return shadow.item()
+                return self._read(shadow).item()
         self.assumptions.append(
             f"a step read the value of a {str(tensor.dtype).removeprefix('torch.')} tensor "
             "computed from activations; 0 was assumed"
@@ -178,7 +228,7 @@ class ShadowValues:
         shadow = self._shadows.get(mask)
         if shadow is not None:
             with _disable_current_modes():
-                real = torch.nonzero(shadow)
+                real = torch.nonzero(self._read(shadow))
             fake = torch.empty(tuple(real.shape), dtype=torch.long, device=mask.device)
             self._shadows[fake] = real
             return fake
@@ -193,7 +243,7 @@ class ShadowValues:
         shadow = self._shadows.get(mask)
         if shadow is not None:
             with _disable_current_modes():
-                count = int(shadow.expand(shape).sum())
+                count = int(self._read(shadow).expand(shape).sum())
         else:
             count = 1
             for size in shape:
@@ -214,11 +264,14 @@ class ShadowValues:
         return converted
 
 
-def _shadowable(tensor: torch.Tensor) -> bool:
+def _shadowable(tensor: torch.Tensor, op: str = "") -> bool:
     if tensor.dtype in _VALUE_DTYPES:
         return tensor.numel() <= MAX_SHADOW_NUMEL
-    # float scalars too: step counters and other bookkeeping that a step may read back
-    return tensor.is_floating_point() and tensor.numel() <= MAX_FLOAT_NUMEL
+    if not tensor.is_floating_point():
+        return False
+    # float scalars too: step counters and other bookkeeping that a step may read back; and the
+    # draws and fills a mask is drawn from
+    return tensor.numel() <= (MAX_SHADOW_NUMEL if op in _FLOAT_SOURCES else MAX_FLOAT_NUMEL)
 
 
 def _has_bool_index(indices: Any) -> bool:
