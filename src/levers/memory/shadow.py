@@ -46,10 +46,10 @@ _NO_VALUES = {
     "aten::new_empty_strided", "aten::empty_permuted",
 }  # fmt: skip
 aten = torch.ops.aten
-# random draws, then constant fills: their float outputs get shadows (see the module's docstring)
+# the uniform draws a mask is drawn from, then constant fills: their float outputs get shadows
+# (see the module's docstring); not the normal draws, which make inputs (an image batch's pixels)
 _DRAWS = {
-    "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::uniform_",
-    "aten::normal_", "aten::bernoulli", "aten::bernoulli_", "aten::exponential_",
+    "aten::rand", "aten::rand_like", "aten::uniform_", "aten::bernoulli", "aten::bernoulli_",
 }  # fmt: skip
 _FLOAT_SOURCES = _DRAWS | {
     "aten::full", "aten::full_like", "aten::fill_", "aten::masked_fill", "aten::masked_fill_",
