@@ -189,3 +189,58 @@ def test_the_wrapped_forward_keeps_the_model_s_signature():
         assert "input_ids" in inspect.signature(model.forward).parameters
     finally:
         handle()
+
+
+def _xlm_step(model, ids, labels, steps: int = 2):
+    """Losses and gradients of ``steps`` forward-backward passes (no optimizer: the same weights)."""
+    losses, grads = [], []
+    for _ in range(steps):
+        model.zero_grad()
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        losses.append(float(loss.detach()))
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    return losses, grads
+
+
+def test_a_masked_lm_of_the_mapping_not_named_for_masked_lm_takes_its_rows():
+    """XLM's masked LM is XLMWithLMHeadModel (in transformers' masked-LM mapping), whose
+    prediction layer takes an unshifted cross-entropy of every token: its projection gets the
+    tokens with a target only, and the loss and the gradients are the unchanged model's."""
+    from transformers import XLMConfig, XLMWithLMHeadModel
+
+    torch.manual_seed(0)
+    model = XLMWithLMHeadModel(XLMConfig(vocab_size=97, emb_dim=32, n_layers=2, n_heads=2,
+                                         dropout=0.0, attention_dropout=0.0))
+    model.train()
+    ids = torch.randint(0, 97, (3, 20))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    chosen = torch.rand(ids.shape) < 0.2
+    chosen[0, 0] = True  # at least one target
+    labels[chosen] = ids[chosen]
+    plain_losses, plain_grads = _xlm_step(model, ids, labels)
+    handle = levers.apply(model, ["loss-valid-rows"])
+    seen: list[int] = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: seen.append(args[0].shape[:-1].numel()))
+    losses, grads = _xlm_step(model, ids, labels)
+    hook.remove()
+    real = int(chosen.sum())
+    assert seen and all(real <= rows < ids.numel() for rows in seen)
+    assert losses == pytest.approx(plain_losses, rel=1e-5)
+    for before, after in zip(plain_grads[-1], grads[-1]):
+        torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-6)
+    handle.undo()
+    assert "forward" not in vars(model)
+
+
+def test_an_encoder_decoder_of_the_masked_lm_mapping_is_refused_with_why():
+    """BART is in transformers' masked-LM mapping, but it makes its decoder's inputs from the
+    labels: the lever refuses it and says so."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    model = BartForConditionalGeneration(BartConfig(
+        vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32))
+    reason = load_all()["loss-valid-rows"].applies(Target(model=model))
+    assert reason is not None and "encoder-decoder" in reason

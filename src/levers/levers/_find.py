@@ -213,13 +213,38 @@ def hf_causal_lm_parts(model: torch.nn.Module) -> tuple[Any, torch.nn.Linear] | 
     return base, head
 
 
+def _not_masked_lm(model: torch.nn.Module) -> str | None:
+    """Why ``model`` is not a masked LM whose labels can be narrowed to the rows, or None for a
+    ``*ForMaskedLM`` and for a class transformers' masked-LM mapping names that is not an
+    encoder-decoder: XLM's and Flaubert's ``*WithLMHeadModel``, whose prediction layer takes the
+    cross-entropy of every token's logits against its own label, unshifted, as a masked LM's does.
+    The encoder-decoders of that mapping (BART's ``*ForConditionalGeneration``) build their
+    decoder's inputs from the labels."""
+    name = type(model).__name__
+    if name.endswith("ForMaskedLM"):
+        return None
+    try:
+        from transformers.models.auto import modeling_auto
+    except ImportError:  # a transformers without the auto mappings: the name alone decides
+        mapped: Any = {}
+    else:
+        mapped = getattr(modeling_auto, "MODEL_FOR_MASKED_LM_MAPPING_NAMES", {})
+    if name not in mapped.values():
+        return "not a masked LM (a transformers *ForMaskedLM, or a class of its masked-LM mapping)"
+    if getattr(model.config, "is_encoder_decoder", False):
+        return (f"{name} is an encoder-decoder: its decoder's inputs are made from the labels, so "
+                "they cannot be narrowed to the rows with a target")
+    return None
+
+
 def hf_masked_lm_head(model: torch.nn.Module) -> torch.nn.Linear | str:
     """The output projection of a Hugging Face masked LM (``get_output_embeddings()``: BERT's
     ``cls.predictions.decoder``, RoBERTa's ``lm_head.decoder``), or why not."""
     if not is_hf_model(model):
         return "not a Hugging Face model"
-    if not type(model).__name__.endswith("ForMaskedLM"):
-        return "not a masked LM (a transformers *ForMaskedLM)"
+    why_not = _not_masked_lm(model)
+    if why_not is not None:
+        return why_not
     try:
         head = model.get_output_embeddings()
     except (AttributeError, NotImplementedError):

@@ -4,8 +4,9 @@
   rows of the logits before the fp32 upcast and the cross-entropy, so neither the fp32 copy nor
   the loss's backward touches a padding row. Finding the rows costs one host read per step
   (``nonzero``); it pays where a large share of the rows is padding.
-- Hugging Face masked LMs (``*ForMaskedLM``): the output projection itself gets only the tokens
-  with a target. A masked LM's labels are ``-100`` on every token but the masked ones (85% of
+- Hugging Face masked LMs (``*ForMaskedLM``, and XLM's and Flaubert's ``*WithLMHeadModel`` of
+  transformers' masked-LM mapping; not its encoder-decoders): the output projection itself gets
+  only the tokens with a target. A masked LM's labels are ``-100`` on every token but the masked ones (85% of
   them at BERT's 15% masking), yet the model projects every token onto the vocabulary (BERT at
   32 x 512: 16384 rows x 30522 logits, ~20% of the step's FLOPs, and their fp32 cross-entropy),
   and the loss then drops the unmasked rows. The model's forward is wrapped: where ``labels`` is
