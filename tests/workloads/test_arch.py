@@ -157,6 +157,9 @@ def test_it_says_what_to_do_for_what_it_cannot_build():
         arch.build(model="opt", task="seq2seq")
     with pytest.raises(ValueError, match="task='vision'"):
         arch.build(model="opt", task="vision")
+    # the sweeps' name of an architecture with its task, as their results write it
+    with pytest.raises(ValueError, match="names a task: write it as model=xlm task=masked-lm"):
+        arch.build(model="xlm/masked-lm")
 
 
 def test_a_vision_language_model_is_built_with_each_nested_config_shrunk_and_trains_on_text():

@@ -59,6 +59,12 @@ def resolve_task(model: str, task: str | None) -> str:
     if task is not None:
         _params.choice("task", task, TASKS)
     available = tasks_of(model)
+    named, _, named_task = model.partition("/")
+    if not available and named_task in TASKS and tasks_of(named):
+        # the sweeps' name of an architecture and its task (bench's arch@xlm/masked-lm)
+        raise ValueError(
+            f"model={model!r} names a task: write it as model={named} task={named_task}"
+        )
     if not available:
         import transformers
 
