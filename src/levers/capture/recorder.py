@@ -420,9 +420,53 @@ class OpRecorder(TorchDispatchMode):
             args["num_targets"] = num_targets
             args["num_ignored"] = num_ignored
             args["ignored_fraction"] = num_ignored / num_targets if num_targets else 0.0
+            if num_ignored:
+                args.update(_ignored_at_row_ends(target, ignore_index))
             calls[index] = dataclasses.replace(calls[index], args=args)
         self._loss_targets.clear()
         return calls
+
+
+def _target_rows(target: torch.Tensor) -> torch.Tensor | None:
+    """The loss's targets as rows [sequences, length]: a target of two or more dimensions by its
+    last, a flat one by the shape of the tensor it views (``labels.view(-1)``: the labels'
+    [batch, length]); None where the rows cannot be known."""
+    if target.dim() >= 2:
+        return target.reshape(-1, target.shape[-1])
+    base = target._base
+    if (base is None or base.dim() < 2 or base.numel() != target.numel()
+            or not base.is_contiguous() or not target.is_contiguous()):
+        return None
+    return target.reshape(-1, base.shape[-1])
+
+
+def _ignored_at_row_ends(target: torch.Tensor, ignore_index: int) -> dict[str, int]:
+    """Where the ignored targets lie in their rows (none where the rows cannot be known): the
+    ones in the runs that begin or end a row (``edge_ignored``: padding lies there, and the
+    causal shift's last target), the ones between a row's first and last real target
+    (``inner_ignored`` of ``inner_targets``: a masked LM's unmasked tokens), and how many rows
+    end in an ignored target (``rows_ending_ignored``)."""
+    rows = _target_rows(target)
+    if rows is None or rows.numel() == 0:
+        return {}
+    length = rows.shape[1]
+    real = rows != ignore_index
+    has_real = real.any(1)
+    first = real.int().argmax(1)
+    last = length - 1 - real.flip(1).int().argmax(1)
+    leading = torch.where(has_real, first, torch.full_like(first, length))
+    trailing = torch.where(has_real, length - 1 - last, torch.zeros_like(last))
+    inner = torch.where(has_real, last - first + 1, torch.zeros_like(last))
+    edge = int((leading + trailing).sum())  # sync point: after the step
+    inner_targets = int(inner.sum())
+    return {
+        "num_rows": rows.shape[0],
+        "row_length": length,
+        "edge_ignored": edge,
+        "inner_targets": inner_targets,
+        "inner_ignored": inner_targets - int(real.sum()),
+        "rows_ending_ignored": int((~real[:, -1]).sum()),
+    }
 
 
 class UnguardedOpRecorder(OpRecorder):

@@ -1,9 +1,14 @@
 """PAD001 padding-tokens: a share of every step's tokens is padding that the whole model computes on.
 
 ## What it does
-Reads the loss calls' targets: the share of targets equal to `ignore_index`, less the one target
-per sequence that a causal shift ignores (a language model predicts no token after the last),
-is the share of the step's tokens that are padding. It states the time the step spends on them:
+Reads the loss calls' targets: the targets equal to `ignore_index` in the runs that begin or
+end each row, less the one target per sequence that a causal shift ignores (a language model
+predicts no token after the last), are the step's padding. Ignored targets inside the rows are
+not padding: a masked LM ignores every token it did not mask (~85% of them), and its rows also
+begin and end in short runs of those by chance, which are discounted (counted as padding only
+beyond three standard deviations of what chance leaves there). Where the rows cannot be read
+(a flat target that views no [batch, length] tensor), every ignored target but the causal
+shift is taken for padding. It states the time the step spends on them:
 that share of the step's time that grows with the tokens (everything but the optimizer and the
 launch gaps, from the bottleneck section), as an upper bound. It fires when padding is at least
 1% of the tokens, and says plainly when removing it is not worth the change (under 5% of the
@@ -52,6 +57,7 @@ is first-order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from levers.capture.records import Capture
@@ -78,6 +84,45 @@ def _sequences(capture: Capture) -> tuple[int, int] | None:
     return None
 
 
+# padding is counted where the ignored targets at the rows' ends exceed what chance leaves there
+# by this many standard deviations (a masked LM's unmasked tokens also end rows now and then)
+CHANCE_SDS = 3.0
+# a loss that ignores this share of the targets inside its rows or more is a masked LM's
+MASKED_SHARE = 0.5
+
+
+def _padding(args: dict, seqs: tuple[int, int] | None) -> tuple[int, int, int]:
+    """(padding targets, causal-shift targets, ignored targets that are neither) of a loss call.
+
+    With the rows known (the recorder's ``edge_ignored``...), padding is the runs of ignored
+    targets that begin or end a row, less the causal shift (one per row, where every row ends
+    in an ignored target and most targets inside the rows are real) and less what the ignored targets inside the rows leave at the ends
+    by chance: a masked LM ignores ~85% of its targets, scattered, so its rows begin and end in
+    runs of ~q/(1-q) ignored targets (q: the share ignored inside the rows) that are not
+    padding; they count only past ``CHANCE_SDS`` standard deviations of that chance. Without the
+    rows, every ignored target but the causal shift is taken for padding."""
+    ignored = args["num_ignored"]
+    if "edge_ignored" not in args:
+        shifted = 0
+        if seqs is not None and seqs[0] * seqs[1] == args["num_targets"] and ignored >= seqs[0]:
+            shifted = seqs[0]  # one ignored target per sequence: the causal shift, not padding
+        return ignored - shifted, shifted, 0
+    rows, edge = args["num_rows"], args["edge_ignored"]
+    inner = args["inner_targets"]
+    share = args["inner_ignored"] / inner if inner else 0.0
+    # a causal LM's targets: every row ends in an ignored one (a masked LM ignores most of its
+    # targets, and has no shift)
+    causal = share < MASKED_SHARE and args["rows_ending_ignored"] == rows and edge >= rows
+    shifted = rows if causal else 0
+    if share >= 1.0:
+        return 0, shifted, ignored - shifted
+    chance = 2 * rows * share / (1.0 - share)  # runs of a geometric length at both ends
+    spread = math.sqrt(2 * rows * share) / (1.0 - share)
+    beyond = edge - shifted - chance
+    padded = round(beyond) if beyond > CHANCE_SDS * spread else 0
+    return padded, shifted, ignored - shifted - padded
+
+
 @rule(CODE, NAME, severity="medium", fix_safety=CHANGES_NUMERICS, levers=LEVERS)
 def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     losses = [c for c in capture.calls if c.kind == "loss" and c.args.get("num_targets")]
@@ -87,10 +132,8 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     call = max(losses, key=lambda c: c.args["num_targets"])
     targets, ignored = call.args["num_targets"], call.args["num_ignored"]
     seqs = _sequences(capture)
-    shifted = 0
-    if seqs is not None and seqs[0] * seqs[1] == targets and ignored >= seqs[0]:
-        shifted = seqs[0]  # one ignored target per sequence: the causal shift, not padding
-    padding = (ignored - shifted) / targets
+    padded, shifted, inside = _padding(call.args, seqs)
+    padding = padded / targets
     # (almost) no padding
     if padding < MIN_PADDING_SHARE:
         return
@@ -100,9 +143,12 @@ def check(capture: Capture, config: RuleConfig) -> Iterator[Finding]:
     step_share = on_padding_ms / b.step_ms if b.step_ms > 0 else 0.0
     worth_it = step_share >= WORTH_IT_STEP_SHARE
     message = (
-        f"{padding:.1%} of the step's {targets:,} tokens are padding ({ignored - shifted:,} targets "
+        f"{padding:.1%} of the step's {targets:,} tokens are padding ({padded:,} targets "
         f"equal to ignore_index={call.args.get('ignore_index')}"
+        + (" at the ends of the rows" if "edge_ignored" in call.args else "")
         + (f", less {shifted} for the causal shift" if shifted else "")
+        + (f"; {inside:,} more ignored inside the rows, as a masked LM's unmasked tokens are, "
+           "are not padding" if inside else "")
         + f"); the model computes on them for up to {on_padding_ms:.3g} ms of the "
         f"{b.step_ms:.3g} ms step ({step_share:.1%}, {b.provenance})."
     )

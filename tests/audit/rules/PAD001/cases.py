@@ -1,5 +1,6 @@
 """PAD001 fixtures: a causal LM whose batch is half padding, one with a little padding (reported
-as not worth it), and one whose only ignored targets are the causal shift."""
+as not worth it), and one whose only ignored targets are the causal shift; a masked LM's targets
+(85% ignored, scattered inside the rows: not padding), and a masked LM whose rows end in padding."""
 
 # fmt: off
 # (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
@@ -69,6 +70,34 @@ def _measured(capture):
     env = {**capture.env, "device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3"}
     timing = dataclasses.replace(capture.timing, step_s=(busy_s * 1.1,))
     return dataclasses.replace(capture, env=env, ops=ops, timing=timing)
+
+
+def _masked_lm(num_padding, batch=8, length=64):
+    """A masked LM's step: 15% of the tokens drawn as targets, the rest ignored (-100), and the
+    last ``num_padding`` tokens of every row padding."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ids = torch.randint(0, 64, (batch, length))
+    labels = torch.where(torch.rand(batch, length) < 0.15, ids, torch.full_like(ids, -100))
+    labels[:, length - num_padding:] = -100
+
+    def step():
+        logits = model(ids)
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)  # mark: fire_masked_lm_with_padding
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return Workload(model=model, step=step, optimizer=opt, name="pad001-mlm")
+
+
+def ok_a_masked_lm_s_unmasked_tokens():
+    return _masked_lm(0)
+
+
+def fire_masked_lm_with_padding():
+    return _masked_lm(24)
 
 
 def fire_half_padding_measured():
