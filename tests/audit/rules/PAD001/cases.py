@@ -27,23 +27,39 @@ class TinyLM(torch.nn.Module):
         return self.head(x)
 
 
-def _workload(num_padding, batch=4, length=32):
+def _training(ids, labels, name):
+    """A step of TinyLM on ``ids`` against ``labels`` (one cross-entropy over every token)."""
     torch.manual_seed(0)
     model = TinyLM()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ids = torch.randint(0, 64, (batch, length))
-    labels = ids.clone()
-    labels[:, length - num_padding:] = -100  # batch-max padding at the end of every row
-    labels = torch.cat([labels[:, 1:], torch.full((batch, 1), -100)], dim=1)  # the causal shift
 
     def step():
         logits = model(ids)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)  # mark: fire_half_padding fire_little_padding fire_half_padding_measured
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)  # mark: fire_half_padding fire_little_padding fire_half_padding_measured fire_masked_lm_with_padding
         loss.backward()
         opt.step()
         opt.zero_grad()
 
-    return Workload(model=model, step=step, optimizer=opt, name="pad001")
+    return Workload(model=model, step=step, optimizer=opt, name=name)
+
+
+def _workload(num_padding, batch=4, length=32):
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (batch, length))
+    labels = ids.clone()
+    labels[:, length - num_padding:] = -100  # batch-max padding at the end of every row
+    labels = torch.cat([labels[:, 1:], torch.full((batch, 1), -100)], dim=1)  # the causal shift
+    return _training(ids, labels, "pad001")
+
+
+def _masked_lm(num_padding, batch=8, length=64):
+    """A masked LM's step: 15% of the tokens drawn as targets, the rest ignored (-100), and the
+    last ``num_padding`` tokens of every row padding."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (batch, length))
+    labels = torch.where(torch.rand(batch, length) < 0.15, ids, torch.full_like(ids, -100))
+    labels[:, length - num_padding:] = -100
+    return _training(ids, labels, "pad001-mlm")
 
 
 def fire_half_padding():
@@ -70,26 +86,6 @@ def _measured(capture):
     env = {**capture.env, "device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3"}
     timing = dataclasses.replace(capture.timing, step_s=(busy_s * 1.1,))
     return dataclasses.replace(capture, env=env, ops=ops, timing=timing)
-
-
-def _masked_lm(num_padding, batch=8, length=64):
-    """A masked LM's step: 15% of the tokens drawn as targets, the rest ignored (-100), and the
-    last ``num_padding`` tokens of every row padding."""
-    torch.manual_seed(0)
-    model = TinyLM()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ids = torch.randint(0, 64, (batch, length))
-    labels = torch.where(torch.rand(batch, length) < 0.15, ids, torch.full_like(ids, -100))
-    labels[:, length - num_padding:] = -100
-
-    def step():
-        logits = model(ids)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)  # mark: fire_masked_lm_with_padding
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-
-    return Workload(model=model, step=step, optimizer=opt, name="pad001-mlm")
 
 
 def ok_a_masked_lm_s_unmasked_tokens():
