@@ -96,11 +96,12 @@ def _padding(args: dict, seqs: tuple[int, int] | None) -> tuple[int, int, int]:
 
     With the rows known (the recorder's ``edge_ignored``...), padding is the runs of ignored
     targets that begin or end a row, less the causal shift (one per row, where every row ends
-    in an ignored target and most targets inside the rows are real) and less what the ignored targets inside the rows leave at the ends
-    by chance: a masked LM ignores ~85% of its targets, scattered, so its rows begin and end in
-    runs of ~q/(1-q) ignored targets (q: the share ignored inside the rows) that are not
-    padding; they count only past ``CHANCE_SDS`` standard deviations of that chance. Without the
-    rows, every ignored target but the causal shift is taken for padding."""
+    in an ignored target and most targets inside the rows are real) and less what the ignored
+    targets inside the rows leave at the ends by chance: a masked LM ignores ~85% of its
+    targets, scattered, so its rows begin and end in runs of ~q/(1-q) ignored targets (q: the
+    share ignored inside the rows) that are not padding; they count only past ``CHANCE_SDS``
+    standard deviations of that chance. Without the rows, every ignored target but the causal
+    shift is taken for padding."""
     ignored = args["num_ignored"]
     if "edge_ignored" not in args:
         shifted = 0
