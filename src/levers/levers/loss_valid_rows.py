@@ -9,9 +9,9 @@
   only the tokens with a target. A masked LM's labels are ``-100`` on every token but the
   masked ones (85% of them at BERT's 15% masking), yet the model projects every token onto the
   vocabulary (BERT at 32 x 512: 16384 rows x 30522 logits, ~20% of the step's FLOPs, and their
-  fp32 cross-entropy), and the loss then drops the unmasked rows. The model's forward is wrapped: where ``labels`` is
-  given, the rows with a target are found (one host read a step), the labels passed on are
-  those rows', and a pre-hook on the projection (``get_output_embeddings()``) selects the same
+  fp32 cross-entropy), and the loss then drops the unmasked rows. The model's forward is
+  wrapped: where ``labels`` is given, the rows with a target are found (one host read a step),
+  the labels passed on are those rows', and a pre-hook on the projection (``get_output_embeddings()``) selects the same
   rows of its input. The loss (the mean over the same targets) and every gradient are the
   unchanged step's, up to summation order; ModernBERT's ``sparse_prediction`` does the same.
   What changes is the model's output: its ``logits`` hold the rows with a target only (1, rows,
