@@ -5,20 +5,20 @@
   the loss's backward touches a padding row. Finding the rows costs one host read per step
   (``nonzero``); it pays where a large share of the rows is padding.
 - Hugging Face masked LMs (``*ForMaskedLM``, and XLM's and Flaubert's ``*WithLMHeadModel`` of
-  transformers' masked-LM mapping; not its encoder-decoders): the output projection itself gets
-  only the tokens with a target. A masked LM's labels are ``-100`` on every token but the
-  masked ones (85% of them at BERT's 15% masking), yet the model projects every token onto the
-  vocabulary (BERT at 32 x 512: 16384 rows x 30522 logits, ~20% of the step's FLOPs, and their
-  fp32 cross-entropy), and the loss then drops the unmasked rows. The model's forward is
-  wrapped: where ``labels`` is given, the rows with a target are found (one host read a step),
-  the labels passed on are those rows', and a pre-hook on the projection (``get_output_embeddings()``) selects the same
-  rows of its input. The loss (the mean over the same targets) and every gradient are the
-  unchanged step's, up to summation order; ModernBERT's ``sparse_prediction`` does the same.
-  What changes is the model's output: its ``logits`` hold the rows with a target only (1, rows,
-  vocabulary), in order, then padding rows (the first token's, their label ``-100``) up to a
-  bucket, so code that reads the logits of every token (an accuracy over all of them) must not
-  run with the lever on while training. A forward without labels, and every forward in
-  evaluation mode (``model.eval()``: a Trainer's evaluation and its metrics), is untouched.
+  transformers' masked-LM mapping; not its encoder-decoders): the output projection itself gets only
+  the tokens with a target. A masked LM's labels are ``-100`` on every token but the masked ones
+  (85% of them at BERT's 15% masking), yet the model projects every token onto the vocabulary (BERT
+  at 32 x 512: 16384 rows x 30522 logits, ~20% of the step's FLOPs, and their fp32 cross-entropy),
+  and the loss then drops the unmasked rows. The model's forward is wrapped: where ``labels`` is
+  given, the rows with a target are found (one host read a step), the labels passed on are those
+  rows', and a pre-hook on the projection (``get_output_embeddings()``) selects the same rows of its
+  input. The loss (the mean over the same targets) and every gradient are the unchanged step's, up
+  to summation order; ModernBERT's ``sparse_prediction`` does the same. What changes is the model's
+  output: its ``logits`` hold the rows with a target only (1, rows, vocabulary), in order, then
+  padding rows (the first token's, their label ``-100``) up to a bucket, so code that reads the
+  logits of every token (an accuracy over all of them) must not run with the lever on while
+  training. A forward without labels, and every forward in evaluation mode (``model.eval()``: a
+  Trainer's evaluation and its metrics), is untouched.
 - the ``demo``: its ``loss`` switch, which gathers the real rows before the LM head (so the head
   itself skips them), with row indices known on the host.
 
