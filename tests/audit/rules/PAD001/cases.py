@@ -1,6 +1,7 @@
 """PAD001 fixtures: a causal LM whose batch is half padding, one with a little padding (reported
-as not worth it), and one whose only ignored targets are the causal shift; a masked LM's targets
-(85% ignored, scattered inside the rows: not padding), and a masked LM whose rows end in padding."""
+as not worth it), and one whose only ignored targets are the causal shift (with attention and
+without); a masked LM's targets (85% ignored, scattered inside the rows: not padding), and a
+masked LM whose rows end in padding."""
 
 # fmt: off
 # (the cases are laid out by hand: tests find the lines marked `# mark: <case>`)
@@ -27,10 +28,24 @@ class TinyLM(torch.nn.Module):
         return self.head(x)
 
 
-def _training(ids, labels, name):
-    """A step of TinyLM on ``ids`` against ``labels`` (one cross-entropy over every token)."""
+class NoAttentionLM(torch.nn.Module):
+    """A language model without attention (no SDPA call to read the sequences' shape from), as
+    RWKV's and Mamba's are."""
+
+    def __init__(self, vocab=64, width=32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids).cumsum(1))
+
+
+def _training(ids, labels, name, model_class=TinyLM):
+    """A step of ``model_class`` on ``ids`` against ``labels`` (one cross-entropy over every
+    token)."""
     torch.manual_seed(0)
-    model = TinyLM()
+    model = model_class()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def step():
@@ -43,13 +58,13 @@ def _training(ids, labels, name):
     return Workload(model=model, step=step, optimizer=opt, name=name)
 
 
-def _workload(num_padding, batch=4, length=32):
+def _workload(num_padding, batch=4, length=32, model_class=TinyLM):
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (batch, length))
     labels = ids.clone()
     labels[:, length - num_padding:] = -100  # batch-max padding at the end of every row
     labels = torch.cat([labels[:, 1:], torch.full((batch, 1), -100)], dim=1)  # the causal shift
-    return _training(ids, labels, "pad001")
+    return _training(ids, labels, "pad001", model_class)
 
 
 def _masked_lm(num_padding, batch=8, length=64):
@@ -72,6 +87,11 @@ def fire_little_padding():
 
 def ok_only_the_causal_shift():
     return _workload(0)
+
+
+def ok_only_the_causal_shift_without_attention():
+    # the shift is read from the rows, not from an attention call's shape
+    return _workload(0, model_class=NoAttentionLM)
 
 
 def _measured(capture):
