@@ -2,8 +2,9 @@
 
 - ``activation-checkpointing``: every block (each module of an ``nn.ModuleList`` whose modules
   share a class, e.g. ``blocks.0`` .. ``blocks.31``) runs under non-reentrant
-  ``torch.utils.checkpoint``. Predicted by building the workload again, wrapping the blocks, and
-  running the steps: a full re-prediction.
+  ``torch.utils.checkpoint``, wrapped as the lever ``ac-full`` wraps them (its KV cache off and
+  its cache arguments dropped). Predicted by building the workload again, wrapping the blocks,
+  and running the steps: a full re-prediction.
 - ``bf16-optimizer-states``: Adam's moments kept in bfloat16 instead of float32, what the lever
   ``adamw-bf16-state`` does. Predicted on the recorded trace: each float32 moment (an optimizer
   state tensor that is not a scalar step counter) takes half its bytes; the trace is replayed
@@ -35,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from levers.adam_state import (  # noqa: F401 - INT8_* and int8_moment_nbytes re-exported
     BF16_STATE_LEVER,
@@ -46,6 +46,8 @@ from levers.adam_state import (  # noqa: F401 - INT8_* and int8_moment_nbytes re
     int8_moment_nbytes,
 )
 from levers.blocks import repeated_blocks
+from levers.levers._find import caching_configs
+from levers.levers.checkpointing import wrap_blocks
 from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
 from levers.memory.prediction import Prediction, Source, run_prediction
@@ -95,33 +97,14 @@ def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
 
 
 def checkpoint_blocks(workload: Workload) -> int:
-    """Run each block's forward under non-reentrant checkpointing; returns how many."""
-    blocks = find_blocks(workload.model)
-    for _, block in blocks:
-        original = block.forward
-
-        def forward(*args, _original=original, **kwargs):
-            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
-
-        block.forward = forward
+    """Run each block's forward under non-reentrant checkpointing as the lever ``ac-full`` does
+    (:func:`levers.levers.checkpointing.wrap_blocks`: the KV cache off, as Hugging Face's own
+    gradient checkpointing turns it off, the cache arguments dropped for each call, so that the
+    recompute does not append its keys and values a second time); returns how many blocks."""
+    blocks = repeated_blocks(workload.model)
+    if blocks:
+        wrap_blocks(workload.model, blocks)
     return len(blocks)
-
-
-def disable_kv_cache(model: torch.nn.Module) -> int:
-    """Turn off the KV cache of every module whose config keeps one; returns how many configs.
-
-    Recomputing a block would append its keys and values to the cache a second time (and fail
-    on the doubled length), so Hugging Face turns ``use_cache`` off while checkpointing in
-    training; the what-if predicts that same run.
-    """
-    configs = {}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if getattr(config, "use_cache", False) is True:
-            configs[id(config)] = config
-    for config in configs.values():
-        config.use_cache = False
-    return len(configs)
 
 
 def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: int) -> WhatIf:
@@ -131,8 +114,8 @@ def checkpointing(source: Source, gpu: GpuSpec, base: Prediction, *, num_steps: 
     caches_off: list[int] = []
 
     def transform(workload: Workload) -> None:
+        caches_off.append(len(caching_configs(workload.model)))
         counted.append(checkpoint_blocks(workload))
-        caches_off.append(disable_kv_cache(workload.model))
 
     try:
         prediction = run_prediction(source, gpu, num_steps=num_steps, transform=transform)
