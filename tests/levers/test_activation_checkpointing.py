@@ -214,7 +214,7 @@ def test_dispatch_overhead_makes_the_frontier_full_then_none() -> None:
 
 
 def test_a_plan_of_full_blocks_uses_no_selective_context(monkeypatch) -> None:
-    import levers.levers.checkpointing as checkpointing
+    import levers.block_checkpoint as checkpointing
 
     calls: list[bool] = []
     real = checkpointing.checkpoint

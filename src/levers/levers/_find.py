@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+
+from levers.block_checkpoint import caching_configs, training_cache_off  # noqa: F401 - re-exported
 
 EPS_ATTRIBUTES = ("eps", "variance_epsilon", "epsilon")
 FUSED_MARK = "_levers_fused_rms_norm"  # set on a module whose forward a lever replaced
@@ -146,37 +148,6 @@ def hf_configs(model: torch.nn.Module) -> list[Any]:
         if config is not None and hasattr(config, "_attn_implementation"):
             seen.setdefault(id(config), config)
     return list(seen.values())
-
-
-def caching_configs(model: torch.nn.Module) -> list[object]:
-    """The distinct model configs reachable from ``model`` that keep ``use_cache=True`` (a T5's
-    decoder holds a copy of its own, so every module's ``config`` is looked at)."""
-    found: dict[int, object] = {}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and getattr(config, "use_cache", None) is True:
-            found.setdefault(id(config), config)
-    return list(found.values())
-
-
-def training_cache_off(model: torch.nn.Module) -> Callable[[], None]:
-    """Turn off every reachable config's KV cache while a lever is on; returns the undo.
-
-    A config as shipped keeps ``use_cache=True`` (the generation default), and transformers then
-    builds a cache in every forward, training included: the compile levers would recompile per
-    block (:mod:`levers.levers._compile_setup`), the data levers' packed documents would see each
-    other (transformers reads restarting position ids only without a cache), and checkpointing
-    would keep a cache HF's own gradient checkpointing turns off. A training step never reads
-    it."""
-    configs = caching_configs(model)
-    for config in configs:
-        config.use_cache = False
-
-    def undo() -> None:
-        for config in configs:
-            config.use_cache = True
-
-    return undo
 
 
 def forward_source(module: Any) -> str | None:

@@ -45,9 +45,8 @@ from levers.adam_state import (  # noqa: F401 - INT8_* and int8_moment_nbytes re
     INT8_STATE_LEVER,
     int8_moment_nbytes,
 )
+from levers.block_checkpoint import caching_configs, wrap_blocks
 from levers.blocks import repeated_blocks
-from levers.levers._find import caching_configs
-from levers.levers.checkpointing import wrap_blocks
 from levers.hardware import GpuSpec
 from levers.memory.plan import WhatIf
 from levers.memory.prediction import Prediction, Source, run_prediction
@@ -98,7 +97,7 @@ def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
 
 def checkpoint_blocks(workload: Workload) -> int:
     """Run each block's forward under non-reentrant checkpointing as the lever ``ac-full`` does
-    (:func:`levers.levers.checkpointing.wrap_blocks`: the KV cache off, as Hugging Face's own
+    (:func:`levers.block_checkpoint.wrap_blocks`: the KV cache off, as Hugging Face's own
     gradient checkpointing turns it off, the cache arguments dropped for each call, so that the
     recompute does not append its keys and values a second time); returns how many blocks."""
     blocks = repeated_blocks(workload.model)
