@@ -421,7 +421,7 @@ class OpRecorder(TorchDispatchMode):
             args["num_ignored"] = num_ignored
             args["ignored_fraction"] = num_ignored / num_targets if num_targets else 0.0
             if num_ignored:
-                args.update(_ignored_at_row_ends(target, ignore_index))
+                args.update(_ignored_at_row_ends(target, ignore_index, num_ignored))
             calls[index] = dataclasses.replace(calls[index], args=args)
         self._loss_targets.clear()
         return calls
@@ -440,12 +440,14 @@ def _target_rows(target: torch.Tensor) -> torch.Tensor | None:
     return target.reshape(-1, base.shape[-1])
 
 
-def _ignored_at_row_ends(target: torch.Tensor, ignore_index: int) -> dict[str, int]:
+def _ignored_at_row_ends(target: torch.Tensor, ignore_index: int,
+                         num_ignored: int) -> dict[str, int]:
     """Where the ignored targets lie in their rows (none where the rows cannot be known): the
     ones in the runs that begin or end a row (``edge_ignored``: padding lies there, and the
     causal shift's last target), the ones between a row's first and last real target
-    (``inner_ignored`` of ``inner_targets``: a masked LM's unmasked tokens), and how many rows
-    end in an ignored target (``rows_ending_ignored``)."""
+    (``inner_ignored`` of ``inner_targets``: a masked LM's unmasked tokens; the ``num_ignored``
+    that are not at an end), and how many rows end in an ignored target
+    (``rows_ending_ignored``)."""
     rows = _target_rows(target)
     if rows is None or rows.numel() == 0:
         return {}
@@ -458,13 +460,12 @@ def _ignored_at_row_ends(target: torch.Tensor, ignore_index: int) -> dict[str, i
     trailing = torch.where(has_real, length - 1 - last, torch.zeros_like(last))
     inner = torch.where(has_real, last - first + 1, torch.zeros_like(last))
     edge = int((leading + trailing).sum())  # sync point: after the step
-    inner_targets = int(inner.sum())
     return {
         "num_rows": rows.shape[0],
         "row_length": length,
         "edge_ignored": edge,
-        "inner_targets": inner_targets,
-        "inner_ignored": inner_targets - int(real.sum()),
+        "inner_targets": int(inner.sum()),
+        "inner_ignored": num_ignored - edge,  # every ignored target not in a run at an end
         "rows_ending_ignored": int((~real[:, -1]).sum()),
     }
 
