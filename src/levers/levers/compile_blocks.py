@@ -19,7 +19,11 @@ Inception-ResNet blocks are 3 programs, the single ConvNormActs of its branches 
 of one convolution or linear layer stay eager and the rest compile. Blocks that
 differ in what no attribute shows (the dtype of their input: a ConvNeXt stage's first layer gets
 bf16 under autocast, the rest fp32) get dynamo's recompile limit raised to the number of blocks
-while the lever is on, so none of them runs uncompiled.
+while the lever is on, so none of them runs uncompiled. Where the model calls a block's
+``forward`` by name (transformers' SqueezeBERT encoder: ``layer.forward(...)``), which skips the
+module call ``module.compile()`` compiles, the lever does not apply and says so
+(:func:`levers.blocks.forward_called_directly`; on an H100, s64, it had applied there and run
+1.000x, compiling nothing).
 
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
 
@@ -33,6 +37,7 @@ from typing import Callable
 
 import torch
 
+from levers.blocks import forward_called_directly
 from levers.levers import register
 from levers.levers._compile_setup import (
     ProgramPlan,
@@ -68,6 +73,13 @@ def applies(target: Target) -> str | None:
         return (
             "the model runs Liger Kernel's kernels: torch.compile over them fails in dynamo "
             "(torch 2.11); use compile-blocks or liger-kernels, not both"
+        )
+    direct = forward_called_directly(target.model, blocks)
+    if direct:
+        return (
+            f"{direct}, which skips the module call that module.compile() compiles: the blocks "
+            "would run uncompiled; use compile-model (its trace of the whole forward reaches "
+            "them)"
         )
     plan = plan_programs(blocks)
     if not plan.fits:
