@@ -283,6 +283,17 @@ def test_a_timm_model_that_refuses_the_small_images_gets_its_registered_size():
     assert torch.isfinite(workload.step())
 
 
+def test_a_timm_model_whose_function_sets_its_own_depth_is_built_at_that_depth():
+    # gmlp_ti16_224's registered function passes num_blocks=30 itself, though MlpMixer takes it:
+    # a second num_blocks was a TypeError from dict(), and the arch sweep lost the model
+    workload = arch.build(model="timm:gmlp_ti16_224", batch_size=1)
+    assert workload.params["layers"] is None and len(workload.model.blocks) == 30
+    assert torch.isfinite(workload.step())
+    with pytest.raises(ValueError, match="sets its own num_blocks"):
+        arch.build(model="timm:gmlp_ti16_224", layers=2)
+    assert len(arch.build(model="timm:mixer_s16_224").model.blocks) == 8  # the same family
+
+
 def test_without_timm_a_timm_model_says_what_to_install(monkeypatch):
     import importlib.util
 

@@ -86,7 +86,10 @@ def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, A
          if n in parameters and isinstance(parameters[n].default, int)),
         None,
     )
-    takes_depth = depth_name is not None
+    # the class takes it, but the registered function may pass it itself (timm's
+    # gmlp_ti16_224: num_blocks=30 in its own dict, which a second num_blocks makes a TypeError)
+    fixed_depth = depth_name is not None and _on_meta(name, **{depth_name: TINY_DEPTH}) is None
+    takes_depth = depth_name is not None and not fixed_depth
     kwargs: dict[str, Any] = {}
     shape: Shape = {"channels": input_size[0], "image_size": tuple(input_size[1:]),
                     "layers": None}
@@ -102,6 +105,12 @@ def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, A
         if takes_depth:
             shape["layers"] = TINY_DEPTH
     if layers is not None:
+        if fixed_depth:
+            raise ValueError(
+                f"timm's {name} sets its own {depth_name} (its registered function passes it), "
+                "so layers= cannot change it; leave layers unset (its registered depth) or pick "
+                "a smaller variant"
+            )
         if not takes_depth:
             raise ValueError(
                 f"timm's {name} takes no int depth (or num_blocks) argument, so layers= cannot "
