@@ -74,7 +74,7 @@ def forward_called_directly(
     runs uncompiled (transformers' SqueezeBERT encoder: ``for layer in self.layers:
     layer.forward(...)``). Read from the source of the forward of the module that holds the
     units (their container's owner): a loop over the container whose variable's ``forward`` is
-    called, or ``self.<container>[i].forward(...)``."""
+    called or handed on (``checkpoint(layer.forward, x)``), or ``self.<container>[i].forward``."""
     parents: dict[int, tuple[str, torch.nn.Module]] = {}
     for module in model.modules():
         for child_name, child in module.named_children():
@@ -98,9 +98,9 @@ def forward_called_directly(
 
 @functools.lru_cache(maxsize=256)
 def _direct_forward_call(owner: type, attribute: str) -> str | None:
-    """The first call in ``owner.forward`` of ``X.forward(...)`` where X is a loop variable over
-    ``self.<attribute>`` (or ``self.<attribute>[...]`` itself), as source text; None where there
-    is none or the source cannot be read."""
+    """The first use in ``owner.forward`` of ``X.forward`` where X is a loop variable over
+    ``self.<attribute>`` (or ``self.<attribute>[...]`` itself), called or handed on (to a
+    checkpoint, say), as source text; None where there is none or the source cannot be read."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(owner.forward)))
     except (OSError, TypeError, SyntaxError, AttributeError):
@@ -116,11 +116,12 @@ def _direct_forward_call(owner: type, attribute: str) -> str | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.For) and any(over_container(n) for n in ast.walk(node.iter)):
             names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "forward"):
+        # a call of X.forward, or X.forward handed on (checkpoint(layer.forward, x))
+        if not (isinstance(node, ast.Attribute) and node.attr == "forward"):
             continue
-        callee = node.func.value
-        if (isinstance(callee, ast.Name) and callee.id in names) or over_container(callee):
-            return f"{ast.unparse(node.func)}(...)"
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id in names) or over_container(owner):
+            return ast.unparse(node) + ("(...)" if id(node) in calls else "")
     return None
