@@ -58,6 +58,10 @@ SINCE = {
         "; run on the tree of da0123c (the device's git read 1f86f26 with changes), before "
         "57dabf5, which finds the rows eagerly: traced, their count reached the compiled graphs "
         "as an input and the CUDA graphs still recorded one per batch"),
+    ("s64", "squeezebert", "compile-blocks"): (
+        "; it compiled nothing: SqueezeBERT's encoder calls each layer's forward by name, which "
+        "skips the module call module.compile() compiles; since e646c95 the lever does not "
+        "apply there"),
 }
 
 
