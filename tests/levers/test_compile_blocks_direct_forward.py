@@ -11,7 +11,7 @@ import torch.utils.checkpoint
 from torch._dynamo.utils import counters
 
 import levers
-from levers.blocks import forward_called_directly
+from levers.levers._compile_setup import forward_called_directly
 from levers.levers.lever import NotApplicable
 
 

@@ -53,14 +53,17 @@ that a model as shipped compiles once, not once per block; each returns its undo
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from levers.blocks import repeated_blocks
+from levers.blocks import CONTAINERS, repeated_blocks
+from levers.levers._find import forward_source
 
 Undo = Callable[[], None]
 
@@ -307,3 +310,66 @@ def liger_patched(model: torch.nn.Module) -> bool:
 
 def is_compiled(module: torch.nn.Module) -> bool:
     return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def forward_called_directly(
+    model: torch.nn.Module, units: list[torch.nn.Module]
+) -> str | None:
+    """Where the model calls the ``forward`` of one of ``units`` by name (``layer.forward(x)``),
+    in words, or None. Such a call skips the module call (``layer(x)``), and with it what hooks
+    into that call: ``module.compile()`` compiles the module call, so a block called this way
+    runs uncompiled (transformers' SqueezeBERT encoder: ``for layer in self.layers:
+    layer.forward(...)``). Read from the source of the forward of the module that holds the
+    units (their container's owner): a loop over the container whose variable's ``forward`` is
+    called or handed on (``checkpoint(layer.forward, x)``), or ``self.<container>[i].forward``."""
+    parents: dict[int, tuple[str, torch.nn.Module]] = {}
+    for module in model.modules():
+        for child_name, child in module.named_children():
+            parents.setdefault(id(child), (child_name, module))
+    looked: set[tuple[type, str]] = set()
+    for unit in units:
+        if id(unit) not in parents:
+            continue
+        name, holder = parents[id(unit)]
+        if isinstance(holder, CONTAINERS) and id(holder) in parents:
+            name, holder = parents[id(holder)]
+        key = (type(holder), name)
+        if key in looked:
+            continue
+        looked.add(key)
+        call = _direct_forward_call(holder, name)
+        if call is not None:
+            return f"{type(holder).__name__}.forward calls its blocks' forward by name ({call})"
+    return None
+
+
+def _direct_forward_call(owner: torch.nn.Module, attribute: str) -> str | None:
+    """The first use, in the forward of ``owner``'s class, of ``X.forward`` where X is a loop
+    variable over ``self.<attribute>`` (or ``self.<attribute>[...]`` itself), called or handed on
+    (to a checkpoint, say), as source text; None where there is none or the source cannot be
+    read (:func:`levers.levers._find.forward_source`)."""
+    source = forward_source(owner)
+    try:
+        tree = ast.parse(textwrap.dedent(source or ""))
+    except SyntaxError:
+        return None
+
+    def over_container(node: ast.AST) -> bool:  # self.<attribute>, or a subscript of it
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return (isinstance(node, ast.Attribute) and node.attr == attribute
+                and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and any(over_container(n) for n in ast.walk(node.iter)):
+            names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    calls = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    for node in ast.walk(tree):
+        # a call of X.forward, or X.forward handed on (checkpoint(layer.forward, x))
+        if not (isinstance(node, ast.Attribute) and node.attr == "forward"):
+            continue
+        held = node.value
+        if (isinstance(held, ast.Name) and held.id in names) or over_container(held):
+            return ast.unparse(node) + ("(...)" if id(node) in calls else "")
+    return None

@@ -22,7 +22,7 @@ bf16 under autocast, the rest fp32) get dynamo's recompile limit raised to the n
 while the lever is on, so none of them runs uncompiled. Where the model calls a block's
 ``forward`` by name (transformers' SqueezeBERT encoder: ``layer.forward(...)``), which skips the
 module call ``module.compile()`` compiles, the lever does not apply and says so
-(:func:`levers.blocks.forward_called_directly`; on an H100, s64, it had applied there and run
+(:func:`levers.levers._compile_setup.forward_called_directly`; on an H100, s64, it had applied there and run
 1.000x, compiling nothing).
 
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
@@ -37,13 +37,13 @@ from typing import Callable
 
 import torch
 
-from levers.blocks import forward_called_directly
 from levers.levers import register
 from levers.levers._compile_setup import (
     ProgramPlan,
     block_programs,
     compile_units,
     differing_int_attributes,
+    forward_called_directly,
     is_compiled,
     liger_patched,
     plan_programs,
