@@ -12,13 +12,13 @@ from torch.utils.checkpoint import checkpoint
 from levers.memory.fake import trace_workload
 from levers.hardware import resolve_gpu
 from levers.memory.prediction import run_prediction, source_of
+from levers.blocks import repeated_blocks
 from levers.memory.whatif import (
     bf16_optimizer_sizes,
     bf16_optimizer_states,
     checkpointing,
     int8_moment_nbytes,
     int8_optimizer_states,
-    find_blocks,
     valid_row_fraction,
     valid_rows_loss,
 )
@@ -101,7 +101,7 @@ def test_checkpointing_llama_saves_activations():
 
 def test_blocks_are_the_members_of_a_module_list_of_one_class():
     model = factories.stack(depth=3).model
-    assert [name for name, _ in find_blocks(model)] == ["blocks.0", "blocks.1", "blocks.2"]
+    assert [block.path for block in repeated_blocks(model)] == ["blocks.0", "blocks.1", "blocks.2"]
 
 
 def test_bf16_optimizer_states_halve_the_float32_state():
@@ -153,7 +153,7 @@ def test_a_sequential_of_blocks_is_checkpointed_block_by_block():
         import vit_like
     finally:
         sys.path.pop(0)
-    assert [name for name, _ in find_blocks(vit_like.VisionTransformer())] == [
+    assert [block.path for block in repeated_blocks(vit_like.VisionTransformer())] == [
         "blocks.0", "blocks.1", "blocks.2",
     ]
     from levers.workload import Workload

@@ -90,11 +90,6 @@ def _delta(
     )
 
 
-def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """The repeated blocks (:func:`levers.blocks.repeated_blocks`), as (path, module)."""
-    return [(block.path, block.module) for block in repeated_blocks(model)]
-
-
 def checkpoint_blocks(workload: Workload) -> int:
     """Run each block's forward under non-reentrant checkpointing as the lever ``ac-full`` does
     (:func:`levers.block_checkpoint.wrap_blocks`: the KV cache off, as Hugging Face's own
