@@ -87,8 +87,10 @@ def shrink_kwargs(name: str, size: str, layers: int | None) -> tuple[dict[str, A
         None,
     )
     # the class takes it, but the registered function may pass it itself (timm's
-    # gmlp_ti16_224: num_blocks=30 in its own dict, which a second num_blocks makes a TypeError)
-    fixed_depth = depth_name is not None and _on_meta(name, **{depth_name: TINY_DEPTH}) is None
+    # gmlp_ti16_224: num_blocks=30 in its own dict, which a second num_blocks makes a TypeError);
+    # built once more on meta to find out, only where a depth would be passed
+    fixed_depth = (depth_name is not None and (size == "tiny" or layers is not None)
+                   and _on_meta(name, **{depth_name: TINY_DEPTH}) is None)
     takes_depth = depth_name is not None and not fixed_depth
     kwargs: dict[str, Any] = {}
     shape: Shape = {"channels": input_size[0], "image_size": tuple(input_size[1:]),
