@@ -8,12 +8,19 @@
 #    loss-valid-rows on masked LMs), the zoo's resnet and convnext (channels-last and the
 #    autotuned form on CUDA graphs);
 # 2. 3m: glm_moe_dsa (its row predates the settled-baseline stop of sides one at a time).
+# 0. first, the GPU tests (none ran in s62-s64): all but the zoo's float64 references, four
+#    pytest-xdist workers on the one GPU (its wheel in .whl/), at most 360 s, into $D/t.
 # On a machine of several GPUs the models are dealt over them (bench/gpu_call_tune_rows.sh).
 # Polled with bench/gpu_poll.sh without a pause between polls.
 # Usage (repository root, on the device):
 #   LEVERS_COMMIT=<hash> bash bench/gpu_call_s65.sh /tmp/g
 source bench/gpu_session_setup.sh "${1:-/tmp/g}"
 export PYTHONUNBUFFERED=1 COLUMNS=160 PYTHONPATH=/tmp/site:src
+mkdir -p "$D/t/gpu_tests"
+timeout 360 python -m pytest -q -p no:cacheprovider -n 4 -rfEs -m gpu tests --ignore=tests/zoo \
+    > "$D/t/gpu_tests/pytest.log" 2>&1
+echo "rc=$?" >> "$D/t/gpu_tests/pytest.log"
+(cd "$D/t" && tar -czf round.tgz gpu_tests)
 MODELS=arch@xlm/masked-lm,arch@timm:convit_tiny,arch@ibert,zoo@resnet,zoo@convnext \
     SAMPLE= BUDGET=10m ROW_TIMEOUT=1200 KEEP_GOING=1 bash bench/gpu_call_tune_rows.sh "$D"
 MODELS=arch@glm_moe_dsa SAMPLE= BUDGET=3m ROW_TIMEOUT=900 KEEP_GOING=1 \
