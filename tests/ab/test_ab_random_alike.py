@@ -213,6 +213,10 @@ def test_without_time_for_another_compile_the_parity_programs_are_timed(monkeypa
     (("compile-model:backend=cudagraphs",), True, False),  # eager's kernels, not inductor's
     (("compile-blocks", "float8"), True, False),
     (("float8", "compile-model"), True, True),
+    # the blocks' programs as CUDA graphs, asked by name (compile-blocks has no auto mode)
+    (("compile-blocks:mode=reduce-overhead",), False, True),
+    (("compile-blocks:mode=max-autotune-no-cudagraphs",), True, False),
+    (("compile-blocks:mode=reduce-overhead,backend=eager",), True, False),
 ])
 def test_which_stacks_replay_inductor_graphs(monkeypatch, specs, static, replays):
     from levers.levers import compile_model

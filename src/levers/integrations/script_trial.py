@@ -99,7 +99,7 @@ CANDIDATE = "candidate"
 BASELINE = "baseline"
 # levers that replay CUDA graphs: their step wrapper marks where a step begins; in a script the
 # boundary between two optimizer steps is that mark
-CUDA_GRAPH_LEVERS = ("compile-model",)
+CUDA_GRAPH_LEVERS = ("compile-model", "compile-blocks")
 WRAPS_STEP = (
     "it wraps the training step (the function that runs forward, backward and the optimizer), "
     "which a script runs itself; apply it in the script with levers.apply(model, ..., "

@@ -49,6 +49,11 @@ that a model as shipped compiles once, not once per block; each returns its undo
   user asked for them (``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED``,
   ``TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS``), and the dropped templates' records are
   filtered out of inductor's log; its other errors and warnings pass.
+- CUDA graphs in step. Under a mode that replays inductor's programs as CUDA graphs
+  (:data:`CUDA_GRAPH_MODES`), the step marks each step's start
+  (``torch.compiler.cudagraph_mark_step_begin``) and returns a copy of its loss
+  (:func:`graph_step`): a graph's outputs are overwritten by its next replay. Where the
+  parameters are not on a GPU there is nothing to replay (:func:`graph_blockers`).
 """
 
 from __future__ import annotations
@@ -58,12 +63,15 @@ import logging
 import os
 import textwrap
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from levers.blocks import CONTAINERS, repeated_blocks
 from levers.levers._find import forward_source
+
+# inductor's modes that replay its programs as CUDA graphs
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 Undo = Callable[[], None]
 
@@ -293,6 +301,29 @@ def quiet_autotuning(mode: str | None) -> Undo:
         logger.removeFilter(dropped)
 
     return undo
+
+
+def graph_blockers(model: torch.nn.Module) -> list[str]:
+    """Why no part of the step can be replayed as CUDA graphs: the parameters are not on a GPU."""
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {"cuda"}:
+        return [
+            f"CUDA graphs need the parameters on a GPU; they are on {', '.join(sorted(devices))}"
+        ]
+    return []
+
+
+def graph_step(step: Callable[[], Any]) -> Callable[[], Any]:
+    """``step`` marking each step's start for inductor's CUDA graphs and returning a copy of a
+    tensor it returns (the loss lives in a graph's output buffer, which the next replay
+    overwrites)."""
+
+    def marked_step() -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        out = step()
+        return out.clone() if isinstance(out, torch.Tensor) else out
+
+    return marked_step
 
 
 def liger_patched(model: torch.nn.Module) -> bool:

@@ -25,7 +25,11 @@ module call ``module.compile()`` compiles, the lever does not apply and says so
 (:func:`levers.levers._compile_setup.forward_called_directly`; on an H100, s64, it had applied there and run
 1.000x, compiling nothing).
 
-Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``.
+Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``. Under a mode
+that replays the blocks' programs as CUDA graphs (``mode=reduce-overhead``: a graph per block
+program, the code between the blocks eager), the step marks each step's start and returns a copy
+of its loss, as compile-model's does; that needs the parameters on a GPU. It is not a form
+``levers tune`` tries; the catalogue's rows say what it measured.
 
 Fix safety: changes numerics (inductor fuses and reorders elementwise work). Tolerance checked:
 1e-5 relative in fp32 (with the aot_eager backend on a CPU; inductor on a GPU).
@@ -39,11 +43,14 @@ import torch
 
 from levers.levers import register
 from levers.levers._compile_setup import (
+    CUDA_GRAPH_MODES,
     ProgramPlan,
     block_programs,
     compile_units,
     differing_int_attributes,
     forward_called_directly,
+    graph_blockers,
+    graph_step,
     is_compiled,
     liger_patched,
     plan_programs,
@@ -74,6 +81,10 @@ def applies(target: Target) -> str | None:
             "the model runs Liger Kernel's kernels: torch.compile over them fails in dynamo "
             "(torch 2.11); use compile-blocks or liger-kernels, not both"
         )
+    mode = target.options.get("mode")
+    blockers = graph_blockers(target.model) if mode in CUDA_GRAPH_MODES else []
+    if blockers:
+        return f"mode={mode} replays CUDA graphs, but {'; '.join(blockers)}"
     direct = forward_called_directly(target.model, blocks)
     if direct:
         return (
@@ -125,6 +136,8 @@ def patch(target: Target) -> Callable[[], None]:
     undo_quiet = quiet_autotuning(options.get("mode"))
     for block in blocks:
         block.compile(**options)
+    if options.get("mode") in CUDA_GRAPH_MODES and target.step is not None:
+        target.step = graph_step(target.step)
 
     def undo() -> None:
         for block in blocks:

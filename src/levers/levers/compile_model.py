@@ -44,7 +44,10 @@ import torch
 from levers.levers import register
 from levers.blocks import repeated_blocks
 from levers.levers._compile_setup import (
+    CUDA_GRAPH_MODES,
     differing_int_attributes,
+    graph_blockers,
+    graph_step,
     is_compiled,
     liger_patched,
     quiet_autotuning,
@@ -56,7 +59,6 @@ from levers.vocab import CHANGES_NUMERICS
 
 OPTIONS = ("mode", "backend", "dynamic", "fullgraph")
 MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def static_step_reasons(model: torch.nn.Module) -> list[str]:
@@ -77,16 +79,6 @@ def static_step_reasons(model: torch.nn.Module) -> list[str]:
     return reasons
 
 
-def graph_blockers(model: torch.nn.Module) -> list[str]:
-    """Why no part of the step can be replayed as CUDA graphs: the parameters are not on a GPU."""
-    devices = {p.device.type for p in model.parameters()}
-    if devices != {"cuda"}:
-        return [
-            f"CUDA graphs need the parameters on a GPU; they are on {', '.join(sorted(devices))}"
-        ]
-    return []
-
-
 def inductor_mode(mode: str, reasons: Sequence[str]) -> str:
     """The inductor mode that ``mode`` runs in: ``auto`` is reduce-overhead (CUDA graphs) on a
     static step (no ``reasons``: :func:`static_step_reasons`) and the default mode elsewhere."""
@@ -98,13 +90,19 @@ def inductor_mode(mode: str, reasons: Sequence[str]) -> str:
 def replays_inductor_graphs(specs: Any, model: torch.nn.Module) -> bool:
     """Whether one of the lever specs ``specs`` (``compile-model:mode=reduce-overhead``) compiles
     ``model`` with inductor and replays the program as CUDA graphs: a CUDA-graph mode, or
-    ``mode=auto`` on a static step (:func:`static_step_reasons`). ``backend=cudagraphs`` replays
-    eager's kernels, not inductor's, and is not one."""
+    ``mode=auto`` on a static step (:func:`static_step_reasons`); compile-blocks in a CUDA-graph
+    mode (its blocks' programs). ``backend=cudagraphs`` replays eager's kernels, not inductor's,
+    and is not one."""
     for spec in specs:
         lever, options = parse_lever_spec(spec)
-        if lever != "compile-model" or options.get("backend", "inductor") != "inductor":
+        if options.get("backend", "inductor") != "inductor":
             continue
-        mode = inductor_mode(str(options.get("mode", "auto")), static_step_reasons(model))
+        if lever == "compile-blocks":
+            mode = str(options.get("mode", "default"))
+        elif lever == "compile-model":
+            mode = inductor_mode(str(options.get("mode", "auto")), static_step_reasons(model))
+        else:
+            continue
         if mode in CUDA_GRAPH_MODES:
             return True
     return False
@@ -147,16 +145,6 @@ def applies(target: Target) -> str | None:
     return None
 
 
-def _graph_step(step: Callable[[], Any]) -> Callable[[], Any]:
-    def graph_step() -> Any:
-        torch.compiler.cudagraph_mark_step_begin()
-        out = step()
-        # the loss lives in the graph's output buffer, which the next replay overwrites
-        return out.clone() if isinstance(out, torch.Tensor) else out
-
-    return graph_step
-
-
 def patch(target: Target) -> Callable[[], None]:
     mode = _mode(target)
     reasons = static_step_reasons(target.model)
@@ -175,7 +163,7 @@ def patch(target: Target) -> Callable[[], None]:
     undo_quiet = quiet_autotuning(mode)
     target.model.compile(**options)
     if (mode in CUDA_GRAPH_MODES or graphs_backend) and target.step is not None:
-        target.step = _graph_step(target.step)
+        target.step = graph_step(target.step)
 
     def undo() -> None:
         # back to nn.Module's class default (None): the instance as it was
