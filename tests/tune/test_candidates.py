@@ -193,6 +193,27 @@ def test_on_a_gpu_the_peers_forms_come_first_whatever_the_estimates():
     ]
 
 
+def test_the_blocks_cuda_graph_fallback_comes_just_before_the_step_s_own_graphs():
+    """Two fallbacks of the compile group, in FALLBACK_FORMS' order at the group's end: the
+    blocks' programs under CUDA graphs (inception_resnet_v2, H100, s65: 1.87x after a 27-s
+    warm-up), then the step's own kernels as graphs (1.17x there, s64), whichever order the
+    peers' forms take."""
+    forms = {"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs"),
+             "compile-blocks": ("compile-blocks:mode=reduce-overhead",)}
+    for blocks_first, head in ((False, ["compile-model", "compile-blocks"]),
+                               (True, ["compile-blocks", "compile-model"])):
+        ordered, _ = candidates(PEERS_REGISTRY, _applies, on_gpu=True, forms=forms,
+                                blocks_first=blocks_first)
+        assert [[c.lever for c in g] for g in groups(ordered)][0] == [
+            *head, "compile-model:mode=default", "compile-blocks:mode=reduce-overhead",
+            "compile-model:backend=cudagraphs",
+        ]
+        blocks_graphs = next(c for c in ordered if c.lever == "compile-blocks:mode=reduce-overhead")
+        assert blocks_graphs.source.startswith(
+            "another form of compile-blocks: each repeated block's program replayed as CUDA "
+            "graphs")
+
+
 def test_where_the_sides_run_one_at_a_time_per_block_compile_comes_first():
     """Each A/B builds its sides one at a time where two steps do not fit the GPU, and the
     budget holds few: per-block compile, which compiles each distinct block once, goes before

@@ -226,8 +226,11 @@ def test_on_a_mixture_of_experts_auto_picks_the_default_mode_and_tune_tries_redu
     monkeypatch.setattr(compile_model, "graph_blockers", lambda model: [])
     assert lever_forms(workload.model, on_gpu=True) == {
         "compile-model": ("compile-model:mode=reduce-overhead",)}
+    # a static step: inductor's default mode beside the CUDA graphs, and two fallbacks (the
+    # blocks' programs under graphs, the step's own kernels as graphs)
     assert lever_forms(zoo.build(model="gpt2", layers=1).model, on_gpu=True) == {
-        "compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs")}
+        "compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs"),
+        "compile-blocks": ("compile-blocks:mode=reduce-overhead",)}
     # at the default budget or more, each compile lever's autotuned form last (the whole
     # model's CUDA graphs, as reduce-overhead's, skip what they cannot capture on an MoE; the
     # blocks' run without graphs)
@@ -237,7 +240,9 @@ def test_on_a_mixture_of_experts_auto_picks_the_default_mode_and_tune_tries_redu
                           "compile-model:mode=max-autotune"), **blocks}
     assert lever_forms(zoo.build(model="gpt2", layers=1).model, on_gpu=True, budget_s=600.0) == {
         "compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs",
-                          "compile-model:mode=max-autotune"), **blocks}
+                          "compile-model:mode=max-autotune"),
+        "compile-blocks": ("compile-blocks:mode=reduce-overhead",
+                           "compile-blocks:mode=max-autotune-no-cudagraphs")}
     assert lever_forms(workload.model, on_gpu=True, budget_s=599.0) == {
         "compile-model": ("compile-model:mode=reduce-overhead",)}
     with pytest.raises(NotApplicable, match="backend=cudagraphs replays CUDA graphs, but "

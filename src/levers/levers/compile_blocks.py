@@ -28,8 +28,10 @@ module call ``module.compile()`` compiles, the lever does not apply and says so
 Options: ``backend`` (default "inductor"), ``mode``, ``dynamic``, ``fullgraph``. Under a mode
 that replays the blocks' programs as CUDA graphs (``mode=reduce-overhead``: a graph per block
 program, the code between the blocks eager), the step marks each step's start and returns a copy
-of its loss, as compile-model's does; that needs the parameters on a GPU. It is not a form
-``levers tune`` tries; the catalogue's rows say what it measured.
+of its loss, as compile-model's does; that needs the parameters on a GPU. On timm's
+inception_resnet_v2 (H100, s65, batch 64) it ran 1.871x eager after a 27-s warm-up, where
+whole-model reduce-overhead compile ran 3.04x after 150 s; ``levers tune`` tries it where no other
+compile form paid in the time (:data:`levers.tune.candidates.FALLBACK_FORMS`).
 
 Fix safety: changes numerics (inductor fuses and reorders elementwise work). Tolerance checked:
 1e-5 relative in fp32 (with the aot_eager backend on a CPU; inductor on a GPU).

@@ -47,9 +47,10 @@ Levers that exclude each other (two forms of compile, two checkpointing policies
 fails together) form one *group*: the search tries the members as alternatives at the place of
 the group's first member and keeps at most one of them. A candidate may carry options
 (``compile-model:mode=default``): its lever id is the part before the first ``:``. A group may
-end with a *fallback* form (:data:`FALLBACK_FORMS`: compile-model's CUDA graphs without
-inductor), tried only where none of the group's other forms paid; until one does, their kill
-line keeps :data:`FALLBACK_SHARE` of the time for it.
+end with *fallback* forms (:data:`FALLBACK_FORMS`: per-block compile under CUDA graphs, then
+compile-model's CUDA graphs without inductor), tried in that order only where none of the
+group's other forms paid, and only until one of them pays; until one does, the other forms' kill
+line keeps :data:`FALLBACK_SHARE` of the time for them.
 
 A script (``levers tune -- python train.py``) has no factory: a lever that changes the
 factory's parameters (raise-batch, the batch) is left out there as needing one.
@@ -116,6 +117,8 @@ BEFORE_COMPILE_SOURCE = (
     "it changes what compile compiles (the precision of the matmuls, the experts' "
     "implementation): tried before the compile forms, which then compile the step so"
 )
+# the fallback form among the peers' forms (the others of FALLBACK_FORMS are placed before it)
+PEERS_FALLBACK = "compile-model:backend=cudagraphs"
 PEER_SOURCE = (
     "a peer's form (whole-model or per-block compile, a convnet's channels-last, float8 on it): "
     "tried first"
@@ -127,7 +130,7 @@ PEER_SOURCE = (
 # and not the fallback, which records the same graphs
 GRAPH_FORMS: tuple[str, ...] = (
     "compile-model", "compile-model:mode=reduce-overhead", "compile-model:backend=cudagraphs",
-    "compile-model:mode=max-autotune",
+    "compile-model:mode=max-autotune", "compile-blocks:mode=reduce-overhead",
 )
 WITHOUT_GRAPHS_FORM = "compile-model:mode=default"
 # forms tried last, after every later group, each in place of the form of its own lever that the
@@ -146,12 +149,24 @@ LATE_FORMS: tuple[str, ...] = (
     "compile-model:mode=max-autotune", "compile-blocks:mode=max-autotune-no-cudagraphs",
 )
 LATE_FORMS_BUDGET_S = 600.0
-# forms tried only where no other form of their group paid, each with what it is: the step's
-# CUDA graphs without inductor, whose first step traces in seconds where inductor may compile
-# for minutes (timm's inception_resnet_v2: ~210 s, more than a 3-minute budget). It pays where
-# eager's launches bound the step; on inception_resnet_v2 they do not (H100, s47: 1.045x
-# [0.974, 1.167] where reduce-overhead compile ran 3.2x, inductor's kernels under its graphs)
+# forms tried only where no other form of their group paid, in this order, each with what it
+# is; once one pays, the others are not tried. Both compile in seconds where inductor's whole
+# model may compile for minutes (timm's inception_resnet_v2: ~150 s on an H100 in s65, ~210 s
+# on an H200, more than a 3-minute budget once the forms before took their share):
+# - each repeated block's program replayed as CUDA graphs, the code between the blocks eager: a
+#   compile of one program per kind of block, with inductor's fusion inside it. On
+#   inception_resnet_v2 (H100, s65, 1324b75, batch 64) it ran 1.871x [1.858, 1.878] eager after
+#   a warm-up of 27 s, where whole-model reduce-overhead compile ran 3.04x after 150 s and the
+#   blocks compiled without graphs ran 0.68x (s47);
+# - the step's own kernels replayed as CUDA graphs, without inductor (a trace, no fusion). It
+#   pays where eager's launches bound the step; on inception_resnet_v2 it ran 1.045x [0.974,
+#   1.167] (H100, s47) and 1.17x (H100, s64), where reduce-overhead compile ran 3.2x and 3.97x
 FALLBACK_FORMS: dict[str, str] = {
+    "compile-blocks:mode=reduce-overhead": (
+        "each repeated block's program replayed as CUDA graphs, the code between the blocks "
+        "eager (one block's compile per kind of block, rather than the whole model's): tried "
+        "where no form of compile paid in the time it had"
+    ),
     "compile-model:backend=cudagraphs": (
         "the step's own kernels replayed as CUDA graphs, without inductor (a trace of seconds "
         "rather than a compile of minutes, but no fusion): tried where no inductor form of "
@@ -374,6 +389,10 @@ def candidates(
             # per-block compile: on most steps it is the CUDA-graph form less its replay)
             if form in LATE_FORMS:  # after every peer's form: the group's last
                 form_key: tuple = (0, len(peer_forms), rank)
+            elif peer and form in FALLBACK_FORMS and form not in peer_forms:
+                # the fallbacks in their own order, just before the peers' fallback form
+                form_key = (0, peer_forms.index(PEERS_FALLBACK) - 1,
+                            1 + list(FALLBACK_FORMS).index(form))
             elif peer and form in peer_forms:
                 form_key = (0, peer_forms.index(form))
             else:

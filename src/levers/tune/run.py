@@ -166,8 +166,10 @@ def lever_forms(model: Any, on_gpu: bool,
                 budget_s: float | None = None) -> dict[str, tuple[str, ...]]:
     """Other forms of a lever to try beside it: whole-model compile in inductor's default mode
     where compile-model's own choice is CUDA graphs (a static step on a GPU); the peers time
-    both, and which pays more depends on the step. There too, the step's CUDA graphs without
-    inductor, a fallback where no inductor form pays in the time (its compile too long). Where
+    both, and which pays more depends on the step. There too, two fallbacks where no inductor
+    form pays in the time (its compile too long): each repeated block's program under CUDA
+    graphs (one block's compile per kind of block), then the step's CUDA graphs without
+    inductor (:data:`~levers.tune.candidates.FALLBACK_FORMS`). Where
     compile-model's own choice is the default mode only because the model routes tokens to
     experts, reduce-overhead compile (its graphs skip what they cannot capture): the peers' form
     that ran 1.77x on the zoo's mixtral where the default mode ran 1.68x (H100, s51). Where
@@ -182,14 +184,16 @@ def lever_forms(model: Any, on_gpu: bool,
 
     if graph_blockers(model):
         return {}
+    out: dict[str, tuple[str, ...]]
     if static_step_reasons(model):
-        forms: tuple[str, ...] = ("compile-model:mode=reduce-overhead",)
+        out = {"compile-model": ("compile-model:mode=reduce-overhead",)}
     else:
-        forms = ("compile-model:mode=default", "compile-model:backend=cudagraphs")
-    if budget_s is None or budget_s < LATE_FORMS_BUDGET_S:
-        return {"compile-model": forms}
-    late = {lever_id_of(form): (form,) for form in LATE_FORMS}  # one autotuned form a lever
-    return {"compile-model": forms + late.pop("compile-model"), **late}
+        out = {"compile-model": ("compile-model:mode=default", "compile-model:backend=cudagraphs"),
+               "compile-blocks": ("compile-blocks:mode=reduce-overhead",)}
+    if budget_s is not None and budget_s >= LATE_FORMS_BUDGET_S:
+        for form in LATE_FORMS:  # one autotuned form a lever, after its others
+            out[lever_id_of(form)] = out.get(lever_id_of(form), ()) + (form,)
+    return out
 
 
 def _free_device(on_gpu: bool) -> None:

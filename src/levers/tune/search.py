@@ -40,12 +40,13 @@ the proof of the stack (each as long as the median confirmation so far; before a
 less its compiles: the stack's programs are cached by then). Each A/B is given the time left as
 its kill line; once a form of a group paid, its other forms are given the time left less the
 confirmation of the one that paid (and the proof): they are stopped before it is starved. A group
-with a fallback form (compile-model's CUDA graphs without inductor) keeps
-:data:`~levers.tune.candidates.FALLBACK_SHARE` of the time left for it until a form pays: the
-other forms' kill line is drawn short of it (ab stops a first step that compiles past its kill
-line inside the step), and the fallback is tried in what is left, only where none paid; where a
-form's CUDA graphs failed on the step (an error that names them), the fallback, which records
-the same graphs, is not tried, and its time goes to inductor's default mode, tried next. Once a
+with fallback forms (per-block compile under CUDA graphs, then compile-model's CUDA graphs
+without inductor) keeps :data:`~levers.tune.candidates.FALLBACK_SHARE` of the time left for them
+until a form pays: the other forms' kill line is drawn short of it (ab stops a first step that
+compiles past its kill line inside the step), and the fallbacks are tried in what is left, in
+order, only where none paid and until one pays; where a form's CUDA graphs failed on the step
+(an error that names them), the fallbacks, which record graphs too, are not tried, and their
+time goes to inductor's default mode, tried next. Once a
 form of a group paid, the group's next form is expected to take as long as that form's
 selection (forms of one lever compile alike), and a form whose expected saving, thrice over,
 could not beat it is not tried (:data:`EXPECTED_SLACK`; not the peers' forms). When
@@ -352,8 +353,8 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
     last_of_peers = max((n for n, g in enumerate(all_groups) if _of_peers(g)), default=-1)
     for number, group in enumerate(all_groups):
         paid: list[Paid] = []
-        fallback = next((c.lever for c in group if c.lever in FALLBACK_FORMS), None)
-        fallback_reserve_s = FALLBACK_SHARE * state.left_s() if fallback else 0.0
+        fallbacks = tuple(c.lever for c in group if c.lever in FALLBACK_FORMS)
+        fallback_reserve_s = FALLBACK_SHARE * state.left_s() if fallbacks else 0.0
         graphs_failed: str | None = None  # why the step's CUDA graphs failed, once they did
         pending = list(group)
         while pending:
@@ -363,12 +364,12 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                 deferred.append((candidate, graphs_failed))
                 continue
             skip = (_graphs_not_tried(lever, graphs_failed)
-                    or _not_tried(lever, stack, paid, fallback) or _cannot_win(candidate, paid))
+                    or _not_tried(lever, stack, paid, fallbacks) or _cannot_win(candidate, paid))
             if skip is not None:
                 outcomes[lever] = Outcome(lever, False, skip, source=candidate.source)
                 continue
-            reserve_s, kept_for = _kill_reserve(state, lever, paid, fallback, fallback_reserve_s)
-            needed_s = 0.0 if lever == fallback else (
+            reserve_s, kept_for = _kill_reserve(state, lever, paid, fallbacks, fallback_reserve_s)
+            needed_s = 0.0 if lever in fallbacks else (
                 _selection_estimate_s(state, paid)
                 + max(state.again_s * (2 if stack else 1), reserve_s))
             if state.stopped or state.left_s() <= 0 or state.left_s() < needed_s:
@@ -398,12 +399,12 @@ def _select(ordered: Sequence[Candidate], state: _Search) -> None:
                     _keep_fastest(state, paid, later=sum(len(g) for g in all_groups[number + 1:]))
                     paid = []
                     if lever in stack:
-                        deferred += _deferred(state, lever, pending, fallback, graphs_failed)
+                        deferred += _deferred(state, lever, pending, fallbacks, graphs_failed)
                         pending = []
                 continue
             outcomes[lever] = _unpaid(state, candidate, trial, why, reserve_s, kept_for, paid)
             if graphs_failed is None and (graphs_failed := _graphs_failure(lever, trial)):
-                # the fallback records the same graphs: its time goes to the form without them,
+                # the fallbacks record graphs too: their time goes to the form without them,
                 # tried next
                 fallback_reserve_s = 0.0
                 pending.sort(key=lambda c: c.lever != WITHOUT_GRAPHS_FORM)
@@ -420,16 +421,17 @@ def _of_peers(group: Sequence[Candidate]) -> bool:
     return any(candidate.lever in PEER_FORMS for candidate in group)
 
 
-def _deferred(state: _Search, kept: str, pending: Sequence[Candidate], fallback: str | None,
-              graphs_failed: str | None) -> list[tuple[Candidate, str | None]]:
+def _deferred(state: _Search, kept: str, pending: Sequence[Candidate],
+              fallbacks: Sequence[str], graphs_failed: str | None
+              ) -> list[tuple[Candidate, str | None]]:
     """The forms of a group still to try once ``kept`` was kept, deferred until after the later
     groups (a peer's form: the later peers' groups) with why the group's CUDA graphs failed, if
-    they did; its fallback is not tried."""
+    they did; its fallbacks are not tried."""
     out = []
     for candidate in pending:
-        if candidate.lever == fallback:
-            state.outcomes[fallback] = Outcome(fallback, False, _only_fallback(kept),
-                                               source=candidate.source)
+        if candidate.lever in fallbacks:
+            state.outcomes[candidate.lever] = Outcome(
+                candidate.lever, False, _only_fallback(kept), source=candidate.source)
         else:
             out.append((candidate, graphs_failed))
     return out
@@ -460,7 +462,7 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
         # clashed with another of its forms, not with the one kept)
         skip = ((_late_not_tried(lever, current) if lever in LATE_FORMS else None)
                 or _graphs_not_tried(lever, graphs_failed or failed)
-                or _not_tried(lever, rest, (), None)
+                or _not_tried(lever, rest, (), ())
                 or _cannot_replace(state, candidate, current) or _refuted(state, stack))
         if skip is None:
             # its A/B, its confirmation and the proof of the stack it would change, after the
@@ -495,10 +497,11 @@ def _substitute(deferred: Sequence[tuple[Candidate, str | None]], state: _Search
 
 
 def _not_tried(lever: str, stack: Sequence[str], paid: Sequence[Paid],
-               fallback: str | None) -> str | None:
+               fallbacks: Sequence[str]) -> str | None:
     """Why ``lever`` is not tried on top of ``stack``, or None: a fallback form once another
-    form of its group paid, an alternative of a lever kept, a lever a kept one covers."""
-    if lever == fallback and paid:
+    form of its group paid (another fallback too), an alternative of a lever kept, a lever a
+    kept one covers."""
+    if lever in fallbacks and paid:
         return _only_fallback(_fastest(paid)[0].lever)
     clash = exclusive_with(lever, stack)
     if clash is not None:
@@ -554,8 +557,8 @@ def _late_not_tried(lever: str, current: str | None) -> str | None:
 
 def _only_fallback(paid: str) -> str:
     """Why a group's fallback form is not tried once ``paid``, another of its forms, paid."""
-    return (f"not tried: {paid} paid, and this form is only its fallback (no fusion) where no "
-            "other form pays in the time")
+    return (f"not tried: {paid} paid, and this form is only a fallback where no other form "
+            "pays in the time")
 
 
 def _graphs_failure(lever: str, trial: Trial) -> str | None:
@@ -605,21 +608,21 @@ def _selection_estimate_s(state: _Search, paid: Sequence[Paid]) -> float:
     return max(state.typical_s, longest)
 
 
-def _kill_reserve(state: _Search, lever: str, paid: Sequence[Paid], fallback: str | None,
+def _kill_reserve(state: _Search, lever: str, paid: Sequence[Paid], fallbacks: Sequence[str],
                   fallback_reserve_s: float) -> tuple[float, str | None]:
-    """The time this A/B's kill line keeps for what must follow it, and the fallback form where
-    that is the fallback's time (None where it is a paid form's confirmation, or nothing).
+    """The time this A/B's kill line keeps for what must follow it, and the fallback forms where
+    that is their time (None where it is a paid form's confirmation, or nothing).
 
     Once an alternative of the group paid, its confirmation (and the proof once the stack would
     hold two levers) is kept out of this A/B's time: at 3dad68e on T5 (H100) an alternative
     given all the time left ran out of it, and the whole-model compile that had paid 2.96x went
-    unconfirmed. Until a form paid, the others keep the fallback's time (a first compile that
-    would take it all is stopped inside its step), and the fallback, which traces rather than
-    compiles, is tried in whatever is left. Not the end of the search: the A/B's own estimate
+    unconfirmed. Until a form paid, the others keep the fallbacks' time (a first compile that
+    would take it all is stopped inside its step), and the fallbacks, which compile in seconds,
+    are tried in whatever is left (the first keeps nothing for the second). Not the end of the search: the A/B's own estimate
     is the median A/B so far, which the first (cold) compile holds high until a confirmation,
     its programs cached, brings it down."""
-    if lever != fallback and not paid and fallback_reserve_s > 0:
-        return fallback_reserve_s, fallback
+    if lever not in fallbacks and not paid and fallback_reserve_s > 0:
+        return fallback_reserve_s, " and ".join(fallbacks)
     return (_paid_reserve_s(state, paid) if paid else 0.0), None
 
 
@@ -646,7 +649,7 @@ def _once_more(state: _Search, lever: str, on_top: str, first: Trial, why: str,
 def _unpaid(state: _Search, candidate: Candidate, trial: Trial, why: str, reserve_s: float,
             kept_for: str | None, paid: Sequence[Paid]) -> Outcome:
     """The outcome of a lever that did not pay, saying what its kill line kept time for where
-    it ran out of time: the fallback ``kept_for`` (with a note of the budget that gives the
+    it ran out of time: the fallbacks ``kept_for`` (with a note of the budget that gives the
     form longer), or the confirmation of an alternative that paid."""
     lever, index = candidate.lever, len(state.trials) - 1
     if trial.out_of_time and kept_for is not None:
