@@ -37,6 +37,25 @@ def _fresh_gpu(request: pytest.FixtureRequest):
     _release_gpu()
 
 
+@pytest.fixture
+def graph_marks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The step starts marked for inductor's CUDA graphs
+    (``torch.compiler.cudagraph_mark_step_begin``), one 1 per mark, none made for real."""
+    marks: list[int] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    return marks
+
+
+@pytest.fixture
+def compile_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The keyword arguments of each ``nn.Module.compile`` call, which still compiles."""
+    calls: list[dict] = []
+    compile_ = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile",
+                        lambda self, **kw: (calls.append(kw), compile_(self, **kw)))
+    return calls
+
+
 def _release_gpu() -> None:
     import gc
 

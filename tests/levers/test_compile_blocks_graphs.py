@@ -27,19 +27,13 @@ def test_compile_blocks_with_cuda_graphs_needs_the_parameters_on_a_gpu():
 
 
 def test_compile_blocks_with_cuda_graphs_marks_each_step_and_its_undo_restores_the_step(
-    monkeypatch,
+    monkeypatch, graph_marks, compile_calls,
 ):
     from levers.levers import compile_blocks
 
     # the parameters as on a GPU; on the eager backend the mode is only recorded, so the step
     # wrapping and the undo run on a CPU
     monkeypatch.setattr(compile_blocks, "graph_blockers", lambda model: [])
-    marks = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    asked = []
-    compile_ = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile",
-                        lambda self, **kw: (asked.append(kw), compile_(self, **kw)))
     torch._dynamo.reset()
     workload = zoo.build(model="gpt2", layers=2)
     step = workload.step
@@ -47,16 +41,16 @@ def test_compile_blocks_with_cuda_graphs_marks_each_step_and_its_undo_restores_t
     workload.step = lambda: returned.append(step()) or returned[-1]
     plain = workload.step
     handle = levers.apply(workload, "compile-blocks", mode="reduce-overhead", backend="eager")
-    assert asked == [{"mode": "reduce-overhead", "backend": "eager"}] * 2  # one per block
+    assert compile_calls == [{"mode": "reduce-overhead", "backend": "eager"}] * 2  # one per block
     assert workload.step is not plain
     loss = workload.step()
-    assert marks == [1] and torch.isfinite(loss)
+    assert graph_marks == [1] and torch.isfinite(loss)
     # a copy of the loss: the graph's output buffer is overwritten by the next replay
     assert loss is not returned[-1] and torch.equal(loss, returned[-1])
     handle.undo()
     assert workload.step is plain
     workload.step()
-    assert marks == [1]
+    assert graph_marks == [1]
     # the default mode does not wrap the step
     with levers.apply(workload, "compile-blocks", backend="eager"):
         assert workload.step is plain

@@ -293,14 +293,21 @@ def test_a_compile_longer_than_the_budget_is_stopped_where_the_fallback_s_time_s
 BLOCKS_GRAPHS = "compile-blocks:mode=reduce-overhead"
 
 
+def _inception_with_blocks_graphs(speed: float) -> FakeAb:
+    # the blocks' programs under CUDA graphs as a fallback beside the step's own graphs: a
+    # 30-s first A/B, of which 27 s compile (inception_resnet_v2, H100, s65)
+    fake = _inception_like()
+    fake.speed[BLOCKS_GRAPHS] = speed
+    fake.cold_s[(BLOCKS_GRAPHS,)] = (30.0, 27.0)
+    return fake
+
+
 def test_the_fallbacks_are_tried_in_order_and_the_second_not_once_the_first_paid():
     # as inception_resnet_v2 on an H100 (s65): the blocks' programs under CUDA graphs compile in
     # ~27 s and run 1.87x, where the step's own kernels as graphs ran 1.17x (s64). The two share
     # the time the other forms' kill line keeps; the first is tried first, pays and is
     # confirmed, and the second is then only a fallback of a form that paid
-    fake = _inception_like()
-    fake.speed[BLOCKS_GRAPHS] = 1.87
-    fake.cold_s[(BLOCKS_GRAPHS,)] = (30.0, 27.0)
+    fake = _inception_with_blocks_graphs(1.87)
     result = _run(fake, [*T5_FORMS, BLOCKS_GRAPHS, GRAPHS], budget_s=180.0)
     assert result.stack == (BLOCKS_GRAPHS,)
     assert fake.calls == [((), ("compile-model",)), ((), (BLOCKS_GRAPHS,)),
@@ -314,9 +321,7 @@ def test_the_fallbacks_are_tried_in_order_and_the_second_not_once_the_first_paid
 
 
 def test_where_the_first_fallback_does_not_pay_the_second_is_tried():
-    fake = _inception_like()
-    fake.speed[BLOCKS_GRAPHS] = 0.9
-    fake.cold_s[(BLOCKS_GRAPHS,)] = (30.0, 27.0)
+    fake = _inception_with_blocks_graphs(0.9)
     result = _run(fake, [*T5_FORMS, BLOCKS_GRAPHS, GRAPHS], budget_s=180.0)
     assert result.stack == (GRAPHS,)
     assert fake.calls == [((), ("compile-model",)), ((), (BLOCKS_GRAPHS,)), ((), (GRAPHS,)),

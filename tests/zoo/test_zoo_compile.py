@@ -211,7 +211,7 @@ def test_compile_model_picks_its_mode_and_says_why():
 
 
 def test_on_a_mixture_of_experts_auto_picks_the_default_mode_and_tune_tries_reduce_overhead(
-    monkeypatch,
+    monkeypatch, graph_marks, compile_calls,
 ):
     """An MoE's routing keeps mode=auto off CUDA graphs, but reduce-overhead asked by name
     applies (inductor's graphs skip what they cannot capture: 1.77x against the default mode's
@@ -248,29 +248,23 @@ def test_on_a_mixture_of_experts_auto_picks_the_default_mode_and_tune_tries_redu
     with pytest.raises(NotApplicable, match="backend=cudagraphs replays CUDA graphs, but "
                        "model.layers.0.mlp.experts is a mixture of experts"):
         levers.apply(workload, "compile-model", backend="cudagraphs")
-    asked = []
-    compile_ = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile",
-                        lambda self, **kw: (asked.append(kw), compile_(self, **kw)))
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
     torch._dynamo.reset()
     for mode, chosen in (("auto", "default"), ("reduce-overhead", "reduce-overhead")):
         handle = levers.apply(workload, "compile-model", mode=mode, backend="eager")
         assert handle._undos[0].__defaults__[0].mode == chosen
         handle.undo()
-    assert asked == [{"backend": "eager"}, {"backend": "eager", "mode": "reduce-overhead"}]
+    assert compile_calls == [{"backend": "eager"},
+                             {"backend": "eager", "mode": "reduce-overhead"}]
 
 
 def test_compile_model_with_cuda_graphs_marks_each_step_and_its_undo_restores_everything(
-    monkeypatch,
+    monkeypatch, graph_marks,
 ):
     from levers.levers import compile_model
 
     # a static step as compile-model sees it on a GPU; on the eager backend the mode is only
     # recorded, so the step wrapping and the undo run on a CPU
     monkeypatch.setattr(compile_model, "static_step_reasons", lambda model: [])
-    marks = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     torch._dynamo.reset()
     workload = zoo.build(model="gpt2", layers=2)
     step, forward = workload.step, workload.model.forward
@@ -280,17 +274,18 @@ def test_compile_model_with_cuda_graphs_marks_each_step_and_its_undo_restores_ev
     assert (chosen.mode, chosen.reasons) == ("reduce-overhead", [])
     assert workload.step is not step and workload.model.config.use_cache is False
     assert torch.isfinite(workload.step())
-    assert marks == [1]
+    assert graph_marks == [1]
     handle.undo()
     assert workload.step is step and workload.model.forward == forward
     assert "_compiled_call_impl" not in vars(workload.model)
     assert workload.model.config.use_cache is True
     assert torch._dynamo.config.allow_unspec_int_on_nn_module is flag
     workload.step()
-    assert marks == [1]
+    assert graph_marks == [1]
 
 
-def test_compile_model_s_cuda_graphs_without_inductor_form(monkeypatch):
+def test_compile_model_s_cuda_graphs_without_inductor_form(monkeypatch, graph_marks,
+                                                          compile_calls):
     from levers.levers import compile_model
 
     workload = zoo.build(model="gpt2", layers=2)
@@ -303,18 +298,12 @@ def test_compile_model_s_cuda_graphs_without_inductor_form(monkeypatch):
     # cudagraphs backend and no inductor mode, and each step is marked as a graph's step (on
     # a CPU the backend itself runs the traced program without graphs)
     monkeypatch.setattr(compile_model, "static_step_reasons", lambda model: [])
-    marks = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    asked = []
-    compile_ = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile",
-                        lambda self, **kw: (asked.append(kw), compile_(self, **kw)))
     torch._dynamo.reset()
     step = workload.step
     handle = levers.apply(workload, "compile-model", backend="cudagraphs")
-    assert asked == [{"backend": "cudagraphs"}]
+    assert compile_calls == [{"backend": "cudagraphs"}]
     assert handle._undos[0].__defaults__[0].mode == "cudagraphs"
-    assert torch.isfinite(workload.step()) and marks == [1]
+    assert torch.isfinite(workload.step()) and graph_marks == [1]
     handle.undo()
     assert workload.step is step and "_compiled_call_impl" not in vars(workload.model)
 

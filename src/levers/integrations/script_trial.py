@@ -97,8 +97,9 @@ from levers.tune.run import lever_forms
 SCHEMA_VERSION = 2
 CANDIDATE = "candidate"
 BASELINE = "baseline"
-# levers that replay CUDA graphs: their step wrapper marks where a step begins; in a script the
-# boundary between two optimizer steps is that mark
+# levers that may replay CUDA graphs (compile-model's own choice on a static step, either compile
+# lever in a CUDA-graph mode): their step wrapper marks where a step begins; in a script the
+# boundary between two optimizer steps is that mark (where no graphs replay, a mark does nothing)
 CUDA_GRAPH_LEVERS = ("compile-model", "compile-blocks")
 WRAPS_STEP = (
     "it wraps the training step (the function that runs forward, backward and the optimizer), "
