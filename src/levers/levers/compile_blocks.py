@@ -39,11 +39,12 @@ Fix safety: changes numerics (inductor fuses and reorders elementwise work). Tol
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from levers.levers import register
+from levers.levers._compile_options import check_compile_options, compile_kwargs
 from levers.levers._compile_setup import (
     CUDA_GRAPH_MODES,
     ProgramPlan,
@@ -67,7 +68,12 @@ from levers.levers._find import training_cache_off
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
+ID = "compile-blocks"
 OPTIONS = ("backend", "mode", "dynamic", "fullgraph")
+
+
+def check(options: dict[str, Any]) -> None:
+    check_compile_options(ID, options)
 
 
 def applies(target: Target) -> str | None:
@@ -124,7 +130,7 @@ def _without_single_layers(plan: ProgramPlan) -> str:
 
 
 def patch(target: Target) -> Callable[[], None]:
-    options = {k: v for k, v in target.options.items() if k in OPTIONS}
+    options = compile_kwargs(ID, target.options, OPTIONS)
     plan = plan_programs(compile_units(target.model))
     blocks = plan.compiled
     undo_cache = training_cache_off(target.model)
@@ -159,7 +165,8 @@ def patch(target: Target) -> Callable[[], None]:
 LEVER = register(
     Lever(
         options=OPTIONS,
-        id="compile-blocks",
+        check=check,
+        id=ID,
         title="torch.compile each repeated block (regional compilation)",
         safety=CHANGES_NUMERICS,
         tolerance=1e-5,

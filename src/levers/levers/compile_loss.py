@@ -35,13 +35,19 @@ from typing import Any, Callable
 import torch
 
 from levers.levers import register
+from levers.levers._compile_options import check_compile_options, compile_kwargs
 from levers.levers._compile_setup import is_compiled, liger_patched, quiet_autotuning
 from levers.levers._find import forward_source, is_hf_model
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
+ID = "compile-loss"
 OPTIONS = ("backend", "mode", "dynamic", "fullgraph")
+
+
+def check(options: dict[str, Any]) -> None:
+    check_compile_options(ID, options)
 # transformers' loss functions over a vocabulary (LOSS_MAPPING's values, by name): where the
 # logits are [tokens, vocabulary] and the eager passes over them cost what this lever saves
 LM_LOSSES = ("ForCausalLMLoss", "ForMaskedLMLoss")
@@ -85,7 +91,7 @@ def _compiled(function: Callable[..., Any], options: dict[str, Any]) -> Callable
 
 
 def patch(target: Target) -> Callable[[], None]:
-    options = {k: v for k, v in target.options.items() if k in OPTIONS}
+    options = compile_kwargs(ID, target.options, OPTIONS)
     model = target.model
     undos = Undos()
     undos.add(quiet_autotuning(options.get("mode")))
@@ -97,7 +103,8 @@ def patch(target: Target) -> Callable[[], None]:
 LEVER = register(
     Lever(
         options=OPTIONS,
-        id="compile-loss",
+        check=check,
+        id=ID,
         title="torch.compile the language model's loss (the fp32 cross-entropy over the logits)",
         safety=CHANGES_NUMERICS,
         tolerance=1e-5,

@@ -43,6 +43,7 @@ import torch
 
 from levers.levers import register
 from levers.blocks import repeated_blocks
+from levers.levers._compile_options import check_compile_options, compile_kwargs
 from levers.levers._compile_setup import (
     CUDA_GRAPH_MODES,
     differing_int_attributes,
@@ -57,6 +58,7 @@ from levers.levers._find import training_cache_off
 from levers.levers.lever import Lever, Target, parse_lever_spec
 from levers.vocab import CHANGES_NUMERICS
 
+ID = "compile-model"
 OPTIONS = ("mode", "backend", "dynamic", "fullgraph")
 MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -108,16 +110,21 @@ def replays_inductor_graphs(specs: Any, model: torch.nn.Module) -> bool:
     return False
 
 
-def _mode(target: Target) -> str:
-    mode = str(target.options.get("mode", "auto"))
-    if mode not in MODES:
-        raise ValueError(f"compile-model: mode={mode!r} is not one of {', '.join(MODES)}")
-    if _graphs_backend(target) and mode != "auto":
+def check(options: dict[str, Any]) -> None:
+    """The options, before anything is built: :func:`check_compile_options`, and no inductor
+    mode beside ``backend=cudagraphs``."""
+    check_compile_options(ID, options, MODES)
+    mode = str(options.get("mode", "auto"))
+    if str(options.get("backend", "inductor")) == "cudagraphs" and mode != "auto":
         raise ValueError(
             f"compile-model: mode={mode} is inductor's; backend=cudagraphs takes no mode "
             "(it replays eager's kernels as CUDA graphs)"
         )
-    return mode
+
+
+def _mode(target: Target) -> str:
+    check(target.options)
+    return str(target.options.get("mode", "auto"))
 
 
 def _graphs_backend(target: Target) -> bool:
@@ -153,7 +160,7 @@ def patch(target: Target) -> Callable[[], None]:
         mode = "cudagraphs"  # no inductor mode: the backend is the graphs
     else:
         mode = inductor_mode(mode, reasons)
-    options = {k: v for k, v in target.options.items() if k in OPTIONS and k != "mode"}
+    options = compile_kwargs(ID, target.options, tuple(k for k in OPTIONS if k != "mode"))
     if mode not in ("default", "cudagraphs"):
         options["mode"] = mode
     undo_cache = training_cache_off(target.model)
@@ -180,7 +187,8 @@ def patch(target: Target) -> Callable[[], None]:
 LEVER = register(
     Lever(
         options=OPTIONS,
-        id="compile-model",
+        check=check,
+        id=ID,
         title="torch.compile the whole model (CUDA graphs where the step is static)",
         safety=CHANGES_NUMERICS,
         tolerance=1e-5,
