@@ -13,26 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from levers.levers._option_values import choice, flag
+
 # inductor's modes (``torch._inductor.list_mode_options()``, less torch 2.13's "lite")
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
-_NONE = ("none", "auto")  # dynamic: dynamo's automatic choice (torch.compile's default)
-
-
-def _flag(lever: str, key: str, value: Any, allow_none: bool) -> bool | None:
-    if value is None and allow_none or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    if allow_none and text in _NONE:
-        return None
-    accepted = "true or false" + (" (or none: dynamo's choice)" if allow_none else "")
-    raise ValueError(f"{lever}: {key}={value!r} is not {accepted}")
 
 
 def _backends(exclude_tags: tuple[str, ...] = ("debug", "experimental")) -> list[str]:
@@ -51,9 +35,8 @@ def check_compile_options(
     Raises:
         ValueError: the first option that is wrong.
     """
-    mode = options.get("mode")
-    if mode is not None and str(mode) not in modes:
-        raise ValueError(f"{lever}: mode={mode!r} is not one of {', '.join(modes)}")
+    if options.get("mode") is not None:
+        choice(lever, "mode", options["mode"], modes)
     backend = options.get("backend")
     if backend is not None and not callable(backend) and str(backend) not in _backends(()):
         raise ValueError(
@@ -61,9 +44,9 @@ def check_compile_options(
             f"{', '.join(_backends())} (torch._dynamo.list_backends() lists them)"
         )
     if "dynamic" in options:
-        _flag(lever, "dynamic", options["dynamic"], allow_none=True)
+        flag(lever, "dynamic", options["dynamic"], allow_none=True)
     if "fullgraph" in options:
-        _flag(lever, "fullgraph", options["fullgraph"], allow_none=False)
+        flag(lever, "fullgraph", options["fullgraph"])
 
 
 def compile_kwargs(lever: str, options: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -71,7 +54,7 @@ def compile_kwargs(lever: str, options: dict[str, Any], keys: tuple[str, ...]) -
     as booleans (``dynamic`` may be None), the others as given."""
     kwargs = {k: v for k, v in options.items() if k in keys}
     if "dynamic" in kwargs:
-        kwargs["dynamic"] = _flag(lever, "dynamic", kwargs["dynamic"], allow_none=True)
+        kwargs["dynamic"] = flag(lever, "dynamic", kwargs["dynamic"], allow_none=True)
     if "fullgraph" in kwargs:
-        kwargs["fullgraph"] = _flag(lever, "fullgraph", kwargs["fullgraph"], allow_none=False)
+        kwargs["fullgraph"] = flag(lever, "fullgraph", kwargs["fullgraph"])
     return kwargs

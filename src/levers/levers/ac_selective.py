@@ -134,13 +134,17 @@ def _threshold(options: dict[str, Any]) -> int:
     raw = options.get("mm_flops_threshold", DEFAULT_MM_FLOPS_THRESHOLD)
     try:
         value = int(float(raw))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(
             f"ac-selective: mm_flops_threshold must be a number of FLOPs (e.g. 1e9), got {raw!r}"
         ) from None
     if value < 0:
         raise ValueError(f"ac-selective: mm_flops_threshold must be >= 0, got {raw!r}")
     return value
+
+
+def check(options: dict[str, Any]) -> None:
+    _threshold(options)
 
 
 def patch(target: Target) -> Undo:
@@ -159,5 +163,6 @@ LEVER = register(
         applies=applies,
         patch=patch,
         options=("mm_flops_threshold",),
+        check=check,
     )
 )

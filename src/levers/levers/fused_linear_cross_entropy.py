@@ -26,7 +26,13 @@ import torch.nn.functional as F
 
 from levers.levers import register
 from levers.levers._find import forward_source, head_forward_reason, hf_causal_lm_parts
-from levers.levers._lce import DEFAULT_CHUNK_ROWS, available_kernel, linear_cross_entropy
+from levers.levers._lce import (
+    DEFAULT_CHUNK_ROWS,
+    KERNELS,
+    available_kernel,
+    linear_cross_entropy,
+)
+from levers.levers._option_values import choice, count
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
@@ -79,13 +85,21 @@ def applies(target: Target) -> str | None:
     return None
 
 
+ID = "fused-linear-cross-entropy"
+
+
+def check(options: dict[str, Any]) -> None:
+    choice(ID, "kernel", options.get("kernel", "auto"), KERNELS)
+    count(ID, "chunk_rows", options.get("chunk_rows", DEFAULT_CHUNK_ROWS))
+
+
 def patch(target: Target) -> Callable[[], None]:
     model = target.model
     parts = hf_causal_lm_parts(model)
     assert not isinstance(parts, str), parts
     base, head = parts
     kernel = target.options.get("kernel", "auto")
-    chunk_rows = int(target.options.get("chunk_rows", DEFAULT_CHUNK_ROWS))
+    chunk_rows = count(ID, "chunk_rows", target.options.get("chunk_rows", DEFAULT_CHUNK_ROWS))
     original = model.forward
 
     @functools.wraps(original)
@@ -163,7 +177,8 @@ def slower_here(target: Target) -> str | None:
 LEVER = register(
     Lever(
         options=("kernel", "chunk_rows"),
-        id="fused-linear-cross-entropy",
+        check=check,
+        id=ID,
         title="Fuse the LM head with the cross-entropy so the full logits never exist",
         safety=CHANGES_NUMERICS,
         tolerance=1e-5,

@@ -28,16 +28,24 @@ import torch
 
 from levers.levers import register
 from levers.levers._find import is_hf_model
+from levers.levers._option_values import flag
 from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
+ID = "liger-kernels"
 MARK = "_levers_liger_kernels"
 PATCHES = {"rope": True, "swiglu": True, "rms_norm": True, "cross_entropy": False,
            "fused_linear_cross_entropy": False}
 _MISSING = object()
 # what other patches call their MLP's kernel, which the swiglu option turns on or off
 MLP_KERNELS = ("geglu", "relu_squared")
+
+
+def check(options: dict[str, Any]) -> None:
+    for key in PATCHES:
+        if key in options:
+            flag(ID, key, options[key])
 
 
 def options_for(apply_fn: Callable[..., Any], options: dict[str, bool]) -> dict[str, bool]:
@@ -136,7 +144,7 @@ def patch(target: Target) -> Callable[[], None]:
     # some Liger versions rename the patched module's class (a process-wide change)
     class_names = {type(m): type(m).__name__ for m in model.modules()}
 
-    options = {**PATCHES, **{k: v for k, v in target.options.items() if k in PATCHES}}
+    options = {**PATCHES, **{k: flag(ID, k, v) for k, v in target.options.items() if k in PATCHES}}
     apply_fn(model=model, **options_for(apply_fn, options))
 
     # what Liger replaced in the modeling module (and its classes); put it back at once
@@ -183,7 +191,8 @@ def patch(target: Target) -> Callable[[], None]:
 LEVER = register(
     Lever(
         options=tuple(PATCHES),
-        id="liger-kernels",
+        check=check,
+        id=ID,
         title="Use Liger Kernel's RoPE, SwiGLU and RMSNorm kernels",
         safety=CHANGES_NUMERICS,
         tolerance=1e-2,

@@ -41,18 +41,43 @@ import torch
 
 from levers.hardware import gpu_from_device_name, resolve_gpu
 from levers.levers import register
+from levers.levers._option_values import count
 from levers.levers.handle import apply_to_workload
 from levers.levers.lever import Lever, Target, lever_id_of
 from levers.loader import resolve_factory
 from levers.memory.steps import DEFAULT_NUM_STEPS
 from levers.vocab import CHANGES_NUMERICS
 
+ID = "raise-batch"
 PARAM = "batch_size"
+
+
+def _margin(options: dict[str, Any]) -> float:
+    from levers.memory.predict import DEFAULT_MARGIN, check_margin
+
+    raw = options.get("margin", DEFAULT_MARGIN)
+    try:
+        return check_margin(float(raw))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{ID}: margin={raw!r} is not a share of the GPU's memory in [0, 1), e.g. 0.05"
+        ) from None
+
+
+def check(options: dict[str, Any]) -> None:
+    """The options that can be read without a GPU or the step: the GPU named, the margin, the
+    counts."""
+    if options.get("gpu"):
+        resolve_gpu(options["gpu"], option=f"{ID}: gpu")
+    _margin(options)
+    for key in ("max_batch_size", "max_evaluations"):
+        if options.get(key) is not None:
+            count(ID, key, options[key])
 
 
 def _gpu(options: dict[str, Any]):
     if options.get("gpu"):
-        return resolve_gpu(options["gpu"])
+        return resolve_gpu(options["gpu"], option=f"{ID}: gpu")
 
     if not torch.cuda.is_available():
         raise ValueError(
@@ -183,12 +208,12 @@ def fit_batch(
     """The fit :func:`choose_params` applies, without the check of where the side runs."""
     # the memory model, imported when the lever predicts (levers.levers)
     from levers.memory.fit import MAX_EVALUATIONS, fit_param
-    from levers.memory.predict import DEFAULT_MARGIN, MemoryOptions, check_margin, run_prediction
+    from levers.memory.predict import MemoryOptions, run_prediction
     from levers.memory.prediction import NOT_PREDICTED
 
     gpu = gpu if gpu is not None else _gpu(options)
     param = param or batch_param(spec, options)
-    margin = check_margin(float(options.get("margin", DEFAULT_MARGIN)))
+    margin = _margin(options)
     held = _held_beside(options.get("beside"), gpu)
     whole = gpu
     if held:
@@ -214,8 +239,10 @@ def fit_batch(
     upper = options.get("max_batch_size")
     fit = fit_param(
         source, MemoryOptions(gpu=gpu, margin=margin, num_steps=DEFAULT_NUM_STEPS), param,
-        start=start, upper=int(upper) if upper else None,
-        max_evaluations=int(options.get("max_evaluations", MAX_EVALUATIONS)),
+        start=start, upper=count(ID, "max_batch_size", upper) if upper else None,
+        max_evaluations=count(
+            ID, "max_evaluations", options.get("max_evaluations", MAX_EVALUATIONS)
+        ),
         transform=transform if lever_ids else None,
     )
     if fit.best is None:
@@ -257,7 +284,8 @@ def patch(target: Target) -> Callable[[], None]:
 LEVER = register(
     Lever(
         options=("gpu", "margin", "max_batch_size", "max_evaluations", "param"),
-        id="raise-batch",
+        check=check,
+        id=ID,
         title="Raise the batch to the largest that fits the GPU with a 5% margin",
         safety=CHANGES_NUMERICS,
         fixes=("MEM003",),
