@@ -48,6 +48,8 @@ OPTIONS = ("backend", "mode", "dynamic", "fullgraph")
 
 def check(options: dict[str, Any]) -> None:
     check_compile_options(ID, options)
+
+
 # transformers' loss functions over a vocabulary (LOSS_MAPPING's values, by name): where the
 # logits are [tokens, vocabulary] and the eager passes over them cost what this lever saves
 LM_LOSSES = ("ForCausalLMLoss", "ForMaskedLMLoss")

@@ -37,6 +37,7 @@ from levers.levers._patch import Undos
 from levers.levers.lever import Lever, Target
 from levers.vocab import CHANGES_NUMERICS
 
+ID = "fused-linear-cross-entropy"
 MARK = "_levers_fused_linear_cross_entropy"
 _LOSS_KWARGS = ("num_items_in_batch", "ignore_index", "shift_labels")
 
@@ -83,9 +84,6 @@ def applies(target: Target) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
-
-
-ID = "fused-linear-cross-entropy"
 
 
 def check(options: dict[str, Any]) -> None:
