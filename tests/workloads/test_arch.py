@@ -269,7 +269,7 @@ def test_a_timm_model_is_shrunk_where_timm_takes_a_depth_and_an_image_size():
     assert resnet.params["layers"] is None and resnet.tokens_per_step == 2  # images
     with pytest.raises(ValueError, match="takes no int depth"):
         arch.build(model="timm:resnet18", layers=2)
-    with pytest.raises(ValueError, match="not in timm's registry"):
+    with pytest.raises(ValueError, match="model='timm:resnet_nope' is not in timm's registry"):
         arch.build(model="timm:resnet_nope")
 
 

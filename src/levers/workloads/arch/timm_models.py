@@ -139,7 +139,7 @@ def entry(name: str, layers: int | None = None) -> ZooModel:
     timm = import_timm()
     if name not in timm.list_models():
         raise ValueError(
-            f"model={PREFIX}{name!r} is not in timm's registry (timm {timm.__version__}); "
+            f"model={PREFIX + name!r} is not in timm's registry (timm {timm.__version__}); "
             "timm.list_models('pattern*') lists the names"
         )
     sizes = {}
