@@ -115,7 +115,7 @@ def check(options: dict[str, Any]) -> None:
     mode beside ``backend=cudagraphs``."""
     check_compile_options(ID, options, MODES)
     mode = str(options.get("mode", "auto"))
-    if str(options.get("backend", "inductor")) == "cudagraphs" and mode != "auto":
+    if _graphs_backend(options) and mode != "auto":
         raise ValueError(
             f"compile-model: mode={mode} is inductor's; backend=cudagraphs takes no mode "
             "(it replays eager's kernels as CUDA graphs)"
@@ -127,9 +127,9 @@ def _mode(target: Target) -> str:
     return str(target.options.get("mode", "auto"))
 
 
-def _graphs_backend(target: Target) -> bool:
+def _graphs_backend(options: dict[str, Any]) -> bool:
     """backend=cudagraphs: the step's eager kernels replayed as CUDA graphs, no inductor."""
-    return str(target.options.get("backend", "inductor")) == "cudagraphs"
+    return str(options.get("backend", "inductor")) == "cudagraphs"
 
 
 def applies(target: Target) -> str | None:
@@ -144,7 +144,7 @@ def applies(target: Target) -> str | None:
             "(torch 2.11); use compile-model or liger-kernels, not both"
         )
     reasons = static_step_reasons(target.model)
-    if _graphs_backend(target) and reasons:
+    if _graphs_backend(target.options) and reasons:
         return f"backend=cudagraphs replays CUDA graphs, but {'; '.join(reasons)}"
     blockers = graph_blockers(target.model)
     if mode in CUDA_GRAPH_MODES and blockers:
@@ -155,7 +155,7 @@ def applies(target: Target) -> str | None:
 def patch(target: Target) -> Callable[[], None]:
     mode = _mode(target)
     reasons = static_step_reasons(target.model)
-    graphs_backend = _graphs_backend(target)
+    graphs_backend = _graphs_backend(target.options)
     if graphs_backend:
         mode = "cudagraphs"  # no inductor mode: the backend is the graphs
     else:
